@@ -1,0 +1,1 @@
+//! A yasm-syntax assembler built on iced-x86 (work in progress).
