@@ -1,1 +1,14 @@
-//! placeholder
+//! Intel PT decoders, layer by layer: [`packet`] (bytes → packets), then the timing
+//! model ([`time`]) and the tools built on them.
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod error;
+pub mod dump;
+pub mod packet;
+pub mod time;
+
+pub use config::{Config, Cpu, Errata};
+pub use error::{DecodeError, ErrorCode};
+pub use packet::PacketDecoder;
+pub use pt_encoder::packet::{IpPacketKind, LastIp, Packet};

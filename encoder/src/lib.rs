@@ -63,6 +63,8 @@ pub fn validate(p: &Packet) -> Result<(), EncodeError> {
         Packet::Pip { cr3, .. } => check(cr3 & 0x1f == 0 && cr3 >> 52 == 0, name, "cr3"),
         Packet::Vmcs { base } => check(base & 0xfff == 0 && base >> 52 == 0, name, "base"),
         Packet::Tsc { tsc } => check(tsc >> 56 == 0, name, "tsc"),
+        // Decoders (libipt's too) accept at most eight extension bytes: 61 bits.
+        Packet::Cyc { value } => check(value >> 61 == 0, name, "value"),
         Packet::Tma { fc, .. } => check(fc >> 9 == 0, name, "fc"),
         Packet::Ptw { size, payload, .. } => check(
             size == PtwSize::Eight || payload >> 32 == 0,

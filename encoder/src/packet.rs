@@ -874,5 +874,6 @@ mod tests {
         assert_eq!(cyc_size(0xfff), 2);
         assert_eq!(cyc_size(0x1000), 3);
         assert_eq!(cyc_size(u64::MAX), 10);
+        assert_eq!(cyc_size((1 << 61) - 1), 9);
     }
 }

@@ -1,0 +1,1 @@
+//! ptdump's packet formatting (work in progress).

@@ -1,0 +1,113 @@
+//! Error codes shared by all decoder layers.
+
+/// What went wrong. The variants mirror libipt's `pte_*` codes so that tools can print
+/// the same messages; [`ErrorCode::message`] gives libipt's wording.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// Internal error.
+    Internal,
+    /// Invalid argument.
+    Invalid,
+    /// Decoder out of sync.
+    NoSync,
+    /// Unknown opcode.
+    BadOpcode,
+    /// Unknown packet (bad payload or reserved encoding).
+    BadPacket,
+    /// Unexpected packet context.
+    BadContext,
+    /// Reached end of trace stream.
+    Eos,
+    /// Trace stream does not match query.
+    BadQuery,
+    /// Out of memory.
+    NoMem,
+    /// Bad configuration.
+    BadConfig,
+    /// No IP.
+    NoIp,
+    /// IP has been suppressed.
+    IpSuppressed,
+    /// No memory mapped at this address.
+    NoMap,
+    /// Unknown instruction.
+    BadInsn,
+    /// No timing information.
+    NoTime,
+    /// No core:bus ratio.
+    NoCbr,
+    /// Bad image.
+    BadImage,
+    /// Locking error.
+    BadLock,
+    /// Not supported.
+    NotSupported,
+    /// Compressed return without call.
+    RetstackEmpty,
+    /// Bad compressed return.
+    BadRetcomp,
+    /// Bad status update.
+    BadStatusUpdate,
+    /// Expected tracing enabled event.
+    NoEnable,
+    /// Event ignored.
+    EventIgnored,
+    /// Overflow.
+    Overflow,
+    /// Bad file.
+    BadFile,
+    /// Unknown cpu.
+    BadCpu,
+}
+
+impl ErrorCode {
+    /// libipt's `pt_errstr` text for this code.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::Internal => "internal error",
+            Self::Invalid => "invalid argument",
+            Self::NoSync => "decoder out of sync",
+            Self::BadOpcode => "unknown opcode",
+            Self::BadPacket => "unknown packet",
+            Self::BadContext => "unexpected packet context",
+            Self::Eos => "reached end of trace stream",
+            Self::BadQuery => "trace stream does not match query",
+            Self::NoMem => "out of memory",
+            Self::BadConfig => "bad configuration",
+            Self::NoIp => "no ip",
+            Self::IpSuppressed => "ip has been suppressed",
+            Self::NoMap => "no memory mapped at this address",
+            Self::BadInsn => "unknown instruction",
+            Self::NoTime => "no timing information",
+            Self::NoCbr => "no core:bus ratio",
+            Self::BadImage => "bad image",
+            Self::BadLock => "locking error",
+            Self::NotSupported => "not supported",
+            Self::RetstackEmpty => "compressed return without call",
+            Self::BadRetcomp => "bad compressed return",
+            Self::BadStatusUpdate => "bad status update",
+            Self::NoEnable => "expected tracing enabled event",
+            Self::EventIgnored => "event ignored",
+            Self::Overflow => "overflow",
+            Self::BadFile => "bad file",
+            Self::BadCpu => "unknown cpu",
+        }
+    }
+}
+
+impl core::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+/// A decoding error at a trace offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{offset:#x}: {code}")]
+pub struct DecodeError {
+    /// What went wrong.
+    pub code: ErrorCode,
+    /// Byte offset in the trace where the failing packet starts.
+    pub offset: u64,
+}

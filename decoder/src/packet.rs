@@ -1,0 +1,712 @@
+//! The packet layer: a zero-copy decoder over `&[u8]` yielding `(offset, Packet)`.
+//!
+//! Dispatch is by a 256-entry table derived from [`pt_encoder::packet::opcode::classify`],
+//! the same description the encoder writes from. Nothing is allocated per packet.
+
+use crate::config::{Config, Errata};
+use crate::error::{DecodeError, ErrorCode};
+use pt_encoder::packet::opcode::{self, ext, FirstByte};
+use pt_encoder::packet::{IpCompression, IpPayload, PSB_SIZE};
+use pt_encoder::{ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
+
+const FIRST_BYTE: [FirstByte; 256] = {
+    let mut t = [FirstByte::Undefined; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = opcode::classify(i as u8);
+        i += 1;
+    }
+    t
+};
+
+/// The PSB payload pattern as a little-endian 64-bit word, at either byte phase.
+const PSB_WORDS: [u64; 2] = [0x8202_8202_8202_8202, 0x0282_0282_0282_0282];
+
+/// Read `n` (≤ 8) little-endian bytes. The caller has checked the bounds.
+#[inline(always)]
+fn le(b: &[u8], n: usize) -> u64 {
+    let mut v = 0u64;
+    let mut i = 0;
+    while i < n {
+        v |= (b[i] as u64) << (8 * i);
+        i += 1;
+    }
+    v
+}
+
+/// Decode context the packet layer needs beyond the bytes themselves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PacketContext {
+    /// Inside a PEBS block (after BBP, before BEP): `Some(sz4)` where `sz4` says BIPs
+    /// carry four bytes. There, a byte with bits 2:0 = 100b is a BIP, not a TNT-8.
+    pub pebs: Option<bool>,
+}
+
+/// Decode one packet at the start of `buf`; returns it and its size.
+///
+/// Errors are [`ErrorCode::BadOpcode`] (no packet starts like this),
+/// [`ErrorCode::BadPacket`] (reserved encoding or bad payload) and [`ErrorCode::Eos`]
+/// (the packet is cut off by the end of the buffer).
+#[inline]
+pub fn decode_packet(
+    buf: &[u8],
+    errata: &Errata,
+    ctx: PacketContext,
+) -> Result<(Packet, usize), ErrorCode> {
+    let Some(&b0) = buf.first() else {
+        return Err(ErrorCode::Eos);
+    };
+    let need = |n: usize| {
+        if buf.len() < n {
+            Err(ErrorCode::Eos)
+        } else {
+            Ok(())
+        }
+    };
+    if let Some(sz4) = ctx.pebs {
+        if b0 & 0b111 == 0b100 {
+            let n = if sz4 { 4 } else { 8 };
+            need(1 + n)?;
+            let packet = Packet::Bip {
+                id: b0 >> 3,
+                payload: le(&buf[1..], n),
+                sz4,
+            };
+            return Ok((packet, 1 + n));
+        }
+    }
+    match FIRST_BYTE[b0 as usize] {
+        FirstByte::Tnt8 => {
+            // b0 is even and neither 00 nor 02, so the payload holds a stop bit.
+            let tnt = Tnt::from_payload((b0 >> 1) as u64).ok_or(ErrorCode::BadPacket)?;
+            Ok((Packet::Tnt8(tnt), 1))
+        }
+        FirstByte::Pad => Ok((Packet::Pad, 1)),
+        FirstByte::Tip(kind) => {
+            let c = IpCompression::from_bits(b0 >> 5).ok_or(ErrorCode::BadPacket)?;
+            let n = c.payload_size();
+            need(1 + n)?;
+            let ip = IpPayload {
+                compression: c,
+                ip: le(&buf[1..], n),
+            };
+            Ok((Packet::Ip(kind, ip), 1 + n))
+        }
+        FirstByte::Cyc => decode_cyc(buf, errata),
+        FirstByte::Ext => decode_ext(buf, errata),
+        FirstByte::Tsc => {
+            need(8)?;
+            Ok((Packet::Tsc { tsc: le(&buf[1..], 7) }, 8))
+        }
+        FirstByte::Mtc => {
+            need(2)?;
+            Ok((Packet::Mtc { ctc: buf[1] }, 2))
+        }
+        FirstByte::Mode => {
+            need(2)?;
+            let b1 = buf[1];
+            let packet = match b1 >> 5 {
+                0 => Packet::ModeExec(ModeExec {
+                    csl: b1 & 1 != 0,
+                    csd: b1 & 2 != 0,
+                    iflag: b1 & 4 != 0,
+                }),
+                1 => Packet::ModeTsx(ModeTsx {
+                    intx: b1 & 1 != 0,
+                    abrt: b1 & 2 != 0,
+                }),
+                _ => return Err(ErrorCode::BadPacket),
+            };
+            Ok((packet, 2))
+        }
+        FirstByte::Trig => {
+            need(3)?;
+            let b1 = buf[1];
+            let icntv = b1 & 0x40 != 0;
+            let size = if icntv { 5 } else { 3 };
+            need(size)?;
+            let packet = Packet::Trig {
+                trbv: buf[2],
+                ip: b1 & 0x80 != 0,
+                mult: b1 & 0x20 != 0,
+                icnt: icntv.then(|| le(&buf[3..], 2) as u16),
+            };
+            Ok((packet, size))
+        }
+        FirstByte::Undefined => Err(ErrorCode::BadOpcode),
+    }
+}
+
+fn decode_cyc(buf: &[u8], errata: &Errata) -> Result<(Packet, usize), ErrorCode> {
+    let b0 = buf[0];
+    let mut value = (b0 >> 3) as u64;
+    let mut more = b0 & 4 != 0;
+    let mut shift = 5u32;
+    let mut pos = 1;
+    while more {
+        let b = *buf.get(pos).ok_or(ErrorCode::Eos)?;
+        pos += 1;
+        more = b & 1 != 0;
+        value |= ((b >> 1) as u64) << shift;
+        shift += 7;
+        // libipt refuses counts that would not fit 64 bits.
+        if shift > 64 {
+            return Err(ErrorCode::BadPacket);
+        }
+    }
+    // SKD007: a two-byte CYC whose second byte looks like an ext opcode, followed by the
+    // OVF code, is really an OVF that overwrote the CYC's tail.
+    if errata.skd007 && pos == 2 && buf[1] == opcode::EXT && buf.get(2) == Some(&ext::OVF) {
+        return Err(ErrorCode::Overflow);
+    }
+    Ok((Packet::Cyc { value }, pos))
+}
+
+fn decode_ext(buf: &[u8], errata: &Errata) -> Result<(Packet, usize), ErrorCode> {
+    let b1 = *buf.get(1).ok_or(ErrorCode::Eos)?;
+    let need = |n: usize| {
+        if buf.len() < n {
+            Err(ErrorCode::Eos)
+        } else {
+            Ok(())
+        }
+    };
+    let p = match b1 {
+        ext::PSB => {
+            need(PSB_SIZE)?;
+            if !is_psb(&buf[..PSB_SIZE]) {
+                return Err(ErrorCode::BadPacket);
+            }
+            (Packet::Psb, PSB_SIZE)
+        }
+        ext::PSBEND => (Packet::Psbend, 2),
+        ext::OVF => (Packet::Ovf, 2),
+        ext::STOP => (Packet::Stop, 2),
+        ext::TNT64 => {
+            need(8)?;
+            let tnt = Tnt::from_payload(le(&buf[2..], 6)).ok_or(ErrorCode::BadPacket)?;
+            (Packet::Tnt64(tnt), 8)
+        }
+        ext::PIP => {
+            need(8)?;
+            let p = le(&buf[2..], 6);
+            let packet = Packet::Pip {
+                cr3: (p >> 1) << 5,
+                nr: p & 1 != 0,
+            };
+            (packet, 8)
+        }
+        ext::CBR => {
+            need(4)?;
+            (Packet::Cbr { ratio: buf[2] }, 4)
+        }
+        ext::TMA => {
+            need(7)?;
+            let fc = le(&buf[5..], 2) as u16;
+            if buf[4] != 0 || fc >> 9 != 0 {
+                // SKZ84 corrupts TMA and adds one bogus byte; report it as such.
+                if errata.skz84 {
+                    need(8)?;
+                    return Ok((Packet::Invalid, 8));
+                }
+                return Err(ErrorCode::BadPacket);
+            }
+            let packet = Packet::Tma {
+                ctc: le(&buf[2..], 2) as u16,
+                fc,
+            };
+            (packet, 7)
+        }
+        ext::VMCS => {
+            need(7)?;
+            (
+                Packet::Vmcs {
+                    base: le(&buf[2..], 5) << 12,
+                },
+                7,
+            )
+        }
+        ext::EXT2 => {
+            let b2 = *buf.get(2).ok_or(ErrorCode::Eos)?;
+            if b2 != ext::MNT {
+                return Err(ErrorCode::BadOpcode);
+            }
+            need(11)?;
+            (
+                Packet::Mnt {
+                    payload: le(&buf[3..], 8),
+                },
+                11,
+            )
+        }
+        ext::EXSTOP => (Packet::Exstop { ip: false }, 2),
+        ext::EXSTOP_IP => (Packet::Exstop { ip: true }, 2),
+        ext::MWAIT => {
+            need(10)?;
+            let packet = Packet::Mwait {
+                hints: le(&buf[2..], 4) as u32,
+                ext: le(&buf[6..], 4) as u32,
+            };
+            (packet, 10)
+        }
+        ext::PWRE => {
+            need(4)?;
+            let packet = Packet::Pwre {
+                state: buf[3] >> 4,
+                sub_state: buf[3] & 0xf,
+                hw: buf[2] & 0x80 != 0,
+            };
+            (packet, 4)
+        }
+        ext::PWRX => {
+            need(7)?;
+            let wr = buf[3];
+            let packet = Packet::Pwrx {
+                last: buf[2] >> 4,
+                deepest: buf[2] & 0xf,
+                wake: WakeReason {
+                    interrupt: wr & 1 != 0,
+                    store: wr & 4 != 0,
+                    autonomous: wr & 8 != 0,
+                },
+            };
+            (packet, 7)
+        }
+        ext::CFE => {
+            need(4)?;
+            let packet = Packet::Cfe {
+                ty: buf[2] & 0x1f,
+                vector: buf[3],
+                ip: buf[2] & 0x80 != 0,
+            };
+            (packet, 4)
+        }
+        ext::EVD => {
+            need(11)?;
+            let packet = Packet::Evd {
+                ty: buf[2] & 0x1f,
+                payload: le(&buf[3..], 8),
+            };
+            (packet, 11)
+        }
+        ext::BBP => {
+            need(3)?;
+            let packet = Packet::Bbp {
+                sz4: buf[2] & 0x80 != 0,
+                ty: buf[2] & 0x1f,
+            };
+            (packet, 3)
+        }
+        ext::BEP => (Packet::Bep { ip: false }, 2),
+        ext::BEP_IP => (Packet::Bep { ip: true }, 2),
+        b if b & 0x1f == ext::PTW => {
+            let size = match (b >> 5) & 3 {
+                0 => PtwSize::Four,
+                1 => PtwSize::Eight,
+                _ => return Err(ErrorCode::BadPacket),
+            };
+            let n = size.bytes();
+            need(2 + n)?;
+            let packet = Packet::Ptw {
+                size,
+                payload: le(&buf[2..], n),
+                ip: b & 0x80 != 0,
+            };
+            (packet, 2 + n)
+        }
+        _ => return Err(ErrorCode::BadOpcode),
+    };
+    Ok(p)
+}
+
+fn is_psb(b: &[u8]) -> bool {
+    b.len() >= PSB_SIZE
+        && b[..PSB_SIZE]
+            .chunks_exact(2)
+            .all(|p| p[0] == opcode::EXT && p[1] == ext::PSB)
+}
+
+/// A packet decoder over a borrowed trace buffer.
+///
+/// It starts unsynchronized: call [`sync_forward`](Self::sync_forward) (or
+/// [`sync_set`](Self::sync_set)) first. After an error it stays where the failing packet
+/// starts; synchronize again to go on.
+#[derive(Clone, Debug)]
+pub struct PacketDecoder<'a> {
+    buf: &'a [u8],
+    pos: Option<usize>,
+    sync: Option<usize>,
+    errata: Errata,
+    ctx: PacketContext,
+    /// Set once the iterator has reported an error, so it does not repeat it forever.
+    stalled: bool,
+}
+
+impl<'a> PacketDecoder<'a> {
+    /// A decoder for `trace`, configured by `config` (errata matter at this layer).
+    pub fn new(trace: &'a [u8], config: &Config) -> Self {
+        Self {
+            buf: trace,
+            pos: None,
+            sync: None,
+            errata: config.errata,
+            ctx: PacketContext::default(),
+            stalled: false,
+        }
+    }
+
+    /// The trace buffer.
+    pub fn buffer(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    /// Offset of the next packet, or `NoSync` before the first synchronization.
+    pub fn offset(&self) -> Result<u64, DecodeError> {
+        self.pos.map(|p| p as u64).ok_or(DecodeError {
+            code: ErrorCode::NoSync,
+            offset: 0,
+        })
+    }
+
+    /// Offset of the PSB the decoder last synchronized at.
+    pub fn sync_offset(&self) -> Option<u64> {
+        self.sync.map(|s| s as u64)
+    }
+
+    fn eos(&self) -> DecodeError {
+        DecodeError {
+            code: ErrorCode::Eos,
+            offset: self.buf.len() as u64,
+        }
+    }
+
+    /// Move to the next PSB after the current position (a PSB that started up to 15
+    /// bytes before it, partly consumed by a bad packet, counts too).
+    pub fn sync_forward(&mut self) -> Result<u64, DecodeError> {
+        let mut pos = self.pos.unwrap_or(0);
+        if Some(pos) == self.sync {
+            pos += PSB_SIZE;
+        }
+        let start = pos.min(self.buf.len()) - pos.min(self.buf.len()).min(PSB_SIZE - 1);
+        let found = find_psb_forward(self.buf, start).ok_or_else(|| self.eos())?;
+        self.set_sync(found);
+        Ok(found as u64)
+    }
+
+    /// Move to the last PSB before the current position (the end if unsynchronized).
+    pub fn sync_backward(&mut self) -> Result<u64, DecodeError> {
+        let pos = self.pos.unwrap_or(self.buf.len());
+        let found = find_psb_backward(self.buf, pos).ok_or(DecodeError {
+            code: ErrorCode::Eos,
+            offset: 0,
+        })?;
+        self.set_sync(found);
+        Ok(found as u64)
+    }
+
+    /// Decode from `offset` on, whatever is there (libipt's `pt_pkt_sync_set`).
+    pub fn sync_set(&mut self, offset: u64) -> Result<(), DecodeError> {
+        if offset > self.buf.len() as u64 {
+            return Err(self.eos());
+        }
+        self.set_sync(offset as usize);
+        Ok(())
+    }
+
+    fn set_sync(&mut self, at: usize) {
+        self.sync = Some(at);
+        self.pos = Some(at);
+        self.ctx = PacketContext::default();
+        self.stalled = false;
+    }
+
+    /// Decode the next packet; returns its offset and the packet.
+    ///
+    /// At the end of the trace this is an `Eos` error at the trace's length.
+    #[inline]
+    pub fn next_packet(&mut self) -> Result<(u64, Packet), DecodeError> {
+        let Some(pos) = self.pos else {
+            return Err(DecodeError {
+                code: ErrorCode::NoSync,
+                offset: 0,
+            });
+        };
+        let rest = self.buf.get(pos..).unwrap_or(&[]);
+        match decode_packet(rest, &self.errata, self.ctx) {
+            Ok((packet, size)) => {
+                self.pos = Some(pos + size);
+                match packet {
+                    Packet::Psb => self.sync = Some(pos),
+                    Packet::Bbp { sz4, .. } => self.ctx.pebs = Some(sz4),
+                    Packet::Bep { .. } | Packet::Ovf => self.ctx.pebs = None,
+                    _ => {}
+                }
+                Ok((pos as u64, packet))
+            }
+            // SKD007: the OVF starts one byte into the apparent CYC.
+            Err(ErrorCode::Overflow) => {
+                self.pos = Some(pos + 3);
+                self.ctx.pebs = None;
+                Ok((pos as u64 + 1, Packet::Ovf))
+            }
+            Err(code) => Err(DecodeError {
+                code,
+                offset: pos as u64,
+            }),
+        }
+    }
+}
+
+impl Iterator for PacketDecoder<'_> {
+    type Item = Result<(u64, Packet), DecodeError>;
+
+    /// Packets until the end of the trace; an error is reported once, then the iterator
+    /// ends until the decoder is synchronized again.
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.stalled {
+            return None;
+        }
+        match self.next_packet() {
+            Ok(p) => Some(Ok(p)),
+            Err(e) if e.code == ErrorCode::Eos && e.offset == self.buf.len() as u64 => {
+                if self.pos == Some(self.buf.len()) {
+                    None
+                } else {
+                    self.stalled = true;
+                    Some(Err(DecodeError {
+                        code: ErrorCode::Eos,
+                        offset: self.pos.unwrap_or(0) as u64,
+                    }))
+                }
+            }
+            Err(e) => {
+                self.stalled = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Where a PSB that contains the PSB-pattern word at `at` starts: walk to the end of the
+/// run of `02 82` pairs and step back one PSB (as libipt does).
+fn psb_around(buf: &[u8], at: usize) -> Option<usize> {
+    let mut pos = at;
+    if buf.get(pos) != Some(&opcode::EXT) {
+        pos += 1;
+    }
+    while pos + 1 < buf.len() && buf[pos] == opcode::EXT && buf[pos + 1] == ext::PSB {
+        pos += 2;
+    }
+    let begin = pos.checked_sub(PSB_SIZE)?;
+    is_psb(buf.get(begin..)?).then_some(begin)
+}
+
+fn word_at(buf: &[u8], at: usize) -> Option<u64> {
+    let b = buf.get(at..at + 8)?;
+    Some(u64::from_le_bytes(b.try_into().ok()?))
+}
+
+/// The first PSB starting at or after `start`, scanning 8-byte-aligned words.
+pub fn find_psb_forward(buf: &[u8], start: usize) -> Option<usize> {
+    let mut pos = start.div_ceil(8) * 8;
+    while pos + 8 <= buf.len() {
+        let cur = pos;
+        pos += 8;
+        let w = word_at(buf, cur)?;
+        if w != PSB_WORDS[0] && w != PSB_WORDS[1] {
+            continue;
+        }
+        match psb_around(buf, cur) {
+            Some(p) if p >= start => return Some(p),
+            _ => continue,
+        }
+    }
+    None
+}
+
+/// The last PSB found scanning 8-byte-aligned words backward from `end`.
+pub fn find_psb_backward(buf: &[u8], end: usize) -> Option<usize> {
+    let mut pos = end.min(buf.len()) / 8 * 8;
+    while pos >= 8 {
+        pos -= 8;
+        let w = word_at(buf, pos)?;
+        if w != PSB_WORDS[0] && w != PSB_WORDS[1] {
+            continue;
+        }
+        if let Some(p) = psb_around(buf, pos) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pt_encoder::{encode_to_vec, IpPacketKind};
+
+    fn stream(packets: &[Packet]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for p in packets {
+            encode_to_vec(p, &mut v).unwrap();
+        }
+        v
+    }
+
+    fn all(buf: &[u8]) -> Vec<Result<(u64, Packet), DecodeError>> {
+        let mut d = PacketDecoder::new(buf, &Config::default());
+        d.sync_set(0).unwrap();
+        d.collect()
+    }
+
+    #[test]
+    fn decodes_a_stream_with_offsets() {
+        let ps = [
+            Packet::Psb,
+            Packet::fup(IpCompression::Sext48, 0x1000),
+            Packet::ModeExec(ModeExec {
+                csl: true,
+                ..Default::default()
+            }),
+            Packet::Psbend,
+            Packet::Tnt8(Tnt::from_results([true, false]).unwrap()),
+            Packet::Cyc { value: 0x1234 },
+            Packet::Ip(IpPacketKind::Tip, IpPayload::SUPPRESSED),
+        ];
+        let buf = stream(&ps);
+        let got: Vec<_> = all(&buf).into_iter().map(|r| r.unwrap()).collect();
+        let mut off = 0;
+        for (i, p) in ps.iter().enumerate() {
+            assert_eq!(got[i], (off, *p));
+            off += p.size() as u64;
+        }
+        assert_eq!(got.len(), ps.len());
+    }
+
+    #[test]
+    fn errors_carry_offsets_and_stop_the_iterator() {
+        let mut buf = stream(&[Packet::Pad, Packet::Pad]);
+        buf.push(opcode::BAD);
+        buf.push(0x00);
+        let r = all(&buf);
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            r[2],
+            Err(DecodeError {
+                code: ErrorCode::BadOpcode,
+                offset: 2
+            })
+        );
+        // Truncated TSC at the end.
+        let r = all(&[0x00, opcode::TSC, 1, 2]);
+        assert_eq!(
+            r[1],
+            Err(DecodeError {
+                code: ErrorCode::Eos,
+                offset: 1
+            })
+        );
+        // Reserved IP compression 5.
+        let r = all(&[0xad, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(r[0].unwrap_err().code, ErrorCode::BadPacket);
+        // MODE leaf 2.
+        assert_eq!(all(&[0x99, 0x40])[0].unwrap_err().code, ErrorCode::BadPacket);
+        // TMA with reserved bits; with SKZ84 it is an 8-byte invalid packet.
+        let tma = [0x02, 0x73, 0, 0, 1, 0, 0, 0];
+        assert_eq!(all(&tma)[0].unwrap_err().code, ErrorCode::BadPacket);
+        let cfg = Config {
+            errata: Errata {
+                skz84: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut d = PacketDecoder::new(&tma, &cfg);
+        d.sync_set(0).unwrap();
+        assert_eq!(d.next_packet().unwrap(), (0, Packet::Invalid));
+    }
+
+    #[test]
+    fn unsynchronized_decoder_says_so() {
+        let mut d = PacketDecoder::new(&[0u8; 4], &Config::default());
+        assert_eq!(d.next_packet().unwrap_err().code, ErrorCode::NoSync);
+    }
+
+    #[test]
+    fn sync_forward_finds_psbs_at_any_alignment() {
+        for lead in 0..20 {
+            let mut buf = vec![0xc9u8; lead];
+            buf.extend(stream(&[Packet::Psb, Packet::Psbend, Packet::Pad, Packet::Psb]));
+            let mut d = PacketDecoder::new(&buf, &Config::default());
+            assert_eq!(d.sync_forward().unwrap(), lead as u64, "lead {lead}");
+            assert_eq!(d.next_packet().unwrap(), (lead as u64, Packet::Psb));
+            // From inside the first PSB's successor, the next sync finds the second PSB.
+            assert_eq!(d.sync_forward().unwrap(), lead as u64 + 19);
+            assert_eq!(d.sync_forward().unwrap_err().code, ErrorCode::Eos);
+            assert_eq!(d.sync_backward().unwrap(), lead as u64);
+        }
+    }
+
+    #[test]
+    fn sync_forward_after_error_resumes_at_next_psb() {
+        let mut buf = stream(&[Packet::Psb, Packet::Psbend]);
+        buf.extend([opcode::BAD, 1, 2, 3, 4, 5, 6, 7, 8]);
+        let second = buf.len() as u64;
+        buf.extend(stream(&[Packet::Psb, Packet::Ovf]));
+        let mut d = PacketDecoder::new(&buf, &Config::default());
+        d.sync_forward().unwrap();
+        let r: Vec<_> = d.by_ref().collect();
+        assert_eq!(r.last().unwrap().unwrap_err().offset, 18);
+        assert_eq!(d.sync_forward().unwrap(), second);
+        let r: Vec<_> = d.map(|r| r.unwrap().1).collect();
+        assert_eq!(r, vec![Packet::Psb, Packet::Ovf]);
+    }
+
+    #[test]
+    fn skd007_cyc_hides_an_ovf() {
+        let buf = [0x07, 0x02, 0xf3, 0x00];
+        let cfg = Config {
+            errata: Errata {
+                skd007: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut d = PacketDecoder::new(&buf, &cfg);
+        d.sync_set(0).unwrap();
+        assert_eq!(d.next_packet().unwrap(), (1, Packet::Ovf));
+        assert_eq!(d.next_packet().unwrap(), (3, Packet::Pad));
+        // Without the erratum: a two-byte CYC, then f3 is a one-byte CYC.
+        let r: Vec<_> = all(&buf).into_iter().map(|r| r.unwrap().1).collect();
+        assert_eq!(r[..2], [Packet::Cyc { value: 0x20 }, Packet::Cyc { value: 0x1e }]);
+    }
+
+    #[test]
+    fn pebs_context_turns_tnt_into_bip() {
+        let buf = [
+            0x02, 0x63, 0x81, // BBP sz4 type 1
+            0x0c, 1, 2, 3, 4, // BIP id 1
+            0x02, 0x33, // BEP
+            0x0c, // TNT-8 again
+        ];
+        let r: Vec<_> = all(&buf).into_iter().map(|r| r.unwrap().1).collect();
+        assert_eq!(
+            r[1],
+            Packet::Bip {
+                id: 1,
+                payload: 0x04030201,
+                sz4: true
+            }
+        );
+        assert!(matches!(r[3], Packet::Tnt8(_)));
+    }
+
+    #[test]
+    fn cyc_longer_than_64_bits_is_rejected() {
+        let mut buf = vec![0xff];
+        buf.extend([0xffu8; 9]);
+        buf.push(0x00);
+        assert_eq!(all(&buf)[0].unwrap_err().code, ErrorCode::BadPacket);
+    }
+}

@@ -1,0 +1,1 @@
+//! Timing: TSC estimation from TSC/TMA/MTC/CYC/CBR (work in progress).
