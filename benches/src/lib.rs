@@ -1,1 +1,189 @@
-//! placeholder
+//! Deterministic trace generators for benchmarks and stress tests.
+//!
+//! Both generators write PSB+ (PSB, TSC, MODE.Exec, FUP, PSBEND) every 4 KiB, as hardware
+//! with a small PSB period would, so decoders can sync anywhere.
+#![deny(missing_docs)]
+
+use pt_encoder::packet::IpCompression;
+use pt_encoder::{IpPacketKind, ModeExec, Packet, Tnt};
+
+/// Bytes between PSBs in generated traces.
+pub const PSB_PERIOD: usize = 4096;
+
+/// A small deterministic PRNG (xorshift64*).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded generator (seed 0 is replaced by a fixed constant).
+    pub fn new(seed: u64) -> Self {
+        Self(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+struct Gen {
+    buf: Vec<u8>,
+    pos: usize,
+    next_psb: usize,
+    tsc: u64,
+    ip: u64,
+}
+
+impl Gen {
+    fn new(size: usize) -> Self {
+        Self {
+            buf: vec![0; size + 256],
+            pos: 0,
+            next_psb: 0,
+            tsc: 0x1_0000,
+            ip: 0x40_1000,
+        }
+    }
+
+    fn put(&mut self, p: Packet) {
+        let n = pt_encoder::encode(&p, &mut self.buf[self.pos..]).expect("generator packet");
+        self.pos += n;
+    }
+
+    /// PSB+ when the period is due. Returns true if it wrote one.
+    fn psb_plus(&mut self) -> bool {
+        if self.pos < self.next_psb {
+            return false;
+        }
+        self.next_psb = self.pos + PSB_PERIOD;
+        self.tsc += 0x1000;
+        self.put(Packet::Psb);
+        self.put(Packet::Tsc { tsc: self.tsc });
+        self.put(Packet::ModeExec(ModeExec {
+            csl: true,
+            ..Default::default()
+        }));
+        self.put(Packet::fup(IpCompression::Sext48, self.ip));
+        self.put(Packet::Psbend);
+        true
+    }
+
+    /// The packets written so far (always whole packets).
+    fn finish(mut self) -> Vec<u8> {
+        self.buf.truncate(self.pos);
+        self.buf
+    }
+}
+
+/// A trace of about `size` bytes that is almost all TNT-8 packets (plus a TNT-64 now and
+/// then), like a tight loop.
+pub fn tnt_heavy(size: usize) -> Vec<u8> {
+    let mut g = Gen::new(size);
+    let mut rng = Rng::new(1);
+    while g.pos + 64 < size {
+        g.psb_plus();
+        if rng.below(64) == 0 {
+            let n = 1 + rng.below(Tnt::MAX_LONG as u64) as u32;
+            let payload = (1u64 << n) | (rng.next_u64() & ((1u64 << n) - 1));
+            g.put(Packet::Tnt64(Tnt::from_payload(payload).unwrap()));
+        } else {
+            let n = 1 + rng.below(Tnt::MAX_SHORT as u64) as u32;
+            let payload = (1u64 << n) | (rng.next_u64() & ((1u64 << n) - 1));
+            g.put(Packet::Tnt8(Tnt::from_payload(payload).unwrap()));
+        }
+    }
+    g.finish()
+}
+
+/// A mixed trace of about `size` bytes: TIPs with every IP compression, TNTs, MTC/CYC
+/// timing, PAD, and PSB+ every 4 KiB.
+pub fn mixed(size: usize) -> Vec<u8> {
+    let mut g = Gen::new(size);
+    let mut rng = Rng::new(2);
+    let mut mtc = 0u8;
+    let mut last = pt_encoder::LastIp::new();
+    while g.pos + 64 < size {
+        if g.psb_plus() {
+            last.reset();
+            last.update(pt_encoder::IpPayload::new(IpCompression::Sext48, g.ip));
+        }
+        match rng.below(16) {
+            0..=4 => {
+                let n = 1 + rng.below(6) as u32;
+                let payload = (1u64 << n) | (rng.next_u64() & ((1u64 << n) - 1));
+                g.put(Packet::Tnt8(Tnt::from_payload(payload).unwrap()));
+            }
+            5..=9 => {
+                // A target near, far or very far from the last IP exercises every form.
+                let target = match rng.below(5) {
+                    0 => (g.ip & !0xffff) | rng.below(0x1_0000),
+                    1 => (g.ip & !0xffff_ffff) | rng.below(0x1_0000_0000),
+                    2 => 0x7f00_0000_0000 | rng.below(0x1_0000_0000),
+                    3 => 0xffff_8000_0000_0000 | rng.below(0x1_0000_0000),
+                    _ => rng.next_u64(),
+                };
+                let mut payload = last.compress(target);
+                if rng.below(8) == 0 {
+                    payload = pt_encoder::IpPayload::new(IpCompression::Full, target);
+                }
+                last.update(payload);
+                g.ip = target;
+                let kind = match rng.below(8) {
+                    0 => IpPacketKind::Fup,
+                    1 => IpPacketKind::TipPge,
+                    2 => IpPacketKind::TipPgd,
+                    _ => IpPacketKind::Tip,
+                };
+                g.put(Packet::Ip(kind, payload));
+            }
+            10 | 11 => {
+                mtc = mtc.wrapping_add(1);
+                g.put(Packet::Mtc { ctc: mtc });
+            }
+            12..=14 => {
+                let bits = rng.below(20) + 1;
+                g.put(Packet::Cyc {
+                    value: rng.below(1 << bits),
+                })
+            }
+            _ => g.put(Packet::Pad),
+        }
+    }
+    g.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pt_decoder::{Config, PacketDecoder};
+
+    fn check(buf: &[u8]) -> usize {
+        let mut d = PacketDecoder::new(buf, &Config::default());
+        d.sync_forward().unwrap();
+        let mut n = 0;
+        for r in d {
+            r.unwrap();
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn generated_traces_decode_cleanly() {
+        let t = tnt_heavy(1 << 20);
+        assert!(t.len() > (1 << 20) - 128);
+        assert!(check(&t) > 500_000);
+        let m = mixed(1 << 20);
+        assert!(check(&m) > 100_000);
+    }
+}

@@ -78,25 +78,37 @@ pub fn decode_packet(
     match FIRST_BYTE[b0 as usize] {
         FirstByte::Tnt8 => {
             // b0 is even and neither 00 nor 02, so the payload holds a stop bit.
-            let tnt = Tnt::from_payload((b0 >> 1) as u64).ok_or(ErrorCode::BadPacket)?;
-            Ok((Packet::Tnt8(tnt), 1))
+            Ok((Packet::Tnt8(Tnt::from_tnt8_byte(b0)), 1))
         }
         FirstByte::Pad => Ok((Packet::Pad, 1)),
         FirstByte::Tip(kind) => {
             let c = IpCompression::from_bits(b0 >> 5).ok_or(ErrorCode::BadPacket)?;
             let n = c.payload_size();
-            need(1 + n)?;
-            let ip = IpPayload {
-                compression: c,
-                ip: le(&buf[1..], n),
+            // Away from the end of the buffer, one unaligned load and a mask replace the
+            // variable-length byte loop (and its mispredicted exit branch).
+            let ip = match buf.get(1..9) {
+                Some(w) => {
+                    let w: [u8; 8] = w.try_into().map_err(|_| ErrorCode::Internal)?;
+                    u64::from_le_bytes(w) & c.payload_mask()
+                }
+                None => {
+                    need(1 + n)?;
+                    le(&buf[1..], n)
+                }
             };
+            let ip = IpPayload { compression: c, ip };
             Ok((Packet::Ip(kind, ip), 1 + n))
         }
         FirstByte::Cyc => decode_cyc(buf, errata),
         FirstByte::Ext => decode_ext(buf, errata),
         FirstByte::Tsc => {
             need(8)?;
-            Ok((Packet::Tsc { tsc: le(&buf[1..], 7) }, 8))
+            Ok((
+                Packet::Tsc {
+                    tsc: le(&buf[1..], 7),
+                },
+                8,
+            ))
         }
         FirstByte::Mtc => {
             need(2)?;
@@ -425,6 +437,63 @@ impl<'a> PacketDecoder<'a> {
     /// At the end of the trace this is an `Eos` error at the trace's length.
     #[inline]
     pub fn next_packet(&mut self) -> Result<(u64, Packet), DecodeError> {
+        // TNT-8 dominates real traces: decode it without the general dispatch.
+        if let Some(pos) = self.pos {
+            if let Some(&b0) = self.buf.get(pos) {
+                if b0 & 1 == 0 && b0 > opcode::EXT && self.ctx.pebs.is_none() {
+                    self.pos = Some(pos + 1);
+                    return Ok((pos as u64, Packet::Tnt8(Tnt::from_tnt8_byte(b0))));
+                }
+            }
+        }
+        self.next_packet_general()
+    }
+
+    /// Decode packets until the end of the trace, handing each to `f` with its offset.
+    ///
+    /// This is the fast way to walk a trace: the decoder loops internally, so each packet
+    /// goes to `f` straight from the decoding code. Returns `Ok(true)` at the end of the
+    /// trace, `Ok(false)` if `f` broke off, and the error (the decoder stays at the failing
+    /// packet) otherwise.
+    #[inline]
+    pub fn decode_with<F>(&mut self, mut f: F) -> Result<bool, DecodeError>
+    where
+        F: FnMut(u64, Packet) -> core::ops::ControlFlow<()>,
+    {
+        let buf = self.buf;
+        loop {
+            let Some(mut pos) = self.pos else {
+                return Err(DecodeError {
+                    code: ErrorCode::NoSync,
+                    offset: 0,
+                });
+            };
+            // The TNT-8 run: no dispatch, no state to update.
+            if self.ctx.pebs.is_none() {
+                while let Some(&b0) = buf.get(pos) {
+                    if b0 & 1 != 0 || b0 <= opcode::EXT {
+                        break;
+                    }
+                    pos += 1;
+                    if f((pos - 1) as u64, Packet::Tnt8(Tnt::from_tnt8_byte(b0))).is_break() {
+                        self.pos = Some(pos);
+                        return Ok(false);
+                    }
+                }
+                self.pos = Some(pos);
+            }
+            if pos >= buf.len() {
+                return Ok(true);
+            }
+            let (off, p) = self.next_packet_general()?;
+            if f(off, p).is_break() {
+                return Ok(false);
+            }
+        }
+    }
+
+    #[inline(never)]
+    fn next_packet_general(&mut self) -> Result<(u64, Packet), DecodeError> {
         let Some(pos) = self.pos else {
             return Err(DecodeError {
                 code: ErrorCode::NoSync,
@@ -459,6 +528,27 @@ impl<'a> PacketDecoder<'a> {
 
 impl Iterator for PacketDecoder<'_> {
     type Item = Result<(u64, Packet), DecodeError>;
+
+    /// Internal iteration through [`PacketDecoder::decode_with`] (so `for_each`, `count`
+    /// and friends run the fast loop).
+    fn fold<B, G>(mut self, init: B, mut g: G) -> B
+    where
+        G: FnMut(B, Self::Item) -> B,
+    {
+        if self.stalled {
+            return init;
+        }
+        let mut acc = Some(init);
+        let r = self.decode_with(|off, p| {
+            acc = Some(g(acc.take().expect("accumulator"), Ok((off, p))));
+            core::ops::ControlFlow::Continue(())
+        });
+        let acc = acc.expect("accumulator");
+        match r {
+            Ok(_) => acc,
+            Err(e) => g(acc, Err(e)),
+        }
+    }
 
     /// Packets until the end of the trace; an error is reported once, then the iterator
     /// ends until the decoder is synchronized again.
@@ -611,7 +701,10 @@ mod tests {
         let r = all(&[0xad, 0, 0, 0, 0, 0, 0]);
         assert_eq!(r[0].unwrap_err().code, ErrorCode::BadPacket);
         // MODE leaf 2.
-        assert_eq!(all(&[0x99, 0x40])[0].unwrap_err().code, ErrorCode::BadPacket);
+        assert_eq!(
+            all(&[0x99, 0x40])[0].unwrap_err().code,
+            ErrorCode::BadPacket
+        );
         // TMA with reserved bits; with SKZ84 it is an 8-byte invalid packet.
         let tma = [0x02, 0x73, 0, 0, 1, 0, 0, 0];
         assert_eq!(all(&tma)[0].unwrap_err().code, ErrorCode::BadPacket);
@@ -637,7 +730,12 @@ mod tests {
     fn sync_forward_finds_psbs_at_any_alignment() {
         for lead in 0..20 {
             let mut buf = vec![0xc9u8; lead];
-            buf.extend(stream(&[Packet::Psb, Packet::Psbend, Packet::Pad, Packet::Psb]));
+            buf.extend(stream(&[
+                Packet::Psb,
+                Packet::Psbend,
+                Packet::Pad,
+                Packet::Psb,
+            ]));
             let mut d = PacketDecoder::new(&buf, &Config::default());
             assert_eq!(d.sync_forward().unwrap(), lead as u64, "lead {lead}");
             assert_eq!(d.next_packet().unwrap(), (lead as u64, Packet::Psb));
@@ -679,7 +777,10 @@ mod tests {
         assert_eq!(d.next_packet().unwrap(), (3, Packet::Pad));
         // Without the erratum: a two-byte CYC, then f3 is a one-byte CYC.
         let r: Vec<_> = all(&buf).into_iter().map(|r| r.unwrap().1).collect();
-        assert_eq!(r[..2], [Packet::Cyc { value: 0x20 }, Packet::Cyc { value: 0x1e }]);
+        assert_eq!(
+            r[..2],
+            [Packet::Cyc { value: 0x20 }, Packet::Cyc { value: 0x1e }]
+        );
     }
 
     #[test]

@@ -199,8 +199,7 @@ pub fn encode(p: &Packet, out: &mut [u8]) -> Result<usize, EncodeError> {
         } => {
             ext2(out, ext::PWRX);
             out[2] = last << 4 | deepest;
-            out[3] =
-                wake.interrupt as u8 | (wake.store as u8) << 2 | (wake.autonomous as u8) << 3;
+            out[3] = wake.interrupt as u8 | (wake.store as u8) << 2 | (wake.autonomous as u8) << 3;
             out[4..7].fill(0);
         }
         Packet::Cfe { ty, vector, ip } => {
@@ -329,7 +328,10 @@ mod tests {
             bytes(Packet::tip(IpCompression::Sext48, 0xffff_ffff_ffff_1000)),
             [0x6d, 0x00, 0x10, 0xff, 0xff, 0xff, 0xff]
         );
-        assert_eq!(bytes(Packet::tip(IpCompression::Update16, 0x1002)), [0x2d, 0x02, 0x10]);
+        assert_eq!(
+            bytes(Packet::tip(IpCompression::Update16, 0x1002)),
+            [0x2d, 0x02, 0x10]
+        );
         assert_eq!(bytes(Packet::tip(IpCompression::Suppressed, 0)), [0x0d]);
         assert_eq!(
             bytes(Packet::Pip {
@@ -339,7 +341,10 @@ mod tests {
             [0x02, 0x43, 0xfb, 0xfa, 0x0a, 0, 0, 0]
         );
         assert_eq!(
-            bytes(Packet::Tma { ctc: 0x12, fc: 0x34 }),
+            bytes(Packet::Tma {
+                ctc: 0x12,
+                fc: 0x34
+            }),
             [0x02, 0x73, 0x12, 0, 0, 0x34, 0]
         );
         assert_eq!(bytes(Packet::Cyc { value: 0x57 }), [0xbf, 0x04]);

@@ -377,6 +377,16 @@ impl Tnt {
         }
     }
 
+    /// From a TNT-8 byte: any even byte other than `00` and `02`.
+    #[inline]
+    pub const fn from_tnt8_byte(b0: u8) -> Self {
+        debug_assert!(b0 & 1 == 0 && b0 > 2);
+        // An even byte above 2 shifted right is at least 2: it holds a stop bit.
+        Self {
+            payload: (b0 >> 1) as u64,
+        }
+    }
+
     /// From results given oldest first (`true` = taken). `None` if empty or more than 47.
     pub fn from_results<I: IntoIterator<Item = bool>>(results: I) -> Option<Self> {
         let mut payload = 1u64;
@@ -531,6 +541,7 @@ pub struct WakeReason {
 }
 
 /// One Intel PT packet.
+///
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Packet {
@@ -709,6 +720,7 @@ impl Packet {
     }
 
     /// Encoded size in bytes.
+    #[inline]
     pub fn size(&self) -> usize {
         match *self {
             Packet::Pad | Packet::Tnt8(_) => 1,
@@ -839,11 +851,26 @@ mod tests {
     fn compress_picks_smallest_form() {
         let mut l = LastIp::new();
         l.update(IpPayload::new(IpCompression::Full, 0x7fff_1234_5678));
-        assert_eq!(l.compress(0x7fff_1234_0000).compression, IpCompression::Update16);
-        assert_eq!(l.compress(0x7fff_0000_0000).compression, IpCompression::Update32);
-        assert_eq!(l.compress(0x1000_0000_0000).compression, IpCompression::Update48);
-        assert_eq!(l.compress(0xffff_8000_0000_0000).compression, IpCompression::Sext48);
-        assert_eq!(l.compress(0x1234_0000_0000_0000).compression, IpCompression::Full);
+        assert_eq!(
+            l.compress(0x7fff_1234_0000).compression,
+            IpCompression::Update16
+        );
+        assert_eq!(
+            l.compress(0x7fff_0000_0000).compression,
+            IpCompression::Update32
+        );
+        assert_eq!(
+            l.compress(0x1000_0000_0000).compression,
+            IpCompression::Update48
+        );
+        assert_eq!(
+            l.compress(0xffff_8000_0000_0000).compression,
+            IpCompression::Sext48
+        );
+        assert_eq!(
+            l.compress(0x1234_0000_0000_0000).compression,
+            IpCompression::Full
+        );
     }
 
     #[test]

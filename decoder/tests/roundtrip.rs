@@ -1,0 +1,161 @@
+//! encode → decode is the identity, for random packets of every kind and for streams.
+
+use proptest::prelude::*;
+use pt_decoder::packet::{decode_packet, PacketContext};
+use pt_decoder::{Config, Errata, PacketDecoder};
+use pt_encoder::packet::IpCompression;
+use pt_encoder::{
+    encode_to_vec, IpPacketKind, IpPayload, ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason,
+};
+
+fn ip_payload() -> impl Strategy<Value = IpPayload> {
+    (
+        prop::sample::select(IpCompression::ALL.to_vec()),
+        any::<u64>(),
+    )
+        .prop_map(|(c, ip)| IpPayload::new(c, ip))
+}
+
+fn ip_kind() -> impl Strategy<Value = IpPacketKind> {
+    prop::sample::select(vec![
+        IpPacketKind::Tip,
+        IpPacketKind::TipPge,
+        IpPacketKind::TipPgd,
+        IpPacketKind::Fup,
+    ])
+}
+
+fn tnt(max: u32) -> impl Strategy<Value = Tnt> {
+    (1..=max, any::<u64>()).prop_map(|(n, bits)| {
+        let payload = (1u64 << n) | (bits & ((1u64 << n) - 1));
+        Tnt::from_payload(payload).unwrap()
+    })
+}
+
+/// Every packet kind outside a PEBS block (BIP needs its BBP; see `pebs_blocks`).
+fn packet() -> impl Strategy<Value = Packet> {
+    prop_oneof![
+        Just(Packet::Pad),
+        Just(Packet::Psb),
+        Just(Packet::Psbend),
+        Just(Packet::Ovf),
+        Just(Packet::Stop),
+        tnt(Tnt::MAX_SHORT).prop_map(Packet::Tnt8),
+        tnt(Tnt::MAX_LONG).prop_map(Packet::Tnt64),
+        (ip_kind(), ip_payload()).prop_map(|(k, p)| Packet::Ip(k, p)),
+        any::<(bool, bool, bool)>().prop_map(|(csl, csd, iflag)| Packet::ModeExec(ModeExec {
+            csl,
+            csd,
+            iflag
+        })),
+        any::<(bool, bool)>().prop_map(|(intx, abrt)| Packet::ModeTsx(ModeTsx { intx, abrt })),
+        (any::<u64>(), any::<bool>()).prop_map(|(c, nr)| Packet::Pip {
+            cr3: c & 0x000f_ffff_ffff_ffe0,
+            nr
+        }),
+        any::<u64>().prop_map(|b| Packet::Vmcs {
+            base: b & 0x000f_ffff_ffff_f000
+        }),
+        any::<u64>().prop_map(|t| Packet::Tsc { tsc: t >> 8 }),
+        any::<u8>().prop_map(|ctc| Packet::Mtc { ctc }),
+        (any::<u16>(), 0u16..512).prop_map(|(ctc, fc)| Packet::Tma { ctc, fc }),
+        (0u32..61, any::<u64>()).prop_map(|(bits, v)| Packet::Cyc {
+            value: v & ((1u64 << bits) - 1)
+        }),
+        any::<u8>().prop_map(|ratio| Packet::Cbr { ratio }),
+        any::<u64>().prop_map(|payload| Packet::Mnt { payload }),
+        (any::<bool>(), any::<u64>(), any::<bool>()).prop_map(|(eight, p, ip)| Packet::Ptw {
+            size: if eight { PtwSize::Eight } else { PtwSize::Four },
+            payload: if eight { p } else { p & 0xffff_ffff },
+            ip
+        }),
+        any::<bool>().prop_map(|ip| Packet::Exstop { ip }),
+        any::<(u32, u32)>().prop_map(|(hints, ext)| Packet::Mwait { hints, ext }),
+        (0u8..16, 0u8..16, any::<bool>()).prop_map(|(state, sub_state, hw)| Packet::Pwre {
+            state,
+            sub_state,
+            hw
+        }),
+        (0u8..16, 0u8..16, any::<(bool, bool, bool)>()).prop_map(|(last, deepest, (i, s, a))| {
+            Packet::Pwrx {
+                last,
+                deepest,
+                wake: WakeReason {
+                    interrupt: i,
+                    store: s,
+                    autonomous: a,
+                },
+            }
+        }),
+        (0u8..32, any::<u8>(), any::<bool>()).prop_map(|(ty, vector, ip)| Packet::Cfe {
+            ty,
+            vector,
+            ip
+        }),
+        (0u8..32, any::<u64>()).prop_map(|(ty, payload)| Packet::Evd { ty, payload }),
+        (
+            any::<u8>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<Option<u16>>()
+        )
+            .prop_map(|(trbv, ip, mult, icnt)| Packet::Trig {
+                trbv,
+                ip,
+                mult,
+                icnt
+            }),
+        any::<bool>().prop_map(|ip| Packet::Bep { ip }),
+    ]
+}
+
+fn decode_all(buf: &[u8]) -> Vec<Packet> {
+    let mut d = PacketDecoder::new(buf, &Config::default());
+    d.sync_set(0).unwrap();
+    d.map(|r| r.expect("valid stream").1).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn single_packet_roundtrip(p in packet()) {
+        let mut buf = Vec::new();
+        let n = encode_to_vec(&p, &mut buf).unwrap();
+        prop_assert_eq!(n, p.size());
+        let (q, size) = decode_packet(&buf, &Errata::default(), PacketContext::default()).unwrap();
+        prop_assert_eq!(q, p);
+        prop_assert_eq!(size, n);
+        // Every proper prefix is a truncated packet, never something else.
+        for cut in 0..n {
+            let r = decode_packet(&buf[..cut], &Errata::default(), PacketContext::default());
+            prop_assert!(r.is_err(), "prefix {} of {:?} decoded as {:?}", cut, p, r);
+        }
+    }
+
+    #[test]
+    fn stream_roundtrip(ps in prop::collection::vec(packet(), 1..64)) {
+        let mut buf = Vec::new();
+        for p in &ps {
+            encode_to_vec(p, &mut buf).unwrap();
+        }
+        prop_assert_eq!(decode_all(&buf), ps);
+    }
+
+    #[test]
+    fn pebs_blocks(ty in 0u8..32, sz4 in any::<bool>(),
+                   items in prop::collection::vec((0u8..32, any::<u64>()), 0..8),
+                   ip in any::<bool>()) {
+        let mut ps = vec![Packet::Bbp { sz4, ty }];
+        for (id, payload) in items {
+            let payload = if sz4 { payload & 0xffff_ffff } else { payload };
+            ps.push(Packet::Bip { id, payload, sz4 });
+        }
+        ps.push(Packet::Bep { ip });
+        let mut buf = Vec::new();
+        for p in &ps {
+            encode_to_vec(p, &mut buf).unwrap();
+        }
+        prop_assert_eq!(decode_all(&buf), ps);
+    }
+}
