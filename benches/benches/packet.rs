@@ -3,17 +3,36 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pt_decoder::{Config, PacketDecoder};
 use std::hint::black_box;
+use std::ops::ControlFlow;
 
 const SIZE: usize = 64 << 20;
 
+/// External iteration: `for packet in decoder`.
 fn iterate(buf: &[u8]) -> u64 {
     let mut d = PacketDecoder::new(buf, &Config::default());
     d.sync_forward().expect("trace starts with a PSB");
     let mut acc = 0u64;
     for r in d {
         let (off, p) = r.expect("valid trace");
-        acc = acc.wrapping_add(off ^ p.size() as u64);
+        black_box(&p);
+        acc = acc.wrapping_add(off);
     }
+    acc
+}
+
+/// Internal iteration: `decode_with`, the form hot consumers use.
+fn decode_with(buf: &[u8]) -> u64 {
+    let mut d = PacketDecoder::new(buf, &Config::default());
+    d.sync_forward().expect("trace starts with a PSB");
+    let mut acc = 0u64;
+    let done = d
+        .decode_with(|off, p| {
+            black_box(&p);
+            acc = acc.wrapping_add(off);
+            ControlFlow::Continue(())
+        })
+        .expect("valid trace");
+    assert!(done);
     acc
 }
 
@@ -23,9 +42,15 @@ fn packet_iterator(c: &mut Criterion) {
     for (name, trace) in [
         ("tnt_heavy", pt_benches::tnt_heavy(SIZE)),
         ("mixed", pt_benches::mixed(SIZE)),
+        ("random_mix", pt_benches::random_mix(SIZE)),
     ] {
         g.throughput(Throughput::Bytes(trace.len() as u64));
-        g.bench_function(name, |b| b.iter(|| black_box(iterate(black_box(&trace)))));
+        g.bench_function(format!("{name}/next"), |b| {
+            b.iter(|| black_box(iterate(black_box(&trace))))
+        });
+        g.bench_function(format!("{name}/decode_with"), |b| {
+            b.iter(|| black_box(decode_with(black_box(&trace))))
+        });
     }
     g.finish();
 }

@@ -1,9 +1,9 @@
-//! Write a generated trace to a file: `gentrace tnt|mixed SIZE_MIB OUT`.
+//! Write a generated trace to a file: `gentrace tnt|mixed|random SIZE_MIB OUT`.
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(kind), Some(size), Some(out)) = (args.get(1), args.get(2), args.get(3)) else {
-        eprintln!("usage: gentrace tnt|mixed SIZE_MIB OUT");
+        eprintln!("usage: gentrace tnt|mixed|random SIZE_MIB OUT");
         std::process::exit(2);
     };
     let Ok(mib) = size.parse::<usize>() else {
@@ -13,8 +13,9 @@ fn main() {
     let trace = match kind.as_str() {
         "tnt" => pt_benches::tnt_heavy(mib << 20),
         "mixed" => pt_benches::mixed(mib << 20),
+        "random" => pt_benches::random_mix(mib << 20),
         _ => {
-            eprintln!("gentrace: unknown kind '{kind}' (tnt or mixed)");
+            eprintln!("gentrace: unknown kind '{kind}' (tnt, mixed or random)");
             std::process::exit(2);
         }
     };

@@ -12,6 +12,7 @@ fn main() {
     for (name, trace) in [
         ("tnt_heavy", pt_benches::tnt_heavy(size)),
         ("mixed", pt_benches::mixed(size)),
+        ("random_mix", pt_benches::random_mix(size)),
     ] {
         let mut best = f64::MAX;
         let mut packets = 0;

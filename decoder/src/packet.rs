@@ -42,6 +42,68 @@ pub struct PacketContext {
     pub pebs: Option<bool>,
 }
 
+/// IPBytes → (compression, packet size, payload mask); `None` for the reserved encodings.
+const IP_FORMS: [Option<(IpCompression, usize, u64)>; 8] = {
+    let mut t = [None; 8];
+    let mut i = 0;
+    while i < 8 {
+        if let Some(c) = IpCompression::from_bits(i as u8) {
+            t[i] = Some((c, 1 + c.payload_size(), c.payload_mask()));
+        }
+        i += 1;
+    }
+    t
+};
+
+/// The hot subset of [`decode_packet`]: TNT-8, PAD, the IP packets, short CYC, TSC and MTC,
+/// decoded from a window of at least 16 bytes (so no bounds checks). `None` means "use
+/// the general decoder": anything else, including every error.
+#[inline(always)]
+fn decode_common(win: &[u8], skd007: bool) -> Option<(Packet, usize)> {
+    let w: &[u8; 16] = win.get(..16)?.try_into().ok()?;
+    let b0 = w[0];
+    // TNT-8 first: in most traces it is the most frequent packet by far.
+    if b0 & 1 == 0 && b0 > opcode::EXT {
+        return Some((Packet::Tnt8(Tnt::from_tnt8_byte(b0)), 1));
+    }
+    let word1 = u64::from_le_bytes([w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]]);
+    Some(match FIRST_BYTE[b0 as usize] {
+        FirstByte::Tnt8 => (Packet::Tnt8(Tnt::from_tnt8_byte(b0)), 1),
+        FirstByte::Pad => (Packet::Pad, 1),
+        FirstByte::Tip(kind) => {
+            let (compression, size, mask) = IP_FORMS[(b0 >> 5) as usize]?;
+            let ip = IpPayload {
+                compression,
+                ip: word1 & mask,
+            };
+            (Packet::Ip(kind, ip), size)
+        }
+        FirstByte::Cyc => {
+            if b0 & 4 == 0 {
+                (
+                    Packet::Cyc {
+                        value: (b0 >> 3) as u64,
+                    },
+                    1,
+                )
+            } else if w[1] & 1 == 0 && !(skd007 && w[1] == opcode::EXT) {
+                let value = (b0 >> 3) as u64 | ((w[1] >> 1) as u64) << 5;
+                (Packet::Cyc { value }, 2)
+            } else {
+                return None;
+            }
+        }
+        FirstByte::Tsc => (
+            Packet::Tsc {
+                tsc: word1 & 0x00ff_ffff_ffff_ffff,
+            },
+            8,
+        ),
+        FirstByte::Mtc => (Packet::Mtc { ctc: w[1] }, 2),
+        _ => return None,
+    })
+}
+
 /// Decode one packet at the start of `buf`; returns it and its size.
 ///
 /// Errors are [`ErrorCode::BadOpcode`] (no packet starts like this),
@@ -437,12 +499,12 @@ impl<'a> PacketDecoder<'a> {
     /// At the end of the trace this is an `Eos` error at the trace's length.
     #[inline]
     pub fn next_packet(&mut self) -> Result<(u64, Packet), DecodeError> {
-        // TNT-8 dominates real traces: decode it without the general dispatch.
-        if let Some(pos) = self.pos {
-            if let Some(&b0) = self.buf.get(pos) {
-                if b0 & 1 == 0 && b0 > opcode::EXT && self.ctx.pebs.is_none() {
-                    self.pos = Some(pos + 1);
-                    return Ok((pos as u64, Packet::Tnt8(Tnt::from_tnt8_byte(b0))));
+        // The common packets take the windowed fast path (see `decode_with`).
+        if let (Some(pos), None) = (self.pos, self.ctx.pebs) {
+            if let Some(win) = self.buf.get(pos..pos + 16) {
+                if let Some((p, n)) = decode_common(win, self.errata.skd007) {
+                    self.pos = Some(pos + n);
+                    return Ok((pos as u64, p));
                 }
             }
         }
@@ -468,14 +530,17 @@ impl<'a> PacketDecoder<'a> {
                     offset: 0,
                 });
             };
-            // The TNT-8 run: no dispatch, no state to update.
+            // The common packets, away from the end of the buffer and outside PEBS
+            // blocks, decode from a 16-byte window without bounds checks or state
+            // updates. Anything else takes the general path below.
             if self.ctx.pebs.is_none() {
-                while let Some(&b0) = buf.get(pos) {
-                    if b0 & 1 != 0 || b0 <= opcode::EXT {
+                while let Some(win) = buf.get(pos..pos + 16) {
+                    let Some((p, n)) = decode_common(win, self.errata.skd007) else {
                         break;
-                    }
-                    pos += 1;
-                    if f((pos - 1) as u64, Packet::Tnt8(Tnt::from_tnt8_byte(b0))).is_break() {
+                    };
+                    let off = pos as u64;
+                    pos += n;
+                    if f(off, p).is_break() {
                         self.pos = Some(pos);
                         return Ok(false);
                     }
