@@ -36,6 +36,21 @@ fn decode_with(buf: &[u8]) -> u64 {
     acc
 }
 
+/// Both cores: the trace split at PSBs.
+fn parallel(buf: &[u8]) -> u64 {
+    let pieces = pt_decoder::parallel::par_fold(
+        buf,
+        &Config::default(),
+        2,
+        || 0u64,
+        |acc, off, p| {
+            black_box(&p);
+            *acc = acc.wrapping_add(off);
+        },
+    );
+    pieces.iter().map(|p| p.value).fold(0, u64::wrapping_add)
+}
+
 fn packet_iterator(c: &mut Criterion) {
     let mut g = c.benchmark_group("packet_iterator");
     g.sample_size(10);
@@ -50,6 +65,9 @@ fn packet_iterator(c: &mut Criterion) {
         });
         g.bench_function(format!("{name}/decode_with"), |b| {
             b.iter(|| black_box(decode_with(black_box(&trace))))
+        });
+        g.bench_function(format!("{name}/parallel2"), |b| {
+            b.iter(|| black_box(parallel(black_box(&trace))))
         });
     }
     g.finish();

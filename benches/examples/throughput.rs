@@ -21,7 +21,19 @@ fn main() {
             let mut d = PacketDecoder::new(&trace, &Config::default());
             d.sync_forward().expect("PSB");
             packets = 0u64;
-            if std::env::var_os("VIA_WITH").is_some() {
+            if std::env::var_os("PARALLEL").is_some() {
+                let pieces = pt_decoder::parallel::par_fold(
+                    &trace,
+                    &Config::default(),
+                    2,
+                    || 0u64,
+                    |n, off, p| {
+                        std::hint::black_box((off, &p));
+                        *n += 1;
+                    },
+                );
+                packets = pieces.iter().map(|p| p.value).sum();
+            } else if std::env::var_os("VIA_WITH").is_some() {
                 d.decode_with(|off, p| {
                     std::hint::black_box((off, &p));
                     packets += 1;

@@ -3,9 +3,10 @@
 #![deny(missing_docs)]
 
 pub mod config;
-pub mod error;
 pub mod dump;
+pub mod error;
 pub mod packet;
+pub mod parallel;
 pub mod time;
 
 pub use config::{Config, Cpu, Errata};
