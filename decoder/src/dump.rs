@@ -1,1 +1,0 @@
-//! ptdump's packet formatting (work in progress).
