@@ -1,0 +1,173 @@
+//! Fixed-capacity text fields with `snprintf`-like truncation, and hand-written number
+//! formatting (no allocation, no `format!`).
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// A text field that keeps at most `cap` bytes and silently drops the rest, as ptdump's
+/// fixed-size columns do.
+#[derive(Clone, Copy)]
+pub(crate) struct Field<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+    cap: usize,
+}
+
+impl<const N: usize> Field<N> {
+    /// An empty field holding at most `cap` (≤ N) bytes.
+    pub(crate) const fn with_cap(cap: usize) -> Self {
+        Self {
+            buf: [0; N],
+            len: 0,
+            cap: if cap < N { cap } else { N },
+        }
+    }
+
+    pub(crate) fn clear(&mut self, cap: usize) {
+        self.len = 0;
+        self.cap = cap.min(N);
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, b: u8) {
+        if self.len < self.cap {
+            self.buf[self.len] = b;
+            self.len += 1;
+        }
+    }
+
+    #[inline]
+    pub(crate) fn str(&mut self, s: &str) -> &mut Self {
+        let room = self.cap - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        self
+    }
+
+    /// `%0<width>x` (`width` 0 for plain `%x`).
+    #[inline]
+    pub(crate) fn hex(&mut self, v: u64, width: usize) -> &mut Self {
+        let mut tmp = [0u8; 16];
+        let n = hex_into(&mut tmp, v, width);
+        let room = self.cap - self.len;
+        let k = n.min(room);
+        self.buf[self.len..self.len + k].copy_from_slice(&tmp[..k]);
+        self.len += k;
+        self
+    }
+
+    /// `%u`.
+    pub(crate) fn dec(&mut self, v: u64) -> &mut Self {
+        let mut tmp = [0u8; 20];
+        let n = dec_into(&mut tmp, v);
+        for &b in &tmp[20 - n..] {
+            self.push(b);
+        }
+        self
+    }
+}
+
+/// Number of hex digits of `v` (at least one).
+#[inline]
+fn hex_digits(v: u64) -> usize {
+    (((64 - v.leading_zeros()) as usize).div_ceil(4)).max(1)
+}
+
+/// Write `v` as lower-case hex, zero-padded to `width` (≤ 16), at the start of `out`;
+/// returns the length.
+#[inline]
+pub(crate) fn hex_into(out: &mut [u8; 16], v: u64, width: usize) -> usize {
+    let n = hex_digits(v).max(width.min(16));
+    for (i, slot) in out[..n].iter_mut().enumerate() {
+        let shift = 4 * (n - 1 - i);
+        *slot = HEX[((v >> shift) & 0xf) as usize];
+    }
+    n
+}
+
+/// Write `v` in decimal right-aligned in `out`; returns the number of digits.
+pub(crate) fn dec_into(out: &mut [u8; 20], mut v: u64) -> usize {
+    let mut i = 20;
+    loop {
+        i -= 1;
+        out[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    20 - i
+}
+
+/// Append `v` as `%016x`.
+#[inline]
+pub(crate) fn push_hex16(out: &mut Vec<u8>, v: u64) {
+    let mut tmp = [0u8; 16];
+    for (i, slot) in tmp.iter_mut().enumerate() {
+        *slot = HEX[((v >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out.extend_from_slice(&tmp);
+}
+
+/// Append `v` as `%x`.
+#[inline]
+pub(crate) fn push_hex(out: &mut Vec<u8>, v: u64) {
+    let mut tmp = [0u8; 16];
+    let n = hex_into(&mut tmp, v, 0);
+    out.extend_from_slice(&tmp[..n]);
+}
+
+/// Append `v` as `%u`.
+pub(crate) fn push_dec(out: &mut Vec<u8>, v: u64) {
+    let mut tmp = [0u8; 20];
+    let n = dec_into(&mut tmp, v);
+    out.extend_from_slice(&tmp[20 - n..]);
+}
+
+/// Append `s` left-aligned in a column of `width` (`%-*s`).
+#[inline]
+pub(crate) fn push_padded(out: &mut Vec<u8>, s: &[u8], width: usize) {
+    out.extend_from_slice(s);
+    if s.len() < width {
+        out.resize(out.len() + (width - s.len()), b' ');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_and_dec() {
+        let mut f = Field::<32>::with_cap(24);
+        f.hex(0, 0)
+            .str(",")
+            .hex(0xabc, 4)
+            .str(",")
+            .hex(u64::MAX, 0)
+            .str(",")
+            .dec(1234);
+        assert_eq!(f.as_bytes(), b"0,0abc,ffffffffffffffff,1");
+        let mut v = Vec::new();
+        push_hex16(&mut v, 0x12);
+        push_hex(&mut v, 0);
+        push_dec(&mut v, 0);
+        push_dec(&mut v, u64::MAX);
+        assert_eq!(v, b"00000000000000120018446744073709551615");
+    }
+
+    #[test]
+    fn fields_truncate_like_snprintf() {
+        let mut f = Field::<17>::with_cap(16);
+        f.str("+").hex(u64::MAX, 0);
+        assert_eq!(f.as_bytes(), b"+fffffffffffffff");
+        let mut v = Vec::new();
+        push_padded(&mut v, b"ab", 4);
+        push_padded(&mut v, b"abcdef", 4);
+        assert_eq!(v, b"ab  abcdef");
+    }
+}
