@@ -149,6 +149,10 @@ impl Tools {
                 }
                 let entry = tools.get_mut(kind);
                 *entry = match (&outcome, locate(kind)) {
+                    (Ok(()), ToolPath::Missing(_)) => ToolPath::Missing(format!(
+                        "cargo build -p pt-testgen -p pt-decoder --bins produced no `{}` binary",
+                        kind.bin_name()
+                    )),
                     (Ok(()), found) => found,
                     (Err(why), ToolPath::Missing(_)) => ToolPath::Missing(format!(
                         "{} not found and the build failed: {why}",

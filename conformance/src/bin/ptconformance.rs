@@ -148,7 +148,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     }
 
     if let Some(path) = &args.baseline {
-        let baseline = Baseline::load(path).map_err(|e| e.to_string())?;
+        let mut baseline = Baseline::load(path).map_err(|e| e.to_string())?;
+        if args.filter.is_some() {
+            // Files left out by --filter are not regressions.
+            baseline = baseline.restricted_to(results.iter().map(|r| r.file.as_str()));
+        }
         let cmp = baseline.compare(&results);
         for (key, now) in &cmp.regressions {
             eprintln!("regression: {key} was passing, now {now}");
