@@ -249,9 +249,7 @@ impl Time {
         if self.fc == 0 {
             cyc = self.adjust_cyc(cyc, config, fcr)?;
         }
-        self.fc = self
-            .fc
-            .wrapping_add(cyc.wrapping_mul(fcr) >> FCR_SHIFT);
+        self.fc = self.fc.wrapping_add(cyc.wrapping_mul(fcr) >> FCR_SHIFT);
         self.tsc = self.base.wrapping_add(self.fc);
         Ok(())
     }
@@ -649,7 +647,7 @@ mod tests {
         t.update_cyc(1, &c, 1 << FCR_SHIFT).unwrap(); // 0x101
         t.update_mtc(1, &c).unwrap(); // 0x104; the CYC reset point moves to CTC 1
         t.update_mtc(3, &c).unwrap(); // 0x10c; no CYC since: it stays at CTC 1
-        // This CYC spans two periods since the last CYC: 8 cycles expected there.
+                                      // This CYC spans two periods since the last CYC: 8 cycles expected there.
         t.update_cyc(10, &c, 1 << FCR_SHIFT).unwrap();
         assert_eq!(t.query_tsc(), Ok(0x10e));
     }
