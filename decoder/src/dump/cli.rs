@@ -37,8 +37,20 @@ pub enum Command {
 
 /// A command-line problem: the one line to print on stderr (without the program name).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct CliError(pub String);
+#[error("{message}")]
+pub struct CliError {
+    /// The message.
+    pub message: String,
+    /// The process exit code ptdump uses for it.
+    pub exit_code: i32,
+}
+
+fn cli_err(message: String) -> CliError {
+    CliError {
+        message,
+        exit_code: 1,
+    }
+}
 
 /// `strtoull(s, &end, 0)` with `*end == 0` required: leading blanks, an optional sign,
 /// `0x` hex, `0` octal or decimal. `None` if anything is left over or it overflows.
@@ -71,15 +83,15 @@ pub fn parse_u64(s: &str) -> Option<u64> {
 fn arg_value<'a>(option: &str, arg: Option<&'a String>) -> Result<&'a str, CliError> {
     match arg {
         Some(a) if !a.is_empty() && !a.starts_with("--") => Ok(a),
-        _ => Err(CliError(format!("{option}: missing argument."))),
+        _ => Err(cli_err(format!("{option}: missing argument."))),
     }
 }
 
 fn arg_uint(option: &str, arg: Option<&String>, max: u64) -> Result<u64, CliError> {
     let a = arg_value(option, arg)?;
-    let v = parse_u64(a).ok_or_else(|| CliError(format!("{option}: bad argument: {a}.")))?;
+    let v = parse_u64(a).ok_or_else(|| cli_err(format!("{option}: bad argument: {a}.")))?;
     if v > max {
-        return Err(CliError(format!("{option}: value too big: {a}.")));
+        return Err(cli_err(format!("{option}: value too big: {a}.")));
     }
     Ok(v)
 }
@@ -109,10 +121,11 @@ pub fn split_range(arg: &str) -> Result<(String, u64, u64), CliError> {
                 return Ok((arg.to_string(), 0, 0));
             };
             if end <= begin {
-                return Err(CliError(format!(
-                    "bad file {arg}: {}.",
-                    ErrorCode::Invalid.message()
-                )));
+                // ptdump exits with the error code's number here (pte_invalid).
+                return Err(CliError {
+                    message: format!("bad file {arg}: {}.", ErrorCode::Invalid.message()),
+                    exit_code: 2,
+                });
             }
             Ok((name.to_string(), begin, end - begin))
         }
@@ -129,7 +142,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
         let a = args[idx].as_str();
         if !a.starts_with('-') {
             if idx + 1 < args.len() {
-                return Err(CliError(
+                return Err(cli_err(
                     "[<options>] <ptfile>.  Use --help or -h for help.".into(),
                 ));
             }
@@ -152,7 +165,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
             "--time" | "--tcal" => {
                 let tcal = a == "--tcal";
                 if (tcal && options.show_time) || (!tcal && options.show_tcal) {
-                    return Err(CliError("specify either --time or --tcal.".into()));
+                    return Err(cli_err("specify either --time or --tcal.".into()));
                 }
                 options.track_time = true;
                 if tcal {
@@ -168,14 +181,14 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
             "--cpu" => {
                 idx += 1;
                 let Some(v) = args.get(idx) else {
-                    return Err(CliError("--cpu: missing argument.".into()));
+                    return Err(cli_err("--cpu: missing argument.".into()));
                 };
                 if v == "none" {
                     config.cpu = None;
                 } else {
                     let cpu: Cpu = v
                         .parse()
-                        .map_err(|_| CliError("cpu must be specified as f/m[/s]".into()))?;
+                        .map_err(|_| cli_err("cpu must be specified as f/m[/s]".into()))?;
                     config.cpu = Some(cpu);
                 }
             }
@@ -197,12 +210,12 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
                     config.cpuid_0x15_ebx = v;
                 }
             }
-            _ => return Err(CliError(format!("unknown option: {a}."))),
+            _ => return Err(cli_err(format!("unknown option: {a}."))),
         }
         idx += 1;
     }
     let Some(file) = file else {
-        return Err(CliError("No processor trace file specified.".into()));
+        return Err(cli_err("No processor trace file specified.".into()));
     };
     let (file, offset, size) = split_range(&file)?;
     Ok(Command::Dump(Box::new(Args {
@@ -285,7 +298,7 @@ pub fn load(path: &str) -> io::Result<Trace> {
 pub fn select<'t>(trace: &'t [u8], args: &Args) -> Result<&'t [u8], CliError> {
     let len = trace.len() as u64;
     if args.offset >= len {
-        return Err(CliError(format!(
+        return Err(cli_err(format!(
             "bad offset 0x{:x} into {}.",
             args.offset, args.file
         )));
@@ -294,7 +307,7 @@ pub fn select<'t>(trace: &'t [u8], args: &Args) -> Result<&'t [u8], CliError> {
     if args.size != 0 {
         let range_end = args.offset.saturating_add(args.size);
         if range_end > len {
-            return Err(CliError(format!(
+            return Err(cli_err(format!(
                 "bad range 0x{range_end:x} in {}.",
                 args.file
             )));
@@ -319,7 +332,7 @@ pub fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, mut err:
         Ok(Command::Dump(a)) => a,
         Err(e) => {
             let _ = writeln!(err, "{prog}: {e}");
-            return 1;
+            return e.exit_code;
         }
     };
     if let Some(cpu) = args.config.cpu {
@@ -400,7 +413,7 @@ mod tests {
 
     #[test]
     fn argument_errors() {
-        let e = |s: &str| parse_args(&args(s)).unwrap_err().0;
+        let e = |s: &str| parse_args(&args(s)).unwrap_err().message;
         assert_eq!(e("--time --tcal t"), "specify either --time or --tcal.");
         assert_eq!(e("--mtc-freq"), "--mtc-freq: missing argument.");
         assert_eq!(e("--mtc-freq --raw t"), "--mtc-freq: missing argument.");

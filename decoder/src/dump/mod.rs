@@ -277,6 +277,7 @@ impl<W: Write> Dumper<'_, W> {
         let mut next = start;
         let mut io_err = None;
         let mut unknown = None;
+        let mut bad_size = None;
         let r = decoder.decode_with(|off, p| {
             if matches!(
                 p,
@@ -287,12 +288,15 @@ impl<W: Write> Dumper<'_, W> {
                 return ControlFlow::Break(());
             }
             let at = next;
-            let size = p.size() as u64;
+            let size = wire_size(self.trace, off, &p);
             next = off + size;
             if silent {
                 return ControlFlow::Continue(());
             }
-            self.packet(at, size, &p);
+            if !self.packet(at, size, &p) {
+                bad_size = Some(at);
+                return ControlFlow::Break(());
+            }
             if let Err(e) = self.maybe_flush() {
                 io_err = Some(e);
                 return ControlFlow::Break(());
@@ -301,6 +305,10 @@ impl<W: Write> Dumper<'_, W> {
         });
         if let Some(e) = io_err {
             return Err(e);
+        }
+        if let Some(off) = bad_size {
+            self.diag(off, "bad packet size", Some(ErrorCode::BadPacket));
+            return Ok(true);
         }
         if let Some(off) = unknown {
             self.diag(off, "error decoding packet", Some(ErrorCode::BadOpcode));
@@ -320,18 +328,23 @@ impl<W: Write> Dumper<'_, W> {
     }
 
     /// One packet: format its columns, update tracking (printing diagnostics as they
-    /// arise), then print the line.
-    fn packet(&mut self, offset: u64, size: u64, p: &Packet) {
+    /// arise), then print the line. `false` if the packet's raw bytes run past the end of
+    /// the trace (only an SKZ84 `<invalid>` packet can), which ptdump treats as an error.
+    fn packet(&mut self, offset: u64, size: u64, p: &Packet) -> bool {
+        if self.opts.show_raw_bytes && offset.saturating_add(size) > self.trace.len() as u64 {
+            return false;
+        }
         self.line.reset();
         self.format_packet(offset, p);
         if self.line.skip || self.opts.quiet {
-            return;
+            return true;
         }
         if self.opts.json {
             json::packet(&mut self.out, offset, size, p, self.trace, &self.line);
         } else {
             self.print_line(offset, size);
         }
+        true
     }
 
     fn print_line(&mut self, offset: u64, size: u64) {
@@ -748,6 +761,24 @@ impl<W: Write> Dumper<'_, W> {
             self.line.track.push(b);
         }
     }
+}
+
+/// The packet's size on the wire. Only CYC can differ from [`Packet::size`] (which is
+/// the minimal encoding): hardware may pad it with zero extension bytes.
+fn wire_size(trace: &[u8], off: u64, p: &Packet) -> u64 {
+    if !matches!(p, Packet::Cyc { .. }) {
+        return p.size() as u64;
+    }
+    let Some(bytes) = trace.get(off as usize..) else {
+        return p.size() as u64;
+    };
+    let mut n = 1;
+    let mut more = bytes.first().is_some_and(|b| b & 4 != 0);
+    while more {
+        more = bytes.get(n).is_some_and(|b| b & 1 != 0);
+        n += 1;
+    }
+    n as u64
 }
 
 /// ptdump's IP payload: `<ipc>: ` and the payload with `?` for the bits it does not carry.
