@@ -11,5 +11,8 @@
 #![deny(missing_docs)]
 
 pub mod caps;
+pub mod config;
+pub mod msr;
 pub mod probe;
 pub mod sysfs;
+pub mod topa;
