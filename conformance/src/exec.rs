@@ -15,13 +15,25 @@ pub struct ToolOutput {
     pub stdout: Vec<u8>,
     /// Everything written to stderr.
     pub stderr: Vec<u8>,
+    /// True if stdout or stderr exceeded [`OUTPUT_LIMIT`] and was cut.
+    pub truncated: bool,
 }
+
+/// Most bytes kept per stream; a tool stuck in a printing loop must not eat
+/// all memory before its timeout.
+pub const OUTPUT_LIMIT: usize = 64 << 20;
 
 impl ToolOutput {
     /// Describes an abnormal end (signal, Rust panic), or `None` for a normal
     /// exit. A non-zero exit code alone is not abnormal: libipt's tools exit
     /// with 1 after printing a diagnostic that the test expects.
     pub fn crash(&self) -> Option<String> {
+        if self.truncated {
+            return Some(format!(
+                "wrote more than {} MiB of output",
+                OUTPUT_LIMIT >> 20
+            ));
+        }
         if let Some(signal) = exit_signal(&self.status) {
             return Some(format!("killed by signal {signal}"));
         }
@@ -137,25 +149,44 @@ pub fn run_with_timeout(
             }
         }
     };
-    let stdout = stdout.map(join_reader).unwrap_or_default();
-    let stderr = stderr.map(join_reader).unwrap_or_default();
+    let (stdout, cut_out) = stdout.map(join_reader).unwrap_or_default();
+    let (stderr, cut_err) = stderr.map(join_reader).unwrap_or_default();
     Ok(ToolOutput {
         status: status?,
         stdout,
         stderr,
+        truncated: cut_out || cut_err,
     })
 }
 
-fn spawn_reader<R: Read + Send + 'static>(mut pipe: R) -> thread::JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
-        // A read error just ends the capture; what was read so far is kept.
-        let _ = pipe.read_to_end(&mut buf);
-        buf
-    })
+fn spawn_reader<R: Read + Send + 'static>(pipe: R) -> thread::JoinHandle<(Vec<u8>, bool)> {
+    thread::spawn(move || read_capped(pipe, OUTPUT_LIMIT))
 }
 
-fn join_reader(handle: thread::JoinHandle<Vec<u8>>) -> Vec<u8> {
+/// Reads to the end, keeping at most `limit` bytes; true if more came.
+/// Keeps draining past the limit so the writer never blocks on the pipe.
+fn read_capped<R: Read>(mut pipe: R, limit: usize) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut cut = false;
+    let mut chunk = [0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                let room = limit.saturating_sub(kept.len());
+                let take = n.min(room);
+                kept.extend_from_slice(chunk.get(..take).unwrap_or(&[]));
+                cut |= take < n;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // A read error just ends the capture; what was read so far is kept.
+            Err(_) => break,
+        }
+    }
+    (kept, cut)
+}
+
+fn join_reader(handle: thread::JoinHandle<(Vec<u8>, bool)>) -> (Vec<u8>, bool) {
     handle.join().unwrap_or_default()
 }
 
@@ -219,6 +250,15 @@ mod tests {
         )
         .expect_err("cannot spawn");
         assert!(matches!(err, ExecError::Spawn { .. }));
+    }
+
+    #[test]
+    fn output_is_capped() {
+        let data = vec![b'x'; 20_000];
+        let (kept, cut) = read_capped(&data[..], 10_000);
+        assert_eq!((kept.len(), cut), (10_000, true));
+        let (kept, cut) = read_capped(&data[..], 20_000);
+        assert_eq!((kept.len(), cut), (20_000, false));
     }
 
     #[test]
