@@ -2,3 +2,9 @@
 #![deny(missing_docs)]
 
 pub mod asm;
+mod cstr;
+pub mod directive;
+pub mod exp;
+pub mod gen;
+pub mod labels;
+pub mod ptt;
