@@ -151,7 +151,7 @@ mod tests {
             .hex(u64::MAX, 0)
             .str(",")
             .dec(1234);
-        assert_eq!(f.as_bytes(), b"0,0abc,ffffffffffffffff,1");
+        assert_eq!(f.as_bytes(), b"0,0abc,ffffffffffffffff,");
         let mut v = Vec::new();
         push_hex16(&mut v, 0x12);
         push_hex(&mut v, 0);

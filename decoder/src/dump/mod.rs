@@ -402,16 +402,14 @@ impl<W: Write> Dumper<'_, W> {
             }
             Packet::Psbend => self.tracking.in_header = false,
             Packet::Pad => line.skip = opts.no_pad,
-            Packet::Ovf => {
-                if opts.track_time {
-                    if opts.keep_tcal_on_ovf {
-                        self.tracking.tcal.update_ovf();
-                    } else {
-                        self.tracking.tcal = TimeCal::new();
-                    }
+            Packet::Ovf if opts.track_time => {
+                if opts.keep_tcal_on_ovf {
+                    self.tracking.tcal.update_ovf();
+                } else {
+                    self.tracking.tcal = TimeCal::new();
                 }
             }
-            Packet::Stop | Packet::Invalid => {}
+            Packet::Ovf | Packet::Stop | Packet::Invalid => {}
             Packet::Ip(_, ip) => {
                 format_ip(&mut line.payload, ip.compression, ip.ip);
                 if opts.show_last_ip {
@@ -504,11 +502,10 @@ impl<W: Write> Dumper<'_, W> {
             Packet::Mnt { payload } => {
                 line.payload.hex(payload, 0);
             }
-            Packet::Exstop { ip } => {
-                if ip {
-                    line.payload.str("ip");
-                }
+            Packet::Exstop { ip: true } => {
+                line.payload.str("ip");
             }
+            Packet::Exstop { ip: false } => {}
             Packet::Mwait { hints, ext } => {
                 line.payload
                     .hex(hints as u64, 8)
