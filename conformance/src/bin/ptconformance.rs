@@ -3,7 +3,6 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use clap::Parser;
@@ -115,14 +114,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     }
 
     let show_progress = std::io::stderr().is_terminal();
-    let stdout = Mutex::new(std::io::stdout());
     let progress = |p: &Progress<'_>| {
-        if args.json {
-            let mut out = stdout.lock().unwrap_or_else(|e| e.into_inner());
-            for r in p.results {
-                let _ = writeln!(out, "{}", json_result(r));
-            }
-        }
         if show_progress {
             let name = p
                 .path
@@ -137,9 +129,12 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         eprint!("\r\x1b[K");
     }
 
-    let mut out = stdout.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = std::io::stdout().lock();
     let mut ok = !results.iter().any(|r| r.outcome.is_bad());
     if args.json {
+        for r in &results {
+            let _ = writeln!(out, "{}", json_result(r));
+        }
         let _ = writeln!(out, "{}", json_summary(&results));
     } else {
         let _ = write!(out, "{}", table(&results, args.show_diffs));
