@@ -6,6 +6,7 @@ pub mod config;
 pub mod dump;
 pub mod error;
 pub mod event;
+pub mod image;
 pub mod packet;
 pub mod parallel;
 pub mod time;
