@@ -116,6 +116,7 @@ pub struct Runner {
     tools: Tools,
     timeout: Duration,
     jobs: usize,
+    cpus: Option<Vec<String>>,
 }
 
 /// Default limit for one tool invocation.
@@ -129,6 +130,7 @@ impl Runner {
             tools,
             timeout: DEFAULT_TIMEOUT,
             jobs,
+            cpus: None,
         }
     }
 
@@ -141,6 +143,13 @@ impl Runner {
     /// Sets the number of parallel jobs (at least 1).
     pub fn with_jobs(mut self, jobs: usize) -> Self {
         self.jobs = jobs.max(1);
+        self
+    }
+
+    /// Runs every file once per cpu in `cpus` instead of the files' own
+    /// `; cpu` lines (test.bash's `-c`); `None` restores the default.
+    pub fn with_cpus(mut self, cpus: Option<Vec<String>>) -> Self {
+        self.cpus = cpus;
         self
     }
 
@@ -161,7 +170,7 @@ impl Runner {
         paths: &[PathBuf],
         progress: &(dyn Fn(&Progress<'_>) + Sync),
     ) -> Vec<TestResult> {
-        let jobs = plan(paths);
+        let jobs = plan(paths, self.cpus.as_deref());
         let total = jobs.len();
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
@@ -438,7 +447,7 @@ impl JobContext<'_> {
 }
 
 /// Expands files into (file, cpu) jobs, as `run-ptt-tests` does.
-fn plan(paths: &[PathBuf]) -> Vec<Job> {
+fn plan(paths: &[PathBuf], override_cpus: Option<&[String]>) -> Vec<Job> {
     let mut jobs = Vec::new();
     for path in paths {
         let file = path
@@ -448,8 +457,9 @@ fn plan(paths: &[PathBuf]) -> Vec<Job> {
         let info = fs::read(path)
             .map(|bytes| PttInfo::parse(&String::from_utf8_lossy(&bytes)))
             .map_err(|e| format!("cannot read {}: {e}", path.display()));
-        let cpus: Vec<Option<String>> = match &info {
-            Ok(info) if !info.cpus.is_empty() => info.cpus.iter().cloned().map(Some).collect(),
+        let cpus: Vec<Option<String>> = match (&info, override_cpus) {
+            (_, Some(cpus)) if !cpus.is_empty() => cpus.iter().cloned().map(Some).collect(),
+            (Ok(info), _) if !info.cpus.is_empty() => info.cpus.iter().cloned().map(Some).collect(),
             _ => vec![None],
         };
         for cpu in cpus {
@@ -569,6 +579,18 @@ esac"#,
             panic!("expected a failure")
         };
         assert!(diff.contains("-0000000000000000  psb\n+wrong\n"), "{diff}");
+    }
+
+    #[test]
+    fn cpu_override_replaces_the_files_cpus() {
+        let (dir, tools) = setup("printf '0000000000000000  psb\\n'");
+        let file = ptt(dir.path(), "c.ptt", "; cpu 6/78\n; @pt .exp(ptdump)\n");
+        let results = Runner::new(tools)
+            .with_cpus(Some(vec!["6/61".into(), "none".into()]))
+            .run_file(&file);
+        let cpus: Vec<&str> = results.iter().map(TestResult::cpu_label).collect();
+        assert_eq!(cpus, ["6/61", "none"]);
+        assert!(results.iter().all(|r| r.outcome.is_pass()), "{results:?}");
     }
 
     #[test]

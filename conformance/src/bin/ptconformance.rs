@@ -35,6 +35,10 @@ struct Args {
     /// Parallel jobs (default: available cores).
     #[arg(long, short = 'j', value_name = "N")]
     jobs: Option<usize>,
+    /// Run every file with these cpus instead of its `; cpu` lines
+    /// (comma-separated, like test.bash's -c).
+    #[arg(long, value_name = "CPU[,CPU]", value_delimiter = ',')]
+    cpu: Vec<String>,
     /// Seconds before a tool invocation is killed.
     #[arg(long, value_name = "SECS", default_value_t = 20.0)]
     timeout: f64,
@@ -100,7 +104,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         BuildPolicy::IfMissing
     };
     let tools = Tools::discover(policy);
-    let mut runner = Runner::new(tools).with_timeout(Duration::from_secs_f64(args.timeout));
+    let mut runner = Runner::new(tools)
+        .with_timeout(Duration::from_secs_f64(args.timeout))
+        .with_cpus((!args.cpu.is_empty()).then(|| args.cpu.clone()));
     if let Some(jobs) = args.jobs {
         runner = runner.with_jobs(jobs);
     }
