@@ -1,0 +1,105 @@
+//! The ptdump binary: argument errors, file ranges, exit codes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use pt_encoder::{encode_to_vec, Packet};
+
+fn trace_file(name: &str) -> PathBuf {
+    let mut v = Vec::new();
+    for p in [
+        Packet::Psb,
+        Packet::Pad,
+        Packet::Psbend,
+        Packet::Tsc { tsc: 0x42 },
+    ] {
+        encode_to_vec(&p, &mut v).unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("ptdump-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, v).unwrap();
+    path
+}
+
+fn ptdump(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptdump"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn dumps_a_file_and_a_range() {
+    let f = trace_file("a.pt");
+    let f = f.to_str().unwrap();
+    let (code, out, err) = ptdump(&[f]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(
+        out,
+        "0000000000000000  psb\n0000000000000010  pad\n0000000000000011  psbend\n\
+         0000000000000013  tsc        42\n"
+    );
+    // From offset 0x11, without sync: offsets are relative to the range.
+    let (code, out, _) = ptdump(&["--no-sync", "--no-offset", &format!("{f}:0x11-0x13")]);
+    assert_eq!((code, out.as_str()), (0, "psbend\n"));
+    let (code, out, _) = ptdump(&["--cpu", "0/0", "--quiet", f]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "[0: failed to determine errata: unknown cpu]\n")
+    );
+}
+
+#[test]
+fn errors_are_one_line_on_stderr() {
+    let f = trace_file("b.pt");
+    let f = f.to_str().unwrap();
+    let cases: [(&[&str], i32, &str); 6] = [
+        (&[], 1, "No processor trace file specified."),
+        (&["--mtc-freq", f], 1, "--mtc-freq: bad argument:"),
+        (
+            &["--time", "--tcal", f],
+            1,
+            "specify either --time or --tcal.",
+        ),
+        (&["--frobnicate", f], 1, "unknown option: --frobnicate."),
+        (&[&format!("{f}:8-4")], 2, "invalid argument."),
+        (&[&format!("{f}:0x100")], 1, "bad offset 0x100 into"),
+    ];
+    for (args, want_code, want_err) in cases {
+        let (code, out, err) = ptdump(args);
+        assert_eq!(code, want_code, "{args:?}");
+        assert_eq!(out, "", "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want_err), "{args:?}: {err}");
+    }
+    let (code, _, err) = ptdump(&["/nonexistent/trace.pt"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("failed to open /nonexistent/trace.pt"),
+        "{err}"
+    );
+}
+
+#[test]
+fn help_and_version() {
+    let (code, out, _) = ptdump(&["--help"]);
+    assert_eq!(code, 0);
+    for flag in [
+        "--no-sync",
+        "--tcal",
+        "--keep-tcal-on-ovf",
+        "--cpuid-0x15.ebx",
+        "--json",
+    ] {
+        assert!(out.contains(flag), "{flag}");
+    }
+    let (code, out, _) = ptdump(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("pt-decoder"));
+}
