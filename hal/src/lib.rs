@@ -10,9 +10,11 @@
 //! - [`perf`]: the Linux perf backend.
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod caps;
 pub mod config;
 pub mod msr;
+pub mod perf;
 pub mod probe;
 pub mod sysfs;
 pub mod topa;
