@@ -26,6 +26,7 @@ pub mod baseline;
 pub mod diff;
 pub mod exec;
 pub mod ptt;
+mod reference;
 pub mod report;
 pub mod runner;
 pub mod tools;

@@ -10,12 +10,17 @@ use std::time::{Duration, Instant};
 use crate::diff::diff_ub;
 use crate::exec::{run_with_timeout, tail, ToolOutput};
 use crate::ptt::{exp_tool, sideband_args, PttInfo};
+use crate::reference::{compare_generators, OurRun};
 use crate::tools::{ToolKind, ToolPath, Tools};
 use crate::ConformanceError;
 
 /// The tool name under which problems of the generator itself are filed when
 /// the `.ptt` file names no tool to charge them to.
 pub const GENERATOR: &str = "pttestgen";
+
+/// The tool name of the generator-versus-reference comparison
+/// ([`Runner::with_reference_generator`]).
+pub const REFERENCE_CHECK: &str = "pttestgen=ref";
 
 /// The verdict for one (file, tool, cpu).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +122,7 @@ pub struct Runner {
     timeout: Duration,
     jobs: usize,
     cpus: Option<Vec<String>>,
+    reference: Option<PathBuf>,
 }
 
 /// Default limit for one tool invocation.
@@ -131,6 +137,7 @@ impl Runner {
             timeout: DEFAULT_TIMEOUT,
             jobs,
             cpus: None,
+            reference: None,
         }
     }
 
@@ -150,6 +157,14 @@ impl Runner {
     /// `; cpu` lines (test.bash's `-c`); `None` restores the default.
     pub fn with_cpus(mut self, cpus: Option<Vec<String>>) -> Self {
         self.cpus = cpus;
+        self
+    }
+
+    /// Also checks the generator: runs `reference` (libipt's pttc) on each
+    /// file and compares listing, `.pt`, `.bin` and `.exp` files with what
+    /// pttestgen wrote, as an extra `pttestgen` result.
+    pub fn with_reference_generator(mut self, reference: Option<PathBuf>) -> Self {
+        self.reference = reference;
         self
     }
 
@@ -227,9 +242,10 @@ impl Runner {
             None => None,
         };
 
-        // Nothing to judge if none of the tools exists: skip the generator.
+        // Nothing to judge if none of the tools exists: skip the generator
+        // (unless the generator itself is being judged).
         let reasons: Vec<Option<String>> = declared.iter().map(|t| missing(t)).collect();
-        if reasons.iter().all(Option::is_some) {
+        if reasons.iter().all(Option::is_some) && self.reference.is_none() {
             for (tool, reason) in declared.iter().zip(reasons) {
                 let reason = reason.unwrap_or_default();
                 ctx.push(tool, Outcome::NotRun { reason }, Duration::ZERO);
@@ -269,6 +285,21 @@ impl Runner {
         let start = Instant::now();
         let generated = run_with_timeout(&pttestgen, &args, dir.path(), self.timeout);
         let elapsed = start.elapsed();
+        if let Some(reference) = &self.reference {
+            let ours = match &generated {
+                Ok(out) if out.crash().is_none() && out.status.success() => OurRun::Ok(out),
+                Ok(out) => OurRun::Failed(format!(
+                    "pttestgen failed ({}): {}",
+                    out.crash().unwrap_or_else(|| out.status.to_string()),
+                    tail(&String::from_utf8_lossy(&out.stderr), 3)
+                )),
+                Err(e) => OurRun::Failed(e.to_string()),
+            };
+            let base = base_name(&ctx.job.path);
+            let verdict =
+                compare_generators(reference, &args, dir.path(), ours, &base, self.timeout);
+            ctx.push(REFERENCE_CHECK, verdict, elapsed);
+        }
         let output = match generated {
             Ok(output) => output,
             Err(e) => return generator_failed(ctx, format!("pttestgen: {e}"), elapsed),

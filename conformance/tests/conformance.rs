@@ -2,6 +2,9 @@
 //! `PT_CONFORMANCE_CORPUS` names a directory, that corpus against the
 //! committed baseline `conformance/baseline/libipt-ptt.txt`.
 //!
+//! `PTTC_REFERENCE=/path/to/pttc` also checks pttestgen's output files
+//! against libipt's generator.
+//!
 //! The tools are rebuilt first (`cargo build -p pt-testgen -p pt-decoder
 //! --bins`) so that stale binaries are never tested; `PTTESTGEN`, `PTDUMP`
 //! and `PTXED` override them. Use `--nocapture` to see the tables.
@@ -31,8 +34,15 @@ fn tools() -> Tools {
         .clone()
 }
 
+/// With `PTTC_REFERENCE=/path/to/pttc`, pttestgen's outputs are also
+/// compared with libipt's (extra results under tool `pttestgen=ref`).
 fn run(files: &[PathBuf]) -> Vec<TestResult> {
-    Runner::new(tools()).run_files(files, &|_| {})
+    let reference = std::env::var_os("PTTC_REFERENCE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    Runner::new(tools())
+        .with_reference_generator(reference)
+        .run_files(files, &|_| {})
 }
 
 fn baseline_path() -> PathBuf {

@@ -39,6 +39,10 @@ struct Args {
     /// (comma-separated, like test.bash's -c).
     #[arg(long, value_name = "CPU[,CPU]", value_delimiter = ',')]
     cpu: Vec<String>,
+    /// Also compare pttestgen's output files with this reference generator's
+    /// (libipt's pttc), reported as tool `pttestgen=ref`.
+    #[arg(long, value_name = "PTTC")]
+    reference_generator: Option<PathBuf>,
     /// Seconds before a tool invocation is killed.
     #[arg(long, value_name = "SECS", default_value_t = 20.0)]
     timeout: f64,
@@ -106,7 +110,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let tools = Tools::discover(policy);
     let mut runner = Runner::new(tools)
         .with_timeout(Duration::from_secs_f64(args.timeout))
-        .with_cpus((!args.cpu.is_empty()).then(|| args.cpu.clone()));
+        .with_cpus((!args.cpu.is_empty()).then(|| args.cpu.clone()))
+        .with_reference_generator(args.reference_generator.clone());
     if let Some(jobs) = args.jobs {
         runner = runner.with_jobs(jobs);
     }
