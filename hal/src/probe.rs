@@ -156,20 +156,25 @@ impl Readiness {
         let mut blockers = Vec::new();
         let mut notes = Vec::new();
         let id = &cpu.identity;
+        let virtualised = id.under_hypervisor || id.hypervisor.is_some();
         if !is_x86 {
             blockers.push(Blocker::NotX86);
         } else if id.vendor != Vendor::Intel {
             blockers.push(Blocker::NotIntel {
                 vendor: id.vendor.to_string(),
             });
+        } else if !id.pt_supported && virtualised {
+            blockers.push(Blocker::HiddenByHypervisor {
+                hypervisor: id.hypervisor.clone(),
+            });
         } else if !id.pt_supported {
-            if id.under_hypervisor || id.hypervisor.is_some() {
-                blockers.push(Blocker::HiddenByHypervisor {
-                    hypervisor: id.hypervisor.clone(),
-                });
-            } else {
-                blockers.push(Blocker::NoPtInCpuid);
-            }
+            blockers.push(Blocker::NoPtInCpuid);
+        }
+        if is_x86 && virtualised {
+            notes.push(format!(
+                "running under a hypervisor ({})",
+                id.hypervisor.as_deref().unwrap_or("unnamed")
+            ));
         }
         match &kernel.pmu {
             Ok(_) => {}

@@ -17,7 +17,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 use perf_event_open_sys as sys;
 
@@ -211,6 +211,40 @@ fn aux_head(p: *mut sys::bindings::perf_event_mmap_page) -> *mut u64 {
 fn aux_tail(p: *mut sys::bindings::perf_event_mmap_page) -> *mut u64 {
     // SAFETY: as above.
     unsafe { std::ptr::addr_of_mut!((*p).aux_tail) }
+}
+
+static SNAPSHOT_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_snapshot_signal(_: libc::c_int) {
+    SNAPSHOT_REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// Installs a handler for `signal` (perf uses SIGUSR2) that requests a
+/// snapshot; poll [`take_snapshot_request`] and call
+/// [`TraceBackend::snapshot`] when it returns true.
+pub fn install_snapshot_signal(signal: libc::c_int) -> Result<(), PerfError> {
+    // SAFETY: a zeroed sigaction with a handler that only stores to an
+    // atomic, which is async-signal-safe.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_snapshot_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(signal, &sa, std::ptr::null_mut()) != 0 {
+            return Err(os_err("sigaction"));
+        }
+    }
+    Ok(())
+}
+
+/// True once per delivered snapshot signal (or [`request_snapshot`] call).
+pub fn take_snapshot_request() -> bool {
+    SNAPSHOT_REQUESTED.swap(false, Ordering::SeqCst)
+}
+
+/// Requests a snapshot from code (same flag as the signal).
+pub fn request_snapshot() {
+    SNAPSHOT_REQUESTED.store(true, Ordering::SeqCst);
 }
 
 /// A workload held before exec until tracing starts.
@@ -561,5 +595,43 @@ impl Drop for PerfBackend {
                 let _ = w.child.wait();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_signal_sets_the_flag() {
+        install_snapshot_signal(libc::SIGUSR2).unwrap();
+        assert!(!take_snapshot_request());
+        // SAFETY: raising a signal whose handler we just installed.
+        unsafe {
+            libc::raise(libc::SIGUSR2);
+        }
+        assert!(take_snapshot_request());
+        assert!(!take_snapshot_request());
+    }
+
+    #[test]
+    fn backend_needs_the_pmu() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/no-pmu");
+        let opts = PerfOptions {
+            root,
+            ..PerfOptions::default()
+        };
+        assert!(matches!(
+            PerfBackend::new(Target::Pid(0), opts),
+            Err(PerfError::Sysfs(SysfsError::NoPmu(_)))
+        ));
+        let bad = PerfOptions {
+            aux_pages: 3,
+            ..PerfOptions::default()
+        };
+        assert!(matches!(
+            PerfBackend::new(Target::Pid(0), bad),
+            Err(PerfError::BadSizes { aux: 3, .. })
+        ));
     }
 }
