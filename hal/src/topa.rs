@@ -182,6 +182,23 @@ pub enum OutputError {
         /// The size.
         size: u64,
     },
+    /// The output pointer names an entry past the end of its table.
+    #[error("output pointer at entry {index} is past the end of table {table:#x}")]
+    EntryOutOfRange {
+        /// Table base.
+        table: u64,
+        /// Entry index.
+        index: usize,
+    },
+    /// An END entry points at a table that is not known.
+    #[error("END entry points at unknown table {table:#x}")]
+    UnknownTable {
+        /// The table base.
+        table: u64,
+    },
+    /// END entries form a loop with no output region in it.
+    #[error("END entries loop without any output region")]
+    EndLoop,
     /// An address is above MAXPHYADDR.
     #[error("physical address {addr:#x} is above MAXPHYADDR")]
     AddressTooHigh {
@@ -331,6 +348,130 @@ impl SingleRange {
     }
 }
 
+/// The ToPA output pointer: IA32_RTIT_OUTPUT_BASE (table) and
+/// IA32_RTIT_OUTPUT_MASK_PTRS (entry index, offset in the region).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TopaCursor {
+    /// Physical base of the current table.
+    pub table: u64,
+    /// Index of the current entry.
+    pub index: usize,
+    /// Offset within the current output region.
+    pub offset: u64,
+}
+
+/// What happened while writing output through ToPA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopaEvent {
+    /// A region with INT filled: a PMI is raised (tracing continues).
+    Pmi {
+        /// Table of the entry.
+        table: u64,
+        /// The entry.
+        index: usize,
+    },
+    /// A region with STOP filled: Status.Stopped is set; `dropped` bytes were lost.
+    Stopped {
+        /// Bytes that did not fit.
+        dropped: u64,
+    },
+}
+
+impl TopaCursor {
+    /// The cursor the MSRs describe.
+    pub fn from_msrs(base: RtitOutputBase, mask: RtitOutputMaskPtrs) -> Self {
+        TopaCursor {
+            table: base.base(),
+            index: mask.mask_or_table_offset() as usize,
+            offset: u64::from(mask.output_offset()),
+        }
+    }
+
+    /// The MSR values for this cursor.
+    pub fn to_msrs(&self) -> (RtitOutputBase, RtitOutputMaskPtrs) {
+        let mut base = RtitOutputBase(0);
+        base.set_base(self.table);
+        let mut mask = RtitOutputMaskPtrs(0);
+        mask.set_lower_mask(0x7f)
+            .set_mask_or_table_offset(self.index as u32)
+            .set_output_offset(self.offset as u32);
+        (base, mask)
+    }
+
+    /// Writes `len` bytes of output: `write(phys, bytes)` is called for each
+    /// piece in order. Full regions move to the next entry, END entries switch
+    /// tables (`tables` maps a table base to its table), INT regions raise a
+    /// PMI and a full STOP region stops output; the cursor then stays at the
+    /// end of that region, as the hardware leaves it.
+    pub fn write<'t>(
+        &mut self,
+        tables: &dyn Fn(u64) -> Option<&'t TopaTable>,
+        data: &[u8],
+        write: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<Vec<TopaEvent>, OutputError> {
+        let mut events = Vec::new();
+        let mut rest = data;
+        let mut ends_in_a_row = 0usize;
+        while !rest.is_empty() {
+            let table =
+                tables(self.table).ok_or(OutputError::UnknownTable { table: self.table })?;
+            let entry = *table
+                .entries
+                .get(self.index)
+                .ok_or(OutputError::EntryOutOfRange {
+                    table: self.table,
+                    index: self.index,
+                })?;
+            if entry.end_bit() {
+                ends_in_a_row += 1;
+                // A chain of 64 END entries with no output region between is taken as a loop.
+                if ends_in_a_row > 64 {
+                    return Err(OutputError::EndLoop);
+                }
+                self.table = entry.base();
+                self.index = 0;
+                self.offset = 0;
+                continue;
+            }
+            ends_in_a_row = 0;
+            let size = entry.size().bytes();
+            if self.offset >= size {
+                if entry.stop() {
+                    events.push(TopaEvent::Stopped {
+                        dropped: rest.len() as u64,
+                    });
+                    return Ok(events);
+                }
+                self.index += 1;
+                self.offset = 0;
+                continue;
+            }
+            let take = (size - self.offset).min(rest.len() as u64) as usize;
+            let (now, later) = rest.split_at(take);
+            write(entry.base() + self.offset, now);
+            self.offset += take as u64;
+            rest = later;
+            if self.offset == size {
+                if entry.int() {
+                    events.push(TopaEvent::Pmi {
+                        table: self.table,
+                        index: self.index,
+                    });
+                }
+                if entry.stop() {
+                    events.push(TopaEvent::Stopped {
+                        dropped: rest.len() as u64,
+                    });
+                    return Ok(events);
+                }
+                self.index += 1;
+                self.offset = 0;
+            }
+        }
+        Ok(events)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,6 +582,102 @@ mod tests {
         assert_eq!(
             r.validate(&no, 46),
             Err(OutputError::SingleRangeNotSupported)
+        );
+    }
+
+    #[test]
+    fn cursor_walks_regions_tables_int_and_stop() {
+        let sz = TopaSize::SIZE_4K;
+        // Table A: two regions, the second with INT, then END → table B.
+        let a = TopaTable {
+            base: 0x1000,
+            entries: vec![
+                TopaEntry::output(0x10000, sz, false, false),
+                TopaEntry::output(0x11000, sz, true, false),
+                TopaEntry::end(0x2000),
+            ],
+        };
+        // Table B: one region with STOP.
+        let b = TopaTable {
+            base: 0x2000,
+            entries: vec![
+                TopaEntry::output(0x20000, sz, false, true),
+                TopaEntry::end(0x1000),
+            ],
+        };
+        let tables = |base: u64| [&a, &b].into_iter().find(|t| t.base == base);
+        let mut cur = TopaCursor {
+            table: 0x1000,
+            index: 0,
+            offset: 4000,
+        };
+        let mut pieces = Vec::new();
+        let data = vec![0xaa; 96 + 4096 + 4096 + 10];
+        let ev = cur
+            .write(&tables, &data, &mut |addr, b| pieces.push((addr, b.len())))
+            .unwrap();
+        assert_eq!(
+            pieces,
+            vec![(0x10000 + 4000, 96), (0x11000, 4096), (0x20000, 4096)]
+        );
+        assert_eq!(
+            ev,
+            vec![
+                TopaEvent::Pmi {
+                    table: 0x1000,
+                    index: 1
+                },
+                TopaEvent::Stopped { dropped: 10 }
+            ]
+        );
+        assert_eq!(
+            cur,
+            TopaCursor {
+                table: 0x2000,
+                index: 0,
+                offset: 4096
+            }
+        );
+        let (base, mask) = cur.to_msrs();
+        assert_eq!(TopaCursor::from_msrs(base, mask), cur);
+        // Writing again at a full STOP region drops everything.
+        let ev = cur
+            .write(&tables, &[1, 2, 3], &mut |_, _| panic!("no output"))
+            .unwrap();
+        assert_eq!(ev, vec![TopaEvent::Stopped { dropped: 3 }]);
+        // END loops and dangling pointers are errors, not hangs.
+        let looped = TopaTable {
+            base: 0x3000,
+            entries: vec![TopaEntry::end(0x3000)],
+        };
+        let only = |base: u64| (base == 0x3000).then_some(&looped);
+        let mut c = TopaCursor {
+            table: 0x3000,
+            ..TopaCursor::default()
+        };
+        assert_eq!(
+            c.write(&only, &[0], &mut |_, _| {}),
+            Err(OutputError::EndLoop)
+        );
+        let mut c = TopaCursor {
+            table: 0x9000,
+            ..TopaCursor::default()
+        };
+        assert_eq!(
+            c.write(&only, &[0], &mut |_, _| {}),
+            Err(OutputError::UnknownTable { table: 0x9000 })
+        );
+        let mut c = TopaCursor {
+            table: 0x3000,
+            index: 5,
+            offset: 0,
+        };
+        assert_eq!(
+            c.write(&only, &[0], &mut |_, _| {}),
+            Err(OutputError::EntryOutOfRange {
+                table: 0x3000,
+                index: 5
+            })
         );
     }
 }
