@@ -149,7 +149,7 @@ pub fn expand_line(text: &str, labels: &Labels) -> Result<String, ExpReason> {
             let ends_well = after
                 .as_bytes()
                 .get(n.end)
-                .map_or(true, |&b| is_c_space(b) || b.is_ascii_punctuation());
+                .is_none_or(|&b| is_c_space(b) || b.is_ascii_punctuation());
             if !ends_well || n.value > 8 {
                 return Err(bad());
             }

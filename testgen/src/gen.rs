@@ -10,11 +10,12 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::asm::{assemble, AsmError};
 use crate::cstr::is_c_space;
 use crate::directive::{parse_packet, Emit};
 use crate::exp;
 use crate::labels::Labels;
-use crate::ptt::{exp_file_name, find_directive, split_lines, Cpu, Marker};
+use crate::ptt::{exp_file_name, file_root, find_directive, split_lines, Cpu, Marker};
 
 /// An error with the source position it belongs to; displays as `file:line: message`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -26,6 +27,16 @@ pub struct GenError {
     pub line: usize,
     /// What went wrong.
     pub message: String,
+}
+
+impl From<AsmError> for GenError {
+    fn from(e: AsmError) -> Self {
+        Self {
+            file: e.file,
+            line: e.line,
+            message: e.message,
+        }
+    }
 }
 
 /// One packet directive and where its bytes went.
@@ -153,6 +164,28 @@ pub struct Outputs {
     pub lst: String,
     /// The trace and expectations.
     pub trace: Trace,
+}
+
+/// Assemble a .ptt source read from `path` and generate everything pttestgen writes.
+/// `cpu` only affects the names of the .exp files.
+pub fn generate(source: &str, path: &Path, cpu: Option<Cpu>) -> Result<Outputs, GenError> {
+    let file = path.display().to_string();
+    let asm = assemble(source, &file)?;
+    let labels = Labels::from_assembly(
+        &asm.labels,
+        asm.org,
+        asm.sections
+            .iter()
+            .map(|s| (s.name.clone(), s.vstart, s.offset, s.size)),
+    );
+    let root = file_root(path);
+    let trace = process(source, &file, labels, &root, cpu)?;
+    Ok(Outputs {
+        root,
+        bin: asm.bytes,
+        lst: asm.listing,
+        trace,
+    })
 }
 
 impl Outputs {

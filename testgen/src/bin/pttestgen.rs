@@ -1,0 +1,81 @@
+//! pttestgen: a drop-in for libipt's pttc.
+//!
+//! Reads an annotated assembly file (.ptt), assembles it and writes, into the current
+//! directory (or `--output-dir`), `<root>.bin`, `<root>.pt`, `<root>.lst` and one
+//! `<root>-<tool>[-cpu_<f>_<m>[_<s>]].exp` per `.exp` section; prints the names of the
+//! .exp files, one per line. On error: one `file:line: message` line on stderr, exit
+//! status 1, and no new files.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use pt_testgen::gen::generate;
+use pt_testgen::ptt::Cpu;
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Generate an Intel PT trace and expected tool output from a .ptt file"
+)]
+struct Args {
+    /// The processor to name the .exp files for: `none` or family/model[/stepping].
+    #[arg(long, value_name = "none|F/M[/S]", value_parser = parse_cpu)]
+    cpu: Option<CpuArg>,
+    /// Where to write the files (default: the current directory).
+    #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// The annotated assembly file.
+    pttfile: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CpuArg(Option<Cpu>);
+
+fn parse_cpu(s: &str) -> Result<CpuArg, String> {
+    if s == "none" {
+        return Ok(CpuArg(None));
+    }
+    s.parse::<Cpu>()
+        .map(|c| CpuArg(Some(c)))
+        .map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let path = &args.pttfile;
+    let source = match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        Err(e) => {
+            eprintln!("{}: cannot read: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let outputs = match generate(&source, path, args.cpu.and_then(|c| c.0)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = args
+        .output_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("."));
+    if let Err(e) = outputs.write(&dir) {
+        eprintln!(
+            "{}: cannot write output files in {}: {e}",
+            path.display(),
+            dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    for name in outputs.printed() {
+        match &args.output_dir {
+            Some(d) => println!("{}", d.join(name).display()),
+            None => println!("{name}"),
+        }
+    }
+    ExitCode::SUCCESS
+}
