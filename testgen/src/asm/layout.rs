@@ -1,0 +1,850 @@
+//! Layout: assigns addresses to every line, relaxes branches and other
+//! value-dependent encodings over several passes, places sections and writes
+//! the flat binary the way `yasm -f bin` does.
+//!
+//! Passes start optimistic (forward references point at the referencing line,
+//! so branches start short) and encodings only grow from one pass to the next;
+//! the fixed point reached is the one yasm's span-based optimiser reaches.
+
+use super::expr::{self, Expr, Scope, Value};
+use super::insn::{self, Context};
+use super::parse::{Body, DataItem, Line, SectionDecl, Stmt};
+use super::{AsmError, LineInfo, SectionInfo};
+use std::collections::{BTreeMap, HashMap};
+
+/// Upper bound on relaxation passes before giving up.
+const MAX_PASSES: usize = 500;
+
+/// yasm's default alignment of a section that follows another in `-f bin`.
+const DEFAULT_SECTION_ALIGN: u64 = 4;
+
+/// A section as the layout sees it.
+#[derive(Debug, Clone)]
+struct Section {
+    name: String,
+    start: Option<u64>,
+    vstart: Option<u64>,
+    follows: Option<String>,
+    align: u64,
+    nobits: bool,
+    /// Load address (file position + org).
+    lma: u64,
+    /// Virtual address of offset 0.
+    vma: u64,
+    size: u64,
+}
+
+impl Section {
+    fn new(name: &str) -> Self {
+        Section {
+            name: name.to_string(),
+            start: None,
+            vstart: None,
+            follows: None,
+            align: DEFAULT_SECTION_ALIGN,
+            nobits: name == ".bss",
+            lma: 0,
+            vma: 0,
+            size: 0,
+        }
+    }
+
+    /// yasm fills alignment in code with NOPs, elsewhere with zeros.
+    fn is_code(&self) -> bool {
+        self.name == ".text"
+    }
+}
+
+/// What one line produced.
+#[derive(Debug, Clone, Default)]
+pub struct Emitted {
+    /// Index of the section the line belongs to.
+    pub section: usize,
+    /// Offset of the line's first byte within its section.
+    pub offset: u64,
+    /// Virtual address at the start of the line.
+    pub addr: u64,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// Length of one repetition when `times` repeated the body more than once.
+    pub rept_unit: Option<usize>,
+    /// True if the bytes are alignment padding (not shown in the listing).
+    pub padding: bool,
+}
+
+/// The result of layout.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The flat binary.
+    pub bytes: Vec<u8>,
+    /// The origin.
+    pub org: u64,
+    /// Label addresses, plus pttc's special labels.
+    pub labels: BTreeMap<String, u64>,
+    /// Sections, in declaration order.
+    pub sections: Vec<SectionInfo>,
+    /// Per-line addresses.
+    pub lines: Vec<LineInfo>,
+    /// Per-line emitted bytes, for the listing.
+    pub emitted: Vec<Emitted>,
+}
+
+/// A symbol's definition: a place in a section, or an `equ` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sym {
+    /// A label: section index and offset. Its address follows the section
+    /// when sections move between passes.
+    Loc { section: usize, offset: u64 },
+    /// An `equ`: value and whether it is an address.
+    Equ(i64, bool),
+}
+
+type Symbols = HashMap<String, Sym>;
+
+#[derive(Clone, Copy)]
+struct PassScope<'a> {
+    current: &'a Symbols,
+    previous: &'a Symbols,
+    bases: &'a [u64],
+    here: i64,
+    section_start: i64,
+    provisional: bool,
+}
+
+impl Scope for PassScope<'_> {
+    fn symbol(&self, name: &str) -> Option<(i64, bool)> {
+        match self.current.get(name).or_else(|| self.previous.get(name))? {
+            Sym::Loc { section, offset } => Some((
+                self.bases
+                    .get(*section)
+                    .copied()
+                    .unwrap_or(0)
+                    .wrapping_add(*offset) as i64,
+                true,
+            )),
+            Sym::Equ(v, loc) => Some((*v, *loc)),
+        }
+    }
+    fn here(&self) -> i64 {
+        self.here
+    }
+    fn section_start(&self) -> i64 {
+        self.section_start
+    }
+    fn provisional(&self) -> bool {
+        self.provisional
+    }
+}
+
+struct PassResult {
+    symbols: Symbols,
+    emitted: Vec<Emitted>,
+    sections: Vec<Section>,
+    org: u64,
+    org_seen: bool,
+}
+
+struct Assembler<'a> {
+    lines: &'a [Line],
+    file: &'a str,
+    floors: Vec<usize>,
+}
+
+fn err(file: &str, line: usize, message: impl Into<String>) -> AsmError {
+    AsmError {
+        file: file.to_string(),
+        line,
+        message: message.into(),
+    }
+}
+
+fn align_up(v: u64, a: u64) -> u64 {
+    if a <= 1 {
+        v
+    } else {
+        v.div_ceil(a).saturating_mul(a)
+    }
+}
+
+/// The NOP patterns yasm 1.3 fills code alignment with, by mode and length.
+fn nop_fill(bits: u32, len: usize) -> Vec<u8> {
+    const F16: [&[u8]; 16] = [
+        &[],
+        &[0x90],
+        &[0x89, 0xf6],
+        &[0x8d, 0x74, 0x00],
+        &[0x8d, 0xb4, 0x00, 0x00],
+        &[0x90, 0x8d, 0xb4, 0x00, 0x00],
+        &[0x89, 0xf6, 0x8d, 0xbd, 0x00, 0x00],
+        &[0x8d, 0x74, 0x00, 0x8d, 0xbd, 0x00, 0x00],
+        &[0x8d, 0xb4, 0x00, 0x00, 0x8d, 0xbd, 0x00, 0x00],
+        &[0xeb, 0x07, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90],
+        &[0xeb, 0x08, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90],
+        &[
+            0xeb, 0x09, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+        ],
+        &[
+            0xeb, 0x0a, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+        ],
+        &[
+            0xeb, 0x0b, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+        ],
+        &[
+            0xeb, 0x0c, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+        ],
+        &[
+            0xeb, 0x0d, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+            0x90,
+        ],
+    ];
+    const F32: [&[u8]; 16] = [
+        &[],
+        &[0x90],
+        &[0x66, 0x90],
+        &[0x8d, 0x76, 0x00],
+        &[0x8d, 0x74, 0x26, 0x00],
+        &[0x90, 0x8d, 0x74, 0x26, 0x00],
+        &[0x8d, 0xb6, 0x00, 0x00, 0x00, 0x00],
+        &[0x8d, 0xb4, 0x26, 0x00, 0x00, 0x00, 0x00],
+        &[0x90, 0x8d, 0xb4, 0x26, 0x00, 0x00, 0x00, 0x00],
+        &[0xeb, 0x07, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90],
+        &[0xeb, 0x08, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90],
+        &[
+            0xeb, 0x09, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+        ],
+        &[
+            0xeb, 0x0a, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+        ],
+        &[
+            0xeb, 0x0b, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+        ],
+        &[
+            0xeb, 0x0c, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+        ],
+        &[
+            0xeb, 0x0d, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+            0x90,
+        ],
+    ];
+    // 64-bit mode: the long NOPs (0F 1F /0) with 66/2E padding.
+    const F64: [&[u8]; 16] = [
+        &[],
+        &[0x90],
+        &[0x66, 0x90],
+        &[0x0f, 0x1f, 0x00],
+        &[0x0f, 0x1f, 0x40, 0x00],
+        &[0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+        &[0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+        &[
+            0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00,
+        ],
+        &[
+            0x66, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00,
+        ],
+        &[
+            0x66, 0x66, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00,
+        ],
+        &[
+            0x66, 0x66, 0x66, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00,
+        ],
+        &[
+            0x66, 0x66, 0x66, 0x66, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00,
+            0x00,
+        ],
+    ];
+    let table = match bits {
+        16 => &F16,
+        32 => &F32,
+        _ => &F64,
+    };
+    // Longest pattern first, then the remainder, as yasm does.
+    let mut out = Vec::with_capacity(len);
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(15);
+        out.extend_from_slice(table.get(n).copied().unwrap_or_default());
+        left -= n;
+    }
+    out
+}
+
+impl<'a> Assembler<'a> {
+    fn pass(&mut self, previous: &PassResult, final_pass: bool) -> Result<PassResult, AsmError> {
+        let mut sections: Vec<Section> = previous.sections.clone();
+        for s in &mut sections {
+            s.size = 0;
+        }
+        let mut offsets = vec![0u64; sections.len()];
+        let mut bases: Vec<u64> = sections.iter().map(|s| s.vma).collect();
+        let mut cur = 0usize;
+        let mut bits = 16u32;
+        let mut default_rel = false;
+        let mut symbols = Symbols::new();
+        let mut emitted = Vec::with_capacity(self.lines.len());
+        let mut org = previous.org;
+        let mut org_seen = false;
+        let file = self.file;
+
+        for (idx, line) in self.lines.iter().enumerate() {
+            let section = sections
+                .get(cur)
+                .ok_or_else(|| err(file, line.number, "internal: no section"))?;
+            let offset = offsets.get(cur).copied().unwrap_or(0);
+            let addr = section.vma.wrapping_add(offset);
+            let section_start = section.vma;
+            let mut out = Emitted {
+                section: cur,
+                offset,
+                addr,
+                ..Emitted::default()
+            };
+
+            if let Some(name) = &line.label {
+                if !matches!(line.stmt, Stmt::Equ(_))
+                    && symbols
+                        .insert(
+                            name.clone(),
+                            Sym::Loc {
+                                section: cur,
+                                offset,
+                            },
+                        )
+                        .is_some()
+                {
+                    return Err(err(file, line.number, format!("redefinition of `{name}'")));
+                }
+            }
+
+            let scope = PassScope {
+                current: &symbols,
+                previous: &previous.symbols,
+                bases: &bases,
+                here: addr as i64,
+                section_start: section_start as i64,
+                provisional: !final_pass,
+            };
+            let number = line.number;
+            let eval_abs = |e: &Expr, what: &str| -> Result<Value, AsmError> {
+                let v = expr::eval(e, &scope).map_err(|m| err(file, number, m.to_string()))?;
+                if !v.is_absolute() && !v.provisional {
+                    return Err(err(file, number, format!("{what} must be a constant")));
+                }
+                Ok(v)
+            };
+
+            match &line.stmt {
+                Stmt::Empty | Stmt::Ignored => {}
+                Stmt::Equ(e) => {
+                    let v = expr::eval(e, &scope).map_err(|m| err(file, number, m.to_string()))?;
+                    if let Some(name) = &line.label {
+                        if symbols
+                            .insert(name.clone(), Sym::Equ(v.value, !v.is_absolute()))
+                            .is_some()
+                        {
+                            return Err(err(file, number, format!("redefinition of `{name}'")));
+                        }
+                    }
+                }
+                Stmt::Org(e) => {
+                    let v = eval_abs(e, "org")?;
+                    if org_seen && v.value as u64 != org {
+                        return Err(err(file, number, "program origin redefined"));
+                    }
+                    org = v.value as u64;
+                    org_seen = true;
+                }
+                Stmt::Bits(b) => bits = *b,
+                Stmt::DefaultRel(r) => default_rel = *r && bits == 64,
+                Stmt::Section(decl) => {
+                    cur = self.section(&mut sections, &mut offsets, decl, &scope, number)?;
+                    let s = sections
+                        .get(cur)
+                        .ok_or_else(|| err(file, number, "internal: no section"))?;
+                    if bases.len() < sections.len() {
+                        bases.push(s.vma);
+                    }
+                    out.section = cur;
+                    out.offset = offsets.get(cur).copied().unwrap_or(0);
+                    out.addr = s.vma.wrapping_add(out.offset);
+                }
+                Stmt::Align { boundary, fill } => {
+                    let n = eval_abs(boundary, "alignment")?.value;
+                    if n <= 0 || (n & (n - 1)) != 0 {
+                        return Err(err(file, number, "alignment must be a power of two"));
+                    }
+                    let n = n as u64;
+                    let pad = (n - offset % n) % n;
+                    out.bytes = match fill {
+                        Some(f) => vec![eval_abs(f, "fill")?.value as u8; pad as usize],
+                        None if section.is_code() => nop_fill(bits, pad as usize),
+                        None => vec![0; pad as usize],
+                    };
+                    out.padding = true;
+                    // A section is at least as aligned as anything in it.
+                    if let Some(s) = sections.get_mut(cur) {
+                        s.align = s.align.max(n);
+                    }
+                }
+                Stmt::Emit { times, body } => {
+                    let count = match times {
+                        None => 1,
+                        Some(t) => {
+                            let v = eval_abs(t, "times count")?;
+                            if v.value < 0 {
+                                if final_pass {
+                                    return Err(err(file, number, "times count is negative"));
+                                }
+                                0
+                            } else {
+                                v.value as u64
+                            }
+                        }
+                    };
+                    let floor = self.floors.get(idx).copied().unwrap_or(0);
+                    let result = emit_body(
+                        body,
+                        count,
+                        bits,
+                        addr,
+                        default_rel,
+                        floor,
+                        &scope,
+                        final_pass,
+                    );
+                    match result {
+                        Ok((bytes, unit)) => {
+                            if let Some(f) = self.floors.get_mut(idx) {
+                                *f = unit;
+                            }
+                            out.rept_unit = (count > 1).then_some(unit);
+                            out.bytes = bytes;
+                        }
+                        Err(m) if final_pass => return Err(err(file, number, m)),
+                        Err(_) => {
+                            // Values are still settling: keep the last size.
+                            out.bytes = vec![0; floor.saturating_mul(count as usize)];
+                        }
+                    }
+                }
+            }
+            let len = out.bytes.len() as u64;
+            if let Some(o) = offsets.get_mut(out.section) {
+                *o += len;
+            }
+            emitted.push(out);
+        }
+        for (s, o) in sections.iter_mut().zip(&offsets) {
+            s.size = *o;
+        }
+        Ok(PassResult {
+            symbols,
+            emitted,
+            sections,
+            org,
+            org_seen,
+        })
+    }
+
+    fn section(
+        &self,
+        sections: &mut Vec<Section>,
+        offsets: &mut Vec<u64>,
+        decl: &SectionDecl,
+        scope: &PassScope<'_>,
+        number: usize,
+    ) -> Result<usize, AsmError> {
+        let idx = match sections.iter().position(|s| s.name == decl.name) {
+            Some(i) => i,
+            None => {
+                sections.push(Section::new(&decl.name));
+                offsets.push(0);
+                sections.len() - 1
+            }
+        };
+        let constant = |e: &Expr, what: &str| -> Result<u64, AsmError> {
+            match expr::eval(e, scope) {
+                Ok(v) if v.is_absolute() => Ok(v.value as u64),
+                Ok(_) => Err(err(
+                    self.file,
+                    number,
+                    format!("section {what} must be a constant"),
+                )),
+                Err(m) => Err(err(self.file, number, m.to_string())),
+            }
+        };
+        let start = decl
+            .start
+            .as_ref()
+            .map(|e| constant(e, "start"))
+            .transpose()?;
+        let vstart = decl
+            .vstart
+            .as_ref()
+            .map(|e| constant(e, "vstart"))
+            .transpose()?;
+        let align = decl
+            .align
+            .as_ref()
+            .map(|e| constant(e, "align"))
+            .transpose()?;
+        if let Some(a) = align {
+            if a == 0 || (a & (a - 1)) != 0 {
+                return Err(err(
+                    self.file,
+                    number,
+                    "section alignment must be a power of two",
+                ));
+            }
+        }
+        let s = sections
+            .get_mut(idx)
+            .ok_or_else(|| err(self.file, number, "internal: no section"))?;
+        if start.is_some() {
+            s.start = start;
+        }
+        if vstart.is_some() {
+            s.vstart = vstart;
+        }
+        if let Some(a) = align {
+            s.align = a;
+        }
+        if decl.follows.is_some() {
+            s.follows = decl.follows.clone();
+        }
+        if let Some(nb) = decl.nobits {
+            s.nobits = nb;
+        }
+        Ok(idx)
+    }
+
+    /// Places sections after a pass: load addresses and virtual addresses.
+    fn place(&self, sections: &mut [Section], org: u64) -> Result<(), AsmError> {
+        let mut prev_end = org;
+        for i in 0..sections.len() {
+            let Some(s) = sections.get(i) else { continue };
+            let lma = if let Some(st) = s.start {
+                st
+            } else if let Some(f) = &s.follows {
+                let target = sections
+                    .iter()
+                    .take(i)
+                    .find(|t| &t.name == f)
+                    .ok_or_else(|| {
+                        err(
+                            self.file,
+                            0,
+                            format!("section `{f}' to follow is unknown or not earlier"),
+                        )
+                    })?;
+                align_up(target.lma + target.size, s.align)
+            } else if i == 0 {
+                org
+            } else {
+                align_up(prev_end, s.align)
+            };
+            let vma = s.vstart.unwrap_or(lma);
+            let nobits = s.nobits;
+            let size = s.size;
+            if let Some(s) = sections.get_mut(i) {
+                s.lma = lma;
+                s.vma = vma;
+            }
+            if !nobits {
+                prev_end = lma + size;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emit_body(
+    body: &Body,
+    count: u64,
+    bits: u32,
+    addr: u64,
+    default_rel: bool,
+    floor: usize,
+    scope: &PassScope<'_>,
+    final_pass: bool,
+) -> Result<(Vec<u8>, usize), String> {
+    match body {
+        Body::Reserve { unit, count: n } => {
+            let v = expr::eval(n, scope).map_err(|e| e.to_string())?;
+            if !v.is_absolute() && !v.provisional {
+                return Err("reserve count must be a constant".into());
+            }
+            let n = if v.value < 0 {
+                if final_pass {
+                    return Err("reserve count is negative".into());
+                }
+                0
+            } else {
+                v.value as u64
+            };
+            let unit_len = n.saturating_mul(u64::from(*unit));
+            let total = unit_len
+                .checked_mul(count)
+                .filter(|t| *t <= 1 << 32)
+                .ok_or("reserved space too large")?;
+            Ok((vec![0; total as usize], unit_len as usize))
+        }
+        Body::Data { unit, items } => {
+            // yasm evaluates `$` once, at the start of the line, for every
+            // repetition, so data repeats unchanged.
+            let one = encode_data(*unit, items, scope)?;
+            repeat(one, count, false, |_| Ok(Vec::new()))
+        }
+        Body::Insn(insn) => {
+            let ctx = Context {
+                bits,
+                ip: addr,
+                default_rel,
+                floor,
+            };
+            let mut eval = |e: &Expr| expr::eval(e, scope);
+            let one = insn::encode(insn, &ctx, &mut eval)?;
+            let per_rep = insn.operands.iter().any(|o| match o {
+                super::parse::Operand::Imm(i) => i.expr.depends_on_layout(),
+                super::parse::Operand::Mem(m) => {
+                    m.disp.as_ref().is_some_and(|d| d.depends_on_layout())
+                }
+                super::parse::Operand::Far { .. } => true,
+                super::parse::Operand::Reg(_) => false,
+            });
+            let unit = one.len() as u64;
+            repeat(one, count, per_rep, |k| {
+                // Each copy sits at its own address; `$` stays the line start.
+                let ctx = Context {
+                    bits,
+                    ip: addr + k * unit,
+                    default_rel,
+                    floor,
+                };
+                let mut eval = |e: &Expr| expr::eval(e, scope);
+                insn::encode(insn, &ctx, &mut eval)
+            })
+        }
+    }
+}
+
+fn encode_data(unit: u8, items: &[DataItem], scope: &PassScope<'_>) -> Result<Vec<u8>, String> {
+    let unit = usize::from(unit);
+    let mut one = Vec::new();
+    for item in items {
+        match item {
+            DataItem::Bytes(b) => {
+                one.extend_from_slice(b);
+                one.extend(std::iter::repeat_n(0, (unit - b.len() % unit) % unit));
+            }
+            DataItem::Expr(e) => {
+                let v = expr::eval(e, scope).map_err(|e| e.to_string())?;
+                let le = (v.value as u64).to_le_bytes();
+                one.extend_from_slice(le.get(..unit).unwrap_or(&le));
+            }
+        }
+    }
+    Ok(one)
+}
+
+/// Repeats one encoding `count` times; `again(k)` re-encodes repetition k
+/// when its bytes depend on its own address.
+fn repeat(
+    one: Vec<u8>,
+    count: u64,
+    per_rep: bool,
+    mut again: impl FnMut(u64) -> Result<Vec<u8>, String>,
+) -> Result<(Vec<u8>, usize), String> {
+    let unit = one.len();
+    let total = (unit as u64)
+        .checked_mul(count)
+        .filter(|t| *t <= 1 << 32)
+        .ok_or("times count too large")?;
+    let mut out = Vec::with_capacity(total as usize);
+    if count == 0 {
+        return Ok((out, unit));
+    }
+    out.extend_from_slice(&one);
+    for k in 1..count {
+        if per_rep {
+            let b = again(k)?;
+            if b.len() != unit {
+                return Err("repeated instruction changes size".into());
+            }
+            out.extend_from_slice(&b);
+        } else {
+            out.extend_from_slice(&one);
+        }
+    }
+    Ok((out, unit))
+}
+
+/// Lays out parsed lines into a flat binary.
+pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
+    let mut asm = Assembler {
+        lines,
+        file,
+        floors: vec![0; lines.len()],
+    };
+    let mut prev = PassResult {
+        symbols: Symbols::new(),
+        emitted: Vec::new(),
+        sections: vec![Section::new(".text")],
+        org: 0,
+        org_seen: false,
+    };
+    let mut converged = false;
+    for _ in 0..MAX_PASSES {
+        let mut next = asm.pass(&prev, false)?;
+        asm.place(&mut next.sections, next.org)?;
+        let same = next.symbols == prev.symbols
+            && next.org == prev.org
+            && next
+                .sections
+                .iter()
+                .map(|s| (s.lma, s.vma, s.size))
+                .eq(prev.sections.iter().map(|s| (s.lma, s.vma, s.size)))
+            && next
+                .emitted
+                .iter()
+                .map(|e| e.bytes.len())
+                .eq(prev.emitted.iter().map(|e| e.bytes.len()));
+        prev = next;
+        if same {
+            converged = true;
+            break;
+        }
+    }
+    if !converged {
+        return Err(err(file, 0, "layout does not converge"));
+    }
+    let mut fin = asm.pass(&prev, true)?;
+    asm.place(&mut fin.sections, fin.org)?;
+    let _ = fin.org_seen;
+    finish(fin, file)
+}
+
+fn finish(fin: PassResult, file: &str) -> Result<Layout, AsmError> {
+    let org = fin.org;
+    // File image: every section with bytes, at its load address minus org.
+    let mut image_len = 0u64;
+    for s in fin.sections.iter().filter(|s| !s.nobits && s.size > 0) {
+        let off = s.lma.checked_sub(org).ok_or_else(|| {
+            err(
+                file,
+                0,
+                format!("section `{}' starts before the origin", s.name),
+            )
+        })?;
+        image_len = image_len.max(off + s.size);
+    }
+    if image_len > 1 << 32 {
+        return Err(err(file, 0, "output file too large"));
+    }
+    let live: Vec<&Section> = fin
+        .sections
+        .iter()
+        .filter(|s| !s.nobits && s.size > 0)
+        .collect();
+    for (i, a) in live.iter().enumerate() {
+        for b in live.iter().skip(i + 1) {
+            if a.lma < b.lma + b.size && b.lma < a.lma + a.size {
+                return Err(err(
+                    file,
+                    0,
+                    format!("sections `{}' and `{}' overlap", a.name, b.name),
+                ));
+            }
+        }
+    }
+    let mut bytes = vec![0u8; image_len as usize];
+    let mut lines = Vec::with_capacity(fin.emitted.len());
+    for (e, number) in fin.emitted.iter().zip(1..) {
+        let s = fin
+            .sections
+            .get(e.section)
+            .ok_or_else(|| err(file, number, "internal: no section"))?;
+        let file_off = (s.lma + e.offset).wrapping_sub(org);
+        if !s.nobits && !e.bytes.is_empty() {
+            let dst = bytes
+                .get_mut(file_off as usize..file_off as usize + e.bytes.len())
+                .ok_or_else(|| err(file, number, "internal: line outside the image"))?;
+            dst.copy_from_slice(&e.bytes);
+        }
+        lines.push(LineInfo {
+            line: number,
+            addr: e.addr,
+            offset: file_off,
+            len: e.bytes.len(),
+        });
+    }
+    let mut labels: BTreeMap<String, u64> = BTreeMap::new();
+    for (name, sym) in &fin.symbols {
+        match *sym {
+            Sym::Loc { section, offset } => {
+                let base = fin.sections.get(section).map_or(0, |s| s.vma);
+                labels.insert(name.clone(), base.wrapping_add(offset));
+            }
+            Sym::Equ(v, true) => {
+                labels.insert(name.clone(), v as u64);
+            }
+            Sym::Equ(_, false) => {}
+        }
+    }
+    labels.insert("org".into(), org);
+    let mut sections = Vec::new();
+    for s in &fin.sections {
+        if let Some(v) = s.vstart {
+            labels.insert(format!("section_{}_vstart", s.name), v);
+        }
+        if let Some(v) = s.start {
+            labels.insert(format!("section_{}_start", s.name), v);
+        }
+        labels.insert(format!("section_{}_length", s.name), s.size);
+        sections.push(SectionInfo {
+            name: s.name.clone(),
+            vstart: s.vma,
+            offset: s.lma.wrapping_sub(org),
+            size: s.size,
+        });
+    }
+    Ok(Layout {
+        bytes,
+        org,
+        labels,
+        sections,
+        lines,
+        emitted: fin.emitted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nop_fill_matches_yasm() {
+        assert_eq!(nop_fill(64, 3), vec![0x0f, 0x1f, 0x00]);
+        assert_eq!(nop_fill(32, 2), vec![0x66, 0x90]);
+        assert_eq!(nop_fill(16, 2), vec![0x89, 0xf6]);
+        // 250 bytes: sixteen 15-byte NOPs and a 10-byte one.
+        let f = nop_fill(64, 250);
+        assert_eq!(f.len(), 250);
+        assert_eq!(
+            f.get(..7),
+            Some(&[0x66, 0x66, 0x66, 0x66, 0x66, 0x66, 0x2e][..])
+        );
+        assert_eq!(f.get(240..243), Some(&[0x66, 0x2e, 0x0f][..]));
+    }
+
+    #[test]
+    fn align_up_rounds() {
+        assert_eq!(align_up(5, 4), 8);
+        assert_eq!(align_up(8, 4), 8);
+        assert_eq!(align_up(7, 1), 7);
+    }
+}
