@@ -329,6 +329,29 @@ pub trait CodeSource {
 
     /// A value that changes whenever the bytes at any address may have changed.
     fn stamp(&self) -> u64;
+
+    /// Copies bytes from `ip` into `buf`, crossing from one run into the next, until
+    /// `buf` is full or the next address is unmapped. Returns how many bytes were
+    /// copied (at least one), or [`ErrorCode::NoMap`] if nothing is mapped at `ip`.
+    fn read(&self, ip: u64, buf: &mut [u8]) -> Result<usize, CodeError> {
+        let mut done = 0;
+        let mut at = ip;
+        while done < buf.len() {
+            let bytes = match self.bytes_at(at) {
+                Ok(bytes) => bytes,
+                Err(err) if done == 0 => return Err(err),
+                Err(_) => break,
+            };
+            let n = bytes.len().min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&bytes[..n]);
+            done += n;
+            match at.checked_add(n as u64) {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        Ok(done)
+    }
 }
 
 static NEXT_STAMP: AtomicU64 = AtomicU64::new(1);
@@ -549,23 +572,7 @@ impl Image {
     /// is full or the next address is unmapped. Returns how many bytes were copied
     /// (at least one), or [`ErrorCode::NoMap`] if nothing is mapped at `ip`.
     pub fn read(&self, ip: u64, buf: &mut [u8]) -> Result<usize, CodeError> {
-        let mut done = 0;
-        let mut at = ip;
-        while done < buf.len() {
-            let bytes = match self.bytes_at(at) {
-                Ok(bytes) => bytes,
-                Err(err) if done == 0 => return Err(err),
-                Err(_) => break,
-            };
-            let n = bytes.len().min(buf.len() - done);
-            buf[done..done + n].copy_from_slice(&bytes[..n]);
-            done += n;
-            match at.checked_add(n as u64) {
-                Some(next) => at = next,
-                None => break,
-            }
-        }
-        Ok(done)
+        CodeSource::read(self, ip, buf)
     }
 }
 

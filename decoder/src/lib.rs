@@ -2,11 +2,13 @@
 //! model ([`time`]) and the tools built on them.
 #![deny(missing_docs)]
 
+pub mod block_cache;
 pub mod config;
 pub mod dump;
 pub mod error;
 pub mod event;
 pub mod image;
+pub mod insn;
 pub mod packet;
 pub mod parallel;
 pub mod time;
