@@ -1,1 +1,5 @@
-//! placeholder
+//! Simulated Intel PT: a software model of the trace hardware and the
+//! execution sources that feed it retired instructions.
+#![deny(missing_docs)]
+
+pub mod exec;

@@ -1,0 +1,315 @@
+//! Instruction length and control-flow class from the bytes (iced-x86).
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind};
+
+use super::{CodeMemory, ExecError, ExecMode};
+
+/// Control-flow class of an instruction, as the PT logic needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InsnClass {
+    /// Not a control transfer: control goes to the next instruction.
+    Other,
+    /// Jcc, LOOP/LOOPcc, JrCXZ: taken or not (one TNT bit).
+    CondBranch,
+    /// Near JMP with the target in the instruction.
+    DirectJump,
+    /// Near JMP through a register or memory.
+    IndirectJump,
+    /// Near CALL with the target in the instruction.
+    DirectCall,
+    /// Near CALL through a register or memory.
+    IndirectCall,
+    /// Near RET.
+    Return,
+    /// Far JMP/CALL/RET, IRET: a far transfer within user mode.
+    FarBranch,
+    /// SYSCALL, SYSENTER, INT n, INT3, INT1, INTO: control passes to the kernel.
+    KernelEntry,
+}
+
+impl InsnClass {
+    /// Whether the instruction can change the flow of control.
+    pub fn is_branch(self) -> bool {
+        self != InsnClass::Other
+    }
+
+    /// Whether the target is not in the instruction (indirect, return, far).
+    pub fn is_indirect(self) -> bool {
+        matches!(
+            self,
+            InsnClass::IndirectJump
+                | InsnClass::IndirectCall
+                | InsnClass::Return
+                | InsnClass::FarBranch
+                | InsnClass::KernelEntry
+        )
+    }
+}
+
+/// Which instruction entered the kernel (selects the system call ABI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelEntry {
+    /// SYSCALL.
+    Syscall,
+    /// SYSENTER.
+    Sysenter,
+    /// INT n (`INT 0x80` is the i386 system call gate).
+    Int(u8),
+    /// INT3 (breakpoint).
+    Int3,
+    /// INT1 / ICEBP.
+    Int1,
+    /// INTO.
+    Into,
+}
+
+/// What one decoded instruction tells the execution sources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DecodedInsn {
+    /// Length in bytes.
+    pub len: u8,
+    /// Control-flow class.
+    pub class: InsnClass,
+    /// Target of a direct near jump, call or conditional branch.
+    pub target: Option<u64>,
+    /// Set for kernel entries: which instruction.
+    pub kernel_entry: Option<KernelEntry>,
+    /// A string instruction with a REP/REPNE prefix: single-stepping stops
+    /// after every iteration with the IP unchanged.
+    pub rep_string: bool,
+}
+
+/// The decoder bitness for an execution mode.
+pub fn bitness(mode: ExecMode) -> u32 {
+    match mode {
+        ExecMode::Bit16 => 16,
+        ExecMode::Bit32 => 32,
+        ExecMode::Bit64 | ExecMode::Unknown => 64,
+    }
+}
+
+/// Decodes the instruction at `ip` from `bytes` (which start at `ip`).
+pub fn decode_bytes(bytes: &[u8], ip: u64, mode: ExecMode) -> Result<DecodedInsn, ExecError> {
+    let mut decoder = Decoder::with_ip(bitness(mode), bytes, ip, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    decoder.decode_out(&mut insn);
+    if insn.is_invalid() {
+        // Too few bytes shows up as invalid too; callers tell the cases apart.
+        return Err(ExecError::InvalidInsn { ip });
+    }
+    Ok(classify(&insn))
+}
+
+/// Decodes the instruction at `ip` from captured code.
+pub fn decode_at(mem: &CodeMemory, ip: u64, mode: ExecMode) -> Result<DecodedInsn, ExecError> {
+    let mut buf = [0u8; 15];
+    let n = mem.read(ip, &mut buf);
+    if n == 0 {
+        return Err(ExecError::NoCode { ip });
+    }
+    match decode_bytes(&buf[..n], ip, mode) {
+        Err(ExecError::InvalidInsn { .. }) if n < buf.len() => Err(ExecError::NoCode {
+            ip: ip.wrapping_add(n as u64),
+        }),
+        r => r,
+    }
+}
+
+fn classify(insn: &Instruction) -> DecodedInsn {
+    let near_target = || match insn.op0_kind() {
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
+            Some(insn.near_branch_target())
+        }
+        _ => None,
+    };
+    let mnemonic = insn.mnemonic();
+    let (class, target, kernel_entry) = match insn.flow_control() {
+        FlowControl::Next | FlowControl::XbeginXabortXend | FlowControl::Exception => {
+            (InsnClass::Other, None, None)
+        }
+        FlowControl::ConditionalBranch => (InsnClass::CondBranch, near_target(), None),
+        FlowControl::UnconditionalBranch => {
+            if insn.is_jmp_far() {
+                (InsnClass::FarBranch, None, None)
+            } else {
+                (InsnClass::DirectJump, near_target(), None)
+            }
+        }
+        FlowControl::IndirectBranch => {
+            if insn.is_jmp_far_indirect() {
+                (InsnClass::FarBranch, None, None)
+            } else {
+                (InsnClass::IndirectJump, None, None)
+            }
+        }
+        FlowControl::Call => match mnemonic {
+            Mnemonic::Syscall => (InsnClass::KernelEntry, None, Some(KernelEntry::Syscall)),
+            Mnemonic::Sysenter => (InsnClass::KernelEntry, None, Some(KernelEntry::Sysenter)),
+            Mnemonic::Call if insn.is_call_far() => (InsnClass::FarBranch, None, None),
+            Mnemonic::Call => (InsnClass::DirectCall, near_target(), None),
+            // VMCALL and friends fault in user mode.
+            _ => (InsnClass::KernelEntry, None, None),
+        },
+        FlowControl::IndirectCall => {
+            if insn.is_call_far_indirect() {
+                (InsnClass::FarBranch, None, None)
+            } else {
+                (InsnClass::IndirectCall, None, None)
+            }
+        }
+        FlowControl::Return => match mnemonic {
+            Mnemonic::Ret => (InsnClass::Return, None, None),
+            Mnemonic::Retf | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => {
+                (InsnClass::FarBranch, None, None)
+            }
+            // SYSRET, SYSEXIT, RSM...: privileged, they fault in user mode.
+            _ => (InsnClass::KernelEntry, None, None),
+        },
+        FlowControl::Interrupt => {
+            let which = match mnemonic {
+                Mnemonic::Int3 => KernelEntry::Int3,
+                Mnemonic::Int1 => KernelEntry::Int1,
+                Mnemonic::Into => KernelEntry::Into,
+                _ => KernelEntry::Int(insn.immediate8()),
+            };
+            (InsnClass::KernelEntry, None, Some(which))
+        }
+    };
+    let rep_string = (insn.has_rep_prefix() || insn.has_repne_prefix())
+        && matches!(
+            mnemonic,
+            Mnemonic::Movsb
+                | Mnemonic::Movsw
+                | Mnemonic::Movsd
+                | Mnemonic::Movsq
+                | Mnemonic::Stosb
+                | Mnemonic::Stosw
+                | Mnemonic::Stosd
+                | Mnemonic::Stosq
+                | Mnemonic::Lodsb
+                | Mnemonic::Lodsw
+                | Mnemonic::Lodsd
+                | Mnemonic::Lodsq
+                | Mnemonic::Cmpsb
+                | Mnemonic::Cmpsw
+                | Mnemonic::Cmpsd
+                | Mnemonic::Cmpsq
+                | Mnemonic::Scasb
+                | Mnemonic::Scasw
+                | Mnemonic::Scasd
+                | Mnemonic::Scasq
+                | Mnemonic::Insb
+                | Mnemonic::Insw
+                | Mnemonic::Insd
+                | Mnemonic::Outsb
+                | Mnemonic::Outsw
+                | Mnemonic::Outsd
+        )
+        // MOVSD/CMPSD with operands are the SSE2 forms, not string moves.
+        && insn.op_count() <= 2
+        && (0..insn.op_count()).all(|i| {
+            matches!(
+                insn.op_kind(i),
+                OpKind::MemorySegSI
+                    | OpKind::MemorySegESI
+                    | OpKind::MemorySegRSI
+                    | OpKind::MemoryESDI
+                    | OpKind::MemoryESEDI
+                    | OpKind::MemoryESRDI
+                    | OpKind::Register
+            )
+        });
+    DecodedInsn {
+        len: insn.len() as u8,
+        class,
+        target,
+        kernel_entry,
+        rep_string,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(bytes: &[u8]) -> DecodedInsn {
+        decode_bytes(bytes, 0x1000, ExecMode::Bit64).unwrap()
+    }
+
+    #[test]
+    fn classes() {
+        assert_eq!(d(&[0x90]).class, InsnClass::Other);
+        let jz = d(&[0x74, 0x10]);
+        assert_eq!(
+            (jz.class, jz.len, jz.target),
+            (InsnClass::CondBranch, 2, Some(0x1012))
+        );
+        let jmp = d(&[0xeb, 0xfe]);
+        assert_eq!(
+            (jmp.class, jmp.target),
+            (InsnClass::DirectJump, Some(0x1000))
+        );
+        assert_eq!(d(&[0xff, 0xe0]).class, InsnClass::IndirectJump); // jmp rax
+        let call = d(&[0xe8, 0, 0, 0, 0]);
+        assert_eq!(
+            (call.class, call.target),
+            (InsnClass::DirectCall, Some(0x1005))
+        );
+        assert_eq!(d(&[0xff, 0xd0]).class, InsnClass::IndirectCall); // call rax
+        assert_eq!(d(&[0xc3]).class, InsnClass::Return);
+        assert_eq!(d(&[0xf3, 0xc3]).class, InsnClass::Return); // rep ret
+        assert!(!d(&[0xf3, 0xc3]).rep_string);
+        assert_eq!(d(&[0x48, 0xcf]).class, InsnClass::FarBranch); // iretq
+        let sc = d(&[0x0f, 0x05]);
+        assert_eq!(
+            (sc.class, sc.kernel_entry),
+            (InsnClass::KernelEntry, Some(KernelEntry::Syscall))
+        );
+        assert_eq!(d(&[0xcd, 0x80]).kernel_entry, Some(KernelEntry::Int(0x80)));
+        assert_eq!(d(&[0xcc]).kernel_entry, Some(KernelEntry::Int3));
+        assert_eq!(d(&[0xe2, 0xfe]).class, InsnClass::CondBranch); // loop
+        assert_eq!(d(&[0xe3, 0x00]).class, InsnClass::CondBranch); // jrcxz
+    }
+
+    #[test]
+    fn rep_string_detection() {
+        assert!(d(&[0xf3, 0xa4]).rep_string); // rep movsb
+        assert!(d(&[0xf3, 0x48, 0xab]).rep_string); // rep stosq
+        assert!(d(&[0xf2, 0xae]).rep_string); // repne scasb
+        assert!(!d(&[0xa4]).rep_string); // movsb
+                                         // movsd xmm0, xmm1 (F2 0F 10 C1) is an SSE move, not a string op.
+        assert!(!d(&[0xf2, 0x0f, 0x10, 0xc1]).rep_string);
+    }
+
+    #[test]
+    fn short_and_missing_bytes() {
+        let mut m = CodeMemory::new();
+        let mut page = vec![0x90u8; 4096];
+        page[4095] = 0xe8; // call rel32 cut by the page end
+        m.set_page(0x1000, &page);
+        assert!(matches!(
+            decode_at(&m, 0x1ffe, ExecMode::Bit64),
+            Ok(DecodedInsn { len: 1, .. })
+        ));
+        assert!(matches!(
+            decode_at(&m, 0x1fff, ExecMode::Bit64),
+            Err(ExecError::NoCode { ip: 0x2000 })
+        ));
+        assert!(matches!(
+            decode_at(&m, 0x3000, ExecMode::Bit64),
+            Err(ExecError::NoCode { ip: 0x3000 })
+        ));
+        assert!(matches!(
+            decode_bytes(&[0x0f, 0x0b], 0, ExecMode::Bit64),
+            Ok(DecodedInsn {
+                class: InsnClass::Other,
+                ..
+            })
+        )); // ud2 decodes; it never retires
+        assert!(matches!(
+            decode_bytes(&[0x06], 0, ExecMode::Bit64),
+            Err(ExecError::InvalidInsn { .. })
+        )); // push es
+        assert!(decode_bytes(&[0x06], 0, ExecMode::Bit32).is_ok());
+    }
+}

@@ -1,0 +1,874 @@
+//! The compact execution log: record an execution once, replay it fast.
+//!
+//! # Format (version 1)
+//! A 16-byte header: the magic `PTSIMEXL`, the version (u32 LE) and reserved
+//! flags (u32 LE, zero). Then records, each a tag byte and a payload; numbers
+//! are unsigned LEB128 (`v`) or zigzag LEB128 (`z`). There is no trailer: a
+//! reader stops cleanly at the end of the last complete record, so a log cut
+//! short by a killed recorder stays readable.
+//!
+//! | tag  | record      | payload |
+//! |------|-------------|---------|
+//! | 0x01 | code page   | `v` page number (address / 4096), 4096 bytes |
+//! | 0x02 | mode        | u8: 0 = 16-bit, 1 = 32-bit, 2 = 64-bit, 3 = unknown |
+//! | 0x03 | set IP      | `v` address of the next instruction |
+//! | 0x04 | sequential  | `v` n: n instructions, each falling through |
+//! | 0x05 | run         | `v` n, `z` d: n falling through, then one going to its fall-through + d |
+//! | 0x10 | exec        | `v` pid, `v` length, path bytes |
+//! | 0x11 | mappings    | `v` count, then per mapping `v` start, `v` size, `v` offset, u8 perms, `v` length, path |
+//! | 0x12 | syscall in  | `v` nr, 6 × `v` args |
+//! | 0x13 | syscall out | `v` nr, `z` ret |
+//! | 0x14 | signal      | `v` signo, `v` from, u8 has-handler, [`v` handler] |
+//! | 0x15 | exit        | u8 kind (0 exited, 1 killed), `z` value |
+//! | 0x16 | stopped     | u8 reason (0 step limit, 1 interrupted) |
+//!
+//! Instruction lengths and classes are not stored: the reader decodes them from
+//! the code pages, which the writer logs before the first instruction on them
+//! (and again whenever their contents change).
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use super::insn::decode_at;
+use super::memory::page_base;
+use super::{
+    CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind, Mapping, Perms,
+    Retired, StopReason, PAGE_SIZE,
+};
+
+/// File magic.
+pub const MAGIC: [u8; 8] = *b"PTSIMEXL";
+/// Current format version.
+pub const VERSION: u32 = 1;
+const HEADER_LEN: usize = 16;
+
+const TAG_CODE_PAGE: u8 = 0x01;
+const TAG_MODE: u8 = 0x02;
+const TAG_SET_IP: u8 = 0x03;
+const TAG_SEQ: u8 = 0x04;
+const TAG_RUN: u8 = 0x05;
+const TAG_EXEC: u8 = 0x10;
+const TAG_MAPPINGS: u8 = 0x11;
+const TAG_SYSCALL_ENTER: u8 = 0x12;
+const TAG_SYSCALL_EXIT: u8 = 0x13;
+const TAG_SIGNAL: u8 = 0x14;
+const TAG_EXIT: u8 = 0x15;
+const TAG_STOPPED: u8 = 0x16;
+
+fn mode_code(m: ExecMode) -> u8 {
+    match m {
+        ExecMode::Bit16 => 0,
+        ExecMode::Bit32 => 1,
+        ExecMode::Bit64 => 2,
+        ExecMode::Unknown => 3,
+    }
+}
+
+fn mode_from_code(c: u8) -> Option<ExecMode> {
+    Some(match c {
+        0 => ExecMode::Bit16,
+        1 => ExecMode::Bit32,
+        2 => ExecMode::Bit64,
+        3 => ExecMode::Unknown,
+        _ => return None,
+    })
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_v(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_v(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Writes an execution log. Records go through an internal buffer to `W`;
+/// call [`LogWriter::flush`] now and then so a killed recording keeps most of
+/// what it saw, and [`LogWriter::finish`] at the end.
+pub struct LogWriter<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    /// Page base → generation already logged.
+    logged_pages: HashMap<u64, u64>,
+    /// Where the reader will expect the next instruction.
+    expected_ip: Option<u64>,
+    mode: Option<ExecMode>,
+    /// Sequential instructions not yet written.
+    pending_seq: u64,
+    insns: u64,
+}
+
+/// Buffered bytes beyond which records are written out.
+const WRITE_CHUNK: usize = 64 * 1024;
+
+impl<W: Write> LogWriter<W> {
+    /// Starts a log: writes the header.
+    pub fn new(mut out: W) -> std::io::Result<Self> {
+        let mut h = [0u8; HEADER_LEN];
+        h[..8].copy_from_slice(&MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        out.write_all(&h)?;
+        Ok(Self {
+            out,
+            buf: Vec::with_capacity(WRITE_CHUNK + PAGE_SIZE as usize * 2),
+            logged_pages: HashMap::new(),
+            expected_ip: None,
+            mode: None,
+            pending_seq: 0,
+            insns: 0,
+        })
+    }
+
+    /// Instructions written so far.
+    pub fn instructions(&self) -> u64 {
+        self.insns
+    }
+
+    /// Appends one item. `mem` must hold the code of every instruction (the
+    /// source's [`ExecutionSource::memory`] right after yielding it). The
+    /// instruction is decoded from `mem` and must match what the item says,
+    /// so a replay reproduces it exactly.
+    pub fn write_item(&mut self, item: &ExecItem, mem: &CodeMemory) -> Result<(), ExecError> {
+        match item {
+            ExecItem::Insn(r) => self.write_insn(r, mem)?,
+            ExecItem::Event(e) => {
+                self.put_pending();
+                self.put_event(e);
+            }
+        }
+        if self.buf.len() >= WRITE_CHUNK {
+            self.write_out()?;
+        }
+        Ok(())
+    }
+
+    fn write_insn(&mut self, r: &Retired, mem: &CodeMemory) -> Result<(), ExecError> {
+        let d = decode_at(mem, r.ip, r.mode)?;
+        if d.len != r.len || d.class != r.class {
+            return Err(ExecError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("instruction at {:#x} does not match the code bytes", r.ip),
+            )));
+        }
+        // Log the pages the instruction occupies, before it.
+        let last = r.ip.wrapping_add(u64::from(r.len) - 1);
+        for base in [page_base(r.ip), page_base(last)] {
+            let gen = mem.generation(base).ok_or(ExecError::NoCode { ip: base })?;
+            if self.logged_pages.get(&base) != Some(&gen) {
+                self.put_pending();
+                let Some(bytes) = mem.page(base) else {
+                    return Err(ExecError::NoCode { ip: base });
+                };
+                self.buf.push(TAG_CODE_PAGE);
+                put_v(&mut self.buf, base / PAGE_SIZE);
+                self.buf.extend_from_slice(bytes);
+                self.logged_pages.insert(base, gen);
+            }
+        }
+        if self.mode != Some(r.mode) {
+            self.put_pending();
+            self.buf.push(TAG_MODE);
+            self.buf.push(mode_code(r.mode));
+            self.mode = Some(r.mode);
+        }
+        if self.expected_ip != Some(r.ip) {
+            self.put_pending();
+            self.buf.push(TAG_SET_IP);
+            put_v(&mut self.buf, r.ip);
+        }
+        let ft = r.fall_through();
+        if r.next_ip == ft {
+            self.pending_seq += 1;
+        } else {
+            self.buf.push(TAG_RUN);
+            put_v(&mut self.buf, self.pending_seq);
+            put_v(&mut self.buf, zigzag(r.next_ip.wrapping_sub(ft) as i64));
+            self.pending_seq = 0;
+        }
+        self.expected_ip = Some(r.next_ip);
+        self.insns += 1;
+        Ok(())
+    }
+
+    fn put_pending(&mut self) {
+        if self.pending_seq > 0 {
+            self.buf.push(TAG_SEQ);
+            put_v(&mut self.buf, self.pending_seq);
+            self.pending_seq = 0;
+        }
+    }
+
+    fn put_event(&mut self, e: &Event) {
+        let b = &mut self.buf;
+        match e {
+            Event::Exec { pid, path } => {
+                b.push(TAG_EXEC);
+                put_v(b, u64::from(*pid));
+                put_str(b, path);
+            }
+            Event::Mappings(maps) => {
+                b.push(TAG_MAPPINGS);
+                put_v(b, maps.len() as u64);
+                for m in maps {
+                    put_v(b, m.start);
+                    put_v(b, m.end.wrapping_sub(m.start));
+                    put_v(b, m.offset);
+                    b.push(m.perms.bits());
+                    put_str(b, &m.path);
+                }
+            }
+            Event::SyscallEnter { nr, args } => {
+                b.push(TAG_SYSCALL_ENTER);
+                put_v(b, *nr);
+                for a in args {
+                    put_v(b, *a);
+                }
+            }
+            Event::SyscallExit { nr, ret } => {
+                b.push(TAG_SYSCALL_EXIT);
+                put_v(b, *nr);
+                put_v(b, zigzag(*ret));
+            }
+            Event::Signal {
+                signo,
+                from_ip,
+                handler,
+            } => {
+                b.push(TAG_SIGNAL);
+                put_v(b, zigzag(i64::from(*signo)));
+                put_v(b, *from_ip);
+                match handler {
+                    Some(h) => {
+                        b.push(1);
+                        put_v(b, *h);
+                    }
+                    None => b.push(0),
+                }
+            }
+            Event::Exit(kind) => {
+                b.push(TAG_EXIT);
+                let (k, v) = match kind {
+                    ExitKind::Exited(c) => (0, *c),
+                    ExitKind::Killed(s) => (1, *s),
+                };
+                b.push(k);
+                put_v(b, zigzag(i64::from(v)));
+            }
+            Event::Stopped(reason) => {
+                b.push(TAG_STOPPED);
+                b.push(match reason {
+                    StopReason::StepLimit => 0,
+                    StopReason::Interrupted => 1,
+                });
+            }
+        }
+    }
+
+    fn write_out(&mut self) -> std::io::Result<()> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes everything recorded so far (including the current run of
+    /// sequential instructions) through to `W` and flushes it.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.put_pending();
+        self.write_out()?;
+        self.out.flush()
+    }
+
+    /// Flushes and returns the output.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        self.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// Counts from copying a source into a log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Retired instructions.
+    pub instructions: u64,
+    /// Events.
+    pub events: u64,
+}
+
+/// Drains `source` into `writer` (flushing it at the end).
+pub fn write_source<W: Write>(
+    source: &mut dyn ExecutionSource,
+    writer: &mut LogWriter<W>,
+) -> Result<CopyStats, ExecError> {
+    let mut stats = CopyStats::default();
+    while let Some(item) = source.next_item()? {
+        match &item {
+            ExecItem::Insn(_) => stats.instructions += 1,
+            ExecItem::Event(_) => stats.events += 1,
+        }
+        writer.write_item(&item, source.memory())?;
+    }
+    writer.flush()?;
+    Ok(stats)
+}
+
+/// Replays an execution log as an [`ExecutionSource`].
+pub struct LogReader<B: AsRef<[u8]>> {
+    data: B,
+    pos: usize,
+    mem: CodeMemory,
+    ip: Option<u64>,
+    mode: ExecMode,
+    /// Sequential instructions still to yield from the current record.
+    seq_left: u64,
+    /// After `seq_left` reaches zero: one more instruction with this
+    /// displacement from its fall-through.
+    jump: Option<i64>,
+    truncated: bool,
+    done: bool,
+}
+
+/// Short read: the record at this offset is incomplete.
+struct Short;
+
+struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    fn u8(&mut self) -> Result<u8, Short> {
+        let b = *self.data.get(self.pos).ok_or(Short)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn v(&mut self) -> Result<Option<u64>, Short> {
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.u8()?;
+            if shift == 63 && b > 1 {
+                return Ok(None);
+            }
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    fn bytes(&mut self, n: u64) -> Result<&[u8], Short> {
+        let n = usize::try_from(n).map_err(|_| Short)?;
+        let end = self.pos.checked_add(n).ok_or(Short)?;
+        let s = self.data.get(self.pos..end).ok_or(Short)?;
+        self.pos = end;
+        Ok(s)
+    }
+}
+
+/// Outcome of parsing one record.
+enum Parsed {
+    Item(ExecItem),
+    /// A state record (page, mode, IP, run): nothing to yield yet.
+    State,
+}
+
+impl<B: AsRef<[u8]>> LogReader<B> {
+    /// Opens a log held in `data` (a `Vec<u8>`, a slice, an mmap...).
+    pub fn new(data: B) -> Result<Self, ExecError> {
+        let d = data.as_ref();
+        let header = d.get(..HEADER_LEN).ok_or(ExecError::CorruptLog {
+            offset: 0,
+            what: "shorter than the header",
+        })?;
+        if header[..8] != MAGIC {
+            return Err(ExecError::CorruptLog {
+                offset: 0,
+                what: "bad magic",
+            });
+        }
+        let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        if version != VERSION {
+            return Err(ExecError::UnsupportedVersion(version));
+        }
+        Ok(Self {
+            data,
+            pos: HEADER_LEN,
+            mem: CodeMemory::new(),
+            ip: None,
+            mode: ExecMode::Bit64,
+            seq_left: 0,
+            jump: None,
+            truncated: false,
+            done: false,
+        })
+    }
+
+    /// Whether the log ended inside a record (a recording that was killed).
+    /// Everything before that record was replayed.
+    pub fn is_truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// Byte offset of the next record.
+    pub fn offset(&self) -> u64 {
+        self.pos as u64
+    }
+
+    fn corrupt(&self, at: usize, what: &'static str) -> ExecError {
+        ExecError::CorruptLog {
+            offset: at as u64,
+            what,
+        }
+    }
+
+    /// Parses the record at `self.pos`; `Ok(None)` at the end of the data.
+    fn parse_record(&mut self) -> Result<Option<Parsed>, ExecError> {
+        let start = self.pos;
+        let data = self.data.as_ref();
+        if start >= data.len() {
+            return Ok(None);
+        }
+        let mut c = Cursor { data, pos: start };
+        let r = parse_one(
+            &mut c,
+            &mut self.mem,
+            &mut self.mode,
+            &mut self.ip,
+            &mut self.seq_left,
+            &mut self.jump,
+        );
+        match r {
+            Ok(Ok(p)) => {
+                self.pos = c.pos;
+                Ok(Some(p))
+            }
+            Ok(Err(what)) => Err(self.corrupt(start, what)),
+            Err(Short) => {
+                self.truncated = true;
+                self.pos = data.len();
+                Ok(None)
+            }
+        }
+    }
+
+    fn next_insn(&mut self, jump: Option<i64>) -> Result<Retired, ExecError> {
+        let ip = self
+            .ip
+            .ok_or_else(|| self.corrupt(self.pos, "instruction before any IP"))?;
+        let d = decode_at(&self.mem, ip, self.mode)?;
+        let ft = ip.wrapping_add(u64::from(d.len));
+        let next_ip = match jump {
+            Some(delta) => ft.wrapping_add(delta as u64),
+            None => ft,
+        };
+        self.ip = Some(next_ip);
+        Ok(Retired {
+            ip,
+            next_ip,
+            len: d.len,
+            class: d.class,
+            mode: self.mode,
+        })
+    }
+}
+
+/// Parses one record. Outer error: the data ends inside it. Inner error: it is malformed.
+fn parse_one(
+    c: &mut Cursor<'_>,
+    mem: &mut CodeMemory,
+    mode: &mut ExecMode,
+    ip: &mut Option<u64>,
+    seq_left: &mut u64,
+    jump: &mut Option<i64>,
+) -> Result<Result<Parsed, &'static str>, Short> {
+    macro_rules! v {
+        () => {
+            match c.v()? {
+                Some(v) => v,
+                None => return Ok(Err("varint overflows 64 bits")),
+            }
+        };
+    }
+    macro_rules! s {
+        () => {{
+            let n = v!();
+            match String::from_utf8(c.bytes(n)?.to_vec()) {
+                Ok(s) => s,
+                Err(_) => return Ok(Err("string is not UTF-8")),
+            }
+        }};
+    }
+    let tag = c.u8()?;
+    let item = match tag {
+        TAG_CODE_PAGE => {
+            let page = v!();
+            let bytes = c.bytes(PAGE_SIZE)?;
+            let Some(base) = page.checked_mul(PAGE_SIZE) else {
+                return Ok(Err("page number out of range"));
+            };
+            mem.set_page(base, bytes);
+            return Ok(Ok(Parsed::State));
+        }
+        TAG_MODE => {
+            let Some(m) = mode_from_code(c.u8()?) else {
+                return Ok(Err("unknown mode"));
+            };
+            *mode = m;
+            return Ok(Ok(Parsed::State));
+        }
+        TAG_SET_IP => {
+            *ip = Some(v!());
+            return Ok(Ok(Parsed::State));
+        }
+        TAG_SEQ => {
+            *seq_left = v!();
+            *jump = None;
+            return Ok(Ok(Parsed::State));
+        }
+        TAG_RUN => {
+            *seq_left = v!();
+            *jump = Some(unzigzag(v!()));
+            return Ok(Ok(Parsed::State));
+        }
+        TAG_EXEC => {
+            let pid = v!();
+            let Ok(pid) = u32::try_from(pid) else {
+                return Ok(Err("pid out of range"));
+            };
+            Event::Exec { pid, path: s!() }
+        }
+        TAG_MAPPINGS => {
+            let n = v!();
+            let mut maps = Vec::new();
+            for _ in 0..n {
+                let start = v!();
+                let size = v!();
+                let offset = v!();
+                let Some(perms) = Perms::from_bits(c.u8()?) else {
+                    return Ok(Err("bad permission bits"));
+                };
+                let path = s!();
+                maps.push(Mapping {
+                    start,
+                    end: start.wrapping_add(size),
+                    offset,
+                    perms,
+                    path,
+                });
+            }
+            Event::Mappings(maps)
+        }
+        TAG_SYSCALL_ENTER => {
+            let nr = v!();
+            let mut args = [0u64; 6];
+            for a in &mut args {
+                *a = v!();
+            }
+            Event::SyscallEnter { nr, args }
+        }
+        TAG_SYSCALL_EXIT => {
+            let nr = v!();
+            Event::SyscallExit {
+                nr,
+                ret: unzigzag(v!()),
+            }
+        }
+        TAG_SIGNAL => {
+            let Ok(signo) = i32::try_from(unzigzag(v!())) else {
+                return Ok(Err("signal number out of range"));
+            };
+            let from_ip = v!();
+            let handler = match c.u8()? {
+                0 => None,
+                1 => Some(v!()),
+                _ => return Ok(Err("bad handler flag")),
+            };
+            Event::Signal {
+                signo,
+                from_ip,
+                handler,
+            }
+        }
+        TAG_EXIT => {
+            let k = c.u8()?;
+            let Ok(v) = i32::try_from(unzigzag(v!())) else {
+                return Ok(Err("exit value out of range"));
+            };
+            Event::Exit(match k {
+                0 => ExitKind::Exited(v),
+                1 => ExitKind::Killed(v),
+                _ => return Ok(Err("unknown exit kind")),
+            })
+        }
+        TAG_STOPPED => Event::Stopped(match c.u8()? {
+            0 => StopReason::StepLimit,
+            1 => StopReason::Interrupted,
+            _ => return Ok(Err("unknown stop reason")),
+        }),
+        _ => return Ok(Err("unknown record tag")),
+    };
+    Ok(Ok(Parsed::Item(ExecItem::Event(item))))
+}
+
+impl<B: AsRef<[u8]>> ExecutionSource for LogReader<B> {
+    fn next_item(&mut self) -> Result<Option<ExecItem>, ExecError> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            if self.seq_left > 0 {
+                self.seq_left -= 1;
+                return self.next_insn(None).map(|r| Some(ExecItem::Insn(r)));
+            }
+            if let Some(delta) = self.jump.take() {
+                return self.next_insn(Some(delta)).map(|r| Some(ExecItem::Insn(r)));
+            }
+            match self.parse_record() {
+                Ok(Some(Parsed::Item(item))) => return Ok(Some(item)),
+                Ok(Some(Parsed::State)) => {}
+                Ok(None) => {
+                    self.done = true;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn memory(&self) -> &CodeMemory {
+        &self.mem
+    }
+}
+
+impl LogReader<Vec<u8>> {
+    /// Reads a whole log file.
+    pub fn open(path: impl AsRef<std::path::Path>) -> Result<Self, ExecError> {
+        Self::new(std::fs::read(path)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::{collect, InsnClass};
+
+    fn mem_with(code: &[(u64, &[u8])]) -> CodeMemory {
+        let mut pages: HashMap<u64, Vec<u8>> = HashMap::new();
+        for (addr, bytes) in code {
+            for (i, b) in bytes.iter().enumerate() {
+                let a = addr + i as u64;
+                pages
+                    .entry(page_base(a))
+                    .or_insert_with(|| vec![0xcc; PAGE_SIZE as usize])
+                    [(a - page_base(a)) as usize] = *b;
+            }
+        }
+        let mut m = CodeMemory::new();
+        for (b, p) in pages {
+            m.set_page(b, &p);
+        }
+        m
+    }
+
+    fn insn(ip: u64, len: u8, class: InsnClass, next_ip: u64) -> ExecItem {
+        ExecItem::Insn(Retired {
+            ip,
+            next_ip,
+            len,
+            class,
+            mode: ExecMode::Bit64,
+        })
+    }
+
+    /// A loop: 0x1000 nop; 0x1001 dec ecx; 0x1003 jnz 0x1000; 0x1005 syscall,
+    /// with every event kind, an instruction crossing a page and a signal.
+    fn sample() -> (CodeMemory, Vec<ExecItem>) {
+        let mem = mem_with(&[
+            (0x1000, &[0x90, 0xff, 0xc9, 0x75, 0xfb, 0x0f, 0x05]),
+            (0x1ffe, &[0xe8, 0xfd, 0xef, 0xff, 0xff]), // call 0x1000 across the page end
+            (0x7000, &[0xc3]),
+        ]);
+        let mut items = vec![
+            ExecItem::Event(Event::Exec {
+                pid: 42,
+                path: "/bin/x".into(),
+            }),
+            ExecItem::Event(Event::Mappings(vec![Mapping {
+                start: 0x1000,
+                end: 0x3000,
+                offset: 0x2000,
+                perms: Perms {
+                    read: true,
+                    exec: true,
+                    ..Perms::default()
+                },
+                path: "/bin/x".into(),
+            }])),
+        ];
+        for i in 0..3 {
+            items.push(insn(0x1000, 1, InsnClass::Other, 0x1001));
+            items.push(insn(0x1001, 2, InsnClass::Other, 0x1003));
+            items.push(insn(
+                0x1003,
+                2,
+                InsnClass::CondBranch,
+                if i < 2 { 0x1000 } else { 0x1005 },
+            ));
+        }
+        items.push(insn(0x1005, 2, InsnClass::KernelEntry, 0x1007));
+        items.push(ExecItem::Event(Event::SyscallEnter {
+            nr: 9,
+            args: [1, 2, 3, 4, 5, u64::MAX],
+        }));
+        items.push(ExecItem::Event(Event::SyscallExit { nr: 9, ret: -12 }));
+        items.push(ExecItem::Event(Event::Signal {
+            signo: 14,
+            from_ip: 0x1ffe,
+            handler: Some(0x7000),
+        }));
+        items.push(insn(0x7000, 1, InsnClass::Return, 0x1ffe));
+        items.push(insn(0x1ffe, 5, InsnClass::DirectCall, 0x1000));
+        items.push(insn(0x1000, 1, InsnClass::Other, 0x1001));
+        items.push(ExecItem::Event(Event::Signal {
+            signo: 11,
+            from_ip: 0x1001,
+            handler: None,
+        }));
+        items.push(ExecItem::Event(Event::Exit(ExitKind::Killed(11))));
+        items.push(ExecItem::Event(Event::Stopped(StopReason::Interrupted)));
+        (mem, items)
+    }
+
+    fn write(mem: &CodeMemory, items: &[ExecItem]) -> Vec<u8> {
+        let mut w = LogWriter::new(Vec::new()).unwrap();
+        for it in items {
+            w.write_item(it, mem).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn round_trip() {
+        let (mem, items) = sample();
+        let bytes = write(&mem, &items);
+        let mut r = LogReader::new(&bytes[..]).unwrap();
+        let back = collect(&mut r).unwrap();
+        assert_eq!(back, items);
+        assert!(!r.is_truncated());
+        assert_eq!(r.memory().page(0x1000), mem.page(0x1000));
+        assert_eq!(r.memory().page(0x7000), mem.page(0x7000));
+    }
+
+    #[test]
+    fn every_prefix_replays_a_prefix() {
+        let (mem, items) = sample();
+        let bytes = write(&mem, &items);
+        for cut in HEADER_LEN..bytes.len() {
+            let mut r = LogReader::new(&bytes[..cut]).unwrap();
+            let back = collect(&mut r).unwrap();
+            assert!(back.len() <= items.len());
+            assert_eq!(&items[..back.len()], &back[..], "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn header_errors() {
+        assert!(matches!(
+            LogReader::new(&b"PTSIM"[..]),
+            Err(ExecError::CorruptLog { offset: 0, .. })
+        ));
+        assert!(matches!(
+            LogReader::new(&b"XXXXXXXX\x01\0\0\0\0\0\0\0"[..]),
+            Err(ExecError::CorruptLog { .. })
+        ));
+        assert!(matches!(
+            LogReader::new(&b"PTSIMEXL\x07\0\0\0\0\0\0\0"[..]),
+            Err(ExecError::UnsupportedVersion(7))
+        ));
+    }
+
+    #[test]
+    fn corrupt_record_reports_offset() {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&VERSION.to_le_bytes());
+        bytes.extend_from_slice(&[0; 4]);
+        bytes.extend_from_slice(&[TAG_STOPPED, 1, 0x7e]);
+        let mut r = LogReader::new(&bytes[..]).unwrap();
+        assert_eq!(
+            r.next_item().unwrap(),
+            Some(ExecItem::Event(Event::Stopped(StopReason::Interrupted)))
+        );
+        assert!(matches!(
+            r.next_item(),
+            Err(ExecError::CorruptLog { offset: 18, .. })
+        ));
+        assert_eq!(r.next_item().unwrap(), None);
+    }
+
+    #[test]
+    fn writer_rejects_items_that_do_not_match_the_code() {
+        let (mem, _) = sample();
+        let mut w = LogWriter::new(Vec::new()).unwrap();
+        assert!(w
+            .write_item(&insn(0x1000, 2, InsnClass::Other, 0x1002), &mem)
+            .is_err());
+        assert!(matches!(
+            w.write_item(&insn(0x9000, 1, InsnClass::Other, 0x9001), &mem),
+            Err(ExecError::NoCode { .. })
+        ));
+    }
+
+    #[test]
+    fn sequential_code_is_compact() {
+        let mem = mem_with(&[(0x1000, &[0x90; 2000])]);
+        let items: Vec<_> = (0..2000)
+            .map(|i| insn(0x1000 + i, 1, InsnClass::Other, 0x1001 + i))
+            .collect();
+        let bytes = write(&mem, &items);
+        // Header, one page, a mode, an IP and one run.
+        assert!(
+            bytes.len() < HEADER_LEN + PAGE_SIZE as usize + 16,
+            "{}",
+            bytes.len()
+        );
+    }
+
+    #[test]
+    fn varints() {
+        for v in [0u64, 1, 127, 128, 300, u64::MAX] {
+            let mut b = Vec::new();
+            put_v(&mut b, v);
+            let mut c = Cursor { data: &b, pos: 0 };
+            assert_eq!(c.v().ok().flatten(), Some(v));
+        }
+        for v in [0i64, -1, 1, i64::MIN, i64::MAX] {
+            assert_eq!(unzigzag(zigzag(v)), v);
+        }
+        let mut c = Cursor {
+            data: &[0xff; 11],
+            pos: 0,
+        };
+        assert!(matches!(c.v(), Ok(None)));
+    }
+}
