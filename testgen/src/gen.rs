@@ -169,6 +169,12 @@ pub struct Outputs {
 /// Assemble a .ptt source read from `path` and generate everything pttestgen writes.
 /// `cpu` only affects the names of the .exp files.
 pub fn generate(source: &str, path: &Path, cpu: Option<Cpu>) -> Result<Outputs, GenError> {
+    generate_for(source, path, &[cpu])
+}
+
+/// Like [`generate`], with one set of .exp files per entry of `cpus` (the trace, image
+/// and listing do not depend on the processor). `cpus` must not be empty.
+pub fn generate_for(source: &str, path: &Path, cpus: &[Option<Cpu>]) -> Result<Outputs, GenError> {
     let file = path.display().to_string();
     let asm = assemble(source, &file)?;
     let labels = Labels::from_assembly(
@@ -179,7 +185,15 @@ pub fn generate(source: &str, path: &Path, cpu: Option<Cpu>) -> Result<Outputs, 
             .map(|s| (s.name.clone(), s.vstart, s.offset, s.size)),
     );
     let root = file_root(path);
-    let trace = process(source, &file, labels, &root, cpu)?;
+    let mut trace = Trace::default();
+    for (i, &cpu) in cpus.iter().enumerate() {
+        let t = process(source, &file, labels.clone(), &root, cpu)?;
+        if i == 0 {
+            trace = t;
+        } else {
+            trace.exps.extend(t.exps);
+        }
+    }
     Ok(Outputs {
         root,
         bin: asm.bytes,

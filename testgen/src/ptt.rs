@@ -142,6 +142,42 @@ impl fmt::Display for Cpu {
     }
 }
 
+fn is_blank(c: char) -> bool {
+    c == ' ' || c == '\t'
+}
+
+/// The words of the `; <key> <words>` comment lines, as libipt's test script reads them
+/// (`sed 's/[ \t]*;[ \t]*KEY[ \t][ \t]*\(.*\)/\1/p'` and shell word splitting): the
+/// first `;` followed by optional blanks, `key` and a blank matches anywhere in a line,
+/// and text before that `;` stays part of the value.
+pub fn comment_words(source: &str, key: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for line in split_lines(source) {
+        let found = line.match_indices(';').find_map(|(semi, _)| {
+            let rest = line[semi + 1..].trim_start_matches(is_blank);
+            let value = rest.strip_prefix(key)?;
+            value.starts_with(is_blank).then(|| {
+                let prefix = line[..semi].trim_end_matches(is_blank);
+                format!("{prefix}{}", value.trim_start_matches(is_blank))
+            })
+        });
+        if let Some(value) = found {
+            words.extend(value.split_whitespace().map(str::to_string));
+        }
+    }
+    words
+}
+
+/// The processors named by `; cpu f/m[/s]` lines; the test runs once per processor.
+pub fn cpu_lines(source: &str) -> Vec<String> {
+    comment_words(source, "cpu")
+}
+
+/// Extra command-line words for `tool` from `; opt:<tool> ...` lines.
+pub fn tool_options(source: &str, tool: &str) -> Vec<String> {
+    comment_words(source, &format!("opt:{tool}"))
+}
+
 /// The root of the generated file names: the .ptt file's name without directory and
 /// without its last extension.
 pub fn file_root(path: &Path) -> String {
@@ -248,6 +284,16 @@ mod tests {
         assert!(c("6/1x").is_err());
         assert!(c("-1/1").is_err());
         assert_eq!(c("6/142/9").unwrap().to_string(), "6/142/9");
+    }
+
+    #[test]
+    fn cpu_and_option_lines() {
+        let src = "; cpu 6/158\n;\tcpu  6/94 6/95 \nnop ; cpu 1/2\n; cpus 7/7\n;cpu\n\
+                   ; opt:ptdump --no-pad\n; opt:ptxed --check\n; opt:ptdumpx 1\n";
+        assert_eq!(cpu_lines(src), ["6/158", "6/94", "6/95", "nop1/2"]);
+        assert_eq!(tool_options(src, "ptdump"), ["--no-pad"]);
+        assert_eq!(tool_options(src, "ptxed"), ["--check"]);
+        assert!(cpu_lines("nop\n").is_empty());
     }
 
     #[test]

@@ -224,3 +224,40 @@ fn missing_input_fails_cleanly() {
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
     assert!(dir.entries().is_empty());
 }
+
+#[test]
+fn all_cpus_writes_one_set_per_cpu_line() {
+    let dir = TempDir::new("allcpus");
+    let ptt = data("cpus.ptt");
+    let out = run(&dir.0, &["--all-cpus", ptt.to_str().expect("utf-8 path")]);
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout_lines(&out),
+        ["cpus-ptdump-cpu_6_142.exp", "cpus-ptdump-cpu_6_158_10.exp"]
+    );
+    let want = "0000000000000000  psb\n0000000000000010  psbend\n";
+    for name in stdout_lines(&out) {
+        assert_eq!(fs::read_to_string(dir.0.join(&name)).expect("exp"), want);
+    }
+    assert_eq!(fs::read(dir.0.join("cpus.bin")).expect("bin"), [0xc3]);
+
+    // Without cpu lines, --all-cpus is a plain run.
+    let ptt = data("basic.ptt");
+    let out = run(&dir.0, &["--all-cpus", ptt.to_str().expect("utf-8 path")]);
+    assert_eq!(stdout_lines(&out), ["basic-ptdump.exp", "basic-ptxed.exp"]);
+    // It cannot be combined with --cpu.
+    let out = run(
+        &dir.0,
+        &[
+            "--all-cpus",
+            "--cpu",
+            "6/1",
+            ptt.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert!(!out.status.success());
+}

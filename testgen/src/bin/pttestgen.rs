@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_testgen::gen::generate;
-use pt_testgen::ptt::Cpu;
+use pt_testgen::gen::generate_for;
+use pt_testgen::ptt::{cpu_lines, Cpu};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -22,6 +22,10 @@ struct Args {
     /// The processor to name the .exp files for: `none` or family/model[/stepping].
     #[arg(long, value_name = "none|F/M[/S]", value_parser = parse_cpu)]
     cpu: Option<CpuArg>,
+    /// Write one set of .exp files for each processor of the file's `; cpu` lines
+    /// (plain names if there are none), instead of running once per processor.
+    #[arg(long, conflicts_with = "cpu")]
+    all_cpus: bool,
     /// Where to write the files (default: the current directory).
     #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
     output_dir: Option<PathBuf>,
@@ -52,7 +56,25 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outputs = match generate(&source, path, args.cpu.and_then(|c| c.0)) {
+    let cpus = if args.all_cpus {
+        let mut cpus = Vec::new();
+        for word in cpu_lines(&source) {
+            match word.parse::<Cpu>() {
+                Ok(c) => cpus.push(Some(c)),
+                Err(e) => {
+                    eprintln!("{}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        if cpus.is_empty() {
+            cpus.push(None);
+        }
+        cpus
+    } else {
+        vec![args.cpu.and_then(|c| c.0)]
+    };
+    let outputs = match generate_for(&source, path, &cpus) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("{e}");
