@@ -11,6 +11,7 @@ pub mod image;
 pub mod insn;
 pub mod packet;
 pub mod parallel;
+pub mod query;
 pub mod time;
 
 pub use config::{Config, Cpu, Errata};

@@ -6,6 +6,11 @@
 
 use pt_encoder::ExecMode;
 
+pub mod decoder;
+mod queue;
+
+pub use decoder::{EventDecoder, Options};
+
 /// Timing state attached to every event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Timestamp {
