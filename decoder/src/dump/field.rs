@@ -3,6 +3,48 @@
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// Two hex digits per byte value.
+const HEX2: [[u8; 2]; 256] = {
+    let mut t = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [HEX[i >> 4], HEX[i & 0xf]];
+        i += 1;
+    }
+    t
+};
+
+/// Blanks for padding.
+pub(crate) const SPACES: [u8; 48] = [b' '; 48];
+
+/// `s` padded with blanks to 16 bytes (for fixed-size copies of opcode names).
+pub(crate) const fn pad16(s: &str) -> [u8; 16] {
+    let b = s.as_bytes();
+    let mut out = [b' '; 16];
+    let mut i = 0;
+    while i < b.len() && i < 16 {
+        out[i] = b[i];
+        i += 1;
+    }
+    out
+}
+
+/// Append the first `n` bytes of `src`. The copy has a size known at compile time (no
+/// call to `memcpy` for a few bytes); the surplus is cut off again.
+#[inline(always)]
+pub(crate) fn put<const N: usize>(out: &mut Vec<u8>, src: &[u8; N], n: usize) {
+    let n = n.min(N);
+    out.extend_from_slice(src);
+    let len = out.len();
+    out.truncate(len - (N - n));
+}
+
+/// Append `n` blanks (at most 48).
+#[inline(always)]
+pub(crate) fn put_spaces(out: &mut Vec<u8>, n: usize) {
+    put(out, &SPACES, n);
+}
+
 /// A text field that keeps at most `cap` bytes and silently drops the rest, as ptdump's
 /// fixed-size columns do.
 #[derive(Clone, Copy)]
@@ -29,6 +71,12 @@ impl<const N: usize> Field<N> {
 
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
+    }
+
+    /// The whole buffer and the length in use (for [`put`]).
+    #[inline(always)]
+    pub(crate) fn raw(&self) -> (&[u8; N], usize) {
+        (&self.buf, self.len)
     }
 
     #[inline]
@@ -103,14 +151,17 @@ pub(crate) fn dec_into(out: &mut [u8; 20], mut v: u64) -> usize {
     20 - i
 }
 
-/// Append `v` as `%016x`.
-#[inline]
-pub(crate) fn push_hex16(out: &mut Vec<u8>, v: u64) {
-    let mut tmp = [0u8; 16];
-    for (i, slot) in tmp.iter_mut().enumerate() {
-        *slot = HEX[((v >> (60 - 4 * i)) & 0xf) as usize];
+/// `v` as `%016x` followed by `pad` blanks (up to 16).
+#[inline(always)]
+pub(crate) fn hex16_padded(v: u64) -> [u8; 32] {
+    let mut tmp = [b' '; 32];
+    let be = v.to_be_bytes();
+    for i in 0..8 {
+        let [hi, lo] = HEX2[be[i] as usize];
+        tmp[2 * i] = hi;
+        tmp[2 * i + 1] = lo;
     }
-    out.extend_from_slice(&tmp);
+    tmp
 }
 
 /// Append `v` as `%x`.
@@ -126,15 +177,6 @@ pub(crate) fn push_dec(out: &mut Vec<u8>, v: u64) {
     let mut tmp = [0u8; 20];
     let n = dec_into(&mut tmp, v);
     out.extend_from_slice(&tmp[20 - n..]);
-}
-
-/// Append `s` left-aligned in a column of `width` (`%-*s`).
-#[inline]
-pub(crate) fn push_padded(out: &mut Vec<u8>, s: &[u8], width: usize) {
-    out.extend_from_slice(s);
-    if s.len() < width {
-        out.resize(out.len() + (width - s.len()), b' ');
-    }
 }
 
 #[cfg(test)]
@@ -153,7 +195,7 @@ mod tests {
             .dec(1234);
         assert_eq!(f.as_bytes(), b"0,0abc,ffffffffffffffff,");
         let mut v = Vec::new();
-        push_hex16(&mut v, 0x12);
+        put(&mut v, &hex16_padded(0x12), 16);
         push_hex(&mut v, 0);
         push_dec(&mut v, 0);
         push_dec(&mut v, u64::MAX);
@@ -166,8 +208,10 @@ mod tests {
         f.str("+").hex(u64::MAX, 0);
         assert_eq!(f.as_bytes(), b"+fffffffffffffff");
         let mut v = Vec::new();
-        push_padded(&mut v, b"ab", 4);
-        push_padded(&mut v, b"abcdef", 4);
-        assert_eq!(v, b"ab  abcdef");
+        put(&mut v, b"abcdef", 4);
+        put_spaces(&mut v, 2);
+        put(&mut v, &pad16("xy"), 3);
+        assert_eq!(v, b"abcd  xy ");
+        assert_eq!(&hex16_padded(u64::MAX)[14..18], b"ff  ");
     }
 }

@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::error::{DecodeError, ErrorCode};
 use crate::packet::PacketDecoder;
 use crate::time::{Time, TimeCal, FCR_SHIFT};
-use field::{push_hex, push_hex16, push_padded, Field};
+use field::{hex16_padded, pad16, push_hex, put, put_spaces, Field};
 use pt_encoder::packet::{sext48, ExecMode, IpCompression, IpPacketKind, LastIpError};
 use pt_encoder::{LastIp, Packet};
 
@@ -114,7 +114,8 @@ struct Tracking {
 
 /// The columns of one output line (libipt's `ptdump_buffer`).
 struct Line {
-    opcode: &'static str,
+    /// The opcode name, blank-padded to 16 bytes, and its length.
+    opcode: (&'static [u8; 16], usize),
     payload: Field<48>,
     id: &'static str,
     track: Field<17>,
@@ -126,7 +127,7 @@ struct Line {
 impl Line {
     fn new() -> Self {
         Self {
-            opcode: "",
+            opcode: (&BLANK16, 0),
             payload: Field::with_cap(PAYLOAD_CAP),
             id: "",
             track: Field::with_cap(TRACK_CAP),
@@ -136,8 +137,9 @@ impl Line {
         }
     }
 
+    #[inline]
     fn reset(&mut self) {
-        self.opcode = "";
+        self.opcode = (&BLANK16, 0);
         self.payload.clear(PAYLOAD_CAP);
         self.id = "";
         self.track.clear(TRACK_CAP);
@@ -347,43 +349,48 @@ impl<W: Write> Dumper<'_, W> {
         true
     }
 
+    #[inline]
     fn print_line(&mut self, offset: u64, size: u64) {
         let out = &mut self.out;
         let line = &self.line;
-        let mut sep: &[u8] = b"";
+        let mut sep = 0;
         if self.opts.show_offset {
-            push_hex16(out, offset);
-            out.resize(out.len() + (OFFSET_WIDTH - 16), b' ');
-            sep = b" ";
+            put(out, &hex16_padded(offset), OFFSET_WIDTH);
+            sep = 1;
         }
         if self.opts.show_raw_bytes {
             let begin = offset as usize;
             let end = begin.saturating_add(size as usize);
             let bytes = self.trace.get(begin..end).unwrap_or(&[]);
-            out.extend_from_slice(sep);
+            put_spaces(out, sep);
             let mut raw = Field::<33>::with_cap(32);
             for &b in bytes {
                 raw.hex(b as u64, 2);
             }
-            push_padded(out, raw.as_bytes(), RAW_WIDTH);
-            sep = b" ";
+            let (buf, n) = raw.raw();
+            put(out, buf, n);
+            put_spaces(out, RAW_WIDTH.saturating_sub(n));
+            sep = 1;
         }
-        out.extend_from_slice(sep);
-        let payload = line.payload.as_bytes();
-        if payload.is_empty() {
-            out.extend_from_slice(line.opcode.as_bytes());
+        put_spaces(out, sep);
+        let (payload, plen) = line.payload.raw();
+        let (opcode, olen) = line.opcode;
+        if plen == 0 {
+            put(out, opcode, olen);
         } else {
-            push_padded(out, line.opcode.as_bytes(), OPCODE_WIDTH);
+            put(out, opcode, olen.max(OPCODE_WIDTH));
         }
         if !line.id.is_empty() {
-            out.push(b' ');
-            push_padded(out, payload, PAYLOAD_WIDTH);
-            out.push(b' ');
-            push_padded(out, line.id.as_bytes(), ID_WIDTH);
+            put_spaces(out, 1);
+            put(out, payload, plen);
+            put_spaces(out, PAYLOAD_WIDTH.saturating_sub(plen) + 1);
+            let id = line.id.as_bytes();
+            out.extend_from_slice(id);
+            put_spaces(out, ID_WIDTH.saturating_sub(id.len()));
             out.extend_from_slice(line.track.as_bytes());
-        } else if !payload.is_empty() {
-            out.push(b' ');
-            out.extend_from_slice(payload);
+        } else if plen != 0 {
+            put_spaces(out, 1);
+            put(out, payload, plen);
         }
         out.push(b'\n');
     }
@@ -392,7 +399,7 @@ impl<W: Write> Dumper<'_, W> {
     fn format_packet(&mut self, offset: u64, p: &Packet) {
         let opts = self.opts;
         let line = &mut self.line;
-        line.opcode = p.name();
+        line.opcode = opcode(p);
         match *p {
             Packet::Psb => {
                 if opts.track_time {
@@ -760,8 +767,57 @@ impl<W: Write> Dumper<'_, W> {
     }
 }
 
+const BLANK16: [u8; 16] = [b' '; 16];
+
+/// ptdump's opcode column for `p`, blank-padded.
+#[inline]
+fn opcode(p: &Packet) -> (&'static [u8; 16], usize) {
+    macro_rules! op {
+        ($s:literal) => {{
+            const P: [u8; 16] = pad16($s);
+            (&P, $s.len())
+        }};
+    }
+    match p {
+        Packet::Pad => op!("pad"),
+        Packet::Psb => op!("psb"),
+        Packet::Psbend => op!("psbend"),
+        Packet::Ovf => op!("ovf"),
+        Packet::Stop => op!("stop"),
+        Packet::Tnt8(_) => op!("tnt.8"),
+        Packet::Tnt64(_) => op!("tnt.64"),
+        Packet::Ip(IpPacketKind::Tip, _) => op!("tip"),
+        Packet::Ip(IpPacketKind::TipPge, _) => op!("tip.pge"),
+        Packet::Ip(IpPacketKind::TipPgd, _) => op!("tip.pgd"),
+        Packet::Ip(IpPacketKind::Fup, _) => op!("fup"),
+        Packet::ModeExec(_) => op!("mode.exec"),
+        Packet::ModeTsx(_) => op!("mode.tsx"),
+        Packet::Pip { .. } => op!("pip"),
+        Packet::Vmcs { .. } => op!("vmcs"),
+        Packet::Tsc { .. } => op!("tsc"),
+        Packet::Mtc { .. } => op!("mtc"),
+        Packet::Tma { .. } => op!("tma"),
+        Packet::Cyc { .. } => op!("cyc"),
+        Packet::Cbr { .. } => op!("cbr"),
+        Packet::Mnt { .. } => op!("mnt"),
+        Packet::Ptw { .. } => op!("ptw"),
+        Packet::Exstop { .. } => op!("exstop"),
+        Packet::Mwait { .. } => op!("mwait"),
+        Packet::Pwre { .. } => op!("pwre"),
+        Packet::Pwrx { .. } => op!("pwrx"),
+        Packet::Cfe { .. } => op!("cfe"),
+        Packet::Evd { .. } => op!("evd"),
+        Packet::Trig { .. } => op!("trig"),
+        Packet::Invalid => op!("<invalid>"),
+        // PEBS packets never get here (libipt does not know them); any other kind is
+        // what libipt calls an unknown packet.
+        _ => op!("<unknown>"),
+    }
+}
+
 /// The packet's size on the wire. Only CYC can differ from [`Packet::size`] (which is
 /// the minimal encoding): hardware may pad it with zero extension bytes.
+#[inline]
 fn wire_size(trace: &[u8], off: u64, p: &Packet) -> u64 {
     if !matches!(p, Packet::Cyc { .. }) {
         return p.size() as u64;
