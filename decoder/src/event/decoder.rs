@@ -394,6 +394,10 @@ impl<'a> EventDecoder<'a> {
             sync = at;
             let r = self.start();
             if self.pos().unwrap_or(len) < start {
+                if r.is_err() {
+                    // Stay at this PSB so that the next call goes further back.
+                    self.pkt.sync_set(at)?;
+                }
                 return r.map(|()| at);
             }
         }
