@@ -300,3 +300,52 @@ fn listing_labels_follow_pttc() {
     assert_eq!(labels.get("l0"), Some(&0x1000));
     assert_eq!(labels.get("l1"), Some(&0x1001));
 }
+
+/// Splits a listing line into (line number, address, source text); the bytes
+/// column is left out because yasm shows relative branches before their
+/// final fix-up.
+fn listing_columns(line: &str) -> (String, String, String) {
+    let num = line.get(..6).unwrap_or("").trim().to_string();
+    let addr = line.get(7..15).unwrap_or("").trim().to_string();
+    let text = line.get(39..).unwrap_or("").to_string();
+    (num, addr, text)
+}
+
+#[test]
+fn corpus_listing_matches_yasm_layout() {
+    let files = corpus_files();
+    if files.is_empty() || !have_yasm() {
+        eprintln!("skipped: needs the conformance corpus and yasm on PATH");
+        return;
+    }
+    let mut failures = Vec::new();
+    for f in &files {
+        let source = std::fs::read_to_string(f).unwrap_or_default();
+        let name = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("?")
+            .to_string();
+        let (Ok(y), Ok(ours)) = (run_yasm(&source, &name), assemble(&source, &name)) else {
+            failures.push(format!("{name}: assembly failed"));
+            continue;
+        };
+        let theirs: Vec<_> = y.listing.lines().skip(1).map(listing_columns).collect();
+        let mine: Vec<_> = ours.listing.lines().skip(1).map(listing_columns).collect();
+        if let Some((a, b)) = theirs.iter().zip(&mine).find(|(a, b)| a != b) {
+            failures.push(format!("{name}: yasm {a:?} ours {b:?}"));
+        } else if theirs.len() != mine.len() {
+            failures.push(format!(
+                "{name}: yasm {} listing lines, ours {}",
+                theirs.len(),
+                mine.len()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} listings differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

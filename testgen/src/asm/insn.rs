@@ -46,8 +46,11 @@ fn table() -> &'static HashMap<String, Vec<Code>> {
         let mut map: HashMap<String, Vec<Code>> = HashMap::new();
         for code in Code::values() {
             let info = code.op_code();
+            // Encodings that only decode under a special option (486
+            // `cmpxchg`, `loadall`, ...) are never what an assembler means.
             if !info.is_instruction()
                 || !matches!(info.encoding(), EncodingKind::Legacy | EncodingKind::VEX)
+                || info.decoder_option() != 0
             {
                 continue;
             }
@@ -238,15 +241,10 @@ fn far_offset_bits(ms: MemorySize) -> Option<u32> {
     }
 }
 
-fn fits_signed8_in(v: i64, bits: u32) -> bool {
-    match bits {
-        16 => (-0x8000..=0xffff).contains(&v) && (-128..=127).contains(&i64::from(v as u16 as i16)),
-        32 => {
-            (-0x8000_0000..=0xffff_ffff).contains(&v)
-                && (-128..=127).contains(&i64::from(v as u32 as i32))
-        }
-        _ => (-128..=127).contains(&v),
-    }
+/// yasm checks the written value, not its truncation to the operand size:
+/// `add eax, 0xffffffff` keeps an imm32.
+fn fits_signed8(v: i64) -> bool {
+    (-128..=127).contains(&v)
 }
 
 fn match_imm(k: K, v: Value, size: Option<u32>, strict: bool) -> Option<Fill> {
@@ -265,13 +263,13 @@ fn match_imm(k: K, v: Value, size: Option<u32>, strict: bool) -> Option<Fill> {
             Fill::Imm(OpKind::Immediate8, x as u8 as u64)
         }
         K::imm8_const_1 if size.is_none() && !address && x == 1 => Fill::Imm(OpKind::Immediate8, 1),
-        K::imm8sex16 if sex8 && fits_signed8_in(x, 16) => {
+        K::imm8sex16 if sex8 && fits_signed8(x) => {
             Fill::Imm(OpKind::Immediate8to16, x as u8 as u64)
         }
-        K::imm8sex32 if sex8 && fits_signed8_in(x, 32) => {
+        K::imm8sex32 if sex8 && fits_signed8(x) => {
             Fill::Imm(OpKind::Immediate8to32, x as u8 as u64)
         }
-        K::imm8sex64 if sex8 && fits_signed8_in(x, 64) => {
+        K::imm8sex64 if sex8 && fits_signed8(x) => {
             Fill::Imm(OpKind::Immediate8to64, x as u8 as u64)
         }
         K::imm16 if allowed(&[16]) && (-0x8000..=0xffff).contains(&x) => {
@@ -307,6 +305,17 @@ fn match_branch(k: K, v: Value, jump: Option<JumpKind>, bits: u32) -> Option<Fil
         K::br64_1 | K::br64_4 => Fill::Branch(OpKind::NearBranch64, t),
         K::xbegin_2 | K::xbegin_4 if bits == 64 => Fill::Branch(OpKind::NearBranch64, t),
         K::xbegin_2 | K::xbegin_4 => Fill::Branch(OpKind::NearBranch32, t & 0xffff_ffff),
+        _ => return None,
+    })
+}
+
+fn fixed_register(k: K) -> Option<Register> {
+    Some(match k {
+        K::al => Register::AL,
+        K::ax => Register::AX,
+        K::eax => Register::EAX,
+        K::rax => Register::RAX,
+        K::dx => Register::DX,
         _ => return None,
     })
 }
@@ -347,7 +356,7 @@ pub fn encode(
     let codes = table()
         .get(&insn.mnemonic)
         .ok_or_else(|| format!("unknown instruction `{}'", insn.mnemonic))?;
-    let mut ops = Vec::with_capacity(insn.operands.len());
+    let mut ops = Vec::with_capacity(insn.operands.len() + 1);
     for op in &insn.operands {
         ops.push(match op {
             Operand::Reg(r) => Resolved::Reg(*r),
@@ -382,6 +391,13 @@ pub fn encode(
         });
     }
 
+    // `imul reg, imm` is nasm shorthand for `imul reg, reg, imm`.
+    if insn.mnemonic == "imul" {
+        if let [Resolved::Reg(r), Resolved::Imm { .. }] = ops.as_slice() {
+            let r = *r;
+            ops.insert(1, Resolved::Reg(r));
+        }
+    }
     let mut opsize_prefix = None;
     let mut addr_prefix = None;
     for p in &insn.prefixes {
@@ -500,10 +516,21 @@ fn collect(
             continue;
         }
         let kinds = info.op_kinds();
+        let string_op = kinds
+            .iter()
+            .any(|k| matches!(k, K::seg_rSI | K::es_rDI | K::seg_rDI | K::seg_rBX_al));
+        // `stosb`, `lodsq`, `insb` ...: written without operands, their
+        // accumulator and DX operands are implicit too.
+        let implicit = |k: &K| {
+            matches!(k, K::seg_rSI | K::es_rDI | K::seg_rDI | K::seg_rBX_al)
+                || (string_op
+                    && ops.is_empty()
+                    && matches!(k, K::al | K::ax | K::eax | K::rax | K::dx))
+        };
         let explicit: Vec<(usize, K)> = kinds
             .iter()
             .enumerate()
-            .filter(|(_, k)| !matches!(k, K::seg_rSI | K::es_rDI | K::seg_rDI | K::seg_rBX_al))
+            .filter(|(_, k)| !implicit(k))
             .map(|(i, k)| (i, *k))
             .collect();
         if explicit.len() != ops.len() {
@@ -558,15 +585,14 @@ fn build(
     addr_prefix: Option<u32>,
     force_disp32: bool,
 ) -> Result<Option<Candidate>, String> {
-    // yasm writes `mov sreg, reg` without operand-size prefix or REX.W.
-    let code = match (code, ops.get(1)) {
-        (Code::Mov_Sreg_rm16 | Code::Mov_Sreg_r64m16, Some(Resolved::Reg(_))) if ctx.bits != 16 => {
-            Code::Mov_Sreg_r32m16
-        }
+    // yasm writes these 16-bit-source instructions without operand-size
+    // prefix or REX.W when the source is a register: the CPU ignores both.
+    let code = match (code, ops.last()) {
+        (_, Some(Resolved::Reg(_))) if ctx.bits != 16 => no_size_prefix_form(code),
         _ => code,
     };
     let ops_owned: Vec<Resolved<'_>>;
-    let ops = if code == Code::Mov_Sreg_r32m16 {
+    let ops = if no_size_prefix_form(code) == code && is_r32m16(code) {
         ops_owned = ops
             .iter()
             .map(|o| match o {
@@ -684,6 +710,8 @@ fn build(
             if f.is_none() {
                 *f = Some(if *k == K::seg_rBX_al {
                     Fill::Xlat(addr_bits)
+                } else if let Some(r) = fixed_register(*k) {
+                    Fill::Reg(r)
                 } else {
                     Fill::Implicit(implicit_kind(*k, addr_bits).ok_or("unsupported operand kind")?)
                 });
@@ -785,6 +813,9 @@ fn build(
     ) {
         order_prefixes(&mut bytes);
     }
+    if format!("{:?}", code.mnemonic()).starts_with("Set") && info.op_code() & 0xfff0 == 0x90 {
+        setcc_reg_field(&mut bytes);
+    }
     // An explicit address-size prefix on an instruction without a memory
     // operand (e.g. `a32 loop`) is written as is.
     if let Some(a) = addr_prefix {
@@ -802,6 +833,40 @@ fn build(
             .any(|k| matches!(k, K::imm8sex16 | K::imm8sex32 | K::imm8sex64)),
         bytes,
     }))
+}
+
+fn no_size_prefix_form(code: Code) -> Code {
+    match code {
+        Code::Mov_Sreg_rm16 | Code::Mov_Sreg_r64m16 => Code::Mov_Sreg_r32m16,
+        Code::Lldt_rm16 | Code::Lldt_r64m16 => Code::Lldt_r32m16,
+        Code::Ltr_rm16 | Code::Ltr_r64m16 => Code::Ltr_r32m16,
+        Code::Verr_rm16 | Code::Verr_r64m16 => Code::Verr_r32m16,
+        Code::Verw_rm16 | Code::Verw_r64m16 => Code::Verw_r32m16,
+        Code::Lmsw_rm16 | Code::Lmsw_r64m16 => Code::Lmsw_r32m16,
+        other => other,
+    }
+}
+
+fn is_r32m16(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Mov_Sreg_r32m16
+            | Code::Lldt_r32m16
+            | Code::Ltr_r32m16
+            | Code::Verr_r32m16
+            | Code::Verw_r32m16
+            | Code::Lmsw_r32m16
+    )
+}
+
+/// yasm encodes SETcc with 2 in the ModRM reg field (the CPU ignores it).
+fn setcc_reg_field(bytes: &mut [u8]) {
+    let at = bytes
+        .windows(2)
+        .position(|w| w[0] == 0x0f && (0x90..=0x9f).contains(&w[1]));
+    if let Some(m) = at.and_then(|i| bytes.get_mut(i + 2)) {
+        *m = (*m & 0xc7) | 0x10;
+    }
 }
 
 /// Puts legacy prefixes in yasm's order: segment, 67, 66, then lock/rep.
@@ -998,6 +1063,31 @@ mod tests {
         assert_eq!(hex(16, "mov ax, [bx+si+2]"), "8B4002");
         assert_eq!(hex(32, "nop"), "90");
         assert_eq!(hex(16, "nop"), "90");
+    }
+
+    #[test]
+    fn yasm_quirks() {
+        // SETcc carries 2 in ModRM.reg.
+        assert_eq!(hex(64, "setz al"), "0F94D0");
+        assert_eq!(hex(64, "setne byte [rax]"), "0F9510");
+        // The written value decides imm8 sign extension, not its truncation.
+        assert_eq!(hex(64, "add eax, 0xffffffff"), "05FFFFFFFF");
+        assert_eq!(hex(64, "add eax, -1"), "83C0FF");
+        // Sized immediates still shrink unless `strict`.
+        assert_eq!(hex(64, "add eax, dword 1"), "83C001");
+        assert_eq!(hex(64, "add eax, strict dword 1"), "0501000000");
+        assert_eq!(hex(32, "push word 1"), "666A01");
+        // No operand-size prefix where the CPU ignores it.
+        assert_eq!(hex(64, "mov ds, ax"), "8ED8");
+        assert_eq!(hex(64, "mov ax, ds"), "668CD8");
+        assert_eq!(hex(64, "lldt ax"), "0F00D0");
+        // Prefix order: segment, 67, 66, lock/rep.
+        assert_eq!(hex(16, "lock add [fs:eax], ebx"), "646766F00118");
+        // Implicit operands, shorthand forms, no 486-only opcodes.
+        assert_eq!(hex(64, "rep stosq"), "F348AB");
+        assert_eq!(hex(64, "lodsb"), "AC");
+        assert_eq!(hex(64, "imul eax, 3"), "6BC003");
+        assert_eq!(hex(32, "cmpxchg [eax], ebx"), "0FB118");
     }
 
     #[test]
