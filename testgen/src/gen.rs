@@ -177,6 +177,15 @@ pub fn generate(source: &str, path: &Path, cpu: Option<Cpu>) -> Result<Outputs, 
 pub fn generate_for(source: &str, path: &Path, cpus: &[Option<Cpu>]) -> Result<Outputs, GenError> {
     let file = path.display().to_string();
     let asm = assemble(source, &file)?;
+    // pttc takes the image's base address from the listing's `[org ...]` line and
+    // refuses files without one; ptxed needs it too.
+    if !asm.listing.contains("[org") {
+        return Err(GenError {
+            file,
+            line: 0,
+            message: "an 'org' directive is required".into(),
+        });
+    }
     let labels = Labels::from_assembly(
         &asm.labels,
         asm.org,
@@ -347,6 +356,35 @@ l2: hlt
         assert!(t.bytes.is_empty());
         assert_eq!(t.exps[0].name, "x-.exp");
         assert_eq!(t.exps[0].text, " @pt psb()\n");
+    }
+
+    #[test]
+    fn write_leaves_nothing_on_error() {
+        let base = std::env::temp_dir().join(format!("pttestgen-gen-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        fs::create_dir_all(&base).unwrap();
+        let o = Outputs {
+            root: "w".into(),
+            bin: vec![0x90],
+            lst: String::new(),
+            trace: Trace::default(),
+        };
+        // A directory where the .pt file should go: the rename fails.
+        fs::create_dir(base.join("w.pt")).unwrap();
+        assert!(o.write(&base).is_err());
+        let mut left: Vec<_> = fs::read_dir(&base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        // w.bin may have been renamed before the failure; no temporary file remains.
+        assert!(left.iter().all(|n| !n.ends_with(".tmp")), "{left:?}");
+        fs::remove_dir(base.join("w.pt")).unwrap();
+        let written = o.write(&base).unwrap();
+        assert_eq!(written.len(), 3);
+        assert_eq!(fs::read(base.join("w.bin")).unwrap(), [0x90]);
+        assert!(o.write(&base.join("missing")).is_err());
+        let _ = fs::remove_dir_all(&base);
     }
 
     #[test]

@@ -261,3 +261,8 @@ fn all_cpus_writes_one_set_per_cpu_line() {
     );
     assert!(!out.status.success());
 }
+
+#[test]
+fn missing_org_is_rejected() {
+    assert_rejected("no_org.ptt", 0, "'org' directive is required");
+}
