@@ -97,8 +97,10 @@ fn option_sets() -> Vec<(DumpOptions, Config)> {
     };
     let mut skl = timing;
     skl.errata = Errata::for_cpu("6/94".parse().unwrap()).unwrap();
-    let mut skx = Config::default();
-    skx.errata = Errata::for_cpu("6/85".parse().unwrap()).unwrap();
+    let skx = Config {
+        errata: Errata::for_cpu("6/85".parse().unwrap()).unwrap(),
+        ..Default::default()
+    };
     let d = DumpOptions::default();
     vec![
         (d, Config::default()),
