@@ -246,6 +246,16 @@ fn read_mem(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> usize {
     done
 }
 
+/// Kills a traced child and waits until it is gone.
+fn kill_and_reap(pid: libc::pid_t) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // A stopped tracee may report more stops before the kill takes effect.
+    while let Ok(Wait::Stopped { .. }) = wait_child(pid) {
+        ptrace(libc::PTRACE_CONT, pid, 0, 0);
+    }
+}
+
 /// Whether the program catches `signo` (from `SigCgt` in /proc/pid/status).
 fn catches_signal(pid: libc::pid_t, signo: i32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
@@ -517,16 +527,7 @@ impl Tracer {
 
     fn kill_child(&mut self) {
         if !self.finished {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(self.pid, libc::SIGKILL) };
-            loop {
-                match wait_child(self.pid) {
-                    Ok(Wait::Stopped { .. }) => {
-                        ptrace(libc::PTRACE_CONT, self.pid, 0, 0);
-                    }
-                    _ => break,
-                }
-            }
+            kill_and_reap(self.pid);
             self.finished = true;
         }
     }
@@ -871,16 +872,7 @@ pub fn probe_block_step() -> Result<BlockStep, ExecError> {
             BlockStep::NotHonored
         })
     })();
-    // SAFETY: killing and reaping our own child.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    loop {
-        match wait_child(pid) {
-            Ok(Wait::Stopped { .. }) => {
-                ptrace(libc::PTRACE_CONT, pid, 0, 0);
-            }
-            _ => break,
-        }
-    }
+    kill_and_reap(pid);
     result
 }
 
