@@ -1,4 +1,17 @@
 //! pttestgen: reads libipt's .ptt format and writes .bin, .pt, .lst and .exp files.
+//!
+//! A .ptt file is assembly whose comments carry `@pt` directives (one packet each) and,
+//! after `@pt .exp(tool)`, the expected output of a tool. The layers:
+//!
+//! - [`asm`] assembles the source: image, labels, listing;
+//! - [`ptt`] finds directives in lines and names the generated files;
+//! - [`directive`] turns one `@pt` directive into a packet (or raw bytes);
+//! - [`exp`] expands the `%label` references of the expectation sections;
+//! - [`gen`] runs the whole file and writes the outputs without leaving partial files.
+//!
+//! The argument syntax follows libipt's pttc exactly (C integer syntax, which blanks
+//! matter, what is ignored), so that libipt's test files produce the same trace and
+//! expectations.
 #![deny(missing_docs)]
 
 pub mod asm;
