@@ -15,6 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 /// Upper bound on relaxation passes before giving up.
 const MAX_PASSES: usize = 500;
 
+/// Largest output (file or one line) we produce: 64 MiB.
+const MAX_OUTPUT: u64 = 64 << 20;
+
 /// yasm's default alignment of a section that follows another in `-f bin`.
 const DEFAULT_SECTION_ALIGN: u64 = 4;
 
@@ -287,6 +290,7 @@ impl<'a> Assembler<'a> {
         let mut emitted = Vec::with_capacity(self.lines.len());
         let mut org = previous.org;
         let mut org_seen = false;
+        let mut total = 0u64;
         let file = self.file;
 
         for (idx, line) in self.lines.iter().enumerate() {
@@ -378,6 +382,9 @@ impl<'a> Assembler<'a> {
                     }
                     let n = n as u64;
                     let pad = (n - offset % n) % n;
+                    if pad > MAX_OUTPUT {
+                        return Err(err(file, number, "alignment too large"));
+                    }
                     out.bytes = match fill {
                         Some(f) => vec![eval_abs(f, "fill")?.value as u8; pad as usize],
                         None if section.is_code() => nop_fill(bits, pad as usize),
@@ -426,7 +433,15 @@ impl<'a> Assembler<'a> {
                         Err(m) if final_pass => return Err(err(file, number, m)),
                         Err(_) => {
                             // Values are still settling: keep the last size.
-                            out.bytes = vec![0; floor.saturating_mul(count as usize)];
+                            let guess = (floor as u64).saturating_mul(count);
+                            out.bytes = vec![
+                                0;
+                                if guess <= MAX_OUTPUT {
+                                    guess as usize
+                                } else {
+                                    0
+                                }
+                            ];
                         }
                     }
                 }
@@ -434,6 +449,10 @@ impl<'a> Assembler<'a> {
             let len = out.bytes.len() as u64;
             if let Some(o) = offsets.get_mut(out.section) {
                 *o += len;
+            }
+            total += len;
+            if total > MAX_OUTPUT {
+                return Err(err(file, line.number, "output too large"));
             }
             emitted.push(out);
         }
@@ -540,7 +559,7 @@ impl<'a> Assembler<'a> {
                             format!("section `{f}' to follow is unknown or not earlier"),
                         )
                     })?;
-                align_up(target.lma + target.size, s.align)
+                align_up(target.lma.saturating_add(target.size), s.align)
             } else if i == 0 {
                 org
             } else {
@@ -554,7 +573,7 @@ impl<'a> Assembler<'a> {
                 s.vma = vma;
             }
             if !nobits {
-                prev_end = lma + size;
+                prev_end = lma.saturating_add(size);
             }
         }
         Ok(())
@@ -589,7 +608,7 @@ fn emit_body(
             let unit_len = n.saturating_mul(u64::from(*unit));
             let total = unit_len
                 .checked_mul(count)
-                .filter(|t| *t <= 1 << 32)
+                .filter(|t| *t <= MAX_OUTPUT)
                 .ok_or("reserved space too large")?;
             Ok((vec![0; total as usize], unit_len as usize))
         }
@@ -621,7 +640,7 @@ fn emit_body(
                 // Each copy sits at its own address; `$` stays the line start.
                 let ctx = Context {
                     bits,
-                    ip: addr + k * unit,
+                    ip: addr.wrapping_add(k.wrapping_mul(unit)),
                     default_rel,
                     floor,
                 };
@@ -662,7 +681,7 @@ fn repeat(
     let unit = one.len();
     let total = (unit as u64)
         .checked_mul(count)
-        .filter(|t| *t <= 1 << 32)
+        .filter(|t| *t <= MAX_OUTPUT)
         .ok_or("times count too large")?;
     let mut out = Vec::with_capacity(total as usize);
     if count == 0 {
@@ -740,9 +759,9 @@ fn finish(fin: PassResult, file: &str) -> Result<Layout, AsmError> {
                 format!("section `{}' starts before the origin", s.name),
             )
         })?;
-        image_len = image_len.max(off + s.size);
+        image_len = image_len.max(off.saturating_add(s.size));
     }
-    if image_len > 1 << 32 {
+    if image_len > MAX_OUTPUT {
         return Err(err(file, 0, "output file too large"));
     }
     let live: Vec<&Section> = fin
@@ -752,7 +771,7 @@ fn finish(fin: PassResult, file: &str) -> Result<Layout, AsmError> {
         .collect();
     for (i, a) in live.iter().enumerate() {
         for b in live.iter().skip(i + 1) {
-            if a.lma < b.lma + b.size && b.lma < a.lma + a.size {
+            if a.lma < b.lma.saturating_add(b.size) && b.lma < a.lma.saturating_add(a.size) {
                 return Err(err(
                     file,
                     0,
@@ -768,7 +787,7 @@ fn finish(fin: PassResult, file: &str) -> Result<Layout, AsmError> {
             .sections
             .get(e.section)
             .ok_or_else(|| err(file, number, "internal: no section"))?;
-        let file_off = (s.lma + e.offset).wrapping_sub(org);
+        let file_off = s.lma.wrapping_add(e.offset).wrapping_sub(org);
         if !s.nobits && !e.bytes.is_empty() {
             let dst = bytes
                 .get_mut(file_off as usize..file_off as usize + e.bytes.len())

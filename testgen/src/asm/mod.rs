@@ -93,7 +93,8 @@ pub fn assemble(source: &str, file_name: &str) -> Result<Assembly, AsmError> {
     // pttc gives such a label the address after the padding.
     for (line, info) in lines.iter().zip(&out.lines) {
         if let (parse::Stmt::Align { .. }, Some(name)) = (&line.stmt, &line.label) {
-            out.labels.insert(name.clone(), info.addr + info.len as u64);
+            out.labels
+                .insert(name.clone(), info.addr.wrapping_add(info.len as u64));
         }
     }
     // pttc knows a local label by the name written in the listing (`.loop`);
@@ -122,4 +123,162 @@ pub fn assemble(source: &str, file_name: &str) -> Result<Assembly, AsmError> {
         lines: out.lines,
         listing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assembles_a_small_program() {
+        let src = "org 0x100000\nbits 64\nl0: nop\nl1: jmp l3\nl2: hlt\nl3: call l0\n";
+        let a = assemble(src, "t.ptt").unwrap();
+        assert_eq!(
+            a.bytes,
+            [0x90, 0xeb, 0x01, 0xf4, 0xe8, 0xf7, 0xff, 0xff, 0xff]
+        );
+        assert_eq!(a.org, 0x100000);
+        assert_eq!(a.labels.get("l3"), Some(&0x100004));
+        assert_eq!(a.labels.get("org"), Some(&0x100000));
+        assert_eq!(a.lines.len(), 6);
+        assert_eq!(
+            a.lines[3],
+            LineInfo {
+                line: 4,
+                addr: 0x100001,
+                offset: 1,
+                len: 2
+            }
+        );
+        assert!(a
+            .listing
+            .contains("     5 00000001 EB01                   l1: jmp l3"));
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let e = assemble("bits 64\nnop\nfrobnicate rax\n", "x.ptt").unwrap_err();
+        assert_eq!((e.file.as_str(), e.line), ("x.ptt", 3));
+        assert_eq!(e.to_string(), "x.ptt:3: unknown instruction `frobnicate\'");
+        let e = assemble("bits 64\njmp nowhere\n", "x.ptt").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("undefined symbol"), "{}", e.message);
+        let e = assemble("bits 64\na: nop\na: nop\n", "x.ptt").unwrap_err();
+        assert_eq!(e.line, 3);
+    }
+
+    #[test]
+    fn branches_relax_across_passes() {
+        // The first jump only needs a near form once the second one grew.
+        let mut src = String::from("bits 64\na: jmp c\nb: jmp d\n");
+        src.push_str(&"nop\n".repeat(124));
+        src.push_str("c: nop\n");
+        src.push_str(&"nop\n".repeat(3));
+        src.push_str("d: nop\n");
+        let a = assemble(&src, "r.asm").unwrap();
+        // yasm: e9 81 00 00 00, e9 80 00 00 00.
+        assert_eq!(
+            a.bytes.get(..10),
+            Some(&[0xe9, 0x81, 0, 0, 0, 0xe9, 0x80, 0, 0, 0][..])
+        );
+        assert_eq!(a.labels.get("c"), Some(&0x86));
+    }
+
+    #[test]
+    fn sections_and_special_labels() {
+        let src =
+            "org 0x1000\nbits 64\nsection .text\nnop\nsection .data vstart=0x2000\nd0: dd 1\n";
+        let a = assemble(src, "s.asm").unwrap();
+        assert_eq!(a.labels.get("d0"), Some(&0x2000));
+        assert_eq!(a.labels.get("section_.data_vstart"), Some(&0x2000));
+        assert_eq!(a.labels.get("section_.data_length"), Some(&4));
+        assert_eq!(
+            a.sections[1],
+            SectionInfo {
+                name: ".data".into(),
+                vstart: 0x2000,
+                offset: 4,
+                size: 4
+            }
+        );
+        assert_eq!(a.bytes, [0x90, 0, 0, 0, 1, 0, 0, 0]);
+    }
+
+    /// A tiny deterministic generator for garbage lines.
+    fn garbage(seed: &mut u64) -> String {
+        const PIECES: [&str; 40] = [
+            "nop",
+            "jmp",
+            "l1",
+            "l1:",
+            ":",
+            ",",
+            "[",
+            "]",
+            "rax",
+            "eax",
+            "+",
+            "-",
+            "*",
+            "$",
+            "$$",
+            "0x",
+            "0x10",
+            "times",
+            "db",
+            "dd",
+            "'a",
+            "\"",
+            "byte",
+            "far",
+            "short",
+            "(",
+            ")",
+            "section",
+            "vstart=",
+            "align",
+            "org",
+            "bits",
+            "64",
+            "99999999999999999999",
+            ".x",
+            "equ",
+            "mov",
+            "cr3",
+            "<<",
+            "call",
+        ];
+        let mut s = String::new();
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        let n = (*seed % 7) as usize;
+        for k in 0..n {
+            let i = ((*seed >> (k * 5)) % PIECES.len() as u64) as usize;
+            s.push_str(PIECES[i]);
+            s.push(' ');
+        }
+        s
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..3000 {
+            let src: String = (0..4).map(|_| garbage(&mut seed) + "\n").collect();
+            let _ = assemble(&src, "g.asm");
+        }
+        for src in [
+            "times 99999999999 nop",
+            "align 0x40000000",
+            "org 0xffffffffffffffff\nnop\nnop",
+            "section .a start=0xffffffffffffff00\nnop",
+            &"(".repeat(100000),
+            &"1+".repeat(100000),
+            "section .b follows=.b\nnop",
+            "jmp $+0x7fffffffffffffff",
+        ] {
+            let _ = assemble(src, "g.asm");
+        }
+    }
 }

@@ -608,6 +608,18 @@ impl Parser {
             }
         }
         let rest = toks.get(pos..).unwrap_or_default();
+        // `foo rax`: a name without colon followed by something that is not
+        // an instruction was most likely meant as one.
+        if let (Some(w), Some(Tok::Ident(next))) = (&label_written, rest.first()) {
+            if pos == 1 && !is_keyword(&next.to_ascii_lowercase()) {
+                return Err(format!("unknown instruction `{w}'"));
+            }
+        }
+        if let (Some(w), Some(tok)) = (&label_written, rest.first()) {
+            if pos == 1 && !matches!(tok, Tok::Ident(_)) {
+                return Err(format!("unknown instruction `{w}'"));
+            }
+        }
         let Some(first) = rest.first() else {
             return Ok(Line {
                 number,
@@ -1113,7 +1125,12 @@ struct ExprParser<'a> {
     pos: usize,
     parser: &'a Parser,
     allow_registers: bool,
+    /// Terms parsed so far: bounds recursion here and in evaluation.
+    terms: usize,
 }
+
+/// Most terms one expression may have.
+const MAX_EXPR_TERMS: usize = 512;
 
 impl<'a> ExprParser<'a> {
     fn new(toks: &'a [Tok], pos: usize, parser: &'a Parser) -> Self {
@@ -1122,6 +1139,7 @@ impl<'a> ExprParser<'a> {
             pos,
             parser,
             allow_registers: false,
+            terms: 0,
         }
     }
 
@@ -1172,6 +1190,10 @@ impl<'a> ExprParser<'a> {
     }
 
     fn unary(&mut self) -> Result<Expr, ParseError> {
+        self.terms += 1;
+        if self.terms > MAX_EXPR_TERMS {
+            return Err("expression too complex".into());
+        }
         let tok = self.peek().ok_or("expression expected")?;
         self.pos += 1;
         Ok(match tok {
