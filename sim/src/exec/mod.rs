@@ -26,6 +26,7 @@
 //!   Other kernel entries (INT3, INT n) are followed by the [`Event::Signal`]
 //!   they raise, if any.
 
+pub mod blockstep;
 pub mod insn;
 pub mod log;
 pub mod maps;

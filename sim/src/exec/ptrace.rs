@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::blockstep::{self, BlockPlan, BlockStop};
 use super::insn::{decode_bytes, DecodedInsn, KernelEntry};
 use super::maps::parse_maps;
 use super::memory::page_base;
@@ -58,6 +59,10 @@ pub struct TraceOptions {
     /// Re-read the bytes at every IP and compare them with the cached page
     /// (catches code written without a mapping change). Default: on.
     pub verify_code: bool,
+    /// Use `PTRACE_SINGLEBLOCK` for straight-line stretches when
+    /// [`probe_block_step`] finds that it stops only at taken branches.
+    /// Default: on (it falls back to single-stepping where BTF is not honored).
+    pub block_step: bool,
 }
 
 impl Default for TraceOptions {
@@ -69,6 +74,7 @@ impl Default for TraceOptions {
             stop_flag: None,
             progress: false,
             verify_code: true,
+            block_step: true,
         }
     }
 }
@@ -86,6 +92,8 @@ pub struct TraceStats {
     pub signals: u64,
     /// Code pages read from the child.
     pub page_reads: u64,
+    /// Stops that were block steps (each may cover many instructions).
+    pub block_steps: u64,
     /// Time since the child was started.
     pub elapsed: Duration,
 }
@@ -293,6 +301,8 @@ pub struct Tracer {
     last_progress: Instant,
     /// The child is gone (or was never there).
     finished: bool,
+    /// Block-stepping is honored here and enabled.
+    use_block_step: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -391,6 +401,8 @@ impl Tracer {
                 source: std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno_buf)),
             });
         }
+        let use_block_step =
+            opts.block_step && block_step_support().is_ok_and(|b| b == BlockStep::Honored);
         let now = Instant::now();
         let mut t = Tracer {
             pid,
@@ -406,6 +418,7 @@ impl Tracer {
             started: now,
             last_progress: now,
             finished: false,
+            use_block_step: false,
             _not_send: PhantomData,
         };
         // The exec stops the child with SIGTRAP before its first instruction.
@@ -429,6 +442,7 @@ impl Tracer {
         if ptrace(libc::PTRACE_SETOPTIONS, pid, 0, options as u64) < 0 {
             return Err(os_err("PTRACE_SETOPTIONS"));
         }
+        t.use_block_step = use_block_step;
         t.regs = get_regs(pid)?;
         t.queue.push_back(ExecItem::Event(Event::Exec {
             pid: pid as u32,
@@ -615,6 +629,14 @@ impl Tracer {
 
         // Signal delivery: with a handler, the kernel stops again at the
         // handler's first instruction without executing anything.
+        if self.use_block_step && self.pending_signal.is_none() && decoded.is_some() {
+            if let Some(plan) = blockstep::plan(|a| self.fetch(a, mode), ip) {
+                if plan.insns.len() >= 2 {
+                    return self.block_step(&plan, mode);
+                }
+            }
+        }
+
         let inject = self.pending_signal.take();
         let handled = inject.is_some_and(|s| catches_signal(self.pid, s));
         if let Some(signo) = inject {
@@ -715,6 +737,50 @@ impl Tracer {
         }
     }
 
+    /// One `PTRACE_SINGLEBLOCK` over a planned straight-line stretch.
+    fn block_step(&mut self, plan: &BlockPlan, mode: ExecMode) -> Result<(), ExecError> {
+        if ptrace(PTRACE_SINGLEBLOCK, self.pid, 0, 0) < 0 {
+            return Err(os_err("PTRACE_SINGLEBLOCK"));
+        }
+        self.stats.stops += 1;
+        self.stats.block_steps += 1;
+        let stop = match wait_child(self.pid)? {
+            // Killed from outside mid-stretch: which instructions ran is unknown.
+            Wait::Exited(code) => {
+                self.finished = true;
+                self.queue
+                    .push_back(ExecItem::Event(Event::Exit(ExitKind::Exited(code))));
+                return Ok(());
+            }
+            Wait::Killed(signo) => {
+                self.finished = true;
+                self.queue
+                    .push_back(ExecItem::Event(Event::Exit(ExitKind::Killed(signo))));
+                return Ok(());
+            }
+            Wait::Stopped { sig, event } if sig == libc::SIGTRAP && event == 0 => {
+                self.regs = get_regs(self.pid)?;
+                BlockStop::Branch(self.regs.rip)
+            }
+            Wait::Stopped { sig, .. } => {
+                self.regs = get_regs(self.pid)?;
+                // A group-stop has no siginfo and delivers nothing.
+                if siginfo_code(self.pid).is_some() {
+                    self.pending_signal = Some(sig);
+                }
+                BlockStop::Signal(self.regs.rip)
+            }
+        };
+        let path = blockstep::resolve(plan, stop).ok_or(ExecError::Os {
+            what: "block step stopped outside its planned stretch",
+            source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+        })?;
+        for (ip, d, next) in path {
+            self.push_retired(ip, d, mode, next);
+        }
+        Ok(())
+    }
+
     /// The interrupted IP saved in a 64-bit signal frame at the handler entry.
     fn frame_ip(&self) -> Option<u64> {
         if mode_of(self.regs.cs) != ExecMode::Bit64 {
@@ -812,6 +878,18 @@ impl Drop for Tracer {
     fn drop(&mut self) {
         self.kill_child();
     }
+}
+
+/// [`probe_block_step`], once per process.
+pub fn block_step_support() -> Result<BlockStep, ExecError> {
+    static PROBED: std::sync::OnceLock<Result<BlockStep, String>> = std::sync::OnceLock::new();
+    PROBED
+        .get_or_init(|| probe_block_step().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|e| ExecError::Os {
+            what: "block-step probe",
+            source: std::io::Error::other(e),
+        })
 }
 
 /// Finds out whether `PTRACE_SINGLEBLOCK` steps by taken branch on this
