@@ -22,10 +22,13 @@ use pt_encoder::packet::ExecMode;
 use crate::error::ErrorCode;
 pub use crate::image::CodeError;
 use crate::image::CodeSource;
-use crate::insn::{decode_at, Insn, Run, Step};
+use crate::insn::{decode_at, Insn, InsnClass, Run, Step};
 
 /// Default cap on the instructions in one block (long straight-line code is split).
 pub const MAX_BLOCK_INSNS: u32 = 0xffff;
+
+/// Default number of fall-through blocks decoded ahead of a missed lookup.
+pub const PREFETCH_BLOCKS: u32 = 8;
 
 /// Names a block in a [`BlockCache`]; valid until the cache is cleared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -140,6 +143,7 @@ pub struct BlockCache {
     index: [IpMap; 3],
     stamp: Option<u64>,
     max_insns: u32,
+    prefetch: u32,
     stats: CacheStats,
 }
 
@@ -172,8 +176,15 @@ impl BlockCache {
             index: Default::default(),
             stamp: None,
             max_insns: max_insns.max(1),
+            prefetch: PREFETCH_BLOCKS,
             stats: CacheStats::default(),
         }
+    }
+
+    /// Sets how many blocks along the fall-through chain a missed lookup decodes ahead
+    /// (default [`PREFETCH_BLOCKS`]; 0 decodes only the block asked for).
+    pub fn set_prefetch(&mut self, blocks: u32) {
+        self.prefetch = blocks;
     }
 
     /// Number of cached blocks.
@@ -353,6 +364,10 @@ impl BlockCache {
         Ok(next)
     }
 
+    /// Decodes the block at `ip`, then, with the same decoder, up to `prefetch` blocks
+    /// along its fall-through chain (the not-taken side of conditional jumps, the
+    /// return address of calls), linked in as they are built: setting up a decoder
+    /// costs about as much as decoding a few instructions.
     fn build<S: CodeSource + ?Sized>(
         &mut self,
         src: &S,
@@ -360,14 +375,54 @@ impl BlockCache {
         mode: ExecMode,
         slot: usize,
     ) -> Result<BlockId, CodeError> {
+        let bytes = src.bytes_at(ip)?;
+        let mut run = Run::new(bytes, ip, mode)?;
+        let first = self.build_one(src, &mut run, mode, slot)?;
+        let mut prev = first;
+        for _ in 0..self.prefetch {
+            let block = self.block(prev);
+            let falls_through = match block.end {
+                BlockEnd::Limit => true,
+                BlockEnd::Branch => matches!(
+                    block.last.class,
+                    InsnClass::CondJump | InsnClass::Call | InsnClass::Other | InsnClass::Ptwrite
+                ),
+                BlockEnd::SectionEnd | BlockEnd::BadInsn => false,
+            };
+            if !falls_through || block.truncated || run.at_end() {
+                break;
+            }
+            let next = match self.index[slot].get(&run.ip()) {
+                Some(&id) => BlockId(id),
+                None => match self.build_one(src, &mut run, mode, slot) {
+                    Ok(id) => id,
+                    Err(_) => break,
+                },
+            };
+            self.blocks[prev.index()].next_fall = next.0;
+            if next.index() + 1 != self.blocks.len() {
+                break; // reached a block built before
+            }
+            prev = next;
+        }
+        Ok(first)
+    }
+
+    /// Decodes one block at `run`'s position.
+    fn build_one<S: CodeSource + ?Sized>(
+        &mut self,
+        src: &S,
+        run: &mut Run<'_>,
+        mode: ExecMode,
+        slot: usize,
+    ) -> Result<BlockId, CodeError> {
+        let ip = run.ip();
         let id = u32::try_from(self.blocks.len())
             .ok()
             .filter(|&id| id != UNLINKED)
             .ok_or(CodeError::new(ErrorCode::NoMem, ip))?;
         let sizes_start =
             u32::try_from(self.sizes.len()).map_err(|_| CodeError::new(ErrorCode::NoMem, ip))?;
-        let bytes = src.bytes_at(ip)?;
-        let mut run = Run::new(bytes, ip, mode)?;
         let mut ninsn = 0u32;
         let mut last = None;
         let mut truncated = false;
@@ -466,6 +521,7 @@ mod tests {
     fn lookups_hit_and_links_skip_hashing() {
         let img = image(&[(0x1000, LOOP)]);
         let mut cache = BlockCache::new();
+        cache.set_prefetch(0);
         let head = cache.lookup(&img, 0x1000, ExecMode::Bit64).unwrap();
         assert_eq!(cache.lookup(&img, 0x1000, ExecMode::Bit64), Ok(head));
         assert_eq!(cache.stats().builds, 1);
@@ -493,6 +549,35 @@ mod tests {
         let id16 = cache.lookup(&img, 0x1000, ExecMode::Bit16).unwrap();
         assert_ne!(id16, head);
         assert_eq!(cache.sizes(id16)[1], 3);
+    }
+
+    #[test]
+    fn prefetch_builds_the_fall_through_chain() {
+        // call +0; jz +0; nop; jmp $; nop (never reached by fall-through)
+        let code = [0xe8, 0, 0, 0, 0, 0x74, 0x00, 0x90, 0xeb, 0xfe, 0x90];
+        let img = image(&[(0x1000, &code)]);
+        let mut cache = BlockCache::new();
+        let a = cache.lookup(&img, 0x1000, ExecMode::Bit64).unwrap();
+        // The call's and the jz's fall-through blocks came along; the jmp stops the
+        // chain.
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.stats().builds, 3);
+        let b = cache.fall_through(&img, a).unwrap();
+        let c = cache.fall_through(&img, b).unwrap();
+        assert_eq!(cache.block(b).ip, 0x1005);
+        assert_eq!((cache.block(c).ip, cache.block(c).ninsn), (0x1007, 2));
+        assert_eq!(cache.stats().linked, 2);
+        assert_eq!(cache.stats().hits, 0);
+        // A later chain stops at blocks that already exist and links to them.
+        let mut cache = BlockCache::new();
+        cache.set_prefetch(0);
+        let c = cache.lookup(&img, 0x1007, ExecMode::Bit64).unwrap();
+        cache.set_prefetch(8);
+        let a = cache.lookup(&img, 0x1000, ExecMode::Bit64).unwrap();
+        assert_eq!(cache.len(), 3);
+        let b = cache.fall_through(&img, a).unwrap();
+        assert_eq!(cache.fall_through(&img, b), Ok(c));
+        assert_eq!(cache.stats().linked, 2);
     }
 
     #[test]

@@ -273,6 +273,7 @@ fn trailing_disp(bytes: &[u8], width: usize) -> Option<i64> {
 }
 
 /// Classifies `instr`, whose encoding is `bytes` (exactly its length) at `ip`.
+#[inline]
 pub(crate) fn classify(instr: &Instruction, bytes: &[u8], ip: u64) -> Insn {
     use InsnClass as C;
     use InsnKind as K;
@@ -443,6 +444,7 @@ impl<'a> Run<'a> {
     }
 
     /// Decodes the next instruction. Does not advance on failure.
+    #[inline]
     pub(crate) fn step(&mut self) -> Step {
         let pos = self.decoder.position();
         self.decoder.decode_out(&mut self.instr);
