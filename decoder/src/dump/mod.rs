@@ -520,14 +520,18 @@ impl<W: Write> Dumper<'_, W> {
                     .hex(ext as u64, 8);
             }
             Packet::Pwre {
-                state, sub_state, ..
+                state,
+                sub_state,
+                hw,
             } => {
                 line.payload.str("c").dec(((state + 1) & 0xf) as u64);
                 line.payload.str(".").dec(((sub_state + 1) & 0xf) as u64);
-                // libipt reads the HW flag from B2[3], the SDM from B2[7] (spec §1.7 ⚠);
-                // ptdump's output follows libipt, so look at the byte itself.
+                // The HW flag is B2[7] in the SDM (`hw`, what our encoder writes) but
+                // B2[3] in libipt, whose pttc writes and whose ptdump reads that bit
+                // (spec §1.7 ⚠). Either bit shows "hw", so both kinds of trace print as
+                // their expectations say.
                 let b2 = self.trace.get(offset as usize + 2).copied().unwrap_or(0);
-                if b2 & 0x08 != 0 {
+                if hw || b2 & 0x08 != 0 {
                     line.payload.str(", hw");
                 }
             }

@@ -160,7 +160,15 @@ fn power_and_ptwrite_packets() {
         }),
         "pwre       c0.0"
     );
-    // libipt's HW flag is B2[3]; the encoder writes the SDM's B2[7], which libipt ignores.
+    // The SDM's HW flag (B2[7], what the encoder writes) and libipt's (B2[3]) both count.
+    assert_eq!(
+        line_of(Packet::Pwre {
+            state: 0,
+            sub_state: 1,
+            hw: true
+        }),
+        "pwre       c1.2, hw"
+    );
     let mut raw = bytes(&[Packet::Psb]);
     raw.extend([0x02, 0x22, 0x08, 0x00]);
     let out = run(&raw, no_offset(), Config::default());
