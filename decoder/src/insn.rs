@@ -614,8 +614,76 @@ impl Disassembler {
             }
             return Err(bad);
         }
+        let start = out.len();
         self.formatter.format(&self.instr, out);
+        xed_touches(&self.instr, bytes, start, out);
         Ok(self.instr.len())
+    }
+}
+
+impl Disassembler {
+    /// Formats the instruction at `ip` in `src` (which may continue into the next
+    /// section) into `out`. Returns its length.
+    pub fn format_at<S: CodeSource + ?Sized>(
+        &mut self,
+        src: &S,
+        ip: u64,
+        mode: ExecMode,
+        out: &mut String,
+    ) -> Result<usize, CodeError> {
+        let mut buf = [0; MAX_INSN_SIZE];
+        let n = src.read(ip, &mut buf)?;
+        self.format(buf.get(..n).unwrap_or_default(), ip, mode, out)
+    }
+}
+
+/// Brings iced-x86's text closer to XED's for two very common instructions: XED
+/// shows the register operand of the multi-byte NOP (`0F 1F /r`) and writes LEA's
+/// address operand as `ptr [...]`.
+fn xed_touches(instr: &Instruction, bytes: &[u8], start: usize, out: &mut String) {
+    match instr.code() {
+        Code::Lea_r16_m | Code::Lea_r32_m | Code::Lea_r64_m => {
+            if let Some(at) = out.get(start..).and_then(|s| s.find('[')) {
+                out.insert_str(start + at, "ptr ");
+            }
+        }
+        Code::Nop_rm16 | Code::Nop_rm32 | Code::Nop_rm64 => {
+            const R16: [&str; 16] = [
+                "ax", "cx", "dx", "bx", "sp", "bp", "si", "di", "r8w", "r9w", "r10w", "r11w",
+                "r12w", "r13w", "r14w", "r15w",
+            ];
+            const R32: [&str; 16] = [
+                "eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "r8d", "r9d", "r10d",
+                "r11d", "r12d", "r13d", "r14d", "r15d",
+            ];
+            const R64: [&str; 16] = [
+                "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11",
+                "r12", "r13", "r14", "r15",
+            ];
+            // Prefixes, then an optional REX (64-bit mode only), then 0F 1F modrm.
+            let mut at = bytes.iter().take_while(|&&b| is_legacy_prefix(b)).count();
+            let mut rex_r = 0;
+            if let Some(&rex) = bytes.get(at) {
+                if instr.code() == Code::Nop_rm64
+                    || (rex & 0xf0 == 0x40 && bytes.get(at + 1) == Some(&0x0f))
+                {
+                    rex_r = usize::from(rex & 4 != 0) * 8;
+                    at += 1;
+                }
+            }
+            let Some(&modrm) = bytes.get(at + 2) else {
+                return;
+            };
+            let reg = usize::from((modrm >> 3) & 7) + rex_r;
+            let names = match instr.code() {
+                Code::Nop_rm16 => &R16,
+                Code::Nop_rm32 => &R32,
+                _ => &R64,
+            };
+            out.push_str(", ");
+            out.push_str(names[reg]);
+        }
+        _ => {}
     }
 }
 
@@ -925,6 +993,36 @@ mod tests {
         );
         assert_eq!(text(&[0x48, 0x83, 0xec, 0x08], 0), "sub rsp, 0x8");
         assert_eq!(text(&[0xc3], 0), "ret");
+        assert_eq!(
+            text(&[0x0f, 0x1f, 0x44, 0x00, 0x00], 0),
+            "nop dword ptr [rax+rax*1], eax"
+        );
+        assert_eq!(
+            text(&[0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0], 0),
+            "nop word ptr [rax+rax*1], ax"
+        );
+        assert_eq!(
+            text(&[0x4c, 0x0f, 0x1f, 0x00], 0),
+            "nop qword ptr [rax], r8"
+        );
+        assert_eq!(
+            text(&[0x48, 0x8d, 0x05, 0x10, 0, 0, 0], 0),
+            "lea rax, ptr [rip+0x10]"
+        );
         assert!(dis.format(&[0x0f, 0xff], 0, Bit64, &mut out).is_err());
+        let mut image = crate::image::Image::new();
+        image
+            .add_bytes(0x2000, vec![0x90, 0xe8, 0xfb], "a")
+            .unwrap();
+        image
+            .add_bytes(0x2003, vec![0xff, 0xff, 0xff], "b")
+            .unwrap();
+        out.clear();
+        assert_eq!(dis.format_at(&image, 0x2001, Bit64, &mut out), Ok(5));
+        assert_eq!(out, "call 0x2001");
+        assert_eq!(
+            dis.format_at(&image, 0x3000, Bit64, &mut out),
+            Err(CodeError::no_map(0x3000))
+        );
     }
 }
