@@ -339,6 +339,7 @@ fn implicit_kind(k: K, addr_bits: u32) -> Option<OpKind> {
 struct Candidate {
     code: Code,
     bytes: Vec<u8>,
+    branch_disp: Option<usize>,
     op_size: u32,
     mem_size: usize,
     defines_size: bool,
@@ -353,6 +354,25 @@ pub fn encode(
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
 ) -> Result<Vec<u8>, String> {
+    encode_detailed(insn, ctx, eval).map(|e| e.bytes)
+}
+
+/// An encoded instruction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// Size of the relative branch displacement that ends the instruction,
+    /// if it has one (the listing shows it the way yasm does).
+    pub branch_disp: Option<usize>,
+}
+
+/// Encodes an instruction at `ctx.ip`, with details about the encoding.
+pub fn encode_detailed(
+    insn: &Insn,
+    ctx: &Context,
+    eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
+) -> Result<Encoded, String> {
     let codes = table()
         .get(&insn.mnemonic)
         .ok_or_else(|| format!("unknown instruction `{}'", insn.mnemonic))?;
@@ -493,7 +513,10 @@ pub fn encode(
         .min_by_key(|c| (c.bytes.len(), !c.imm8_sex))
         .or_else(|| pool.iter().max_by_key(|c| c.bytes.len()))
         .ok_or("no encoding")?;
-    Ok(best.bytes.clone())
+    Ok(Encoded {
+        bytes: best.bytes.clone(),
+        branch_disp: best.branch_disp,
+    })
 }
 
 fn collect(
@@ -828,6 +851,12 @@ fn build(
         op_size: info.operand_size(),
         mem_size: info.memory_size().size(),
         defines_size,
+        branch_disp: kinds.iter().find_map(|k| match k {
+            K::br16_1 | K::br32_1 | K::br64_1 => Some(1),
+            K::br16_2 | K::xbegin_2 => Some(2),
+            K::br32_4 | K::br64_4 | K::xbegin_4 => Some(4),
+            _ => None,
+        }),
         imm8_sex: kinds
             .iter()
             .any(|k| matches!(k, K::imm8sex16 | K::imm8sex32 | K::imm8sex64)),

@@ -73,6 +73,12 @@ pub struct Emitted {
     pub rept_unit: Option<usize>,
     /// True if the bytes are alignment padding (not shown in the listing).
     pub padding: bool,
+    /// The `times` count (1 without `times`).
+    pub count: u64,
+    /// True for `resb` and friends (the listing shows `<gap>`).
+    pub reserve: bool,
+    /// Size of the relative displacement ending each repetition, if any.
+    pub branch_disp: Option<usize>,
 }
 
 /// The result of layout.
@@ -304,6 +310,7 @@ impl<'a> Assembler<'a> {
                 section: cur,
                 offset,
                 addr,
+                count: 1,
                 ..Emitted::default()
             };
 
@@ -390,7 +397,11 @@ impl<'a> Assembler<'a> {
                         None if section.is_code() => nop_fill(bits, pad as usize),
                         None => vec![0; pad as usize],
                     };
-                    out.padding = true;
+                    out.padding = fill.is_none();
+                    if fill.is_some() {
+                        out.count = pad;
+                        out.rept_unit = (pad > 1).then_some(1);
+                    }
                     // A section is at least as aligned as anything in it.
                     if let Some(s) = sections.get_mut(cur) {
                         s.align = s.align.max(n);
@@ -423,10 +434,13 @@ impl<'a> Assembler<'a> {
                         final_pass,
                     );
                     match result {
-                        Ok((bytes, unit)) => {
+                        Ok((bytes, unit, branch_disp)) => {
                             if let Some(f) = self.floors.get_mut(idx) {
                                 *f = unit;
                             }
+                            out.count = count;
+                            out.reserve = matches!(body, Body::Reserve { .. });
+                            out.branch_disp = branch_disp;
                             out.rept_unit = (count > 1).then_some(unit);
                             out.bytes = bytes;
                         }
@@ -590,7 +604,7 @@ fn emit_body(
     floor: usize,
     scope: &PassScope<'_>,
     final_pass: bool,
-) -> Result<(Vec<u8>, usize), String> {
+) -> Result<(Vec<u8>, usize, Option<usize>), String> {
     match body {
         Body::Reserve { unit, count: n } => {
             let v = expr::eval(n, scope).map_err(|e| e.to_string())?;
@@ -610,13 +624,14 @@ fn emit_body(
                 .checked_mul(count)
                 .filter(|t| *t <= MAX_OUTPUT)
                 .ok_or("reserved space too large")?;
-            Ok((vec![0; total as usize], unit_len as usize))
+            Ok((vec![0; total as usize], unit_len as usize, None))
         }
         Body::Data { unit, items } => {
             // yasm evaluates `$` once, at the start of the line, for every
             // repetition, so data repeats unchanged.
             let one = encode_data(*unit, items, scope)?;
-            repeat(one, count, false, |_| Ok(Vec::new()))
+            let (bytes, unit) = repeat(one, count, false, |_| Ok(Vec::new()))?;
+            Ok((bytes, unit, None))
         }
         Body::Insn(insn) => {
             let ctx = Context {
@@ -626,7 +641,8 @@ fn emit_body(
                 floor,
             };
             let mut eval = |e: &Expr| expr::eval(e, scope);
-            let one = insn::encode(insn, &ctx, &mut eval)?;
+            let first = insn::encode_detailed(insn, &ctx, &mut eval)?;
+            let (one, branch_disp) = (first.bytes, first.branch_disp);
             let per_rep = insn.operands.iter().any(|o| match o {
                 super::parse::Operand::Imm(i) => i.expr.depends_on_layout(),
                 super::parse::Operand::Mem(m) => {
@@ -647,6 +663,7 @@ fn emit_body(
                 let mut eval = |e: &Expr| expr::eval(e, scope);
                 insn::encode(insn, &ctx, &mut eval)
             })
+            .map(|(bytes, unit)| (bytes, unit, branch_disp))
         }
     }
 }

@@ -449,6 +449,8 @@ pub struct Line {
     pub label: Option<String>,
     /// The label as written (`.loop` for the local label `main.loop`).
     pub label_written: Option<String>,
+    /// True if the label was written with a colon.
+    pub label_colon: bool,
     /// The statement.
     pub stmt: Stmt,
 }
@@ -571,6 +573,7 @@ impl Parser {
         let mut listing_text = collapsed.clone();
         let mut label = None;
         let mut label_written = None;
+        let mut label_colon = false;
 
         // A whole line in brackets is a raw directive: `[bits 64]`.
         let bracketed = matches!(toks.first(), Some(Tok::Punct("[")))
@@ -592,6 +595,7 @@ impl Parser {
                 }
                 label = Some(name);
                 label_written = Some(first.clone());
+                label_colon = colon;
                 pos = if colon { 2 } else { 1 };
                 if equ {
                     let mut p = ExprParser::new(&toks, 2, &*self);
@@ -602,6 +606,7 @@ impl Parser {
                         listing_text,
                         label_written: label.as_ref().map(|_| first.clone()),
                         label,
+                        label_colon: false,
                         stmt: Stmt::Equ(e),
                     });
                 }
@@ -626,6 +631,7 @@ impl Parser {
                 listing_text,
                 label,
                 label_written,
+                label_colon,
                 stmt: Stmt::Empty,
             });
         };
@@ -635,15 +641,23 @@ impl Parser {
         let lower = word.to_ascii_lowercase();
         if DIRECTIVES.contains(&lower.as_str()) {
             let stmt = self.directive(&lower, rest.get(1..).unwrap_or_default())?;
-            if !bracketed && label.is_none() {
-                // yasm's listing shows directives the way its macros expand them.
-                let args = collapsed
-                    .trim_start()
-                    .get(word.len()..)
-                    .unwrap_or("")
-                    .trim();
+            if !bracketed {
+                // yasm's listing shows directives the way its macros expand
+                // them; a label on the line is listed separately.
+                let after_label = label_written
+                    .as_ref()
+                    .and_then(|w| collapsed.find(w.as_str()).map(|i| i + w.len()))
+                    .unwrap_or(0);
+                let tail = collapsed.get(after_label..).unwrap_or("");
+                let tail = tail.trim_start().trim_start_matches(':').trim_start();
+                let args = tail.get(word.len()..).unwrap_or("").trim();
                 listing_text = match &stmt {
-                    Stmt::Align { fill: Some(_), .. } => collapsed.clone(),
+                    Stmt::Align { fill: Some(_), .. } => {
+                        let (n, x) = args.split_once(',').unwrap_or((args, ""));
+                        let x = x.trim();
+                        let x = x.get(2..).unwrap_or("").trim();
+                        format!("times ($$-$) & (({})-1) db {x}", n.trim())
+                    }
                     _ if args.is_empty() => format!("[{lower}]"),
                     _ => format!("[{lower} {args}]"),
                 };
@@ -653,6 +667,7 @@ impl Parser {
                 listing_text,
                 label,
                 label_written,
+                label_colon,
                 stmt,
             });
         }
@@ -662,6 +677,7 @@ impl Parser {
             listing_text,
             label,
             label_written,
+            label_colon,
             stmt,
         })
     }
