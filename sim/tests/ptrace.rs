@@ -446,3 +446,61 @@ fn bin_true() {
     in_executable_mappings(&run.items);
     replays_exactly(&run);
 }
+
+#[test]
+fn signal_interrupting_a_blocking_call() {
+    let run = trace(tiny(), &["p"], TraceOptions::default());
+    check_continuity(&run.items).unwrap();
+    let pause = run
+        .items
+        .iter()
+        .position(|i| matches!(i, ExecItem::Event(Event::SyscallEnter { nr: 34, .. })))
+        .expect("pause");
+    let ExecItem::Insn(sc) = run.items[pause - 1] else {
+        panic!()
+    };
+    let ExecItem::Event(Event::SyscallExit { nr: 34, .. }) = run.items[pause + 1] else {
+        panic!()
+    };
+    let ExecItem::Event(Event::Signal {
+        signo: 14,
+        from_ip,
+        handler: Some(_),
+    }) = run.items[pause + 2]
+    else {
+        panic!("{:?}", run.items[pause + 2])
+    };
+    assert_eq!(from_ip, sc.fall_through());
+    // The program saw pause() fail with EINTR and the handler run once.
+    assert_eq!(
+        events(&run.items).last(),
+        Some(&&Event::Exit(ExitKind::Exited(15)))
+    );
+    replays_exactly(&run);
+}
+
+#[test]
+fn program_sending_itself_sigtrap() {
+    let run = trace(tiny(), &["t"], TraceOptions::default());
+    check_continuity(&run.items).unwrap();
+    // The first SIGTRAP reaches the program's handler, not the tracer's step
+    // logic. (Single-stepping the handler makes the kernel reset the blocked
+    // SIGTRAP to SIG_DFL, so the second one kills the program: a limit of
+    // ptrace, recorded as it happened.)
+    let ev = events(&run.items);
+    let first = ev.iter().find(|e| matches!(e, Event::Signal { .. }));
+    assert!(
+        matches!(
+            first,
+            Some(Event::Signal {
+                signo: 5,
+                handler: Some(_),
+                ..
+            })
+        ),
+        "{first:?}"
+    );
+    // No phantom instruction for the stop that delivered nothing.
+    assert!(insns(&run.items).iter().all(|r| r.next_ip != r.ip));
+    replays_exactly(&run);
+}

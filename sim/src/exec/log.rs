@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use super::insn::decode_at;
+use super::insn::{decode_at, DecodedInsn};
 use super::memory::page_base;
 use super::{
     CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind, Mapping, Perms,
@@ -342,7 +342,11 @@ pub struct LogReader<B: AsRef<[u8]>> {
     jump: Option<i64>,
     truncated: bool,
     done: bool,
+    /// Decoded instructions by IP (direct-mapped); cleared when code changes.
+    cache: Vec<Option<(u64, ExecMode, DecodedInsn)>>,
 }
+
+const CACHE_SLOTS: usize = 1 << 13;
 
 /// Short read: the record at this offset is incomplete.
 struct Short;
@@ -418,6 +422,7 @@ impl<B: AsRef<[u8]>> LogReader<B> {
             jump: None,
             truncated: false,
             done: false,
+            cache: Vec::new(),
         })
     }
 
@@ -457,6 +462,9 @@ impl<B: AsRef<[u8]>> LogReader<B> {
         );
         match r {
             Ok(Ok(p)) => {
+                if data[start] == TAG_CODE_PAGE {
+                    self.cache.iter_mut().for_each(|e| *e = None);
+                }
                 self.pos = c.pos;
                 Ok(Some(p))
             }
@@ -473,7 +481,18 @@ impl<B: AsRef<[u8]>> LogReader<B> {
         let ip = self
             .ip
             .ok_or_else(|| self.corrupt(self.pos, "instruction before any IP"))?;
-        let d = decode_at(&self.mem, ip, self.mode)?;
+        if self.cache.is_empty() {
+            self.cache = vec![None; CACHE_SLOTS];
+        }
+        let slot = (ip ^ (ip >> 13)) as usize % CACHE_SLOTS;
+        let d = match self.cache[slot] {
+            Some((at, mode, d)) if at == ip && mode == self.mode => d,
+            _ => {
+                let d = decode_at(&self.mem, ip, self.mode)?;
+                self.cache[slot] = Some((ip, self.mode, d));
+                d
+            }
+        };
         let ft = ip.wrapping_add(u64::from(d.len));
         let next_ip = match jump {
             Some(delta) => ft.wrapping_add(delta as u64),

@@ -699,6 +699,12 @@ impl Tracer {
                         }));
                         return Ok(());
                     }
+                    if now == ip && siginfo_code(self.pid).is_some_and(|c| c <= 0) {
+                        // A SIGTRAP sent by a process, not our step: it is
+                        // pending delivery and nothing executed.
+                        self.pending_signal = Some(libc::SIGTRAP);
+                        return Ok(());
+                    }
                     let d = decoded.ok_or(ExecError::InvalidInsn { ip })?;
                     if d.rep_string && now == ip {
                         // One iteration of a REP string instruction.
@@ -706,6 +712,12 @@ impl Tracer {
                     }
                     self.push_retired(ip, d, mode, now);
                     if is_syscall {
+                        // A SIGTRAP the thread sent itself (tkill) merges with
+                        // the step's trap (one pending non-RT signal per
+                        // queue); si_code tells, and it must still be delivered.
+                        if siginfo_code(self.pid).is_some_and(|c| c <= 0) {
+                            self.pending_signal = Some(libc::SIGTRAP);
+                        }
                         self.after_syscall(&pre, d, mode, exec_seen)?;
                     } else if d.kernel_entry == Some(KernelEntry::Int3)
                         && siginfo_code(self.pid) == Some(SI_KERNEL)

@@ -1,6 +1,6 @@
 /* A program without libc: deterministic, about a thousand instructions.
  * argv[1][0] selects extra behaviour: w write, r rep movsb, s signal handler,
- * i ignored signal, c crash, m mmap/mprotect/munmap, e exec itself, l loop forever.
+ * i ignored signal, t SIGTRAP sent to itself, p signal during pause(), c crash, m mmap/mprotect/munmap, e exec itself, l loop forever.
  * Direct calls to f, indirect calls through fp (to g unless argc > 5). */
 typedef unsigned long u64;
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
@@ -29,12 +29,22 @@ void start_c(long *sp) {
   for (int i = 0; i < 50; i++) acc += (i % 3 == 0) ? f(i) : fp(i);
   if (mode == 'w') sys(1, 1, (long)"hi\n", 3);
   if (mode == 'r') { for (int i = 0; i < 64; i++) buf_a[i] = i; __asm__ volatile("rep movsb" : : "S"(buf_a), "D"(buf_b), "c"(64) : "memory"); acc += buf_b[63]; }
-  if (mode == 's' || mode == 'i') {
-    struct ksigaction sa = { mode == 's' ? handler : (void (*)(int))1, 0x04000000 /* SA_RESTORER */, restorer, 0 };
-    sys6(13, 10 /* SIGUSR1 */, (long)&sa, 0, 8, 0, 0);
+  if (mode == 's' || mode == 'i' || mode == 't') {
+    struct ksigaction sa = { mode != 'i' ? handler : (void (*)(int))1, 0x04000000 /* SA_RESTORER */, restorer, 0 };
+    int signo = mode == 't' ? 5 /* SIGTRAP */ : 10 /* SIGUSR1 */;
+    sys6(13, signo, (long)&sa, 0, 8, 0, 0);
     long pid = sys(39, 0, 0, 0);
-    sys(62, pid, 10, 0);
-    sys(62, pid, 10, 0);
+    sys(62, pid, signo, 0);
+    sys(62, pid, signo, 0);
+    acc += hits;
+  }
+  if (mode == 'p') {
+    /* A signal interrupts a blocking system call: pause() returns -EINTR. */
+    struct ksigaction sa = { handler, 0x04000000, restorer, 0 };
+    sys6(13, 14 /* SIGALRM */, (long)&sa, 0, 8, 0, 0);
+    long timer[4] = { 0, 0, 0, 20000 };
+    sys(38, 0 /* ITIMER_REAL */, (long)timer, 0);
+    acc += sys(34, 0, 0, 0) == -4;
     acc += hits;
   }
   if (mode == 'c') *(volatile int *)8 = 1;
