@@ -158,6 +158,17 @@ fn compare(source: &str, name: &str, yasm: &Yasm) -> Result<Assembly, String> {
             yasm.bin.get(at..(at + 8).min(yasm.bin.len())).unwrap_or_default(),
         ));
     }
+    // What pttc reads from yasm's listing is what .ptt files mean by a label.
+    if let Ok(read) = pt_testgen::asm::pttc::labels(&yasm.listing) {
+        for (label, addr) in read {
+            if ours.labels.get(&label) != Some(&addr) {
+                return Err(format!(
+                    "pttc label {label}: yasm listing {addr:#x}, ours {:x?}",
+                    ours.labels.get(&label)
+                ));
+            }
+        }
+    }
     for (label, addr) in listing_labels(&yasm.listing) {
         match ours.labels.get(&label) {
             Some(a) if *a == addr => {}

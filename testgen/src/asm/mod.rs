@@ -7,13 +7,15 @@
 //!
 //! Layers: [`parse`] (lexer and line parser), [`expr`] (expressions),
 //! [`insn`] (instruction selection and encoding), [`layout`] (addresses,
-//! relaxation, sections, the binary) and [`listing`].
+//! relaxation, sections, the binary), [`listing`] (yasm's listing) and
+//! [`pttc`] (label addresses read from the listing the way pttc reads them).
 
 pub mod expr;
 pub mod insn;
 pub mod layout;
 pub mod listing;
 pub mod parse;
+pub mod pttc;
 
 use std::collections::BTreeMap;
 
@@ -115,6 +117,11 @@ pub fn assemble(source: &str, file_name: &str) -> Result<Assembly, AsmError> {
         }
     }
     let listing = listing::render(file_name, &lines, &out.emitted);
+    // Where pttc can read the listing, its values are the ones .ptt files
+    // were written against.
+    if let Ok(read) = pttc::labels(&listing) {
+        out.labels.extend(read);
+    }
     Ok(Assembly {
         bytes: out.bytes,
         org: out.org,
