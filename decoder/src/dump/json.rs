@@ -3,7 +3,7 @@
 //! numbers.
 
 use super::field::{push_dec, push_hex};
-use super::{cfe_type_name, ip_kind_name, Line};
+use super::{cfe_type_name, Line};
 use crate::error::ErrorCode;
 use pt_encoder::packet::sext48;
 use pt_encoder::Packet;
@@ -69,11 +69,7 @@ pub(super) fn packet(
     out.extend_from_slice(b"{\"offset\":");
     push_dec(out, offset);
     num(out, "size", size);
-    let name = match p {
-        Packet::Ip(k, _) => ip_kind_name(*k),
-        _ => p.name(),
-    };
-    string(out, "packet", name.as_bytes());
+    string(out, "packet", p.name().as_bytes());
     match *p {
         Packet::Ip(_, ip) => {
             num(out, "ipc", ip.compression as u64);

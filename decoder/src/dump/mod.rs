@@ -884,15 +884,5 @@ fn cfe_type_name(ty: u8) -> &'static str {
     }
 }
 
-/// The IP packet kind's ptdump name (also used by the JSON output).
-pub(crate) fn ip_kind_name(k: IpPacketKind) -> &'static str {
-    match k {
-        IpPacketKind::Tip => "tip",
-        IpPacketKind::TipPge => "tip.pge",
-        IpPacketKind::TipPgd => "tip.pgd",
-        IpPacketKind::Fup => "fup",
-    }
-}
-
 #[cfg(test)]
 mod tests;
