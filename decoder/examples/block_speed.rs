@@ -132,9 +132,9 @@ fn main() {
     let mut left = 64;
     let start = Instant::now();
     for _ in 0..steps {
-        let block = cache.block(id);
+        let block = cache.summary(id);
         insns += u64::from(block.ninsn);
-        let taken = match block.last.class {
+        let taken = match block.class {
             InsnClass::CondJump => {
                 if left == 0 {
                     bits = rng.next();

@@ -22,7 +22,7 @@ use pt_encoder::packet::ExecMode;
 use crate::error::ErrorCode;
 pub use crate::image::CodeError;
 use crate::image::CodeSource;
-use crate::insn::{decode_at, Insn, InsnClass, Run, Step};
+use crate::insn::{decode_at, Insn, InsnClass, InsnKind, Run, Step};
 
 /// Default cap on the instructions in one block (long straight-line code is split).
 pub const MAX_BLOCK_INSNS: u32 = 0xffff;
@@ -79,10 +79,22 @@ pub struct Block {
     pub truncated: bool,
     /// Start of this block's instruction sizes in the cache's size arena.
     sizes: u32,
-    /// Successor for the fall-through address (not taken, or after a non-branch).
-    next_fall: u32,
-    /// Successor for the direct target (taken).
-    next_taken: u32,
+}
+
+/// What the hot loop of a flow decoder needs from a block, in 16 bytes (kept apart
+/// from the full [`Block`] so that the walk touches little memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockSummary {
+    /// How many instructions the block holds.
+    pub ninsn: u32,
+    /// The last instruction's class.
+    pub class: InsnClass,
+    /// The last instruction's kind.
+    pub kind: InsnKind,
+    /// Why the block ends there.
+    pub end: BlockEnd,
+    /// Successor ids once known: `[fall-through, taken]`.
+    links: [u32; 2],
 }
 
 impl Block {
@@ -138,6 +150,8 @@ type IpMap = HashMap<u64, u32, BuildHasherDefault<IpHasher>>;
 /// Decoded blocks keyed by (IP, execution mode).
 pub struct BlockCache {
     blocks: Vec<Block>,
+    /// Parallel to `blocks`.
+    hot: Vec<BlockSummary>,
     sizes: Vec<u8>,
     /// One map per decodable mode (16, 32, 64-bit).
     index: [IpMap; 3],
@@ -172,6 +186,7 @@ impl BlockCache {
     pub fn with_max_insns(max_insns: u32) -> Self {
         Self {
             blocks: Vec::new(),
+            hot: Vec::new(),
             sizes: Vec::new(),
             index: Default::default(),
             stamp: None,
@@ -205,6 +220,7 @@ impl BlockCache {
     /// Drops every block (ids become invalid).
     pub fn clear(&mut self) {
         self.blocks.clear();
+        self.hot.clear();
         self.sizes.clear();
         for map in &mut self.index {
             map.clear();
@@ -252,6 +268,15 @@ impl BlockCache {
     #[inline]
     pub fn block(&self, id: BlockId) -> &Block {
         &self.blocks[id.index()]
+    }
+
+    /// The hot part of the block at `id`: instruction count, how it ends.
+    ///
+    /// # Panics
+    /// If `id` does not come from this cache since its last clear.
+    #[inline]
+    pub fn summary(&self, id: BlockId) -> BlockSummary {
+        self.hot[id.index()]
     }
 
     /// The block at `id`, or `None` if the id is stale.
@@ -327,19 +352,19 @@ impl BlockCache {
         taken: bool,
     ) -> Result<BlockId, CodeError> {
         let stamp = src.stamp();
-        let block = self
-            .blocks
+        let hot = self
+            .hot
             .get(id.index())
             .ok_or(CodeError::new(ErrorCode::Internal, 0))?;
-        let link = if taken {
-            block.next_taken
-        } else {
-            block.next_fall
-        };
+        let link = hot.links[usize::from(taken)];
         if link != UNLINKED && self.stamp == Some(stamp) {
             self.stats.linked += 1;
             return Ok(BlockId(link));
         }
+        let block = self
+            .blocks
+            .get(id.index())
+            .ok_or(CodeError::new(ErrorCode::Internal, 0))?;
         let ip = if taken {
             block
                 .last
@@ -353,12 +378,8 @@ impl BlockCache {
         let next = self.lookup(src, ip, mode)?;
         // Link only if the lookup did not drop the arena (and with it `id`).
         if before == Some(stamp) {
-            if let Some(block) = self.blocks.get_mut(id.index()) {
-                if taken {
-                    block.next_taken = next.0;
-                } else {
-                    block.next_fall = next.0;
-                }
+            if let Some(hot) = self.hot.get_mut(id.index()) {
+                hot.links[usize::from(taken)] = next.0;
             }
         }
         Ok(next)
@@ -399,7 +420,7 @@ impl BlockCache {
                     Err(_) => break,
                 },
             };
-            self.blocks[prev.index()].next_fall = next.0;
+            self.hot[prev.index()].links[0] = next.0;
             if next.index() + 1 != self.blocks.len() {
                 break; // reached a block built before
             }
@@ -467,8 +488,13 @@ impl BlockCache {
             end,
             truncated,
             sizes: sizes_start,
-            next_fall: UNLINKED,
-            next_taken: UNLINKED,
+        });
+        self.hot.push(BlockSummary {
+            ninsn,
+            class: last.class,
+            kind: last.kind,
+            end,
+            links: [UNLINKED; 2],
         });
         self.index[slot].insert(ip, id);
         self.stats.builds += 1;
@@ -578,6 +604,19 @@ mod tests {
         let b = cache.fall_through(&img, a).unwrap();
         assert_eq!(cache.fall_through(&img, b), Ok(c));
         assert_eq!(cache.stats().linked, 2);
+    }
+
+    #[test]
+    fn summary_mirrors_the_block() {
+        assert_eq!(std::mem::size_of::<BlockSummary>(), 16);
+        let img = image(&[(0x1000, LOOP)]);
+        let mut cache = BlockCache::new();
+        let id = cache.lookup(&img, 0x1000, ExecMode::Bit64).unwrap();
+        let (b, s) = (*cache.block(id), cache.summary(id));
+        assert_eq!(
+            (s.ninsn, s.class, s.kind, s.end),
+            (b.ninsn, b.last.class, b.last.kind, b.end)
+        );
     }
 
     #[test]
