@@ -13,6 +13,38 @@
 //!
 //! The cache belongs to one [`CodeSource`] at a time: when the source's stamp changes
 //! (a section was added or removed), everything is dropped and rebuilt on demand.
+//!
+//! A flow decoder's inner loop, with TNT bits from the trace:
+//!
+//! ```
+//! use pt_decoder::block_cache::BlockCache;
+//! use pt_decoder::image::Image;
+//! use pt_decoder::insn::InsnClass;
+//! use pt_encoder::packet::ExecMode;
+//!
+//! // 0x1000: mov ecx, 3; 0x1005: dec ecx; jnz 0x1005; ret
+//! let code = vec![0xb9, 3, 0, 0, 0, 0xff, 0xc9, 0x75, 0xfc, 0xc3];
+//! let mut image = Image::new();
+//! image.add_bytes(0x1000, code, "code")?;
+//! let mut cache = BlockCache::new();
+//! let mut id = cache.lookup(&image, 0x1000, ExecMode::Bit64)?;
+//! let mut tnt = [true, true, false].into_iter();
+//! let mut count = 0;
+//! loop {
+//!     let block = cache.summary(id);
+//!     count += block.ninsn;
+//!     id = match block.class {
+//!         InsnClass::CondJump => cache.successor(&image, id, tnt.next().unwrap())?,
+//!         // Straight-line code cut at a section end, MOV CR3, PTWRITE: go on.
+//!         InsnClass::Other | InsnClass::Ptwrite => cache.fall_through(&image, id)?,
+//!         // Returns and indirect branches need the return stack or a TIP.
+//!         _ => break,
+//!     };
+//! }
+//! // mov, dec, jnz (taken); dec, jnz (taken); dec, jnz (not taken); ret
+//! assert_eq!(count, 8);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
