@@ -16,8 +16,8 @@
 use super::expr::{EvalError, Expr, Value};
 use super::parse::{Insn, JumpKind, Mem, Operand, Prefix};
 use iced_x86::{
-    Code, Encoder, EncodingKind, Instruction, MandatoryPrefix, MemorySize, OpCodeOperandKind as K,
-    OpKind, Register,
+    Code, Encoder, EncodingKind, Instruction, MandatoryPrefix, MemorySize, Mnemonic,
+    OpCodeOperandKind as K, OpKind, Register,
 };
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -650,7 +650,10 @@ fn build(
                 ..
             } => {
                 let (disp, has_disp, rel) = (&disp, &has_disp, &rel);
-                let far_bits = far_offset_bits(info.memory_size());
+                // Only far jmp/call need `far`; les/lds/lss take the same
+                // pointer without it.
+                let far_branch = matches!(code.mnemonic(), Mnemonic::Jmp | Mnemonic::Call);
+                let far_bits = far_offset_bits(info.memory_size()).filter(|_| far_branch);
                 if mem.far != far_bits.is_some() {
                     return Ok(None);
                 }
@@ -838,6 +841,38 @@ fn build(
     }
     if format!("{:?}", code.mnemonic()).starts_with("Set") && info.op_code() & 0xfff0 == 0x90 {
         setcc_reg_field(&mut bytes);
+    }
+    // System instructions that always work on 16 bits: yasm writes no
+    // operand-size prefix for their memory forms (nor ever for arpl).
+    let always16 = matches!(
+        code,
+        Code::Mov_rm16_Sreg
+            | Code::Mov_Sreg_rm16
+            | Code::Lldt_rm16
+            | Code::Ltr_rm16
+            | Code::Verr_rm16
+            | Code::Verw_rm16
+            | Code::Lmsw_rm16
+            | Code::Str_rm16
+            | Code::Sldt_rm16
+            | Code::Smsw_rm16
+    );
+    if ctx.bits != 16 && ((always16 && mem_op.is_some()) || code == Code::Arpl_rm16_r16) {
+        let run = bytes
+            .iter()
+            .take_while(|b| {
+                matches!(
+                    b,
+                    0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3
+                )
+            })
+            .count();
+        if let Some(i) = bytes
+            .get(..run)
+            .and_then(|p| p.iter().position(|b| *b == 0x66))
+        {
+            bytes.remove(i);
+        }
     }
     // An explicit address-size prefix on an instruction without a memory
     // operand (e.g. `a32 loop`) is written as is.
@@ -1110,6 +1145,13 @@ mod tests {
         assert_eq!(hex(64, "mov ds, ax"), "8ED8");
         assert_eq!(hex(64, "mov ax, ds"), "668CD8");
         assert_eq!(hex(64, "lldt ax"), "0F00D0");
+        assert_eq!(hex(32, "lldt word [eax]"), "0F0010");
+        assert_eq!(hex(32, "mov word [eax], ds"), "8C18");
+        assert_eq!(hex(32, "arpl [eax], bx"), "6318");
+        assert_eq!(hex(32, "str ax"), "660F00C8");
+        // Far pointers in memory: `far` for jmp/call only.
+        assert_eq!(hex(32, "les eax, [ebx]"), "C403");
+        assert!(hex(32, "jmp [eax]") == "FF20" && hex(32, "jmp far [eax]") == "FF28");
         // Prefix order: segment, 67, 66, lock/rep.
         assert_eq!(hex(16, "lock add [fs:eax], ebx"), "646766F00118");
         // Implicit operands, shorthand forms, no 486-only opcodes.
