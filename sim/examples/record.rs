@@ -1,6 +1,7 @@
 //! Records a program's execution by single-stepping it.
 //!
-//! `record [-o LOG] [-n LIMIT] [--aslr] -- CMD ARGS...`
+//! `record [-o LOG] [-n LIMIT] [--aslr] [--no-verify] -- CMD ARGS...`
+//! `record --replay LOG`
 //!
 //! Prints the instruction, syscall and signal counts and the steps per second;
 //! with `-o` writes the compact execution log and replays it to check it.
@@ -24,11 +25,44 @@ extern "C" fn on_sigint(_: libc::c_int) {
     }
 }
 
+/// Replays a log and prints what it holds.
+fn replay(path: &str) -> Result<(), String> {
+    let t = Instant::now();
+    let mut r = LogReader::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let (mut insns, mut events) = (0u64, 0u64);
+    let mut last = None;
+    loop {
+        match r.next_item() {
+            Ok(Some(ExecItem::Insn(_))) => insns += 1,
+            Ok(Some(ExecItem::Event(e))) => {
+                events += 1;
+                last = Some(e);
+            }
+            Ok(None) => break,
+            Err(e) => return Err(format!("{path}: {e}")),
+        }
+    }
+    println!(
+        "{insns} instructions, {events} events, last event {last:?}, {} in {:.3} s",
+        if r.is_truncated() {
+            "cut short"
+        } else {
+            "complete"
+        },
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--replay") {
+        return replay(args.get(1).ok_or("--replay needs a file")?);
+    }
     let mut out = None;
     let mut limit = None;
     let mut aslr = false;
+    let mut verify = true;
     let mut i = 0;
     while i < args.len() && args[i] != "--" {
         match args[i].as_str() {
@@ -42,6 +76,7 @@ fn run() -> Result<(), String> {
                 limit = Some(n.parse::<u64>().map_err(|e| format!("-n {n}: {e}"))?);
             }
             "--aslr" => aslr = true,
+            "--no-verify" => verify = false,
             a => return Err(format!("unknown option {a}")),
         }
         i += 1;
@@ -49,7 +84,7 @@ fn run() -> Result<(), String> {
     let cmd = args
         .get(i + 1..)
         .filter(|c| !c.is_empty())
-        .ok_or("usage: record [-o LOG] [-n LIMIT] [--aslr] -- CMD ARGS...")?;
+        .ok_or("usage: record [-o LOG] [-n LIMIT] [--aslr] [--no-verify] -- CMD ARGS...")?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let _ = STOP.set(stop.clone());
@@ -65,6 +100,7 @@ fn run() -> Result<(), String> {
         step_limit: limit,
         stop_flag: Some(stop),
         progress: true,
+        verify_code: verify,
         ..TraceOptions::default()
     };
     let start = Instant::now();

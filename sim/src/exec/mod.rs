@@ -14,8 +14,11 @@
 //! # Ordering contract
 //! - A [`Retired`]'s `next_ip` is where the instruction sent user-mode control:
 //!   the branch target, the fall-through, or for [`InsnClass::KernelEntry`] the
-//!   user IP the kernel returned to (normally the fall-through; the new entry
-//!   point after `execve`; the restored context after `rt_sigreturn`).
+//!   IP in the registers when the kernel was done with the call (normally the
+//!   fall-through; the new entry point after `execve`; the restored context
+//!   after `rt_sigreturn`). A signal delivered on the way back to user mode
+//!   then diverts control as its [`Event::Signal`] says; a call the kernel
+//!   restarts shows as `from_ip` equal to the call itself.
 //! - The next [`Retired`]'s `ip` equals the previous `next_ip`, unless an
 //!   [`Event::Signal`] with a handler comes between them; then it equals that
 //!   handler, and the signal's `from_ip` is where the interrupted context resumes.

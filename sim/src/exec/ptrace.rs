@@ -10,6 +10,17 @@
 //! Only the initial thread is traced; threads and children it creates run
 //! untraced. All calls must come from the thread that spawned the tracee
 //! (a ptrace rule), so [`Tracer`] is not `Send`.
+//!
+//! Known limits of tracing by single-step:
+//! - A program's own SIGTRAP handling is disturbed: when the step trap hits
+//!   while the program blocks SIGTRAP (inside its handler), the kernel resets
+//!   the handler to the default. The recording shows what then happened.
+//! - A SIGTRAP sent by another process at the very moment a step completes
+//!   merges with the step's trap and is lost.
+//! - `SyscallExit::ret` is RAX at the exit stop: a call interrupted by a
+//!   signal shows the kernel-internal restart codes (-512..-516) there.
+//! - Code in pages that can be neither read nor PEEKed (the legacy vsyscall
+//!   page in execute-only mode) ends the recording with an error.
 
 use std::collections::{HashSet, VecDeque};
 use std::ffi::{CString, OsStr, OsString};
@@ -509,7 +520,8 @@ impl Tracer {
             let n = read_mem(self.pid, ip, &mut live);
             let mut cached = [0u8; 15];
             let m = self.mem.read(ip, &mut cached);
-            if n == 0 || m < n || live[..n] != cached[..n] {
+            let k = n.min(m);
+            if k == 0 || live[..k] != cached[..k] {
                 // Stale or missing: drop what we hold for these pages.
                 self.fresh.remove(&page_base(ip));
                 self.fresh.remove(&page_base(ip + 14));
