@@ -114,7 +114,9 @@ pub enum InsnKind {
     Vmlaunch,
     /// `VMRESUME` (0F 01 C3).
     Vmresume,
-    /// `VMPTRLD m64` (0F C7 /6).
+    /// `VMPTRLD m64` (0F C7 /6 with a memory operand). As in libipt's ILD, which
+    /// ignores the prefix, this also covers VMCLEAR (66) and VMXON (F3) on the same
+    /// opcode: a pending VMCS event binds to them too.
     Vmptrld,
     /// `UIRET` (F3 0F 01 EC).
     Uiret,
@@ -319,7 +321,7 @@ pub(crate) fn classify(instr: &Instruction, bytes: &[u8], ip: u64) -> Insn {
         Code::Uiret => (C::FarReturn, K::Uiret),
         Code::Erets => (C::FarReturn, K::Erets),
         Code::Eretu => (C::FarReturn, K::Eretu),
-        Code::Vmptrld_m64 => (C::Other, K::Vmptrld),
+        Code::Vmptrld_m64 | Code::Vmclear_m64 | Code::Vmxon_m64 => (C::Other, K::Vmptrld),
         Code::Mov_cr_r32 | Code::Mov_cr_r64 if instr.op0_register() == Register::CR3 => {
             (C::Other, K::MovCr3)
         }
@@ -752,6 +754,12 @@ mod tests {
             check(mode, &[0xff, 0x28], C::FarJump, K::JmpFarIndirect, None);
             // vmptrld [eax] / [bx+si]
             check(mode, &[0x0f, 0xc7, 0x30], C::Other, K::Vmptrld, None);
+            // vmclear [eax] / vmxon [eax] (bx+si in 16-bit code)
+            check(mode, &[0x66, 0x0f, 0xc7, 0x30], C::Other, K::Vmptrld, None);
+            check(mode, &[0xf3, 0x0f, 0xc7, 0x30], C::Other, K::Vmptrld, None);
+            // rdrand eax: the register form is not VMPTRLD
+            check(mode, &[0x0f, 0xc7, 0xf0], C::Other, K::Other, None);
+            check(mode, &[0x0f, 0x35], C::FarReturn, K::Sysexit, None);
         }
         // CALL/JMP/Jcc rel16 in 16-bit code, rel32 in 32- and 64-bit code.
         check(
@@ -805,7 +813,6 @@ mod tests {
             check(mode, &jmp[..n], C::FarJump, K::JmpFarDirect, None);
             check(mode, &[0xce], C::FarCall, K::Into, None);
             check(mode, &[0x0f, 0x22, 0xd8], C::Other, K::MovCr3, None);
-            check(mode, &[0x0f, 0x35], C::FarReturn, K::Sysexit, None);
         }
         for bytes in [
             &[0x9a, 0, 0, 0, 0, 8, 0][..],
