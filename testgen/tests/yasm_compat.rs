@@ -279,6 +279,14 @@ const OWN_SOURCES: &[(&str, &str)] = &[
         "org 0x1000\nbits 64\nsection .text\nl0: jmp l1\n nop\nsection .data vstart=0x2000 align=16\nd0: dd l0\n dq d0\nsection .foo start=0x3000 vstart=0x5000\nf0: jmp l0\nl1: call f0\nsection .bar follows=.foo vstart=0x6000\ng0: jmp d0\n times 3 db 1\n",
     ),
     (
+        "bss_and_padding.asm",
+        "org 0x1000\nbits 32\nsection .data\ndb 1\nalign 4\nsection .foo\ndb 1\nalign 8\nsection .text\ndb 1\nalign 4\nsection .bss\nb0: resb 16\nsection .data\ndd b0\n",
+    ),
+    (
+        "placement.asm",
+        "org 0x1000\nbits 64\nsection .a start=0x3000 vstart=0x3000\na0: jmp b0\nsection .b start=0x2000 vstart=0x2000\nb0: jmp a0\n",
+    ),
+    (
         "labels.asm",
         "bits 64\norg 0x400\nalone\n nop\nmain: nop\n.loop: dec ecx\n jnz .loop\n jmp main.loop\nsecond:\n.loop: jmp .loop\nfoo equ 5\n mov eax, foo\n times foo nop\n times 0x40-($-$$) db 0\nend: dd end\n",
     ),

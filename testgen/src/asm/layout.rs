@@ -51,11 +51,6 @@ impl Section {
             size: 0,
         }
     }
-
-    /// yasm fills alignment in code with NOPs, elsewhere with zeros.
-    fn is_code(&self) -> bool {
-        self.name == ".text"
-    }
 }
 
 /// What one line produced.
@@ -394,8 +389,8 @@ impl<'a> Assembler<'a> {
                     }
                     out.bytes = match fill {
                         Some(f) => vec![eval_abs(f, "fill")?.value as u8; pad as usize],
-                        None if section.is_code() => nop_fill(bits, pad as usize),
-                        None => vec![0; pad as usize],
+                        // yasm pads with NOPs in every section of a flat binary.
+                        None => nop_fill(bits, pad as usize),
                     };
                     out.padding = fill.is_none();
                     if fill.is_some() {
@@ -556,16 +551,24 @@ impl<'a> Assembler<'a> {
 
     /// Places sections after a pass: load addresses and virtual addresses.
     fn place(&self, sections: &mut [Section], org: u64) -> Result<(), AsmError> {
+        // yasm puts every progbits section first, in declaration order, and
+        // the nobits ones (`.bss`) after them.
+        let order: Vec<usize> = (0..sections.len())
+            .filter(|i| sections.get(*i).is_some_and(|s| !s.nobits))
+            .chain((0..sections.len()).filter(|i| sections.get(*i).is_some_and(|s| s.nobits)))
+            .collect();
+        let mut placed = vec![false; sections.len()];
         let mut prev_end = org;
-        for i in 0..sections.len() {
+        for (k, &i) in order.iter().enumerate() {
             let Some(s) = sections.get(i) else { continue };
             let lma = if let Some(st) = s.start {
                 st
             } else if let Some(f) = &s.follows {
                 let target = sections
                     .iter()
-                    .take(i)
-                    .find(|t| &t.name == f)
+                    .zip(&placed)
+                    .find(|(t, done)| **done && &t.name == f)
+                    .map(|(t, _)| t)
                     .ok_or_else(|| {
                         err(
                             self.file,
@@ -574,21 +577,21 @@ impl<'a> Assembler<'a> {
                         )
                     })?;
                 align_up(target.lma.saturating_add(target.size), s.align)
-            } else if i == 0 {
+            } else if k == 0 {
                 org
             } else {
                 align_up(prev_end, s.align)
             };
             let vma = s.vstart.unwrap_or(lma);
-            let nobits = s.nobits;
             let size = s.size;
             if let Some(s) = sections.get_mut(i) {
                 s.lma = lma;
                 s.vma = vma;
             }
-            if !nobits {
-                prev_end = lma.saturating_add(size);
+            if let Some(p) = placed.get_mut(i) {
+                *p = true;
             }
+            prev_end = lma.saturating_add(size);
         }
         Ok(())
     }
