@@ -20,30 +20,56 @@ pub struct Cpu {
 #[error("bad cpu: expected family/model[/stepping]")]
 pub struct ParseCpuError;
 
-fn parse_num(s: &str) -> Option<u64> {
-    // strtol(…, 0) semantics: 0x.. hex, leading 0 octal, else decimal.
-    let s = s.trim();
-    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16).ok()
-    } else if s.len() > 1 && s.starts_with('0') {
-        u64::from_str_radix(&s[1..], 8).ok()
+/// `strtol(s, &end, 0)`: leading blanks, an optional sign, then `0x` hex, `0` octal or
+/// decimal digits. Returns the value and the rest, or `None` if no digits were read.
+fn strtol(s: &str) -> Option<(i64, &str)> {
+    let t = s.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (neg, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let (radix, digits) = if (t.starts_with("0x") || t.starts_with("0X"))
+        && t[2..].starts_with(|c: char| c.is_ascii_hexdigit())
+    {
+        (16, &t[2..])
+    } else if t.starts_with('0') {
+        (8, t)
     } else {
-        s.parse().ok()
+        (10, t)
+    };
+    let len = digits
+        .find(|c: char| !c.is_digit(radix))
+        .unwrap_or(digits.len());
+    if len == 0 {
+        return None;
     }
+    let v = i64::from_str_radix(&digits[..len], radix).ok()?;
+    Some((if neg { -v } else { v }, &digits[len..]))
 }
 
 impl FromStr for Cpu {
     type Err = ParseCpuError;
 
+    /// Parses `family/model[/stepping]` exactly as libipt's `pt_cpu_parse` does.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut parts = s.split('/');
-        let family = parts.next().and_then(parse_num).ok_or(ParseCpuError)?;
-        let model = parts.next().and_then(parse_num).ok_or(ParseCpuError)?;
-        let stepping = match parts.next() {
-            Some(p) => parse_num(p).ok_or(ParseCpuError)?,
-            None => 0,
+        let (family, rest) = strtol(s).ok_or(ParseCpuError)?;
+        let rest = rest.strip_prefix('/').ok_or(ParseCpuError)?;
+        let (model, rest) = strtol(rest).ok_or(ParseCpuError)?;
+        let stepping = match rest {
+            "" => 0,
+            _ => {
+                let rest = rest.strip_prefix('/').ok_or(ParseCpuError)?;
+                // libipt reads the stepping without checking that digits were there.
+                match strtol(rest) {
+                    Some((v, "")) => v,
+                    None if rest.trim_start().is_empty() => 0,
+                    _ => return Err(ParseCpuError),
+                }
+            }
         };
-        if parts.next().is_some() || family > u16::MAX as u64 || model > 0xff || stepping > 0xff
+        let in_range = |v: i64, max: i64| (0..=max).contains(&v);
+        if !in_range(family, u16::MAX as i64) || !in_range(model, 0xff) || !in_range(stepping, 0xff)
         {
             return Err(ParseCpuError);
         }
@@ -187,6 +213,16 @@ mod tests {
             })
         );
         assert!("6".parse::<Cpu>().is_err());
+        // libipt's quirks: an empty stepping is 0, blanks may lead a number but not
+        // trail it.
+        assert_eq!("6/94/".parse::<Cpu>().map(|c| c.stepping), Ok(0));
+        assert_eq!("6/ 94".parse::<Cpu>().map(|c| c.model), Ok(94));
+        assert!("6 /94".parse::<Cpu>().is_err());
+        assert!("-1/2".parse::<Cpu>().is_err());
+        assert_eq!(
+            "010/0x10".parse::<Cpu>().map(|c| (c.family, c.model)),
+            Ok((8, 16))
+        );
         assert!("6/256".parse::<Cpu>().is_err());
         assert!("6/1/2/3".parse::<Cpu>().is_err());
     }
