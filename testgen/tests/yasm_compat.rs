@@ -91,6 +91,8 @@ fn listing_labels(listing: &str) -> BTreeMap<String, u64> {
         }
     }
     let org = base;
+    // None while in a section whose address the listing does not say.
+    let mut base = Some(base);
     let mut labels = BTreeMap::new();
     let mut seen = std::collections::BTreeSet::new();
     let mut duplicates = std::collections::BTreeSet::new();
@@ -98,16 +100,20 @@ fn listing_labels(listing: &str) -> BTreeMap<String, u64> {
     for line in listing.lines() {
         // pttc: a section switch rebases to that section's vstart.
         if let Some(rest) = line.split("[section ").nth(1) {
-            base = rest
+            let vstart = rest
                 .split_whitespace()
                 .find_map(|a| a.trim_end_matches(']').strip_prefix("vstart="))
                 .and_then(|v| {
                     v.strip_prefix("0x")
                         .map_or_else(|| v.parse().ok(), |h| u64::from_str_radix(h, 16).ok())
-                })
-                .unwrap_or(org);
+                });
+            let text = rest.trim_end_matches(']').trim() == ".text";
+            base = vstart.or(text.then_some(org));
             continue;
         }
+        let Some(base) = base else {
+            continue;
+        };
         let toks: Vec<&str> = line.split_whitespace().collect();
         let addr = toks
             .get(1)

@@ -71,14 +71,13 @@ fn tokens(line: &str) -> impl Iterator<Item = &str> {
 pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
     let lines: Vec<&str> = listing.lines().collect();
     let mut labels: Vec<(String, u64)> = Vec::new();
-    let append =
-        |labels: &mut Vec<(String, u64)>, name: &str, v: u64| -> Result<usize, String> {
-            if labels.iter().any(|(n, _)| n == name) {
-                return Err(format!("label `{name}' is not unique"));
-            }
-            labels.push((name.to_string(), v));
-            Ok(labels.len() - 1)
-        };
+    let append = |labels: &mut Vec<(String, u64)>, name: &str, v: u64| -> Result<usize, String> {
+        if labels.iter().any(|(n, _)| n == name) {
+            return Err(format!("label `{name}' is not unique"));
+        }
+        labels.push((name.to_string(), v));
+        Ok(labels.len() - 1)
+    };
     let mut base = 0u64;
     let mut have_org = false;
     let mut length: Option<usize> = None;
