@@ -100,6 +100,9 @@ pub struct Block {
     pub ip: u64,
     /// The execution mode it was decoded in.
     pub mode: ExecMode,
+    /// The id of the section that holds it ([`CodeSource::section_id`], libipt's isid;
+    /// a truncated last instruction continues in the next section).
+    pub section: u32,
     /// How many instructions it holds (at least one).
     pub ninsn: u32,
     /// The last instruction: its class, kind and direct target say where to go next.
@@ -429,8 +432,10 @@ impl BlockCache {
         slot: usize,
     ) -> Result<BlockId, CodeError> {
         let bytes = src.bytes_at(ip)?;
+        // Every block decoded from `run` lies in the section that holds `ip`.
+        let section = src.section_id(ip).unwrap_or(0);
         let mut run = Run::new(bytes, ip, mode)?;
-        let first = self.build_one(src, &mut run, mode, slot)?;
+        let first = self.build_one(src, &mut run, mode, section, slot)?;
         let mut prev = first;
         for _ in 0..self.prefetch {
             let block = self.block(prev);
@@ -447,7 +452,7 @@ impl BlockCache {
             }
             let next = match self.index[slot].get(&run.ip()) {
                 Some(&id) => BlockId(id),
-                None => match self.build_one(src, &mut run, mode, slot) {
+                None => match self.build_one(src, &mut run, mode, section, slot) {
                     Ok(id) => id,
                     Err(_) => break,
                 },
@@ -467,6 +472,7 @@ impl BlockCache {
         src: &S,
         run: &mut Run<'_>,
         mode: ExecMode,
+        section: u32,
         slot: usize,
     ) -> Result<BlockId, CodeError> {
         let ip = run.ip();
@@ -515,6 +521,7 @@ impl BlockCache {
         self.blocks.push(Block {
             ip,
             mode,
+            section,
             ninsn,
             last,
             end,
@@ -676,6 +683,9 @@ mod tests {
         let a = cache.lookup(&img, 0x1000, ExecMode::Bit64).unwrap();
         let b = cache.fall_through(&img, a).unwrap();
         assert_eq!(cache.block(b).ip, 0x1002);
+        assert_eq!(cache.block(a).section, img.find(0x1000).unwrap().id());
+        assert_eq!(cache.block(b).section, img.find(0x1002).unwrap().id());
+        assert_ne!(cache.block(a).section, cache.block(b).section);
         assert_eq!(cache.block(b).end, BlockEnd::Branch);
     }
 

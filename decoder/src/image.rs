@@ -330,6 +330,12 @@ pub trait CodeSource {
     /// A value that changes whenever the bytes at any address may have changed.
     fn stamp(&self) -> u64;
 
+    /// A non-zero id of the section that holds `ip` (libipt's isid), or `None` if
+    /// nothing is mapped there. The default gives every mapped address id 1.
+    fn section_id(&self, ip: u64) -> Option<u32> {
+        self.bytes_at(ip).ok().map(|_| 1)
+    }
+
     /// Copies bytes from `ip` into `buf`, crossing from one run into the next, until
     /// `buf` is full or the next address is unmapped. Returns how many bytes were
     /// copied (at least one), or [`ErrorCode::NoMap`] if nothing is mapped at `ip`.
@@ -583,6 +589,10 @@ impl CodeSource for Image {
 
     fn stamp(&self) -> u64 {
         self.stamp
+    }
+
+    fn section_id(&self, ip: u64) -> Option<u32> {
+        self.find(ip).map(Section::id)
     }
 }
 

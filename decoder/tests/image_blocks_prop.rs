@@ -60,6 +60,7 @@ proptest! {
             };
             let block = *cache.block(id);
             prop_assert_eq!(block.ip, ip);
+            prop_assert_eq!(block.section, image.find(ip).unwrap().id());
             prop_assert!(block.ninsn >= 1);
             let mut at = ip;
             let insns: Vec<_> = cache.insns(id).collect();
