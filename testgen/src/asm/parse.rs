@@ -527,6 +527,52 @@ fn is_keyword(lower: &str) -> bool {
         || insn::is_mnemonic(lower)
 }
 
+/// yasm's listing stops at the radix suffix of the first number written
+/// with one (`db 1, 10h, 3` is listed as `db 1, 10`).
+fn cut_at_radix_suffix(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while let Some(&c) = bytes.get(i) {
+        if let Some(q) = quote {
+            if c == q {
+                quote = None;
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'\'' || c == b'"' || c == b'`' {
+            quote = Some(c);
+            i += 1;
+            continue;
+        }
+        let starts_word = i == 0
+            || !bytes.get(i - 1).is_some_and(|p| {
+                p.is_ascii_alphanumeric() || *p == b'_' || *p == b'.' || *p == b'$'
+            });
+        if c.is_ascii_digit() && starts_word {
+            let start = i;
+            while bytes
+                .get(i)
+                .is_some_and(|d| d.is_ascii_alphanumeric() || *d == b'_')
+            {
+                i += 1;
+            }
+            let word = text.get(start..i).unwrap_or("");
+            let last = word.as_bytes().last().map(u8::to_ascii_lowercase);
+            if matches!(last, Some(b'h' | b'b' | b'q' | b'o'))
+                && !word.to_ascii_lowercase().starts_with("0x")
+                && parse_number(word).is_ok()
+            {
+                return text.get(..i - 1).unwrap_or(text);
+            }
+            continue;
+        }
+        i += 1;
+    }
+    text
+}
+
 /// Collapses blank runs to one space and drops trailing blanks, outside quotes.
 fn collapse_blanks(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -672,6 +718,7 @@ impl Parser {
             });
         }
         let stmt = self.emit(rest)?;
+        let listing_text = cut_at_radix_suffix(&listing_text).to_string();
         Ok(Line {
             number,
             listing_text,
@@ -1286,6 +1333,14 @@ mod tests {
         assert_eq!(parse_number("0xffffffffffffffff").unwrap(), -1);
         assert!(parse_number("0x").is_err());
         assert!(parse_number("12z").is_err());
+    }
+
+    #[test]
+    fn listing_text_stops_at_a_radix_suffix() {
+        assert_eq!(cut_at_radix_suffix("db 1, 10h, 3"), "db 1, 10");
+        assert_eq!(cut_at_radix_suffix("mov eax, 0ffh"), "mov eax, 0ff");
+        assert_eq!(cut_at_radix_suffix("db 0x1b, 'h1h'"), "db 0x1b, 'h1h'");
+        assert_eq!(cut_at_radix_suffix("jmp l1h"), "jmp l1h");
     }
 
     #[test]
