@@ -825,6 +825,14 @@ mod tests {
     }
 
     #[test]
+    fn images_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Image>();
+        shared::<Section>();
+        shared::<crate::block_cache::BlockCache>();
+    }
+
+    #[test]
     fn c_numbers() {
         assert_eq!(parse_c_number("0x1F"), Some(31));
         assert_eq!(parse_c_number("010"), Some(8));
