@@ -37,7 +37,7 @@ fn packet(rng: &mut Rng) -> Packet {
     match rng.below(30) {
         0 => Packet::Psb,
         1 => Packet::Psbend,
-        2 | 3 | 4 => Packet::Tnt8(Tnt::from_payload(rng.below(126) + 2).unwrap()),
+        2..=4 => Packet::Tnt8(Tnt::from_payload(rng.below(126) + 2).unwrap()),
         5 => Packet::Tnt64(Tnt::from_payload(rng.below(1 << 47) + 2).unwrap()),
         6 => Packet::tip(c, ip),
         7 => Packet::tip_pge(c, ip),

@@ -949,3 +949,29 @@ fn offsets_and_resync() {
         "no PSB at offset 1"
     );
 }
+
+#[test]
+fn unresolved_overflow_needs_a_new_sync() {
+    // OVF, then a TNT: no IP to resume at.
+    let mut ps = psb_enabled(A);
+    let ovf_at = encode(&ps).len() as u64;
+    ps.extend([Packet::Ovf, tnt(&[true])]);
+    let buf = encode(&ps);
+    let mut d = EventDecoder::new(&buf, &Config::default(), Options::default());
+    d.sync_forward().unwrap();
+    d.next().unwrap();
+    d.next().unwrap();
+    let e = d.next().unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadContext);
+    assert_eq!(e.offset, ovf_at + 2, "the TNT");
+    assert_eq!(d.offset(), Ok(ovf_at));
+    assert_eq!(d.next().map_err(|e| e.code), Err(ErrorCode::NoSync));
+}
+
+#[test]
+fn unknown_cfe_type_takes_its_fup() {
+    let evs = decode(&with(psb_enabled(A), &[cfe(0x1f, 0, true), fup(B), tip(C)]));
+    // The FUP belongs to the unknown event: no asynchronous branch, so the TIP is a
+    // plain indirect branch.
+    assert_eq!(kinds(&evs[2..]), [EventKind::Tip { ip: C }]);
+}

@@ -63,8 +63,16 @@ enum Step {
 /// The packet being processed, or why there is none.
 #[derive(Clone, Copy, Debug)]
 enum Current {
-    Packet { offset: u64, packet: Packet },
+    Packet {
+        offset: u64,
+        packet: Packet,
+    },
     Error(DecodeError),
+    /// The state was dropped at an OVF at `offset` that could not be resolved; only a
+    /// new synchronization helps.
+    Lost {
+        offset: u64,
+    },
 }
 
 /// The MODE.Exec bits last seen.
@@ -324,7 +332,7 @@ impl<'a> EventDecoder<'a> {
     /// `pt_evt_get_offset`); `NoSync` before synchronizing.
     pub fn offset(&self) -> Result<u64, DecodeError> {
         match self.cur {
-            Current::Packet { offset, .. } => Ok(offset),
+            Current::Packet { offset, .. } | Current::Lost { offset } => Ok(offset),
             Current::Error(_) => self.pkt.offset(),
         }
     }
@@ -417,7 +425,7 @@ impl<'a> EventDecoder<'a> {
                 packet: Packet::Psb,
                 ..
             } => self.decode_psb(),
-            Current::Packet { offset, .. } => Err(DecodeError {
+            Current::Packet { offset, .. } | Current::Lost { offset } => Err(DecodeError {
                 code: ErrorCode::NoSync,
                 offset,
             }),
@@ -465,7 +473,7 @@ impl<'a> EventDecoder<'a> {
 
     fn cur_offset(&self) -> u64 {
         match self.cur {
-            Current::Packet { offset, .. } => offset,
+            Current::Packet { offset, .. } | Current::Lost { offset } => offset,
             Current::Error(e) => e.offset,
         }
     }
@@ -534,6 +542,12 @@ impl<'a> EventDecoder<'a> {
         let packet = match self.cur {
             Current::Packet { packet, .. } => packet,
             Current::Error(e) => return Err(e),
+            Current::Lost { offset } => {
+                return Err(DecodeError {
+                    code: ErrorCode::NoSync,
+                    offset,
+                })
+            }
         };
         match packet {
             Packet::Tnt8(t) | Packet::Tnt64(t) => {
@@ -700,6 +714,7 @@ impl<'a> EventDecoder<'a> {
             let packet = match self.cur {
                 Current::Packet { packet, .. } => packet,
                 Current::Error(e) => return Err(e),
+                Current::Lost { .. } => return Err(self.err(ErrorCode::Internal)),
             };
             match packet {
                 Packet::Ip(IpPacketKind::Fup, payload) => self.header_fup(payload)?,
@@ -1330,8 +1345,11 @@ impl<'a> EventDecoder<'a> {
                 self.cfe_event(EventKind::Syscall { ip: 0 }, ip, false)
             }
             _ => {
-                // Unknown type: event data for it makes no sense; its FUP is used up.
-                no_data(self)?;
+                // Unknown type: its FUP is used up. Event data waiting for it is an
+                // error (libipt calls it internal; so do we, for the same output).
+                if pending.is_some() {
+                    return Err(self.err(ErrorCode::Internal));
+                }
                 if ip {
                     self.push_ignore(Binding::FUP_BOUND)?;
                 }
@@ -1440,6 +1458,7 @@ impl<'a> EventDecoder<'a> {
         let ovf_offset = self.cur_offset();
         let (time, tcal) = (self.time, self.tcal);
         self.reset();
+        self.cur = Current::Lost { offset: ovf_offset };
         self.time = time;
         if self.options.keep_tcal_on_ovf {
             self.tcal = tcal;
