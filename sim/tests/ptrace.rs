@@ -504,3 +504,25 @@ fn program_sending_itself_sigtrap() {
     assert!(insns(&run.items).iter().all(|r| r.next_ip != r.ip));
     replays_exactly(&run);
 }
+
+#[test]
+fn breakpoint_instruction_raises_its_sigtrap() {
+    let run = trace(tiny(), &["b"], TraceOptions::default());
+    check_continuity(&run.items).unwrap();
+    let ia = insns(&run.items);
+    let int3 = ia.last().copied().unwrap();
+    assert_eq!(int3.class, InsnClass::KernelEntry);
+    assert_eq!(int3.len, 1);
+    let ev = events(&run.items);
+    assert_eq!(
+        &ev[ev.len() - 2..],
+        &[
+            &Event::Signal {
+                signo: 5,
+                from_ip: int3.fall_through(),
+                handler: None
+            },
+            &Event::Exit(ExitKind::Killed(5))
+        ]
+    );
+}

@@ -1,6 +1,6 @@
 /* A program without libc: deterministic, about a thousand instructions.
  * argv[1][0] selects extra behaviour: w write, r rep movsb, s signal handler,
- * i ignored signal, t SIGTRAP sent to itself, p signal during pause(), c crash, m mmap/mprotect/munmap, e exec itself, l loop forever.
+ * b breakpoint (INT3), i ignored signal, t SIGTRAP sent to itself, p signal during pause(), c crash, m mmap/mprotect/munmap, e exec itself, l loop forever.
  * Direct calls to f, indirect calls through fp (to g unless argc > 5). */
 typedef unsigned long u64;
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
@@ -48,6 +48,7 @@ void start_c(long *sp) {
     acc += hits;
   }
   if (mode == 'c') *(volatile int *)8 = 1;
+  if (mode == 'b') __asm__ volatile("int3");
   if (mode == 'm') {
     long p = sys6(9, 0, 8192, 3, 0x22, -1, 0);
     sys(10, p, 4096, 1);
