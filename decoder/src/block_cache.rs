@@ -62,7 +62,9 @@ pub const MAX_BLOCK_INSNS: u32 = 0xffff;
 /// Default number of fall-through blocks decoded ahead of a missed lookup.
 pub const PREFETCH_BLOCKS: u32 = 8;
 
-/// Names a block in a [`BlockCache`]; valid until the cache is cleared.
+/// Names a block in a [`BlockCache`]. Valid until the cache is cleared: by
+/// [`BlockCache::clear`] or by the first call after the code source's stamp changed
+/// (look the current IP up again after changing the image).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId(u32);
 
