@@ -1,7 +1,7 @@
 //! Records a program's execution by single-stepping it.
 //!
 //! `record [-o LOG] [-n LIMIT] [--aslr] [--no-verify] -- CMD ARGS...`
-//! `record --replay LOG`
+//! `record --replay LOG` (counts) and `record --dump LOG` (one line per item)
 //!
 //! Prints the instruction, syscall and signal counts and the steps per second;
 //! with `-o` writes the compact execution log and replays it to check it.
@@ -56,6 +56,17 @@ fn replay(path: &str) -> Result<(), String> {
 
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--dump") {
+        let path = args.get(1).ok_or("--dump needs a file")?;
+        let mut r = LogReader::open(path).map_err(|e| format!("{path}: {e}"))?;
+        while let Some(item) = r.next_item().map_err(|e| format!("{path}: {e}"))? {
+            match item {
+                ExecItem::Insn(i) => println!("{:x} {} {:?} -> {:x}", i.ip, i.len, i.class, i.next_ip),
+                ExecItem::Event(e) => println!("# {e:?}"),
+            }
+        }
+        return Ok(());
+    }
     if args.first().map(String::as_str) == Some("--replay") {
         return replay(args.get(1).ok_or("--replay needs a file")?);
     }
