@@ -55,6 +55,18 @@ const IP_FORMS: [Option<(IpCompression, usize, u64)>; 8] = {
     t
 };
 
+/// Whether all eight bytes of `w` are TNT-8 packets: even, and neither `00` (PAD) nor
+/// `02` (extended opcode), i.e. some bit of 7:2 set in every byte.
+#[inline(always)]
+const fn all_tnt8(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let upper = w & 0xfcfc_fcfc_fcfc_fcfc;
+    // The classic "has a zero byte" test on the bits that must not all be clear.
+    let has_zero = upper.wrapping_sub(ONES) & !upper & HIGHS;
+    w & ONES == 0 && has_zero == 0
+}
+
 /// The hot subset of [`decode_packet`]: TNT-8, PAD, the IP packets, short CYC, TSC and MTC,
 /// decoded from a window of at least 16 bytes (so no bounds checks). `None` means "use
 /// the general decoder": anything else, including every error.
@@ -535,6 +547,22 @@ impl<'a> PacketDecoder<'a> {
             // updates. Anything else takes the general path below.
             if self.ctx.pebs.is_none() {
                 while let Some(win) = buf.get(pos..pos + 16) {
+                    // Eight TNT-8 bytes in a row (tight loops) go out without a test per
+                    // byte. Only worth a look when the first one is a TNT-8.
+                    let w =
+                        u64::from_le_bytes(win[..8].try_into().map_err(|_| self.internal(pos))?);
+                    if w & 1 == 0 && all_tnt8(w) {
+                        for i in 0..8 {
+                            let b0 = (w >> (8 * i)) as u8;
+                            let off = (pos + i) as u64;
+                            if f(off, Packet::Tnt8(Tnt::from_tnt8_byte(b0))).is_break() {
+                                self.pos = Some(pos + i + 1);
+                                return Ok(false);
+                            }
+                        }
+                        pos += 8;
+                        continue;
+                    }
                     let Some((p, n)) = decode_common(win, self.errata.skd007) else {
                         break;
                     };
@@ -554,6 +582,13 @@ impl<'a> PacketDecoder<'a> {
             if f(off, p).is_break() {
                 return Ok(false);
             }
+        }
+    }
+
+    fn internal(&self, pos: usize) -> DecodeError {
+        DecodeError {
+            code: ErrorCode::Internal,
+            offset: pos as u64,
         }
     }
 
@@ -866,6 +901,24 @@ mod tests {
             }
         );
         assert!(matches!(r[3], Packet::Tnt8(_)));
+    }
+
+    #[test]
+    fn all_tnt8_matches_the_byte_rule() {
+        let is_tnt = |b: u8| b & 1 == 0 && b > 2;
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Bias towards even bytes so that both answers occur.
+            let w = x & 0xfefe_fefe_fefe_fefe | (x >> 3 & 0x0100_0000_0000_0001 & x);
+            let want = (0..8).all(|i| is_tnt((w >> (8 * i)) as u8));
+            assert_eq!(all_tnt8(w), want, "{w:#018x}");
+        }
+        assert!(all_tnt8(0x0404_0404_0404_0404));
+        assert!(!all_tnt8(0x0404_0404_0402_0404));
+        assert!(!all_tnt8(0x0004_0404_0404_0404));
     }
 
     #[test]
