@@ -146,6 +146,23 @@ impl Block {
     }
 }
 
+impl BlockSummary {
+    /// Whether the last instruction is a direct near branch (its target is known
+    /// without trace: [`BlockCache::taken`] works).
+    pub fn is_direct(&self) -> bool {
+        matches!(
+            self.kind,
+            InsnKind::CallRel
+                | InsnKind::JmpRel
+                | InsnKind::Jcc
+                | InsnKind::Jrcxz
+                | InsnKind::Loop
+                | InsnKind::Loope
+                | InsnKind::Loopne
+        )
+    }
+}
+
 /// Counts, for reports and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {

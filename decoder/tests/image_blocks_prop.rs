@@ -95,6 +95,7 @@ proptest! {
             }
             let summary = cache.summary(id);
             prop_assert_eq!(summary.ninsn, block.ninsn);
+            prop_assert_eq!(summary.is_direct(), block.last.is_direct());
             if let Ok(next) = cache.fall_through(&image, id) {
                 prop_assert_eq!(cache.block(next).ip, at);
             }
