@@ -61,7 +61,9 @@ fn run() -> Result<(), String> {
         let mut r = LogReader::open(path).map_err(|e| format!("{path}: {e}"))?;
         while let Some(item) = r.next_item().map_err(|e| format!("{path}: {e}"))? {
             match item {
-                ExecItem::Insn(i) => println!("{:x} {} {:?} -> {:x}", i.ip, i.len, i.class, i.next_ip),
+                ExecItem::Insn(i) => {
+                    println!("{:x} {} {:?} -> {:x}", i.ip, i.len, i.class, i.next_ip)
+                }
                 ExecItem::Event(e) => println!("# {e:?}"),
             }
         }

@@ -524,7 +524,7 @@ impl Tracer {
             if k == 0 || live[..k] != cached[..k] {
                 // Stale or missing: drop what we hold for these pages.
                 self.fresh.remove(&page_base(ip));
-                self.fresh.remove(&page_base(ip + 14));
+                self.fresh.remove(&page_base(ip.wrapping_add(14)));
             }
         }
         if !self.load_page(page_base(ip)) {
@@ -538,13 +538,13 @@ impl Tracer {
             mode,
         );
         match first {
-            Ok(d) if page_base(ip + u64::from(d.len) - 1) == page_base(ip) => Some(d),
+            Ok(d) if page_base(ip.wrapping_add(u64::from(d.len) - 1)) == page_base(ip) => Some(d),
             _ => {
                 // Possibly cut by the page end: needs the next page too.
-                if !self.load_page(page_base(ip) + PAGE_SIZE) {
-                    return first
-                        .ok()
-                        .filter(|d| page_base(ip + u64::from(d.len) - 1) == page_base(ip));
+                if !self.load_page(page_base(ip).wrapping_add(PAGE_SIZE)) {
+                    return first.ok().filter(|d| {
+                        page_base(ip.wrapping_add(u64::from(d.len) - 1)) == page_base(ip)
+                    });
                 }
                 super::insn::decode_at(&self.mem, ip, mode).ok()
             }
@@ -674,7 +674,7 @@ impl Tracer {
                     self.finished = true;
                     if is_syscall && !handled {
                         let d = decoded.ok_or(ExecError::InvalidInsn { ip })?;
-                        self.push_retired(ip, d, mode, ip + u64::from(d.len));
+                        self.push_retired(ip, d, mode, ip.wrapping_add(u64::from(d.len)));
                         let (nr, args) = Self::syscall_args(
                             &pre,
                             d.kernel_entry.unwrap_or(KernelEntry::Syscall),
