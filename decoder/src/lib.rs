@@ -7,6 +7,7 @@ pub mod config;
 pub mod dump;
 pub mod error;
 pub mod event;
+pub mod flow;
 pub mod image;
 pub mod insn;
 pub mod packet;

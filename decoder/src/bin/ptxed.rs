@@ -1,0 +1,1045 @@
+//! ptxed: reconstruct the executed instructions from an Intel PT trace and the code
+//! image, compatible with libipt's ptxed (options and output).
+
+use pt_decoder::config::{Config, Cpu, Errata};
+use pt_decoder::error::ErrorCode;
+use pt_decoder::event::{Event, EventKind};
+use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo, Status};
+use pt_decoder::image::Image;
+use pt_decoder::insn::{self, Disassembler};
+use pt_encoder::ExecMode;
+use std::io::{self, Write};
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Options {
+    no_inst: bool,
+    quiet: bool,
+    print_stats: bool,
+    show_blocks: bool,
+    print_offset: bool,
+    print_time: bool,
+    print_raw_insn: bool,
+    check: bool,
+    event_time: bool,
+    event_ip: bool,
+    resync_on_error: bool,
+    insn_decoder: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Stats {
+    insn: u64,
+    blocks: u64,
+    want_insn: bool,
+    want_blocks: bool,
+}
+
+const HELP: &str = "usage: {prog} [<options>]
+
+options:
+  --help|-h                            this text.
+  --version                            display version information and exit.
+  --no-inst                            do not print instructions (only addresses).
+  --quiet|-q                           do not print anything (except errors).
+  --offset                             print the offset into the trace file.
+  --time                               print the current timestamp.
+  --raw-insn                           print the raw bytes of each instruction.
+  --check                              perform checks (expensive).
+  --resync-on-error                    resync on decode errors more aggressively.
+  --event:time                         print the tsc for events if available.
+  --event:ip                           print the ip of events if available.
+  --event:tick                         request tick events.
+  --event:iflags                       request iflags events.
+  --filter:addr<n>_cfg <cfg>           set IA32_RTIT_CTL.ADDRn_CFG to <cfg>.
+  --filter:addr<n>_a <base>            set IA32_RTIT_ADDRn_A to <base>.
+  --filter:addr<n>_b <limit>           set IA32_RTIT_ADDRn_B to <limit>.
+  --stat                               print statistics (even when quiet).
+                                       collects all statistics unless one or more are selected.
+  --stat:insn                          collect number of instructions.
+  --stat:blocks                        collect number of blocks.
+  --pt <file>[:<from>[-<to>]]          load the processor trace data from <file>.
+                                       an optional offset or range can be given.
+  --elf <<file>[:<base>]               load an ELF from <file> at address <base>.
+                                       use the default load address if <base> is omitted.
+  --raw <file>[:<from>[-<to>]]:<base>  load a raw binary from <file> at address <base>.
+                                       an optional offset or range can be given.
+  --cpu none|f/m[/s]                   set cpu to the given value and decode according to:
+                                         none     spec (default)
+                                         f/m[/s]  family/model[/stepping]
+  --mtc-freq <n>                       set the MTC frequency (IA32_RTIT_CTL[17:14]) to <n>.
+  --nom-freq <n>                       set the nominal frequency (MSR_PLATFORM_INFO[15:8]) to <n>.
+  --cpuid-0x15.eax                     set the value of cpuid[0x15].eax.
+  --cpuid-0x15.ebx                     set the value of cpuid[0x15].ebx.
+  --insn-decoder                       use the instruction flow decoder.
+  --insn:keep-tcal-on-ovf              preserve timing calibration on overflow.
+  --block-decoder                      use the block decoder (default).
+  --block:show-blocks                  show blocks in the output.
+  --block:end-on-call                  set the end-on-call block decoder flag.
+  --block:end-on-jump                  set the end-on-jump block decoder flag.
+  --block:keep-tcal-on-ovf             preserve timing calibration on overflow.
+
+You must specify at least one binary or ELF file (--raw|--elf).
+You must specify exactly one processor trace file (--pt).
+";
+
+/// strtoull(…, 0): 0x hex, leading-0 octal, else decimal; the whole string.
+fn parse_u64(s: &str) -> Option<u64> {
+    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()
+    } else if s.len() > 1 && s.starts_with('0') {
+        u64::from_str_radix(&s[1..], 8).ok()
+    } else {
+        s.parse().ok()
+    }
+}
+
+/// Splits `file[:from[-to]]` into the file name and the byte range.
+fn split_range(arg: &str) -> Result<(&str, u64, Option<u64>), ()> {
+    let Some((name, range)) = arg.rsplit_once(':') else {
+        return Ok((arg, 0, None));
+    };
+    match range.split_once('-') {
+        None => match parse_u64(range) {
+            Some(from) => Ok((name, from, None)),
+            None => Ok((arg, 0, None)),
+        },
+        Some((a, b)) => match (parse_u64(a), parse_u64(b)) {
+            (Some(from), Some(to)) if to > from => Ok((name, from, Some(to))),
+            (Some(_), Some(_)) => Err(()),
+            _ => Ok((arg, 0, None)),
+        },
+    }
+}
+
+/// What the command line asked for.
+struct Setup {
+    opts: Options,
+    stats: Stats,
+    config: Config,
+    flow: FlowOptions,
+    image: Image,
+    trace: Vec<u8>,
+}
+
+enum Parsed {
+    Run(Box<Setup>),
+    Exit(i32),
+}
+
+fn load_pt(prog: &str, arg: &str, err: &mut impl Write) -> Result<Vec<u8>, ()> {
+    let Ok((name, from, to)) = split_range(arg) else {
+        let _ = writeln!(err, "{prog}: bad file {arg}: invalid argument.");
+        return Err(());
+    };
+    let data = match std::fs::read(name) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = writeln!(
+                err,
+                "{prog}: failed to open {name}: {}.",
+                e.raw_os_error().unwrap_or(0)
+            );
+            return Err(());
+        }
+    };
+    let len = data.len() as u64;
+    if from >= len {
+        let _ = writeln!(err, "{prog}: bad offset 0x{from:x} into {name}.");
+        return Err(());
+    }
+    let end = match to {
+        Some(to) if to > len => {
+            let _ = writeln!(err, "{prog}: bad range 0x{to:x} in {name}.");
+            return Err(());
+        }
+        Some(to) => to,
+        None => len,
+    };
+    Ok(data[from as usize..end as usize].to_vec())
+}
+
+fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl Write) -> Parsed {
+    let mut opts = Options::default();
+    let mut stats = Stats::default();
+    let mut config = Config::default();
+    let mut flow = FlowOptions::default();
+    let mut image = Image::new();
+    let mut trace: Option<Vec<u8>> = None;
+    let mut cpu: Option<Cpu> = None;
+    let mut i = 0;
+    macro_rules! fail {
+        ($($t:tt)*) => {{
+            let _ = writeln!(err, $($t)*);
+            return Parsed::Exit(1);
+        }};
+    }
+    macro_rules! value {
+        ($opt:expr, $max:expr) => {{
+            let arg = args.get(i).map(String::as_str);
+            i += 1;
+            match arg {
+                None | Some("") => fail!("{prog}: {}: missing argument.", $opt),
+                Some(a) if a.starts_with("--") => fail!("{prog}: {}: missing argument.", $opt),
+                Some(a) => match parse_u64(a) {
+                    None => fail!("{prog}: {}: bad argument: {a}.", $opt),
+                    Some(v) if v > $max => fail!("{prog}: {}: value too big: {a}.", $opt),
+                    Some(v) => v,
+                },
+            }
+        }};
+    }
+    while i < args.len() {
+        let arg = args[i].as_str();
+        i += 1;
+        match arg {
+            "--help" | "-h" => {
+                let _ = out.write_all(HELP.replace("{prog}", prog).as_bytes());
+                return Parsed::Exit(0);
+            }
+            "--version" => {
+                let v = env!("CARGO_PKG_VERSION");
+                let _ = writeln!(out, "{prog}-{v} / pt-decoder-{v}");
+                return Parsed::Exit(0);
+            }
+            "--pt" => {
+                let Some(file) = args.get(i) else {
+                    let _ = writeln!(err, "{prog}: --pt: missing argument.");
+                    return Parsed::Exit(0);
+                };
+                i += 1;
+                if trace.is_some() {
+                    fail!("{prog}: duplicate pt sources: {file}.");
+                }
+                if let Some(c) = cpu {
+                    match Errata::for_cpu(c) {
+                        Ok(e) => config.errata = e,
+                        Err(_) => {
+                            let _ = writeln!(out, "[0, 0: config error: unknown cpu]");
+                        }
+                    }
+                }
+                config.cpu = cpu;
+                match load_pt(prog, file, err) {
+                    Ok(t) => trace = Some(t),
+                    Err(()) => return Parsed::Exit(1),
+                }
+            }
+            "--raw" | "--elf" => {
+                let Some(file) = args.get(i) else {
+                    let _ = writeln!(err, "{prog}: {arg}: missing argument.");
+                    return Parsed::Exit(0);
+                };
+                i += 1;
+                let r = if arg == "--raw" {
+                    image.add_raw_arg(file).map(|_| ())
+                } else {
+                    image.add_elf_arg(file).map(|_| ())
+                };
+                if let Err(e) = r {
+                    let _ = writeln!(err, "{prog}: {e}.");
+                    fail!("{prog}: {arg}: failed to load '{file}'.");
+                }
+            }
+            // AT&T syntax is not offered; accept the flag and print Intel syntax.
+            "--att" => {}
+            "--no-inst" => opts.no_inst = true,
+            "--quiet" | "-q" => opts.quiet = true,
+            "--offset" => opts.print_offset = true,
+            "--time" => opts.print_time = true,
+            "--raw-insn" => opts.print_raw_insn = true,
+            "--event:time" => opts.event_time = true,
+            "--event:ip" => opts.event_ip = true,
+            "--event:tick" => flow.tick_events = true,
+            "--event:iflags" => flow.iflags_events = true,
+            "--check" => opts.check = true,
+            "--resync-on-error" => opts.resync_on_error = true,
+            "--iscache-limit" => {
+                value!(arg, u64::MAX);
+            }
+            "--verbose" | "-v" => {}
+            "--stat" => opts.print_stats = true,
+            "--stat:insn" => {
+                opts.print_stats = true;
+                stats.want_insn = true;
+            }
+            "--stat:blocks" => {
+                opts.print_stats = true;
+                stats.want_blocks = true;
+            }
+            "--cpu" => {
+                if trace.is_some() {
+                    fail!("{prog}: please specify cpu before the pt source file.");
+                }
+                let Some(c) = args.get(i) else {
+                    let _ = writeln!(err, "{prog}: --cpu: missing argument.");
+                    return Parsed::Exit(0);
+                };
+                i += 1;
+                if c == "none" {
+                    cpu = None;
+                } else {
+                    match c.parse::<Cpu>() {
+                        Ok(c) => cpu = Some(c),
+                        Err(_) => fail!("{prog}: cpu must be specified as f/m[/s]"),
+                    }
+                }
+            }
+            "--mtc-freq" => config.mtc_freq = value!("--mtc-freq", 0xff) as u8,
+            "--nom-freq" => config.nom_freq = value!("--nom-freq", 0xff) as u8,
+            "--cpuid-0x15.eax" => {
+                config.cpuid_0x15_eax = value!("--cpuid-0x15.eax", 0xffff_ffff) as u32
+            }
+            "--cpuid-0x15.ebx" => {
+                config.cpuid_0x15_ebx = value!("--cpuid-0x15.ebx", 0xffff_ffff) as u32
+            }
+            "--insn-decoder" | "--block-decoder" => {
+                if trace.is_some() {
+                    fail!("{arg}: please specify {prog} before the pt source file.");
+                }
+                opts.insn_decoder = arg == "--insn-decoder";
+            }
+            "--insn:keep-tcal-on-ovf" | "--block:keep-tcal-on-ovf" => {
+                flow.keep_tcal_on_ovf = true
+            }
+            "--block:show-blocks" => opts.show_blocks = true,
+            "--block:end-on-call" => flow.end_on_call = true,
+            "--block:end-on-jump" => flow.end_on_jump = true,
+            _ => {
+                let filter = arg.strip_prefix("--filter:addr").and_then(|rest| {
+                    let (n, field) = rest.split_once('_')?;
+                    let n: usize = n.parse().ok().filter(|&n| n < 4)?;
+                    matches!(field, "cfg" | "a" | "b").then_some((n, field))
+                });
+                let Some((n, field)) = filter else {
+                    fail!("{prog}: unknown option: {arg}.");
+                };
+                if trace.is_some() {
+                    fail!("{prog}: please specify {arg} before --pt.");
+                }
+                match field {
+                    "cfg" => flow.filter.cfg[n] = value!(arg, 15) as u8,
+                    "a" => flow.filter.a[n] = value!(arg, u64::MAX),
+                    _ => flow.filter.b[n] = value!(arg, u64::MAX),
+                }
+            }
+        }
+    }
+    let Some(trace) = trace else {
+        fail!("{prog}: no pt file.");
+    };
+    if opts.print_stats && !stats.want_insn && !stats.want_blocks {
+        stats.want_insn = true;
+        stats.want_blocks = !opts.insn_decoder;
+    }
+    Parsed::Run(Box::new(Setup {
+        opts,
+        stats,
+        config,
+        flow,
+        image,
+        trace,
+    }))
+}
+
+/// Output with a reusable line buffer.
+struct Printer<'a, W: Write> {
+    out: W,
+    opts: Options,
+    image: &'a Image,
+    dis: Disassembler,
+    text: String,
+}
+
+fn mode_name(mode: ExecMode) -> &'static str {
+    match mode {
+        ExecMode::Bit16 => "16-bit",
+        ExecMode::Bit32 => "32-bit",
+        ExecMode::Bit64 => "64-bit",
+        ExecMode::Unknown => "<unknown>",
+    }
+}
+
+/// The address after the instruction at `ip`, following direct branches (as ptxed
+/// does with XED's branch displacement).
+fn xed_next_ip(image: &Image, ip: u64, mode: ExecMode) -> Option<u64> {
+    let d = insn::decode_at(image, ip, mode).ok()?;
+    Some(d.target.unwrap_or_else(|| d.next_ip()))
+}
+
+impl<W: Write> Printer<'_, W> {
+    fn ip_field(&mut self, key: &str, ip: u64) -> io::Result<()> {
+        if self.opts.event_ip {
+            write!(self.out, ", {key}: {ip:016x}")?;
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, ev: &Event, offset: u64) -> io::Result<()> {
+        use EventKind::*;
+        let o = &mut self.out;
+        o.write_all(b"[")?;
+        if self.opts.print_offset {
+            write!(o, "{offset:016x}  ")?;
+        }
+        if self.opts.event_time {
+            if let Some(tsc) = ev.time.tsc {
+                write!(o, "{tsc:016x}  ")?;
+            }
+        }
+        let sup = ev.ip_suppressed;
+        // `, ip: …` unless the IP is suppressed.
+        let mut ip_opt: Option<u64> = None;
+        match ev.kind {
+            Enabled { ip, resumed } => {
+                o.write_all(if resumed { b"resumed" } else { b"enabled" })?;
+                ip_opt = Some(ip);
+                if sup {
+                    // ptxed prints the enabled IP regardless.
+                }
+            }
+            Disabled { ip } => {
+                o.write_all(b"disabled")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            AsyncDisabled { at, ip } => {
+                o.write_all(b"disabled")?;
+                self.ip_field("at", at)?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            AsyncBranch { from, to } => {
+                o.write_all(b"interrupt")?;
+                self.ip_field("from", from)?;
+                if !sup {
+                    self.ip_field("to", to)?;
+                }
+            }
+            Paging { cr3, non_root } => {
+                write!(o, "paging, cr3: {cr3:016x}{}", if non_root { ", nr" } else { "" })?;
+            }
+            AsyncPaging { cr3, non_root, ip } => {
+                write!(o, "paging, cr3: {cr3:016x}{}", if non_root { ", nr" } else { "" })?;
+                ip_opt = Some(ip);
+            }
+            Overflow { ip } => {
+                o.write_all(b"overflow")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            ExecMode { mode, ip } => {
+                write!(o, "exec mode: {}", mode_name(mode))?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Tsx {
+                ip,
+                speculative,
+                aborted,
+            } => {
+                o.write_all(if aborted {
+                    b"aborted" as &[u8]
+                } else if speculative {
+                    b"begin transaction"
+                } else {
+                    b"committed"
+                })?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Stop => o.write_all(b"stopped")?,
+            Vmcs { base } => write!(o, "vmcs, base: {base:016x}")?,
+            AsyncVmcs { base, ip } => {
+                write!(o, "vmcs, base: {base:016x}")?;
+                ip_opt = Some(ip);
+            }
+            Exstop { ip } => {
+                o.write_all(b"exstop")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Mwait { ip, hints, ext } => {
+                write!(o, "mwait {hints:x} {ext:x}")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Pwre {
+                state,
+                sub_state,
+                hw,
+            } => {
+                write!(
+                    o,
+                    "pwre c{}.{}{}",
+                    (state.wrapping_add(1)) & 0xf,
+                    (sub_state.wrapping_add(1)) & 0xf,
+                    if hw { " hw" } else { "" }
+                )?;
+            }
+            Pwrx {
+                last,
+                deepest,
+                interrupt,
+                store,
+                autonomous,
+            } => {
+                o.write_all(b"pwrx ")?;
+                if interrupt {
+                    o.write_all(b"int: ")?;
+                }
+                if store {
+                    o.write_all(b"st: ")?;
+                }
+                if autonomous {
+                    o.write_all(b"hw: ")?;
+                }
+                write!(
+                    o,
+                    "c{} (c{})",
+                    last.wrapping_add(1) & 0xf,
+                    deepest.wrapping_add(1) & 0xf
+                )?;
+            }
+            Ptwrite { ip, payload, .. } => {
+                write!(o, "ptwrite: {payload:x}")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Tick { ip } => {
+                o.write_all(b"tick")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Cbr { ratio } => write!(o, "cbr: {ratio:x}")?,
+            Mnt { payload } => write!(o, "mnt: {payload:x}")?,
+            Tip { ip } => write!(o, "tip: {ip:x}")?,
+            Tnt { bits, size } => {
+                o.write_all(b"tnt: ")?;
+                for i in (0..size).rev() {
+                    o.write_all(if (bits >> i) & 1 != 0 { b"!" } else { b"." })?;
+                }
+            }
+            Iflags { iflag, ip } => {
+                write!(
+                    o,
+                    "interrupts {}",
+                    if iflag { "enabled" } else { "disabled" }
+                )?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Interrupt { vector, cr2, ip } => {
+                write!(o, "interrupt {vector}")?;
+                if let Some(cr2) = cr2 {
+                    write!(o, ", cr2: {cr2:016x}")?;
+                }
+                ip_opt = (!sup).then_some(ip);
+            }
+            Iret { ip } => {
+                o.write_all(b"iret")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Smi { ip } => {
+                o.write_all(b"smi")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Rsm { ip } => {
+                o.write_all(b"rsm")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Sipi { vector } => write!(o, "sipi: {vector:x}")?,
+            Init { ip } => {
+                o.write_all(b"init")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Vmentry { ip } => {
+                o.write_all(b"vmentry")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Vmexit {
+                vector,
+                vmxr,
+                vmxq,
+                ip,
+            } => {
+                o.write_all(b"vmexit")?;
+                if let Some(v) = vector {
+                    write!(o, ", intr: {v}")?;
+                }
+                if let Some(v) = vmxr {
+                    write!(o, ", vmxr: {v:016x}")?;
+                }
+                if let Some(v) = vmxq {
+                    write!(o, ", vmxq: {v:016x}")?;
+                }
+                ip_opt = (!sup).then_some(ip);
+            }
+            Shutdown { ip } => {
+                o.write_all(b"shutdown")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Uintr { vector, ip } => {
+                write!(o, "uintr {vector}")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Uiret { ip } => {
+                o.write_all(b"uiret")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Trig {
+                trbv,
+                icnt,
+                ip,
+                mult,
+            } => {
+                write!(o, "trig {trbv:02x}")?;
+                if mult {
+                    o.write_all(b", mult")?;
+                }
+                if !sup {
+                    self.ip_field("ip", ip)?;
+                }
+                if icnt != 0 {
+                    write!(self.out, ", icnt: {icnt}")?;
+                }
+            }
+            Swintr { vector, ip } => {
+                write!(o, "swintr {vector}")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            Syscall { ip } => {
+                o.write_all(b"syscall")?;
+                ip_opt = (!sup).then_some(ip);
+            }
+            _ => o.write_all(b"<unknown event>")?,
+        }
+        if let Some(ip) = ip_opt {
+            self.ip_field("ip", ip)?;
+        }
+        self.out.write_all(b"]\n")
+    }
+
+    /// One instruction line (without the newline); `false` if the instruction could
+    /// not be read.
+    fn insn_line(
+        &mut self,
+        ip: u64,
+        mode: ExecMode,
+        speculative: bool,
+        offset: u64,
+        time: u64,
+    ) -> io::Result<Option<usize>> {
+        let o = &mut self.out;
+        if self.opts.print_offset {
+            write!(o, "{offset:016x}  ")?;
+        }
+        if self.opts.print_time {
+            write!(o, "{time:016x}  ")?;
+        }
+        if speculative {
+            o.write_all(b"? ")?;
+        }
+        write!(o, "{ip:016x}")?;
+        if self.opts.no_inst && !self.opts.print_raw_insn {
+            return Ok(Some(0));
+        }
+        let mut raw = [0u8; 15];
+        let n = match self.image.read(ip, &mut raw) {
+            Ok(n) => n,
+            Err(e) => {
+                write!(self.out, " [fetch error: {}]", e.code.message())?;
+                return Ok(None);
+            }
+        };
+        self.text.clear();
+        match self.dis.format(&raw[..n], ip, mode, &mut self.text) {
+            Ok(len) => {
+                if self.opts.print_raw_insn {
+                    for b in &raw[..len.min(n)] {
+                        write!(self.out, " {b:02x}")?;
+                    }
+                    for _ in len.min(n)..15 {
+                        self.out.write_all(b"   ")?;
+                    }
+                }
+                if !self.opts.no_inst {
+                    write!(self.out, "  {}", self.text)?;
+                }
+                Ok(Some(len))
+            }
+            Err(_) => {
+                for b in &raw[..n] {
+                    write!(self.out, " {b:02x}")?;
+                }
+                for _ in n..15 {
+                    self.out.write_all(b"   ")?;
+                }
+                self.out
+                    .write_all(b" [xed decode error: (1) BUFFER_TOO_SHORT]")?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn diagnose(&mut self, offset: Result<u64, ErrorCode>, ip: u64, kind: &str, code: ErrorCode) {
+        let _ = match offset {
+            Ok(pos) => writeln!(self.out, "[{pos:x}, {ip:x}: {kind}: {}]", code.message()),
+            Err(e) => writeln!(
+                self.out,
+                "could not determine offset: {}\n[?, {ip:x}: {kind}: {}]",
+                e.message(),
+                code.message()
+            ),
+        };
+    }
+}
+
+/// The IP to blame for an error after `block` (ptxed's rules: the instruction after
+/// the last one, unless the trace did not match the last one itself).
+fn block_error_ip(image: &Image, block: &Block, code: ErrorCode) -> u64 {
+    if block.ninsn == 0 {
+        return block.ip;
+    }
+    if code == ErrorCode::BadQuery {
+        return block.end_ip;
+    }
+    xed_next_ip(image, block.end_ip, block.mode).unwrap_or(block.end_ip)
+}
+
+fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) {
+    let opts = setup.opts;
+    let mut dec = BlockDecoder::new(&setup.trace, &setup.image, &setup.config, setup.flow);
+    let mut sync = 0u64;
+    let mut time = 0u64;
+    let mut block = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    let with_stats = opts.print_stats;
+    loop {
+        block.ip = 0;
+        block.ninsn = 0;
+        let mut status = match dec.sync_forward() {
+            Ok(s) => s,
+            Err(ErrorCode::Eos) => break,
+            Err(e) => {
+                p.diagnose(dec.offset(), block_error_ip(&setup.image, &block, e), "sync error", e);
+                match dec.offset() {
+                    Ok(new) if new > sync => {
+                        sync = new;
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+        };
+        loop {
+            let err = 'inner: loop {
+                // Events first.
+                while status.event_pending {
+                    let offset = if opts.print_offset { dec.offset() } else { Ok(0) };
+                    let offset = match offset {
+                        Ok(o) => o,
+                        Err(e) => break 'inner e,
+                    };
+                    match dec.event() {
+                        Ok((ev, s)) => {
+                            time = ev.time.tsc.unwrap_or(0);
+                            if !opts.quiet && !ev.status_update {
+                                let _ = p.event(&ev, offset);
+                            }
+                            status = s;
+                        }
+                        Err(e) => break 'inner e,
+                    }
+                }
+                if status.eos {
+                    if !status.ip_suppressed && !opts.quiet {
+                        let _ = p.out.write_all(b"[end of trace]\n");
+                    }
+                    return;
+                }
+                let offset = if opts.print_offset || opts.check {
+                    match dec.offset() {
+                        Ok(o) => o,
+                        Err(e) => break 'inner e,
+                    }
+                } else {
+                    0
+                };
+                let r = dec.next(&mut block);
+                if with_stats {
+                    stats.insn += u64::from(block.ninsn);
+                    stats.blocks += 1;
+                }
+                if !opts.quiet {
+                    print_block(p, &block, stats, offset, time);
+                }
+                match r {
+                    Ok(s) => status = s,
+                    Err(e) => break 'inner e,
+                }
+            };
+            if err == ErrorCode::Eos {
+                return;
+            }
+            p.diagnose(dec.offset(), block_error_ip(&setup.image, &block, err), "error", err);
+            if !opts.resync_on_error {
+                break;
+            }
+            match resync_block(&mut dec, p, &mut time, opts) {
+                Ok(s) => status = s,
+                Err(e) => {
+                    p.diagnose(
+                        dec.offset(),
+                        block_error_ip(&setup.image, &block, e),
+                        "resync error",
+                        e,
+                    );
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn resync_block<W: Write>(
+    dec: &mut BlockDecoder<'_>,
+    p: &mut Printer<'_, W>,
+    time: &mut u64,
+    opts: Options,
+) -> Result<Status, ErrorCode> {
+    let status = loop {
+        match dec.resync() {
+            Ok(s) => break s,
+            Err(ErrorCode::EventIgnored) => {
+                let offset = if opts.print_offset { dec.offset()? } else { 0 };
+                let (ev, _) = dec.event()?;
+                *time = ev.time.tsc.unwrap_or(0);
+                if !opts.quiet && !ev.status_update {
+                    let _ = p.event(&ev, offset);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    if status.ip_suppressed && !opts.quiet {
+        let _ = p.out.write_all(b"[disabled]\n");
+    }
+    Ok(status)
+}
+
+fn print_block<W: Write>(p: &mut Printer<'_, W>, block: &Block, stats: &Stats, offset: u64, time: u64) {
+    if p.opts.show_blocks {
+        if p.opts.print_stats {
+            let _ = writeln!(p.out, "[block {:x}]", stats.blocks);
+        } else {
+            let _ = p.out.write_all(b"[block]\n");
+        }
+    }
+    let mut ip = block.ip;
+    let mut left = block.ninsn;
+    while left > 0 {
+        let line = p.insn_line(ip, block.mode, block.speculative, offset, time);
+        let _ = p.out.write_all(b"\n");
+        if !matches!(line, Ok(Some(_))) {
+            return;
+        }
+        left -= 1;
+        if left == 0 {
+            break;
+        }
+        match xed_next_ip(p.image, ip, block.mode) {
+            Some(n) => ip = n,
+            None => {
+                let off = Ok(offset);
+                p.diagnose(off, ip, "reconstruct error", ErrorCode::BadInsn);
+                return;
+            }
+        }
+    }
+    if block.ninsn > 0 && ip != block.end_ip {
+        p.diagnose(Ok(offset), ip, "reconstruct error", ErrorCode::NoSync);
+    }
+}
+
+fn insn_error_ip(image: &Image, insn: &InsnInfo, code: ErrorCode) -> u64 {
+    if code == ErrorCode::BadQuery || insn.class.is_none() {
+        return insn.ip;
+    }
+    xed_next_ip(image, insn.ip, insn.mode).unwrap_or(insn.ip)
+}
+
+fn run_insn<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) {
+    let opts = setup.opts;
+    let mut dec = InsnDecoder::new(&setup.trace, &setup.image, &setup.config, setup.flow);
+    let mut sync = 0u64;
+    let mut time = 0u64;
+    let mut insn = InsnInfo {
+        ip: 0,
+        size: 0,
+        mode: ExecMode::Unknown,
+        speculative: false,
+        isid: 0,
+        class: None,
+    };
+    loop {
+        insn.ip = 0;
+        insn.class = None;
+        let mut status = match dec.sync_forward() {
+            Ok(s) => s,
+            Err(ErrorCode::Eos) => break,
+            Err(e) => {
+                p.diagnose(dec.offset(), insn.ip, "sync error", e);
+                match dec.offset() {
+                    Ok(new) if new > sync => {
+                        sync = new;
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+        };
+        loop {
+            let err = 'inner: loop {
+                while status.event_pending {
+                    let offset = if opts.print_offset { dec.offset() } else { Ok(0) };
+                    let offset = match offset {
+                        Ok(o) => o,
+                        Err(e) => break 'inner e,
+                    };
+                    match dec.event() {
+                        Ok((ev, s)) => {
+                            time = ev.time.tsc.unwrap_or(0);
+                            if !opts.quiet && !ev.status_update {
+                                let _ = p.event(&ev, offset);
+                            }
+                            status = s;
+                        }
+                        Err(e) => break 'inner e,
+                    }
+                }
+                if status.eos {
+                    if !status.ip_suppressed && !opts.quiet {
+                        let _ = p.out.write_all(b"[end of trace]\n");
+                    }
+                    return;
+                }
+                let offset = if opts.print_offset || opts.check {
+                    match dec.offset() {
+                        Ok(o) => o,
+                        Err(e) => break 'inner e,
+                    }
+                } else {
+                    0
+                };
+                let r = dec.next(&mut insn);
+                let r = match r {
+                    Err(ErrorCode::EventIgnored) => {
+                        status = Status {
+                            event_pending: true,
+                            ..Status::default()
+                        };
+                        continue;
+                    }
+                    Err(e) if insn.class.is_none() => break 'inner e,
+                    r => r,
+                };
+                if !opts.quiet {
+                    let _ = p.insn_line(insn.ip, insn.mode, insn.speculative, offset, time);
+                    let _ = p.out.write_all(b"\n");
+                }
+                if opts.print_stats {
+                    stats.insn += 1;
+                }
+                match r {
+                    Ok(s) => status = s,
+                    Err(e) => break 'inner e,
+                }
+            };
+            if err == ErrorCode::Eos {
+                return;
+            }
+            p.diagnose(dec.offset(), insn_error_ip(&setup.image, &insn, err), "error", err);
+            if !opts.resync_on_error {
+                break;
+            }
+            let r = loop {
+                match dec.resync() {
+                    Ok(s) => break Ok(s),
+                    Err(ErrorCode::EventIgnored) => {
+                        let offset = if opts.print_offset { dec.offset().unwrap_or(0) } else { 0 };
+                        match dec.event() {
+                            Ok((ev, _)) => {
+                                time = ev.time.tsc.unwrap_or(0);
+                                if !opts.quiet && !ev.status_update {
+                                    let _ = p.event(&ev, offset);
+                                }
+                            }
+                            Err(e) => break Err(e),
+                        }
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            match r {
+                Ok(s) => {
+                    if s.ip_suppressed && !opts.quiet {
+                        let _ = p.out.write_all(b"[disabled]\n");
+                    }
+                    status = s;
+                }
+                Err(e) => {
+                    p.diagnose(
+                        dec.offset(),
+                        insn_error_ip(&setup.image, &insn, e),
+                        "resync error",
+                        e,
+                    );
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn run(prog: &str, args: &[String]) -> i32 {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let stderr = io::stderr();
+    let mut err = stderr.lock();
+    let setup = match parse_args(prog, args, &mut out, &mut err) {
+        Parsed::Exit(code) => {
+            let _ = out.flush();
+            return code;
+        }
+        Parsed::Run(s) => s,
+    };
+    let mut stats = setup.stats;
+    let mut p = Printer {
+        out,
+        opts: setup.opts,
+        image: &setup.image,
+        dis: Disassembler::new(),
+        text: String::with_capacity(128),
+    };
+    if setup.opts.insn_decoder {
+        run_insn(&setup, &mut p, &mut stats);
+    } else {
+        run_block(&setup, &mut p, &mut stats);
+    }
+    if setup.opts.print_stats {
+        if stats.want_insn {
+            let _ = writeln!(p.out, "insn: {}.", stats.insn);
+        }
+        if stats.want_blocks {
+            let _ = writeln!(p.out, "blocks:\t{}.", stats.blocks);
+        }
+    }
+    let _ = p.out.flush();
+    0
+}
+
+fn main() {
+    let mut argv = std::env::args();
+    let prog = argv.next().unwrap_or_else(|| "ptxed".to_string());
+    let args: Vec<String> = argv.collect();
+    let code = run(&prog, &args);
+    std::process::exit(code);
+}

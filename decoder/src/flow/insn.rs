@@ -1,0 +1,146 @@
+//! The instruction-flow decoder: the block decoder's blocks, one instruction at a time.
+
+use super::block::{next_ip, Block, BlockDecoder, FlowOptions, Status};
+use crate::config::Config;
+use crate::error::ErrorCode;
+use crate::event::Event;
+use crate::image::Image;
+use crate::insn::{self, InsnClass};
+use pt_encoder::ExecMode;
+
+/// One instruction of the flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InsnInfo {
+    /// Its address.
+    pub ip: u64,
+    /// Its length in bytes (0 if it could not be decoded).
+    pub size: u8,
+    /// The execution mode.
+    pub mode: ExecMode,
+    /// Executed speculatively (inside a transaction).
+    pub speculative: bool,
+    /// Its image section (0 if unknown).
+    pub isid: u32,
+    /// Its class; `None` if it could not be decoded.
+    pub class: Option<InsnClass>,
+}
+
+/// The instruction-flow decoder (libipt's `pt_insn_*` on top of its block decoder).
+pub struct InsnDecoder<'a> {
+    blk: BlockDecoder<'a>,
+    /// The rest of the current block.
+    block: Block,
+    status: Result<Status, ErrorCode>,
+}
+
+const EMPTY: Block = Block {
+    ip: 0,
+    end_ip: 0,
+    mode: ExecMode::Unknown,
+    ninsn: 0,
+    speculative: false,
+    truncated: false,
+    isid: 0,
+    class: None,
+};
+
+impl<'a> InsnDecoder<'a> {
+    /// A decoder for `trace` with code from `image`.
+    pub fn new(trace: &'a [u8], image: &'a Image, config: &Config, options: FlowOptions) -> Self {
+        Self {
+            blk: BlockDecoder::new(trace, image, config, options),
+            block: EMPTY,
+            status: Ok(Status::default()),
+        }
+    }
+
+    /// The block decoder underneath.
+    pub fn block_decoder(&self) -> &BlockDecoder<'a> {
+        &self.blk
+    }
+
+    /// Offset of the next packet the event decoder looks at.
+    pub fn offset(&self) -> Result<u64, ErrorCode> {
+        self.blk.offset()
+    }
+
+    fn restart(&mut self, r: Result<Status, ErrorCode>) -> Result<Status, ErrorCode> {
+        self.block = EMPTY;
+        let status = r?;
+        self.status = Ok(status);
+        Ok(status)
+    }
+
+    /// Synchronize at the next PSB.
+    pub fn sync_forward(&mut self) -> Result<Status, ErrorCode> {
+        let r = self.blk.sync_forward();
+        self.restart(r)
+    }
+
+    /// Synchronize at the PSB at `offset`.
+    pub fn sync_set(&mut self, offset: u64) -> Result<Status, ErrorCode> {
+        let r = self.blk.sync_set(offset);
+        self.restart(r)
+    }
+
+    /// Go on after an error (see [`BlockDecoder::resync`]).
+    pub fn resync(&mut self) -> Result<Status, ErrorCode> {
+        let r = self.blk.resync();
+        self.restart(r)
+    }
+
+    /// The next instruction, written to `out` (also on errors, as far as known).
+    /// [`ErrorCode::EventIgnored`] if an event is pending instead.
+    pub fn next(&mut self, out: &mut InsnInfo) -> Result<Status, ErrorCode> {
+        let fill = |out: &mut InsnInfo, b: &Block| {
+            *out = InsnInfo {
+                ip: b.ip,
+                size: 0,
+                mode: b.mode,
+                speculative: b.speculative,
+                isid: b.isid,
+                class: None,
+            }
+        };
+        fill(out, &self.block);
+        while self.block.ninsn == 0 {
+            let status = self.status?;
+            if status.event_pending {
+                return Err(ErrorCode::EventIgnored);
+            }
+            let r = self.blk.next(&mut self.block);
+            self.status = r;
+            fill(out, &self.block);
+            if self.block.ninsn != 0 {
+                break;
+            }
+            let status = r?;
+            if status.event_pending {
+                return Err(ErrorCode::EventIgnored);
+            }
+        }
+        let d = insn::decode_at(self.blk.image(), self.block.ip, self.block.mode)
+            .map_err(|e| e.code)?;
+        out.size = d.size;
+        out.class = Some(d.class);
+        self.block.ninsn -= 1;
+        if self.block.ninsn != 0 {
+            self.block.ip = next_ip(&d)?;
+            return Ok(Status::default());
+        }
+        if self.block.ip != self.block.end_ip {
+            return Err(ErrorCode::Internal);
+        }
+        self.status
+    }
+
+    /// The pending event.
+    pub fn event(&mut self) -> Result<(Event, Status), ErrorCode> {
+        if self.block.ninsn != 0 {
+            return Err(ErrorCode::BadQuery);
+        }
+        let (ev, status) = self.blk.event()?;
+        self.status = Ok(status);
+        Ok((ev, status))
+    }
+}
