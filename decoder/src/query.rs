@@ -8,7 +8,7 @@
 
 use crate::config::Config;
 use crate::error::{DecodeError, ErrorCode};
-use crate::event::{Event, EventDecoder, EventKind, Options};
+use crate::event::{Event, EventDecoder, EventKind, Options, Timestamp};
 use crate::time::Time;
 
 /// Status flags returned with every query (libipt's `pts_*`).
@@ -24,10 +24,10 @@ pub struct Status {
 }
 
 impl Status {
-    /// libipt's bit encoding (`pts_ip_suppressed` = 1, `pts_event_pending` = 4,
-    /// `pts_eos` = 8).
+    /// libipt's bit encoding (`pts_event_pending` = 1, `pts_ip_suppressed` = 2,
+    /// `pts_eos` = 4).
     pub const fn bits(self) -> u32 {
-        (self.ip_suppressed as u32) | (self.event_pending as u32) << 2 | (self.eos as u32) << 3
+        (self.event_pending as u32) | (self.ip_suppressed as u32) << 1 | (self.eos as u32) << 2
     }
 }
 
@@ -204,8 +204,10 @@ impl<'a> QueryDecoder<'a> {
         if self.tnt.is_empty() {
             match &self.event {
                 Err(e) if e.code == ErrorCode::Eos => s.eos = true,
+                // An error is pending, too: the next `event()` reports it (libipt's way).
+                Err(_) => s.event_pending = true,
                 Ok(ev) if is_pending(ev) => s.event_pending = true,
-                _ => {}
+                Ok(_) => {}
             }
         }
         s
@@ -293,12 +295,16 @@ impl<'a> QueryDecoder<'a> {
         Ok((ev, self.status()))
     }
 
-    /// The time at the last query: `(tsc, lost_mtc, lost_cyc)`; `NoTime` before the
-    /// first TSC.
-    pub fn time(&self) -> Result<(u64, u32, u32), ErrorCode> {
-        let tsc = self.last_time.query_tsc()?;
-        let (mtc, cyc) = self.last_time.lost();
-        Ok((tsc, mtc, cyc))
+    /// The time at the last query (before the decoder read ahead to the next event):
+    /// the TSC estimate, `None` before the first TSC, and the MTC/CYC packets that could
+    /// not be used.
+    pub fn time(&self) -> Timestamp {
+        let (lost_mtc, lost_cyc) = self.last_time.lost();
+        Timestamp {
+            tsc: self.last_time.query_tsc().ok(),
+            lost_mtc,
+            lost_cyc,
+        }
     }
 
     /// The core:bus ratio at the last query; `NoCbr` before the first CBR.
@@ -352,6 +358,14 @@ mod tests {
             ip_suppressed: true,
             eos: true,
         };
-        assert_eq!(s.bits(), 1 | 4 | 8);
+        assert_eq!(s.bits(), 7);
+        assert_eq!(
+            Status {
+                ip_suppressed: true,
+                ..Status::default()
+            }
+            .bits(),
+            2
+        );
     }
 }
