@@ -12,8 +12,9 @@
 //! | 0x01 | code page   | `v` page number (address / 4096), 4096 bytes |
 //! | 0x02 | mode        | u8: 0 = 16-bit, 1 = 32-bit, 2 = 64-bit, 3 = unknown |
 //! | 0x03 | set IP      | `v` address of the next instruction |
-//! | 0x04 | sequential  | `v` n: n instructions, each falling through |
-//! | 0x05 | run         | `v` n, `z` d: n falling through, then one going to its fall-through + d |
+//! | 0x04 | predicted   | `v` n: n instructions, each going where predicted |
+//! | 0x05 | run         | `v` n, `z` d: n predicted, then one going to its fall-through + d |
+//! | 0x06 | taken       | `v` n: n predicted, then a conditional branch that was taken |
 //! | 0x10 | exec        | `v` pid, `v` length, path bytes |
 //! | 0x11 | mappings    | `v` count, then per mapping `v` start, `v` size, `v` offset, u8 perms, `v` length, path |
 //! | 0x12 | syscall in  | `v` nr, 6 × `v` args |
@@ -25,6 +26,13 @@
 //! Instruction lengths and classes are not stored: the reader decodes them from
 //! the code pages, which the writer logs before the first instruction on them
 //! (and again whenever their contents change).
+//!
+//! Where an instruction goes is predicted the same way by writer and reader:
+//! the fall-through for non-branches, not-taken conditional branches and
+//! kernel entries; the target for direct jumps and calls; for near returns the
+//! top of a 64-entry stack of return addresses pushed by calls (every RET pops
+//! it). Indirect jumps and calls and far branches are never predicted. Only
+//! instructions that go elsewhere cost a record.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -32,8 +40,8 @@ use std::io::Write;
 use super::insn::{decode_at, DecodedInsn};
 use super::memory::page_base;
 use super::{
-    CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind, Mapping, Perms,
-    Retired, StopReason, PAGE_SIZE,
+    CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind, InsnClass,
+    Mapping, Perms, Retired, StopReason, PAGE_SIZE,
 };
 
 /// File magic.
@@ -47,6 +55,43 @@ const TAG_MODE: u8 = 0x02;
 const TAG_SET_IP: u8 = 0x03;
 const TAG_SEQ: u8 = 0x04;
 const TAG_RUN: u8 = 0x05;
+const TAG_TAKEN: u8 = 0x06;
+
+/// Depth of the return-address stack used for predicting returns.
+const RETURN_STACK: usize = 64;
+
+/// The successor prediction shared by writer and reader.
+#[derive(Clone, Debug, Default)]
+struct Predictor {
+    returns: Vec<u64>,
+}
+
+impl Predictor {
+    fn predict(&self, d: &DecodedInsn, ip: u64) -> Option<u64> {
+        let ft = ip.wrapping_add(u64::from(d.len));
+        match d.class {
+            InsnClass::Other | InsnClass::CondBranch | InsnClass::KernelEntry => Some(ft),
+            InsnClass::DirectJump | InsnClass::DirectCall => d.target,
+            InsnClass::Return => self.returns.last().copied(),
+            InsnClass::IndirectJump | InsnClass::IndirectCall | InsnClass::FarBranch => None,
+        }
+    }
+
+    fn retire(&mut self, d: &DecodedInsn, ip: u64) {
+        match d.class {
+            InsnClass::DirectCall | InsnClass::IndirectCall => {
+                if self.returns.len() == RETURN_STACK {
+                    self.returns.remove(0);
+                }
+                self.returns.push(ip.wrapping_add(u64::from(d.len)));
+            }
+            InsnClass::Return => {
+                self.returns.pop();
+            }
+            _ => {}
+        }
+    }
+}
 const TAG_EXEC: u8 = 0x10;
 const TAG_MAPPINGS: u8 = 0x11;
 const TAG_SYSCALL_ENTER: u8 = 0x12;
@@ -110,8 +155,9 @@ pub struct LogWriter<W: Write> {
     /// Where the reader will expect the next instruction.
     expected_ip: Option<u64>,
     mode: Option<ExecMode>,
-    /// Sequential instructions not yet written.
+    /// Predicted instructions not yet written.
     pending_seq: u64,
+    predictor: Predictor,
     insns: u64,
 }
 
@@ -132,6 +178,7 @@ impl<W: Write> LogWriter<W> {
             expected_ip: None,
             mode: None,
             pending_seq: 0,
+            predictor: Predictor::default(),
             insns: 0,
         })
     }
@@ -194,14 +241,19 @@ impl<W: Write> LogWriter<W> {
             put_v(&mut self.buf, r.ip);
         }
         let ft = r.fall_through();
-        if r.next_ip == ft {
+        if self.predictor.predict(&d, r.ip) == Some(r.next_ip) {
             self.pending_seq += 1;
+        } else if d.class == InsnClass::CondBranch && d.target == Some(r.next_ip) {
+            self.buf.push(TAG_TAKEN);
+            put_v(&mut self.buf, self.pending_seq);
+            self.pending_seq = 0;
         } else {
             self.buf.push(TAG_RUN);
             put_v(&mut self.buf, self.pending_seq);
             put_v(&mut self.buf, zigzag(r.next_ip.wrapping_sub(ft) as i64));
             self.pending_seq = 0;
         }
+        self.predictor.retire(&d, r.ip);
         self.expected_ip = Some(r.next_ip);
         self.insns += 1;
         Ok(())
@@ -337,9 +389,9 @@ pub struct LogReader<B: AsRef<[u8]>> {
     mode: ExecMode,
     /// Sequential instructions still to yield from the current record.
     seq_left: u64,
-    /// After `seq_left` reaches zero: one more instruction with this
-    /// displacement from its fall-through.
-    jump: Option<i64>,
+    /// After `seq_left` reaches zero: one more instruction going elsewhere.
+    jump: Option<Tail>,
+    predictor: Predictor,
     truncated: bool,
     done: bool,
     /// Decoded instructions by IP (direct-mapped); cleared when code changes.
@@ -347,6 +399,15 @@ pub struct LogReader<B: AsRef<[u8]>> {
 }
 
 const CACHE_SLOTS: usize = 1 << 13;
+
+/// How the last instruction of a run leaves it.
+#[derive(Clone, Copy, Debug)]
+enum Tail {
+    /// To its fall-through plus this displacement.
+    Delta(i64),
+    /// A conditional branch, taken.
+    Taken,
+}
 
 /// Short read: the record at this offset is incomplete.
 struct Short;
@@ -420,6 +481,7 @@ impl<B: AsRef<[u8]>> LogReader<B> {
             mode: ExecMode::Bit64,
             seq_left: 0,
             jump: None,
+            predictor: Predictor::default(),
             truncated: false,
             done: false,
             cache: Vec::new(),
@@ -477,7 +539,7 @@ impl<B: AsRef<[u8]>> LogReader<B> {
         }
     }
 
-    fn next_insn(&mut self, jump: Option<i64>) -> Result<Retired, ExecError> {
+    fn next_insn(&mut self, tail: Option<Tail>) -> Result<Retired, ExecError> {
         let ip = self
             .ip
             .ok_or_else(|| self.corrupt(self.pos, "instruction before any IP"))?;
@@ -494,10 +556,17 @@ impl<B: AsRef<[u8]>> LogReader<B> {
             }
         };
         let ft = ip.wrapping_add(u64::from(d.len));
-        let next_ip = match jump {
-            Some(delta) => ft.wrapping_add(delta as u64),
-            None => ft,
+        let next_ip = match tail {
+            Some(Tail::Delta(delta)) => ft.wrapping_add(delta as u64),
+            Some(Tail::Taken) => match (d.class, d.target) {
+                (InsnClass::CondBranch, Some(t)) => t,
+                _ => return Err(self.corrupt(self.pos, "taken record on a non-conditional branch")),
+            },
+            None => self.predictor.predict(&d, ip).ok_or_else(|| {
+                self.corrupt(self.pos, "unpredictable instruction in a predicted run")
+            })?,
         };
+        self.predictor.retire(&d, ip);
         self.ip = Some(next_ip);
         Ok(Retired {
             ip,
@@ -516,7 +585,7 @@ fn parse_one(
     mode: &mut ExecMode,
     ip: &mut Option<u64>,
     seq_left: &mut u64,
-    jump: &mut Option<i64>,
+    jump: &mut Option<Tail>,
 ) -> Result<Result<Parsed, &'static str>, Short> {
     macro_rules! v {
         () => {
@@ -564,7 +633,12 @@ fn parse_one(
         }
         TAG_RUN => {
             *seq_left = v!();
-            *jump = Some(unzigzag(v!()));
+            *jump = Some(Tail::Delta(unzigzag(v!())));
+            return Ok(Ok(Parsed::State));
+        }
+        TAG_TAKEN => {
+            *seq_left = v!();
+            *jump = Some(Tail::Taken);
             return Ok(Ok(Parsed::State));
         }
         TAG_EXEC => {
@@ -657,8 +731,8 @@ impl<B: AsRef<[u8]>> ExecutionSource for LogReader<B> {
                 self.seq_left -= 1;
                 return self.next_insn(None).map(|r| Some(ExecItem::Insn(r)));
             }
-            if let Some(delta) = self.jump.take() {
-                return self.next_insn(Some(delta)).map(|r| Some(ExecItem::Insn(r)));
+            if let Some(tail) = self.jump.take() {
+                return self.next_insn(Some(tail)).map(|r| Some(ExecItem::Insn(r)));
             }
             match self.parse_record() {
                 Ok(Some(Parsed::Item(item))) => return Ok(Some(item)),
@@ -690,7 +764,7 @@ impl LogReader<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::{collect, InsnClass};
+    use crate::exec::collect;
 
     fn mem_with(code: &[(u64, &[u8])]) -> CodeMemory {
         let mut pages: HashMap<u64, Vec<u8>> = HashMap::new();
@@ -868,6 +942,36 @@ mod tests {
         // Header, one page, a mode, an IP and one run.
         assert!(
             bytes.len() < HEADER_LEN + PAGE_SIZE as usize + 16,
+            "{}",
+            bytes.len()
+        );
+    }
+
+    #[test]
+    fn deep_recursion_overflows_the_return_stack_and_still_round_trips() {
+        use crate::exec::script::{Directive, Script};
+        // 0x1000: dec ecx; jz 0x1009; call 0x1000; 0x1009: ret  (entered by a call)
+        let code = [0xff, 0xc9, 0x74, 0x05, 0xe8, 0xf7, 0xff, 0xff, 0xff, 0xc3];
+        let mut dirs = vec![Directive::NotTaken; 99];
+        dirs.push(Directive::Taken);
+        let script = Script::new(0x800, ExecMode::Bit64)
+            .code(0x800, &[0xe8, 0xfb, 0x07, 0, 0, 0x90]) // call 0x1000; nop
+            .code(0x1000, &code)
+            .directives(dirs);
+        let items = collect(&mut script.clone()).unwrap();
+        // call, 100 x (dec, jz) + 99 calls + 100 rets, nop
+        assert_eq!(items.len(), 1 + 200 + 99 + 100 + 1);
+        let mut w = LogWriter::new(Vec::new()).unwrap();
+        write_source(&mut script.clone(), &mut w).unwrap();
+        let bytes = w.finish().unwrap();
+        assert_eq!(
+            collect(&mut LogReader::new(&bytes[..]).unwrap()).unwrap(),
+            items
+        );
+        // Direct calls and the innermost 64 returns cost nothing; the other
+        // 36 returns and the taken jz cost a few bytes each.
+        assert!(
+            bytes.len() < HEADER_LEN + 2 * (PAGE_SIZE as usize + 4) + 40 * 4,
             "{}",
             bytes.len()
         );
