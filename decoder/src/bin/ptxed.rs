@@ -5,7 +5,7 @@ use pt_decoder::config::{Config, Cpu, Errata};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
 use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo, Status};
-use pt_decoder::image::Image;
+use pt_decoder::image::{Image, LoadError};
 use pt_decoder::insn::{self, Disassembler};
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
@@ -236,8 +236,24 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
                     image.add_elf_arg(file).map(|_| ())
                 };
                 if let Err(e) = r {
-                    let _ = writeln!(err, "{prog}: {e}.");
-                    fail!("{prog}: {arg}: failed to load '{file}'.");
+                    // libipt names the file without its range and load address.
+                    let (rest, base) = match file.rsplit_once(':') {
+                        Some((rest, base)) if parse_u64(base).is_some() => {
+                            (rest, parse_u64(base).unwrap_or(0))
+                        }
+                        _ => (file.as_str(), 0),
+                    };
+                    let name = split_range(rest).map_or(rest, |(name, _, _)| name);
+                    if arg == "--raw" && !matches!(e, LoadError::BadArgument { .. }) {
+                        let _ = writeln!(
+                            err,
+                            "{prog}: failed to add {name} at 0x{base:x}: {}.",
+                            e.code().message()
+                        );
+                    } else {
+                        let _ = writeln!(err, "{prog}: {e}.");
+                    }
+                    fail!("{prog}: {arg}: failed to load '{name}'.");
                 }
             }
             // AT&T syntax is not offered; accept the flag and print Intel syntax.
@@ -356,6 +372,45 @@ fn mode_name(mode: ExecMode) -> &'static str {
         ExecMode::Bit32 => "32-bit",
         ExecMode::Bit64 => "64-bit",
         ExecMode::Unknown => "<unknown>",
+    }
+}
+
+/// Brings the disassembler's text closer to XED's as ptxed prints it: XED ends an
+/// instruction without operands with a blank and writes far memory operands as
+/// `far ptr [...]`.
+fn xed_style(text: &mut String, bytes: &[u8], ip: u64, mode: ExecMode) {
+    for size in ["far fword ptr ", "far dword ptr ", "far tbyte ptr "] {
+        if let Some(at) = text.find(size) {
+            text.replace_range(at..at + size.len(), "far ptr ");
+        }
+    }
+    if let Some(rest) = text.strip_prefix("data64 ") {
+        *text = rest.to_string();
+    }
+    if text.contains(' ') && text != "ret far" {
+        return;
+    }
+    // XED lists implicit operands too (suppressed in the text, but followed by the
+    // separator blank): only instructions without any operand end without one.
+    let bitness = match mode {
+        ExecMode::Bit16 => 16,
+        ExecMode::Bit32 => 32,
+        _ => 64,
+    };
+    let mut decoder = iced_x86::Decoder::with_ip(bitness, bytes, ip, iced_x86::DecoderOptions::NONE);
+    let instr = decoder.decode();
+    let mut factory = iced_x86::InstructionInfoFactory::new();
+    let info = factory.info(&instr);
+    let implicit = !info.used_registers().is_empty()
+        || !info.used_memory().is_empty()
+        || instr.rflags_read() != 0
+        || instr.rflags_written() != 0
+        || instr.rflags_cleared() != 0
+        || instr.rflags_set() != 0
+        || instr.rflags_undefined() != 0
+        || instr.flow_control() != iced_x86::FlowControl::Next;
+    if implicit {
+        text.push(' ');
     }
 }
 
@@ -653,6 +708,7 @@ impl<W: Write> Printer<'_, W> {
                     }
                 }
                 if !self.opts.no_inst {
+                    xed_style(&mut self.text, &raw[..n], ip, mode);
                     write!(self.out, "  {}", self.text)?;
                 }
                 Ok(Some(len))
