@@ -43,7 +43,7 @@ use super::{
 };
 
 /// `personality(2)` flag that turns address-space randomization off.
-const ADDR_NO_RANDOMIZE: libc::c_ulong = 0x0040000;
+pub(crate) const ADDR_NO_RANDOMIZE: libc::c_ulong = 0x0040000;
 /// `PTRACE_SINGLEBLOCK` on x86 (step to the next taken branch, via DEBUGCTL.BTF).
 const PTRACE_SINGLEBLOCK: libc::c_uint = 33;
 /// `si_code` of a SIGTRAP sent by the kernel for INT3.
@@ -121,7 +121,7 @@ pub enum BlockStep {
     Honored,
 }
 
-fn os_err(what: &'static str) -> ExecError {
+pub(crate) fn os_err(what: &'static str) -> ExecError {
     ExecError::Os {
         what,
         source: std::io::Error::last_os_error(),
@@ -129,7 +129,7 @@ fn os_err(what: &'static str) -> ExecError {
 }
 
 /// Finds a program the way `execvp` would.
-fn resolve_program(program: &OsStr) -> Result<PathBuf, ExecError> {
+pub(crate) fn resolve_program(program: &OsStr) -> Result<PathBuf, ExecError> {
     let not_found = || ExecError::CommandNotFound(program.to_string_lossy().into_owned());
     let is_exec = |p: &Path| {
         std::fs::metadata(p)
@@ -150,7 +150,7 @@ fn resolve_program(program: &OsStr) -> Result<PathBuf, ExecError> {
         .ok_or_else(not_found)
 }
 
-fn cstring(s: &OsStr) -> Result<CString, ExecError> {
+pub(crate) fn cstring(s: &OsStr) -> Result<CString, ExecError> {
     CString::new(s.as_bytes()).map_err(|_| ExecError::Os {
         what: "argument with a NUL byte",
         source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
@@ -159,7 +159,7 @@ fn cstring(s: &OsStr) -> Result<CString, ExecError> {
 
 /// Decoded `waitpid` status.
 #[derive(Clone, Copy, Debug)]
-enum Wait {
+pub(crate) enum Wait {
     Exited(i32),
     Killed(i32),
     /// Stopped with this signal; `event` is the PTRACE_EVENT_* (0 for none).
@@ -169,7 +169,7 @@ enum Wait {
     },
 }
 
-fn wait_child(pid: libc::pid_t) -> Result<Wait, ExecError> {
+pub(crate) fn wait_child(pid: libc::pid_t) -> Result<Wait, ExecError> {
     let mut status = 0;
     loop {
         // SAFETY: plain FFI call with a valid out pointer.
@@ -194,7 +194,7 @@ fn wait_child(pid: libc::pid_t) -> Result<Wait, ExecError> {
     })
 }
 
-fn ptrace(req: libc::c_uint, pid: libc::pid_t, addr: u64, data: u64) -> libc::c_long {
+pub(crate) fn ptrace(req: libc::c_uint, pid: libc::pid_t, addr: u64, data: u64) -> libc::c_long {
     // SAFETY: requests used here take integer or valid pointer arguments.
     unsafe {
         libc::ptrace(
@@ -235,7 +235,7 @@ fn siginfo_code(pid: libc::pid_t) -> Option<i32> {
 }
 
 /// Reads `buf.len()` bytes of the child at `addr`; returns how many were read.
-fn read_mem(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> usize {
+pub(crate) fn read_mem(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> usize {
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -266,13 +266,126 @@ fn read_mem(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> usize {
 }
 
 /// Kills a traced child and waits until it is gone.
-fn kill_and_reap(pid: libc::pid_t) {
+pub(crate) fn kill_and_reap(pid: libc::pid_t) {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     // A stopped tracee may report more stops before the kill takes effect.
     while let Ok(Wait::Stopped { .. }) = wait_child(pid) {
         ptrace(libc::PTRACE_CONT, pid, 0, 0);
     }
+}
+
+/// What the child does before `execve`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpawnFlags {
+    pub(crate) disable_aslr: bool,
+    pub(crate) no_core_dump: bool,
+    /// Make this descriptor the child's fd 3.
+    pub(crate) fd_to_3: Option<libc::c_int>,
+}
+
+/// Forks and executes `program` under `PTRACE_TRACEME`; the child stops with
+/// SIGTRAP at its first instruction (not yet waited for).
+pub(crate) fn spawn_traced(
+    program: &OsStr,
+    args: &[OsString],
+    flags: SpawnFlags,
+) -> Result<libc::pid_t, ExecError> {
+    let path = resolve_program(program)?;
+    let c_path = cstring(path.as_os_str())?;
+    let mut argv = vec![cstring(program)?];
+    for a in args {
+        argv.push(cstring(a)?);
+    }
+    let envp = std::env::vars_os()
+        .map(|(k, v)| {
+            let mut kv = k;
+            kv.push("=");
+            kv.push(v);
+            cstring(&kv)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
+    envp_p.push(std::ptr::null());
+
+    // The child reports a failed execve through this pipe; a successful
+    // one closes it (O_CLOEXEC).
+    let mut fds = [0; 2];
+    // SAFETY: valid out array of two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(os_err("pipe2"));
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    // SAFETY: fork in a possibly multi-threaded process: the child only
+    // makes async-signal-safe calls on data prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = os_err("fork");
+        // SAFETY: closing our own fds.
+        unsafe {
+            libc::close(rd);
+            libc::close(wr);
+        }
+        return Err(e);
+    }
+    if pid == 0 {
+        // SAFETY: child side, async-signal-safe calls only.
+        unsafe {
+            if flags.disable_aslr {
+                let cur = libc::personality(0xffff_ffff);
+                if cur != -1 {
+                    libc::personality(cur as libc::c_ulong | ADDR_NO_RANDOMIZE);
+                }
+            }
+            if flags.no_core_dump {
+                let lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::setrlimit(libc::RLIMIT_CORE, &lim);
+            }
+            if let Some(src) = flags.fd_to_3 {
+                // dup2 onto itself would keep O_CLOEXEC.
+                if src == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0);
+                } else {
+                    libc::dup2(src, 3);
+                }
+            }
+            libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize);
+            libc::execve(c_path.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr());
+            let err: i32 = *libc::__errno_location();
+            libc::write(wr, (&err as *const i32).cast(), 4);
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: closing our copy of the write end.
+    unsafe { libc::close(wr) };
+    let mut errno_buf = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        // SAFETY: reading into a local buffer.
+        let n = unsafe { libc::read(rd, errno_buf[got..].as_mut_ptr().cast(), 4 - got) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    // SAFETY: closing our read end.
+    unsafe { libc::close(rd) };
+    if got == 4 {
+        let _ = wait_child(pid);
+        return Err(ExecError::ExecFailed {
+            command: program.to_string_lossy().into_owned(),
+            source: std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno_buf)),
+        });
+    }
+    Ok(pid)
 }
 
 /// Whether the program catches `signo` (from `SigCgt` in /proc/pid/status).
@@ -326,92 +439,16 @@ impl Tracer {
         opts: TraceOptions,
     ) -> Result<Self, ExecError> {
         let program = program.as_ref();
-        let path = resolve_program(program)?;
-        let c_path = cstring(path.as_os_str())?;
-        let mut argv = vec![cstring(program)?];
-        for a in args {
-            argv.push(cstring(a.as_ref())?);
-        }
-        let envp = std::env::vars_os()
-            .map(|(k, v)| {
-                let mut kv = k;
-                kv.push("=");
-                kv.push(v);
-                cstring(&kv)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
-        argv_p.push(std::ptr::null());
-        let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
-        envp_p.push(std::ptr::null());
-
-        // The child reports a failed execve through this pipe; a successful
-        // one closes it (O_CLOEXEC).
-        let mut fds = [0; 2];
-        // SAFETY: valid out array of two fds.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-            return Err(os_err("pipe2"));
-        }
-        let (rd, wr) = (fds[0], fds[1]);
-        // SAFETY: fork in a possibly multi-threaded process: the child only
-        // makes async-signal-safe calls on data prepared before the fork.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            let e = os_err("fork");
-            // SAFETY: closing our own fds.
-            unsafe {
-                libc::close(rd);
-                libc::close(wr);
-            }
-            return Err(e);
-        }
-        if pid == 0 {
-            // SAFETY: child side, async-signal-safe calls only.
-            unsafe {
-                if opts.disable_aslr {
-                    let cur = libc::personality(0xffff_ffff);
-                    if cur != -1 {
-                        libc::personality(cur as libc::c_ulong | ADDR_NO_RANDOMIZE);
-                    }
-                }
-                if opts.no_core_dump {
-                    let lim = libc::rlimit {
-                        rlim_cur: 0,
-                        rlim_max: 0,
-                    };
-                    libc::setrlimit(libc::RLIMIT_CORE, &lim);
-                }
-                libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize);
-                libc::execve(c_path.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr());
-                let err: i32 = *libc::__errno_location();
-                libc::write(wr, (&err as *const i32).cast(), 4);
-                libc::_exit(127);
-            }
-        }
-        // SAFETY: closing our copy of the write end.
-        unsafe { libc::close(wr) };
-        let mut errno_buf = [0u8; 4];
-        let mut got = 0;
-        while got < 4 {
-            // SAFETY: reading into a local buffer.
-            let n = unsafe { libc::read(rd, errno_buf[got..].as_mut_ptr().cast(), 4 - got) };
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            if n <= 0 {
-                break;
-            }
-            got += n as usize;
-        }
-        // SAFETY: closing our read end.
-        unsafe { libc::close(rd) };
-        if got == 4 {
-            let _ = wait_child(pid);
-            return Err(ExecError::ExecFailed {
-                command: program.to_string_lossy().into_owned(),
-                source: std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno_buf)),
-            });
-        }
+        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let pid = spawn_traced(
+            program,
+            &args,
+            SpawnFlags {
+                disable_aslr: opts.disable_aslr,
+                no_core_dump: opts.no_core_dump,
+                fd_to_3: None,
+            },
+        )?;
         let use_block_step =
             opts.block_step && block_step_support().is_ok_and(|b| b == BlockStep::Honored);
         let now = Instant::now();
