@@ -79,6 +79,49 @@ impl Expr {
         }
     }
 
+    /// True if the value may change between layout passes once terms that
+    /// cancel (`l1 - l1`, `$ - $`) are dropped, as yasm drops them when it
+    /// parses the expression.
+    pub fn varies_with_layout(&self) -> bool {
+        let mut terms = std::collections::BTreeMap::new();
+        if self.linear_terms(1, &mut terms) {
+            terms.values().any(|c| *c != 0)
+        } else {
+            self.depends_on_layout()
+        }
+    }
+
+    /// Adds `sign` times each location term to `terms`; false if the
+    /// expression is not a sum of such terms and numbers.
+    fn linear_terms(&self, sign: i64, terms: &mut std::collections::BTreeMap<String, i64>) -> bool {
+        let mut add = |k: &str| *terms.entry(k.to_string()).or_insert(0) += sign;
+        match self {
+            Expr::Num(_) => true,
+            Expr::Sym(s) => {
+                add(s);
+                true
+            }
+            Expr::Here => {
+                add("$");
+                true
+            }
+            Expr::SectionStart => {
+                add("$$");
+                true
+            }
+            Expr::Reg(_) => false,
+            Expr::Unary(UnOp::Neg, e) => e.linear_terms(-sign, terms),
+            Expr::Unary(_, e) => !e.depends_on_layout(),
+            Expr::Binary(BinOp::Add, a, b) => {
+                a.linear_terms(sign, terms) && b.linear_terms(sign, terms)
+            }
+            Expr::Binary(BinOp::Sub, a, b) => {
+                a.linear_terms(sign, terms) && b.linear_terms(-sign, terms)
+            }
+            Expr::Binary(_, a, b) => !a.depends_on_layout() && !b.depends_on_layout(),
+        }
+    }
+
     /// True if the expression contains a register term.
     pub fn has_register(&self) -> bool {
         match self {
@@ -113,6 +156,9 @@ pub struct Value {
     pub relocs: i32,
     /// True if an undefined symbol was replaced by a provisional value.
     pub provisional: bool,
+    /// True if a label of another section takes part: yasm then never
+    /// shrinks the field (no short branch, no imm8, no disp8).
+    pub foreign: bool,
 }
 
 impl Value {
@@ -122,6 +168,7 @@ impl Value {
             value,
             relocs: 0,
             provisional: false,
+            foreign: false,
         }
     }
 
@@ -165,6 +212,10 @@ pub trait Scope {
     fn section_start(&self) -> i64;
     /// True while laying out: unknown symbols then get a provisional value.
     fn provisional(&self) -> bool;
+    /// True if the symbol is a label in another section than the current one.
+    fn foreign(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// Evaluates an expression.
@@ -175,11 +226,13 @@ pub fn eval(expr: &Expr, scope: &dyn Scope) -> Result<Value, EvalError> {
             value: scope.here(),
             relocs: 1,
             provisional: false,
+            foreign: false,
         }),
         Expr::SectionStart => Ok(Value {
             value: scope.section_start(),
             relocs: 1,
             provisional: false,
+            foreign: false,
         }),
         Expr::Reg(_) => Err(EvalError::Register),
         Expr::Sym(name) => match scope.symbol(name) {
@@ -187,6 +240,7 @@ pub fn eval(expr: &Expr, scope: &dyn Scope) -> Result<Value, EvalError> {
                 value: v,
                 relocs: i32::from(is_loc),
                 provisional: false,
+                foreign: scope.foreign(name),
             }),
             None if scope.provisional() => {
                 // Forward reference in an early pass: pretend it is right here,
@@ -195,6 +249,7 @@ pub fn eval(expr: &Expr, scope: &dyn Scope) -> Result<Value, EvalError> {
                     value: scope.here(),
                     relocs: 1,
                     provisional: true,
+                    foreign: false,
                 })
             }
             None => Err(EvalError::Undefined(name.clone())),
@@ -215,6 +270,7 @@ pub fn eval(expr: &Expr, scope: &dyn Scope) -> Result<Value, EvalError> {
                 value,
                 relocs,
                 provisional: v.provisional,
+                foreign: v.foreign,
             })
         }
         Expr::Binary(op, a, b) => {
@@ -240,6 +296,7 @@ pub fn eval(expr: &Expr, scope: &dyn Scope) -> Result<Value, EvalError> {
                 value,
                 relocs,
                 provisional,
+                foreign: x.foreign || y.foreign,
             })
         }
     }
@@ -251,6 +308,7 @@ fn not_constant(v: Value, scope: &dyn Scope) -> Result<Value, EvalError> {
             value: 0,
             relocs: 0,
             provisional: true,
+            foreign: v.foreign,
         })
     } else {
         Err(EvalError::NotConstant)
@@ -388,6 +446,16 @@ mod tests {
         let v = eval(&Expr::Sym("zz".into()), &scope(true)).unwrap();
         assert!(v.provisional);
         assert_eq!(v.value, 0x1004);
+    }
+
+    #[test]
+    fn cancelling_terms_do_not_vary() {
+        let same = bin(BinOp::Sub, Expr::Sym("a".into()), Expr::Sym("a".into()));
+        assert!(!same.varies_with_layout());
+        let diff = bin(BinOp::Sub, Expr::Sym("b".into()), Expr::Sym("a".into()));
+        assert!(diff.varies_with_layout());
+        let here = bin(BinOp::Sub, Expr::Here, Expr::Here);
+        assert!(!here.varies_with_layout());
     }
 
     #[test]

@@ -256,10 +256,11 @@ fn match_imm(k: K, v: Value, size: Option<u32>, strict: bool) -> Option<Fill> {
     let sex8 = if size == Some(8) {
         true
     } else {
-        !strict && !address
+        !strict && !address && !v.foreign
     };
     Some(match k {
-        K::imm8 if allowed(&[8]) && (-128..=255).contains(&x) => {
+        // An address is cut to its field (yasm warns, we follow its bytes).
+        K::imm8 if allowed(&[8]) && (address || (-128..=255).contains(&x)) => {
             Fill::Imm(OpKind::Immediate8, x as u8 as u64)
         }
         K::imm8_const_1 if size.is_none() && !address && x == 1 => Fill::Imm(OpKind::Immediate8, 1),
@@ -272,13 +273,13 @@ fn match_imm(k: K, v: Value, size: Option<u32>, strict: bool) -> Option<Fill> {
         K::imm8sex64 if sex8 && fits_signed8(x) => {
             Fill::Imm(OpKind::Immediate8to64, x as u8 as u64)
         }
-        K::imm16 if allowed(&[16]) && (-0x8000..=0xffff).contains(&x) => {
+        K::imm16 if allowed(&[16]) && (address || (-0x8000..=0xffff).contains(&x)) => {
             Fill::Imm(OpKind::Immediate16, x as u16 as u64)
         }
-        K::imm32 if allowed(&[32]) && (-0x8000_0000..=0xffff_ffff).contains(&x) => {
+        K::imm32 if allowed(&[32]) && (address || (-0x8000_0000..=0xffff_ffff).contains(&x)) => {
             Fill::Imm(OpKind::Immediate32, x as u32 as u64)
         }
-        K::imm32sex64 if allowed(&[32]) && i32::try_from(x).is_ok() => {
+        K::imm32sex64 if allowed(&[32]) && (address || i32::try_from(x).is_ok()) => {
             Fill::Imm(OpKind::Immediate32to64, x as u64)
         }
         K::imm64 if allowed(&[64]) => Fill::Imm(OpKind::Immediate64, x as u64),
@@ -385,7 +386,7 @@ pub fn encode_detailed(
                     Some(e) => (
                         eval(e).map_err(|e| e.to_string())?,
                         true,
-                        e.depends_on_layout(),
+                        e.varies_with_layout(),
                     ),
                     None => (Value::num(0), false, false),
                 };
@@ -462,6 +463,15 @@ pub fn encode_detailed(
         });
     }
 
+    // yasm only tries a short branch on a target in the same section; a plain
+    // number or another section's label gets the near form unless `short` is
+    // written (loop and jcxz, which have no near form, stay short).
+    let far_target = ops.iter().any(|o| {
+        matches!(o, Resolved::Imm { value, jump: None, .. } if value.is_absolute() || value.foreign)
+    });
+    if far_target && found.iter().any(|c| c.branch_disp.is_some_and(|d| d > 1)) {
+        found.retain(|c| c.branch_disp != Some(1));
+    }
     // `push word 1`: on push the size keyword is the operand size.
     let push_size = if insn.mnemonic == "push" {
         ops.iter().find_map(|o| match o {
@@ -994,9 +1004,20 @@ fn set_memory(
         } else {
             full.max(2)
         }
-    } else if !has_disp || (disp.value == 0 && disp.is_absolute() && !force_disp32) {
+    } else if !has_disp
+        || (disp.value == 0
+            && disp.is_absolute()
+            && !force_disp32
+            && !mem.disp.as_ref().is_some_and(Expr::varies_with_layout))
+    {
+        // A displacement computed from labels keeps at least a byte, as in
+        // yasm, even when it comes out as zero.
         0
-    } else if disp.is_absolute() && !force_disp32 && (-128..=127).contains(&disp.value) {
+    } else if disp.is_absolute()
+        && !disp.foreign
+        && !force_disp32
+        && (-128..=127).contains(&disp.value)
+    {
         1
     } else {
         full

@@ -74,6 +74,10 @@ pub struct Emitted {
     pub reserve: bool,
     /// Size of the relative displacement ending each repetition, if any.
     pub branch_disp: Option<usize>,
+    /// `bits` in effect on the line.
+    pub bits: u32,
+    /// `default rel` in effect on the line.
+    pub default_rel: bool,
 }
 
 /// The result of layout.
@@ -107,6 +111,8 @@ type Symbols = HashMap<String, Sym>;
 
 #[derive(Clone, Copy)]
 struct PassScope<'a> {
+    /// Index of the section being laid out.
+    section: usize,
     current: &'a Symbols,
     previous: &'a Symbols,
     bases: &'a [u64],
@@ -132,11 +138,51 @@ impl Scope for PassScope<'_> {
     fn here(&self) -> i64 {
         self.here
     }
+    fn foreign(&self, name: &str) -> bool {
+        matches!(
+            self.current.get(name).or_else(|| self.previous.get(name)),
+            Some(Sym::Loc { section, .. }) if *section != self.section
+        )
+    }
     fn section_start(&self) -> i64 {
         self.section_start
     }
     fn provisional(&self) -> bool {
         self.provisional
+    }
+}
+
+/// The scope of the minimal layout (yasm's first optimiser step): every
+/// label of the current section is at distance zero, so every relaxable
+/// field takes its shortest form.
+struct MinimalScope<'a> {
+    inner: &'a PassScope<'a>,
+    labels: &'a HashMap<String, usize>,
+}
+
+impl Scope for MinimalScope<'_> {
+    fn symbol(&self, name: &str) -> Option<(i64, bool)> {
+        if self.labels.contains_key(name) {
+            Some((self.inner.here, true))
+        } else {
+            self.inner.symbol(name)
+        }
+    }
+    fn here(&self) -> i64 {
+        self.inner.here
+    }
+    /// `$$` is a location too: at distance zero like the labels.
+    #[allow(clippy::misnamed_getters)]
+    fn section_start(&self) -> i64 {
+        self.inner.here
+    }
+    fn provisional(&self) -> bool {
+        true
+    }
+    fn foreign(&self, name: &str) -> bool {
+        self.labels
+            .get(name)
+            .is_some_and(|s| *s != self.inner.section)
     }
 }
 
@@ -152,6 +198,14 @@ struct Assembler<'a> {
     lines: &'a [Line],
     file: &'a str,
     floors: Vec<usize>,
+    /// While measuring: the length of each instruction line, used instead of
+    /// encoding it.
+    fixed: Option<Vec<usize>>,
+    /// Section index of every label, known from the source order alone.
+    label_sections: HashMap<String, usize>,
+    /// While measuring for the minimal layout: every label reads as the
+    /// referencing line's own address.
+    minimal: bool,
 }
 
 fn err(file: &str, line: usize, message: impl Into<String>) -> AsmError {
@@ -326,6 +380,7 @@ impl<'a> Assembler<'a> {
             }
 
             let scope = PassScope {
+                section: cur,
                 current: &symbols,
                 previous: &previous.symbols,
                 bases: &bases,
@@ -418,16 +473,37 @@ impl<'a> Assembler<'a> {
                         }
                     };
                     let floor = self.floors.get(idx).copied().unwrap_or(0);
-                    let result = emit_body(
-                        body,
-                        count,
-                        bits,
-                        addr,
-                        default_rel,
-                        floor,
-                        &scope,
-                        final_pass,
-                    );
+                    out.bits = bits;
+                    out.default_rel = default_rel;
+                    let fixed = match (&self.fixed, body) {
+                        (Some(f), Body::Insn(_)) => f.get(idx).copied(),
+                        _ => None,
+                    };
+                    let result = if let Some(len) = fixed {
+                        let total = (len as u64).saturating_mul(count);
+                        if total > MAX_OUTPUT {
+                            return Err(err(file, number, "output too large"));
+                        }
+                        Ok((vec![0; total as usize], len, None))
+                    } else if self.minimal {
+                        // Every label at distance zero: the shortest forms.
+                        let near = MinimalScope {
+                            inner: &scope,
+                            labels: &self.label_sections,
+                        };
+                        emit_body(body, count, bits, addr, default_rel, 0, &near, false)
+                    } else {
+                        emit_body(
+                            body,
+                            count,
+                            bits,
+                            addr,
+                            default_rel,
+                            floor,
+                            &scope,
+                            final_pass,
+                        )
+                    };
                     match result {
                         Ok((bytes, unit, branch_disp)) => {
                             if let Some(f) = self.floors.get_mut(idx) {
@@ -605,7 +681,7 @@ fn emit_body(
     addr: u64,
     default_rel: bool,
     floor: usize,
-    scope: &PassScope<'_>,
+    scope: &dyn Scope,
     final_pass: bool,
 ) -> Result<(Vec<u8>, usize, Option<usize>), String> {
     match body {
@@ -671,7 +747,7 @@ fn emit_body(
     }
 }
 
-fn encode_data(unit: u8, items: &[DataItem], scope: &PassScope<'_>) -> Result<Vec<u8>, String> {
+fn encode_data(unit: u8, items: &[DataItem], scope: &dyn Scope) -> Result<Vec<u8>, String> {
     let unit = usize::from(unit);
     let mut one = Vec::new();
     for item in items {
@@ -728,13 +804,24 @@ pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
         lines,
         file,
         floors: vec![0; lines.len()],
+        fixed: None,
+        label_sections: label_sections(lines),
+        minimal: false,
     };
-    let mut prev = PassResult {
+    let initial = PassResult {
         symbols: Symbols::new(),
         emitted: Vec::new(),
         sections: vec![Section::new(".text")],
         org: 0,
         org_seen: false,
+    };
+    let mut prev = match asm.relax(&initial) {
+        Some(r) => r,
+        None => {
+            // Something the span model does not cover: plain passes.
+            asm.floors = vec![0; lines.len()];
+            initial
+        }
     };
     let mut converged = false;
     for _ in 0..MAX_PASSES {
@@ -765,6 +852,239 @@ pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
     asm.place(&mut fin.sections, fin.org)?;
     let _ = fin.org_seen;
     finish(fin, file)
+}
+
+/// For every label, the line whose bytes end where the label is (the last
+/// line before it that emits or aligns, in the same section).
+fn preceding_lines(lines: &[Line]) -> Vec<(String, usize)> {
+    let mut names = vec![".text".to_string()];
+    let mut cur = 0;
+    let mut last: Vec<Option<usize>> = vec![None];
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if let Stmt::Section(decl) = &line.stmt {
+            cur = match names.iter().position(|n| *n == decl.name) {
+                Some(k) => k,
+                None => {
+                    names.push(decl.name.clone());
+                    last.push(None);
+                    names.len() - 1
+                }
+            };
+        }
+        if let (Some(name), false) = (&line.label, matches!(line.stmt, Stmt::Equ(_))) {
+            if let Some(Some(p)) = last.get(cur) {
+                out.push((name.clone(), *p));
+            }
+        }
+        if matches!(line.stmt, Stmt::Emit { .. } | Stmt::Align { .. }) {
+            if let Some(l) = last.get_mut(cur) {
+                *l = Some(i);
+            }
+        }
+    }
+    out
+}
+
+/// The section of every label, from the order of `section` directives.
+fn label_sections(lines: &[Line]) -> HashMap<String, usize> {
+    let mut names = vec![".text".to_string()];
+    let mut cur = 0;
+    let mut map = HashMap::new();
+    for line in lines {
+        if let Stmt::Section(decl) = &line.stmt {
+            cur = match names.iter().position(|n| *n == decl.name) {
+                Some(i) => i,
+                None => {
+                    names.push(decl.name.clone());
+                    names.len() - 1
+                }
+            };
+        }
+        if let Some(name) = &line.label {
+            if !matches!(line.stmt, Stmt::Equ(_)) {
+                map.insert(name.clone(), cur);
+            }
+        }
+    }
+    map
+}
+
+impl Assembler<'_> {
+    /// Lays out with the given instruction lengths, until section placement
+    /// settles.
+    fn measure(&mut self, lengths: &[usize], prev: &PassResult) -> Option<PassResult> {
+        self.fixed = Some(lengths.to_vec());
+        let result = (|| {
+            let mut r = self.pass(prev, false).ok()?;
+            self.place(&mut r.sections, r.org).ok()?;
+            for _ in 0..16 {
+                let mut next = self.pass(&r, false).ok()?;
+                self.place(&mut next.sections, next.org).ok()?;
+                let same = next.symbols == r.symbols
+                    && next
+                        .sections
+                        .iter()
+                        .map(|s| (s.lma, s.vma))
+                        .eq(r.sections.iter().map(|s| (s.lma, s.vma)));
+                r = next;
+                if same {
+                    return Some(r);
+                }
+            }
+            None
+        })();
+        self.fixed = None;
+        result
+    }
+
+    /// The longer length instruction line `i` needs in layout `lay`, if its
+    /// current length `len` no longer fits its values.
+    fn wants(&self, i: usize, lay: &PassResult, len: usize) -> Option<usize> {
+        self.wants_with(i, lay, &lay.symbols, len)
+    }
+
+    /// [`Self::wants`] with label positions taken from `symbols`.
+    fn wants_with(
+        &self,
+        i: usize,
+        lay: &PassResult,
+        symbols: &Symbols,
+        len: usize,
+    ) -> Option<usize> {
+        let Stmt::Emit {
+            body: Body::Insn(insn),
+            ..
+        } = &self.lines.get(i)?.stmt
+        else {
+            return None;
+        };
+        let e = lay.emitted.get(i)?;
+        let bases: Vec<u64> = lay.sections.iter().map(|s| s.vma).collect();
+        let empty = Symbols::new();
+        let scope = PassScope {
+            section: e.section,
+            current: symbols,
+            previous: &empty,
+            bases: &bases,
+            here: e.addr as i64,
+            section_start: bases.get(e.section).copied().unwrap_or(0) as i64,
+            provisional: false,
+        };
+        let ctx = Context {
+            bits: e.bits,
+            ip: e.addr,
+            default_rel: e.default_rel,
+            floor: len,
+        };
+        let bytes = insn::encode(insn, &ctx, &mut |x| expr::eval(x, &scope)).ok()?;
+        (bytes.len() > len).then_some(bytes.len())
+    }
+
+    /// yasm's optimiser: start from the shortest forms, grow every field
+    /// that is out of range in that layout, then grow one field at a time in
+    /// queue order, re-checking the others after each change. Alignment can
+    /// shrink distances again, so the order matters for matching yasm.
+    /// None if the layout cannot be measured this way.
+    fn relax(&mut self, initial: &PassResult) -> Option<PassResult> {
+        // 1a: shortest forms.
+        self.minimal = true;
+        let first = self.pass(initial, false);
+        self.minimal = false;
+        let mut first = first.ok()?;
+        self.place(&mut first.sections, first.org).ok()?;
+        let mut lengths = self.floors.clone();
+        let relaxable: Vec<usize> = self
+            .lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| match &l.stmt {
+                Stmt::Emit {
+                    body: Body::Insn(insn),
+                    ..
+                } => insn.operands.iter().any(|o| match o {
+                    super::parse::Operand::Imm(i) => i.expr.depends_on_layout(),
+                    super::parse::Operand::Mem(m) => {
+                        m.disp.as_ref().is_some_and(Expr::depends_on_layout)
+                    }
+                    super::parse::Operand::Far { .. } | super::parse::Operand::Reg(_) => false,
+                }),
+                _ => false,
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mut lay = self.measure(&lengths, &first)?;
+        // 1b: everything out of range in the shortest layout grows, in
+        // order. Offsets stay those of the shortest layout, except that a
+        // label sees the new length of the line just before it (yasm
+        // measures a label as the end of its preceding bytecode).
+        let preceding = preceding_lines(self.lines);
+        let mut symbols = lay.symbols.clone();
+        for &i in &relaxable {
+            let len = lengths.get(i).copied().unwrap_or(0);
+            let Some(w) = self.wants_with(i, &lay, &symbols, len) else {
+                continue;
+            };
+            if let Some(l) = lengths.get_mut(i) {
+                *l = w;
+            }
+            let count = lay.emitted.get(i).map_or(1, |e| e.count);
+            let delta = ((w - len) as u64).saturating_mul(count);
+            for (name, line) in &preceding {
+                if *line == i {
+                    if let Some(Sym::Loc { offset, .. }) = symbols.get_mut(name) {
+                        *offset = offset.wrapping_add(delta);
+                    }
+                }
+            }
+        }
+        lay = self.measure(&lengths, &lay)?;
+        // 1d and 2: a queue, one growth at a time.
+        let mut queued = vec![false; self.lines.len()];
+        let mut queue = std::collections::VecDeque::new();
+        for &i in &relaxable {
+            if self
+                .wants(i, &lay, lengths.get(i).copied().unwrap_or(0))
+                .is_some()
+            {
+                queue.push_back(i);
+                if let Some(q) = queued.get_mut(i) {
+                    *q = true;
+                }
+            }
+        }
+        let mut steps = 0usize;
+        while let Some(i) = queue.pop_front() {
+            steps += 1;
+            if steps > 4 * relaxable.len() + 16 {
+                return None;
+            }
+            if let Some(q) = queued.get_mut(i) {
+                *q = false;
+            }
+            let Some(w) = self.wants(i, &lay, lengths.get(i).copied().unwrap_or(0)) else {
+                continue;
+            };
+            if let Some(l) = lengths.get_mut(i) {
+                *l = w;
+            }
+            lay = self.measure(&lengths, &lay)?;
+            for &j in &relaxable {
+                if queued.get(j) == Some(&false)
+                    && self
+                        .wants(j, &lay, lengths.get(j).copied().unwrap_or(0))
+                        .is_some()
+                {
+                    queue.push_back(j);
+                    if let Some(q) = queued.get_mut(j) {
+                        *q = true;
+                    }
+                }
+            }
+        }
+        self.floors = lengths;
+        Some(lay)
+    }
 }
 
 fn finish(fin: PassResult, file: &str) -> Result<Layout, AsmError> {
