@@ -1133,6 +1133,10 @@ mod tests {
         assert_eq!(hex(16, "jmp far_away"), "E9FD7F");
         assert_eq!(hex(16, "jz far_away"), "0F84FC7F");
         assert_eq!(hex(32, "jmp 0x10:0x2000"), "EA002000001000");
+        // A plain-number target gets the near form unless `short` is written.
+        assert_eq!(hex(64, "jmp 0x1004"), "E9FFFFFFFF");
+        assert_eq!(hex(64, "jmp short 0x1004"), "EB02");
+        assert_eq!(hex(64, "loop 0x1004"), "E202");
     }
 
     #[test]
