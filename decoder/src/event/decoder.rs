@@ -439,6 +439,27 @@ impl<'a> EventDecoder<'a> {
     // libipt's shape (`pt_evt_next`): the end is an error code, not `None`.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Event, DecodeError> {
+        // The common case first: a TNT while tracing is enabled.
+        if let Current::Packet {
+            offset,
+            packet: Packet::Tnt8(t) | Packet::Tnt64(t),
+        } = self.cur
+        {
+            if self.enabled {
+                let ev = Event {
+                    kind: EventKind::Tnt {
+                        bits: t.bits(),
+                        size: t.len() as u8,
+                    },
+                    ip_suppressed: false,
+                    status_update: false,
+                    time: stamp(&self.time),
+                    offset,
+                };
+                self.fetch();
+                return Ok(ev);
+            }
+        }
         loop {
             match self.decode_packet()? {
                 Step::Event => {
