@@ -975,3 +975,96 @@ fn unknown_cfe_type_takes_its_fup() {
     // plain indirect branch.
     assert_eq!(kinds(&evs[2..]), [EventKind::Tip { ip: C }]);
 }
+
+#[test]
+fn keep_tcal_on_ovf() {
+    let config = Config {
+        nom_freq: 36,
+        ..Config::default()
+    };
+    let ps = [
+        Packet::Psb,
+        Packet::Tsc { tsc: 0x10_0000 },
+        Packet::Cbr { ratio: 36 },
+        mode64(),
+        fup(A),
+        Packet::Psbend,
+        Packet::Ovf,
+        fup(B),
+        Packet::Cyc { value: 100 },
+        tnt(&[true]),
+    ];
+    // Without: the calibration is gone after the OVF and the CYC is lost.
+    let (evs, _) = decode_with(&ps, &config, Options::default());
+    let last = evs.last().unwrap();
+    assert!(matches!(last.kind, EventKind::Tnt { .. }));
+    assert_eq!(last.time.tsc, Some(0x10_0000));
+    assert_eq!(last.time.lost_cyc, 1);
+    // With: nom_freq/cbr = 1 TSC tick per cycle.
+    let opts = Options {
+        keep_tcal_on_ovf: true,
+        ..Options::default()
+    };
+    let (evs, _) = decode_with(&ps, &config, opts);
+    let last = evs.last().unwrap();
+    assert_eq!(last.time.tsc, Some(0x10_0000 + 100));
+    assert_eq!(last.time.lost_cyc, 0);
+}
+
+#[test]
+fn trigger_count_while_disabled_is_bad() {
+    let ps = [
+        Packet::Psb,
+        Packet::Psbend,
+        Packet::Trig {
+            trbv: 1,
+            ip: false,
+            mult: false,
+            icnt: Some(3),
+        },
+    ];
+    let (_, e) = decode_with(&ps, &Config::default(), Options::default());
+    assert_eq!(e.code, ErrorCode::BadPacket);
+}
+
+/// libipt rejects a MODE.Exec that changes nothing (or only IF, without iflags events)
+/// before a TIP.PGD; hardware may send one when a far branch leaves the filter region,
+/// so we let it take up the TIP.PGD silently.
+#[test]
+fn unchanged_mode_before_disable_is_accepted() {
+    let mut m = ModeExec::from_mode(ExecMode::Bit64);
+    m.iflag = true;
+    let evs = decode(&with(psb_enabled(A), &[Packet::ModeExec(m), pgd(B)]));
+    assert_eq!(kinds(&evs[2..]), [EventKind::Disabled { ip: B }]);
+    // A real change goes out first, at the (unknown) target.
+    let evs = decode(&with(psb_enabled(A), &[mode32(), pgd(B)]));
+    assert!(matches!(
+        evs[2].kind,
+        EventKind::ExecMode {
+            mode: ExecMode::Bit32,
+            ..
+        }
+    ));
+    assert!(evs[2].ip_suppressed);
+    assert_eq!(evs[3].kind, EventKind::Disabled { ip: B });
+}
+
+#[test]
+fn async_disable_takes_pending_paging() {
+    let evs = decode(&with(
+        psb_enabled(A),
+        &[
+            fup(B),
+            Packet::Pip {
+                cr3: 0x7000,
+                nr: false,
+            },
+            pgd_suppressed(),
+        ],
+    ));
+    assert!(matches!(evs[2].kind, EventKind::AsyncDisabled { at: B, .. }) && evs[2].ip_suppressed);
+    assert!(
+        matches!(evs[3].kind, EventKind::AsyncPaging { cr3: 0x7000, .. }) && evs[3].ip_suppressed
+    );
+    assert_eq!(evs.len(), 4);
+}
