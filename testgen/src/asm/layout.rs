@@ -886,6 +886,15 @@ fn preceding_lines(lines: &[Line]) -> Vec<(String, usize)> {
     out
 }
 
+fn mentions_section_start(e: &Expr) -> bool {
+    match e {
+        Expr::SectionStart => true,
+        Expr::Unary(_, x) => mentions_section_start(x),
+        Expr::Binary(_, a, b) => mentions_section_start(a) || mentions_section_start(b),
+        _ => false,
+    }
+}
+
 /// The section of every label, from the order of `section` directives.
 fn label_sections(lines: &[Line]) -> HashMap<String, usize> {
     let mut names = vec![".text".to_string()];
@@ -915,22 +924,22 @@ impl Assembler<'_> {
     /// settles.
     fn measure(&mut self, lengths: &[usize], prev: &PassResult) -> Option<PassResult> {
         self.fixed = Some(lengths.to_vec());
+        let placement = |r: &PassResult| -> Vec<(u64, u64)> {
+            r.sections.iter().map(|s| (s.lma, s.vma)).collect()
+        };
         let result = (|| {
+            let mut bases = placement(prev);
             let mut r = self.pass(prev, false).ok()?;
             self.place(&mut r.sections, r.org).ok()?;
             for _ in 0..16 {
-                let mut next = self.pass(&r, false).ok()?;
-                self.place(&mut next.sections, next.org).ok()?;
-                let same = next.symbols == r.symbols
-                    && next
-                        .sections
-                        .iter()
-                        .map(|s| (s.lma, s.vma))
-                        .eq(r.sections.iter().map(|s| (s.lma, s.vma)));
-                r = next;
-                if same {
+                // Done once the pass used the section addresses it produced.
+                if placement(&r) == bases {
                     return Some(r);
                 }
+                bases = placement(&r);
+                let mut next = self.pass(&r, false).ok()?;
+                self.place(&mut next.sections, next.org).ok()?;
+                r = next;
             }
             None
         })();
@@ -1013,6 +1022,57 @@ impl Assembler<'_> {
             })
             .map(|(i, _)| i)
             .collect();
+        // The lines whose lengths a relaxable line's values depend on: from
+        // the earliest to the latest of itself and the labels it names.
+        let label_lines: HashMap<&str, usize> = self
+            .lines
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.label.as_deref().map(|n| (n, i)))
+            .collect();
+        let ranges: HashMap<usize, (usize, usize)> = relaxable
+            .iter()
+            .map(|&j| {
+                let (mut lo, mut hi) = (j, j);
+                if let Some(Stmt::Emit {
+                    body: Body::Insn(insn),
+                    ..
+                }) = self.lines.get(j).map(|l| &l.stmt)
+                {
+                    let mut visit = |e: &Expr| {
+                        if mentions_section_start(e) {
+                            lo = 0;
+                        }
+                        e.for_each_symbol(&mut |name| match label_lines.get(name) {
+                            Some(&k) => {
+                                lo = lo.min(k);
+                                hi = hi.max(k);
+                            }
+                            None => {
+                                lo = 0;
+                                hi = usize::MAX;
+                            }
+                        });
+                    };
+                    for o in &insn.operands {
+                        match o {
+                            super::parse::Operand::Imm(i) => visit(&i.expr),
+                            super::parse::Operand::Mem(m) => {
+                                if let Some(d) = &m.disp {
+                                    visit(d);
+                                }
+                            }
+                            super::parse::Operand::Far { seg, off } => {
+                                visit(seg);
+                                visit(off);
+                            }
+                            super::parse::Operand::Reg(_) => {}
+                        }
+                    }
+                }
+                (j, (lo, hi))
+            })
+            .collect();
         let mut lay = self.measure(&lengths, &first)?;
         // 1b: everything out of range in the shortest layout grows, in
         // order. Offsets stay those of the shortest layout, except that a
@@ -1068,9 +1128,28 @@ impl Assembler<'_> {
             if let Some(l) = lengths.get_mut(i) {
                 *l = w;
             }
-            lay = self.measure(&lengths, &lay)?;
+            let next = self.measure(&lengths, &lay)?;
+            // Only lines whose range holds a line that changed length (this
+            // one, or alignment after it) can have new values.
+            let changed: Vec<usize> = next
+                .emitted
+                .iter()
+                .zip(&lay.emitted)
+                .enumerate()
+                .filter(|(_, (a, b))| a.bytes.len() != b.bytes.len() || a.section != b.section)
+                .map(|(k, _)| k)
+                .collect();
+            let moved = next
+                .sections
+                .iter()
+                .map(|s| s.vma)
+                .ne(lay.sections.iter().map(|s| s.vma));
+            lay = next;
             for &j in &relaxable {
-                if queued.get(j) == Some(&false)
+                let (lo, hi) = ranges.get(&j).copied().unwrap_or((0, usize::MAX));
+                let touched = moved || changed.iter().any(|&c| lo <= c && c <= hi);
+                if touched
+                    && queued.get(j) == Some(&false)
                     && self
                         .wants(j, &lay, lengths.get(j).copied().unwrap_or(0))
                         .is_some()
