@@ -66,7 +66,8 @@ pub struct Emitted {
     pub bytes: Vec<u8>,
     /// Length of one repetition when `times` repeated the body more than once.
     pub rept_unit: Option<usize>,
-    /// True if the bytes are alignment padding (not shown in the listing).
+    /// True for the NOP padding of an `align` without fill value (the
+    /// listing shows no bytes for it).
     pub padding: bool,
     /// The `times` count (1 without `times`).
     pub count: u64,

@@ -5,6 +5,14 @@
 //! byte for byte, plus the label addresses pttc would derive from yasm's
 //! listing, per-line addresses and a listing in yasm's style.
 //!
+//! Where yasm has a habit, we follow it: the encodings it picks among
+//! equivalent ones, its prefix order, its NOP padding, its relaxation order
+//! (see [`layout`]), the displacement it lists for a branch, and the label
+//! values pttc reads from its listing. Known gaps: no macros or `%define`,
+//! no `incbin`, no floating-point data, no EVEX encodings; and where yasm
+//! 1.3 does not know an instruction (`int1`, `ptwrite`, `sysretq`) and
+//! quietly takes the name for a label, we assemble the instruction.
+//!
 //! Layers: [`parse`] (lexer and line parser), [`expr`] (expressions),
 //! [`insn`] (instruction selection and encoding), [`layout`] (addresses,
 //! relaxation, sections, the binary), [`listing`] (yasm's listing) and
