@@ -1,6 +1,9 @@
 //! Records a program's execution by single-stepping it.
 //!
-//! `record [-o LOG] [-n LIMIT] [--aslr] [--no-verify] -- CMD ARGS...`
+//! `record [-o LOG] [-n LIMIT] [--aslr] [--no-verify] [--valgrind] -- CMD ARGS...`
+//!
+//! `--valgrind` records under valgrind instead of single-stepping (the limit
+//! and Ctrl-C do not apply there).
 //! `record --replay LOG` (counts) and `record --dump LOG` (one line per item)
 //!
 //! Prints the instruction, syscall and signal counts and the steps per second;
@@ -15,6 +18,7 @@ use std::time::Instant;
 
 use pt_sim::exec::log::{LogReader, LogWriter};
 use pt_sim::exec::ptrace::{probe_block_step, TraceOptions, Tracer};
+use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
 use pt_sim::exec::{ExecError, ExecItem, ExecutionSource};
 
 static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
@@ -76,6 +80,7 @@ fn run() -> Result<(), String> {
     let mut limit = None;
     let mut aslr = false;
     let mut verify = true;
+    let mut use_valgrind = false;
     let mut i = 0;
     while i < args.len() && args[i] != "--" {
         match args[i].as_str() {
@@ -90,20 +95,23 @@ fn run() -> Result<(), String> {
             }
             "--aslr" => aslr = true,
             "--no-verify" => verify = false,
+            "--valgrind" => use_valgrind = true,
             a => return Err(format!("unknown option {a}")),
         }
         i += 1;
     }
-    let cmd = args
-        .get(i + 1..)
-        .filter(|c| !c.is_empty())
-        .ok_or("usage: record [-o LOG] [-n LIMIT] [--aslr] [--no-verify] -- CMD ARGS...")?;
+    let cmd = args.get(i + 1..).filter(|c| !c.is_empty()).ok_or(
+        "usage: record [-o LOG] [-n LIMIT] [--aslr] [--no-verify] [--valgrind] -- CMD ARGS...",
+    )?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let _ = STOP.set(stop.clone());
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
 
+    if use_valgrind {
+        return record_valgrind(cmd, out.as_deref());
+    }
     eprintln!(
         "PTRACE_SINGLEBLOCK: {:?}",
         probe_block_step().map_err(|e| e.to_string())?
@@ -181,6 +189,41 @@ fn run() -> Result<(), String> {
             n as f64 / rs / 1e6
         );
     }
+    Ok(())
+}
+
+fn record_valgrind(cmd: &[String], out: Option<&str>) -> Result<(), String> {
+    let start = Instant::now();
+    let mut src = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())
+        .map_err(|e| e.to_string())?;
+    let ran = start.elapsed().as_secs_f64();
+    let mut writer = match out {
+        Some(path) => {
+            let f = std::fs::File::create(path).map_err(|e| format!("{path}: {e}"))?;
+            Some(LogWriter::new(BufWriter::new(f)).map_err(|e| format!("{path}: {e}"))?)
+        }
+        None => None,
+    };
+    let (mut insns, mut events) = (0u64, 0u64);
+    while let Some(item) = src.next_item().map_err(|e| e.to_string())? {
+        match &item {
+            ExecItem::Insn(_) => insns += 1,
+            ExecItem::Event(_) => events += 1,
+        }
+        if let Some(w) = &mut writer {
+            w.write_item(&item, src.memory())
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    if let Some(w) = writer {
+        w.finish().map_err(|e| e.to_string())?;
+    }
+    let total = start.elapsed().as_secs_f64();
+    println!(
+        "{insns} instructions, {events} events; valgrind ran {ran:.2} s ({:.0} instructions/s), {total:.2} s with replay{}",
+        insns as f64 / ran,
+        if out.is_some() { " and log" } else { "" }
+    );
     Ok(())
 }
 
