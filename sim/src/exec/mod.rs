@@ -11,7 +11,7 @@
 //!   [`log::LogWriter`] (record once, replay fast and often).
 //! - [`script::Script`]: a small program plus its branch outcomes, for unit tests.
 //! - [`valgrind::ValgrindSource`] (Linux x86-64): a program run under
-//!   valgrind, fifty times faster than single-stepping for long programs.
+//!   valgrind, some forty times faster than single-stepping on long programs.
 //!
 //! # Ordering contract
 //! - A [`Retired`]'s `next_ip` is where the instruction sent user-mode control:

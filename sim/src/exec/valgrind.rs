@@ -1,6 +1,6 @@
 //! A fast execution source for long programs: valgrind's Lackey tool with
 //! one guest instruction per superblock, so the superblock trace is the
-//! instruction trace (about 1 M instructions/s here, against ~20 k for
+//! instruction trace (about 0.8 M instructions/s here, against 15-30 k for
 //! single-stepping).
 //!
 //! Valgrind runs as a ptrace child that is merely continued; at its exit
