@@ -5,7 +5,7 @@
 //! [`Event`]s between them for what the instruction stream alone cannot show
 //! (kernel entries and exits, signals, exec, mapping changes, the end).
 //!
-//! Three sources exist:
+//! Four sources exist:
 //! - [`ptrace::Tracer`] (Linux x86-64): single-steps a real process.
 //! - [`log::LogReader`]: replays a compact execution log written by
 //!   [`log::LogWriter`] (record once, replay fast and often).
