@@ -265,6 +265,62 @@ pub struct BlockDecoder<'a> {
     link: Option<(BlockId, bool, u64)>,
     /// The section that holds the last cache block: `[lo, hi)` and its id.
     section: (u64, u64, u32),
+    /// The instructions libipt's block cache would know by now.
+    marks: Marks,
+    /// Per cache block: all its instructions are in `marks`.
+    warm: Vec<bool>,
+}
+
+/// Instructions libipt's own block cache walks at most before it ends a block while
+/// learning new code.
+const FILL_STEPS: u32 = 0x400;
+
+/// A bit per code byte of each section: the instruction there is known.
+#[derive(Default)]
+struct Marks {
+    /// `(first address, end address, bits)` per section seen.
+    sections: Vec<(u64, u64, Vec<u64>)>,
+    cur: usize,
+}
+
+impl Marks {
+    fn slot(&mut self, image: &Image, ip: u64) -> Option<usize> {
+        if let Some((lo, hi, _)) = self.sections.get(self.cur) {
+            if *lo <= ip && ip < *hi {
+                return Some(self.cur);
+            }
+        }
+        if let Some(i) = self.sections.iter().position(|(lo, hi, _)| *lo <= ip && ip < *hi) {
+            self.cur = i;
+            return Some(i);
+        }
+        let s = image.find(ip)?;
+        let len = s.len();
+        let words = usize::try_from(len.div_ceil(64)).ok()?;
+        self.sections
+            .push((s.vaddr(), s.vaddr().saturating_add(len), vec![0; words]));
+        self.cur = self.sections.len() - 1;
+        Some(self.cur)
+    }
+
+    fn valid(&mut self, image: &Image, ip: u64) -> bool {
+        let Some(i) = self.slot(image, ip) else {
+            return false;
+        };
+        let (lo, _, bits) = &self.sections[i];
+        let at = (ip - lo) as usize;
+        bits.get(at / 64).is_some_and(|w| w >> (at % 64) & 1 != 0)
+    }
+
+    fn mark(&mut self, image: &Image, ip: u64) {
+        if let Some(i) = self.slot(image, ip) {
+            let (lo, _, bits) = &mut self.sections[i];
+            let at = (ip - *lo) as usize;
+            if let Some(w) = bits.get_mut(at / 64) {
+                *w |= 1 << (at % 64);
+            }
+        }
+    }
 }
 
 fn code(e: crate::error::DecodeError) -> ErrorCode {
@@ -306,6 +362,8 @@ impl<'a> BlockDecoder<'a> {
             bound: 0,
             link: None,
             section: (1, 0, 0),
+            marks: Marks::default(),
+            warm: Vec::new(),
         };
         d.reset();
         d
@@ -1105,7 +1163,14 @@ impl<'a> BlockDecoder<'a> {
     }
 
     /// Proceed to the next instruction that needs trace, a cache block at a time.
+    ///
+    /// Block boundaries follow libipt's, which depend on whether its own block cache
+    /// already knows the code: while it walks code for the first time it also ends a
+    /// block after a direct call, a backward direct jump and 0x400 instructions.
+    /// `fill` mirrors that walk (`Some(count)` while walking unknown code) and
+    /// [`Marks`] what libipt's cache would know.
     fn proceed_no_event(&mut self, block: &mut Block) -> Result<(), ErrorCode> {
+        let mut fill: Option<u32> = None;
         loop {
             if block.ninsn >= MAX_BLOCK_INSNS || block.truncated {
                 return Ok(());
@@ -1122,10 +1187,27 @@ impl<'a> BlockDecoder<'a> {
             if block.ninsn + b.ninsn > MAX_BLOCK_INSNS {
                 return self.proceed_no_event_slow(block);
             }
-            if self.has_icnt {
-                self.icnt = self.icnt.checked_add(b.ninsn).ok_or(ErrorCode::Overflow)?;
+            let warm = self.warm.get(id.index()).copied().unwrap_or(false);
+            let mut count = b.ninsn;
+            if warm {
+                fill = None;
+            } else if let Some((k, ip, nip)) = self.walk_unknown(id, &b, &mut fill) {
+                // libipt ends the block inside this run (0x400 new instructions).
+                block.ninsn += k;
+                block.end_ip = ip;
+                block.class = Some(InsnClass::Other);
+                if self.has_icnt {
+                    self.icnt = self.icnt.checked_add(k).ok_or(ErrorCode::Overflow)?;
+                }
+                self.ip = nip;
+                return Ok(());
+            } else {
+                count = b.ninsn;
             }
-            block.ninsn += b.ninsn;
+            if self.has_icnt {
+                self.icnt = self.icnt.checked_add(count).ok_or(ErrorCode::Overflow)?;
+            }
+            block.ninsn += count;
             let insn = b.last;
             block.end_ip = insn.ip;
             block.class = Some(insn.class);
@@ -1135,9 +1217,28 @@ impl<'a> BlockDecoder<'a> {
             }
             match next_ip(&insn) {
                 Ok(ip) => {
-                    self.link = Some((id, insn.class != InsnClass::Other && insn.class != InsnClass::Ptwrite, ip));
+                    let taken = insn.class != InsnClass::Other && insn.class != InsnClass::Ptwrite;
+                    self.link = Some((id, taken, ip));
                     self.ip = ip;
                     if self.ends_on_request(&insn) {
+                        return Ok(());
+                    }
+                    if let Some(n) = fill {
+                        let backward = insn.class == InsnClass::Jump && ip < insn.next_ip();
+                        if insn.class == InsnClass::Call || backward {
+                            return Ok(());
+                        }
+                        if !self.in_section(ip) {
+                            return Ok(());
+                        }
+                        if self.marks.valid(self.image, ip) {
+                            fill = None;
+                        } else if n + 1 == FILL_STEPS {
+                            return Ok(());
+                        } else {
+                            fill = Some(n + 1);
+                        }
+                    } else if !self.in_section(ip) {
                         return Ok(());
                     }
                 }
@@ -1152,6 +1253,57 @@ impl<'a> BlockDecoder<'a> {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Whether `ip` lies in the section of the last cache block.
+    #[inline]
+    fn in_section(&self, ip: u64) -> bool {
+        self.section.0 <= ip && ip < self.section.1
+    }
+
+    /// Walk cache block `id` instruction by instruction as libipt would, marking what
+    /// its cache learns. All but the last instruction are handled here; returns
+    /// `Some((count, ip, next))` if libipt ends its block after `count` instructions
+    /// of this run (the last at `ip`, going on at `next`). Leaves `fill` as it is
+    /// before the last instruction's own step.
+    fn walk_unknown(
+        &mut self,
+        id: BlockId,
+        b: &crate::block_cache::Block,
+        fill: &mut Option<u32>,
+    ) -> Option<(u32, u64, u64)> {
+        let image = self.image;
+        let sizes = self.cache.sizes(id);
+        let mut ip = b.ip;
+        let mut known = true;
+        for (k, &size) in sizes.iter().enumerate() {
+            if fill.is_none() && !self.marks.valid(image, ip) {
+                *fill = Some(0);
+            }
+            let last = k + 1 == sizes.len();
+            if let Some(n) = *fill {
+                self.marks.mark(image, ip);
+                if !last {
+                    let nip = ip.wrapping_add(u64::from(size));
+                    if self.marks.valid(image, nip) {
+                        *fill = None;
+                    } else if n + 1 == FILL_STEPS {
+                        return Some((k as u32 + 1, ip, nip));
+                    } else {
+                        *fill = Some(n + 1);
+                    }
+                }
+            }
+            known &= self.marks.valid(image, ip);
+            ip = ip.wrapping_add(u64::from(size));
+        }
+        if known {
+            if self.warm.len() <= id.index() {
+                self.warm.resize(id.index() + 1, false);
+            }
+            self.warm[id.index()] = true;
+        }
+        None
     }
 
     /// One instruction at a time (a block that would overflow the instruction limit).
