@@ -419,6 +419,11 @@ pub fn encode_detailed(
             ops.insert(1, Resolved::Reg(r));
         }
     }
+    for op in &ops {
+        if let Resolved::Mem { mem, .. } = op {
+            check_address(mem, ctx.bits)?;
+        }
+    }
     let mut opsize_prefix = None;
     let mut addr_prefix = None;
     for p in &insn.prefixes {
@@ -427,6 +432,18 @@ pub fn encode_detailed(
             Prefix::AddrSize(s) => addr_prefix = Some(*s),
             _ => {}
         }
+    }
+    match (addr_prefix, ctx.bits) {
+        (Some(16), 64) | (Some(64), 16 | 32) => {
+            return Err(format!(
+                "address size prefix not valid in {}-bit mode",
+                ctx.bits
+            ));
+        }
+        _ => {}
+    }
+    if let (Some(64), 16 | 32) = (opsize_prefix, ctx.bits) {
+        return Err(format!("o64 not valid in {}-bit mode", ctx.bits));
     }
 
     let mut found = Vec::new();
@@ -943,6 +960,59 @@ fn setcc_reg_field(bytes: &mut [u8]) {
     }
 }
 
+/// Rejects effective addresses the CPU cannot express.
+fn check_address(mem: &Mem, bits: u32) -> Result<(), String> {
+    let regs: Vec<Register> = [mem.base, mem.index].into_iter().flatten().collect();
+    let size = |r: &Register| {
+        if r.is_gpr16() {
+            Some(16)
+        } else if r.is_gpr32() {
+            Some(32)
+        } else if r.is_gpr64() {
+            Some(64)
+        } else {
+            None
+        }
+    };
+    let sizes: Vec<Option<u32>> = regs.iter().map(size).collect();
+    let bad = |why: &str| Err(format!("invalid effective address: {why}"));
+    if sizes.iter().any(Option::is_none) {
+        return bad("only general registers can address memory");
+    }
+    if sizes.windows(2).any(|w| w[0] != w[1]) {
+        return bad("registers of different sizes");
+    }
+    match sizes.first().copied().flatten() {
+        Some(64) if bits != 64 => return bad("64-bit registers outside 64-bit mode"),
+        Some(16) if bits == 64 => return bad("16-bit addressing in 64-bit mode"),
+        Some(16) => {
+            let base_ok = mem.base.is_none_or(|b| {
+                matches!(b, Register::BX | Register::BP | Register::SI | Register::DI)
+            });
+            let index_ok = mem.index.is_none_or(|i| {
+                matches!(i, Register::SI | Register::DI)
+                    && mem
+                        .base
+                        .is_some_and(|b| matches!(b, Register::BX | Register::BP))
+            });
+            if !base_ok || !index_ok || mem.scale > 1 {
+                return bad("16-bit addressing takes BX or BP plus SI or DI");
+            }
+        }
+        _ => {}
+    }
+    if mem
+        .index
+        .is_some_and(|i| matches!(i, Register::ESP | Register::RSP))
+    {
+        return bad("the stack pointer cannot be an index");
+    }
+    if !matches!(mem.scale, 1 | 2 | 4 | 8) {
+        return bad("scale must be 1, 2, 4 or 8");
+    }
+    Ok(())
+}
+
 /// Puts legacy prefixes in yasm's order: segment, 67, 66, then lock/rep.
 fn order_prefixes(bytes: &mut [u8]) {
     let rank = |b: u8| match b {
@@ -1195,5 +1265,12 @@ mod tests {
         assert!(hex(64, "mov al, rbx").starts_with("error"));
         assert!(hex(64, "pusha").starts_with("error"));
         assert!(hex(64, "mov rax, [eax*3+ebx]").starts_with("error"));
+        // Mixed or impossible address registers are errors, not panics.
+        assert!(hex(64, "mov rax, [eax+rbx]").starts_with("error: invalid effective address"));
+        assert!(hex(16, "mov eax, [rax]").starts_with("error: invalid effective address"));
+        assert!(hex(64, "mov ax, [bx]").starts_with("error: invalid effective address"));
+        assert!(hex(16, "mov ax, [bx+cx]").starts_with("error: invalid effective address"));
+        assert!(hex(64, "mov rax, [xmm0]").starts_with("error: invalid effective address"));
+        assert_eq!(hex(16, "mov ax, [si+bx]"), "8B00");
     }
 }

@@ -35,11 +35,14 @@ struct Section {
     /// Virtual address of offset 0.
     vma: u64,
     size: u64,
+    /// Line of the first `section` directive naming it (0 for the default).
+    line: usize,
 }
 
 impl Section {
     fn new(name: &str) -> Self {
         Section {
+            line: 0,
             name: name.to_string(),
             start: None,
             vstart: None,
@@ -565,7 +568,9 @@ impl<'a> Assembler<'a> {
         let idx = match sections.iter().position(|s| s.name == decl.name) {
             Some(i) => i,
             None => {
-                sections.push(Section::new(&decl.name));
+                let mut s = Section::new(&decl.name);
+                s.line = number;
+                sections.push(s);
                 offsets.push(0);
                 sections.len() - 1
             }
@@ -649,7 +654,7 @@ impl<'a> Assembler<'a> {
                     .ok_or_else(|| {
                         err(
                             self.file,
-                            0,
+                            s.line,
                             format!("section `{f}' to follow is unknown or not earlier"),
                         )
                     })?;

@@ -1095,6 +1095,14 @@ impl Parser {
             }
             _ => return Err("invalid effective address".into()),
         }
+        // 16-bit addressing pairs BX/BP with SI/DI, in either order.
+        if let (Some(b), Some(i)) = (base, index) {
+            if matches!(b, Register::SI | Register::DI) && matches!(i, Register::BX | Register::BP)
+            {
+                base = Some(i);
+                index = Some(b);
+            }
+        }
         Ok(Mem {
             size: None,
             far: false,
