@@ -819,6 +819,11 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
                 } else {
                     0
                 };
+                if opts.quiet && !opts.check {
+                    let (insns, blocks) = dec.skip_blocks();
+                    stats.insn += insns;
+                    stats.blocks += blocks;
+                }
                 let r = dec.next(&mut block);
                 if with_stats {
                     stats.insn += u64::from(block.ninsn);
@@ -985,6 +990,9 @@ fn run_insn<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) 
                 } else {
                     0
                 };
+                if opts.quiet && !opts.check {
+                    stats.insn += dec.skip_blocks();
+                }
                 let r = dec.next(&mut insn);
                 let r = match r {
                     Err(ErrorCode::EventIgnored) => {

@@ -20,6 +20,8 @@ use crate::event::{self, Event, EventDecoder, EventKind, Timestamp};
 use crate::image::Image;
 use crate::insn::{self, Insn, InsnClass, MAX_INSN_SIZE};
 use pt_encoder::ExecMode;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Most instructions in one block (libipt counts them in 16 bits).
 pub const MAX_BLOCK_INSNS: u32 = 0xffff;
@@ -269,6 +271,48 @@ pub struct BlockDecoder<'a> {
     marks: Marks,
     /// Per cache block: all its instructions are in `marks`.
     warm: Vec<bool>,
+    /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
+    runs: HashMap<(u32, u64), TntRun, BuildHasherDefault<KeyHasher>>,
+}
+
+/// Where a run of conditional branches leads, for [`BlockDecoder::skip_blocks`].
+#[derive(Clone, Copy, Debug)]
+struct TntRun {
+    /// The last block of the run, whether its branch was taken, and the IP after it.
+    last: BlockId,
+    taken: bool,
+    ip: u64,
+    insns: u64,
+    /// TNT bits (= blocks) used.
+    used: u8,
+}
+
+/// Most memoized TNT runs before the memo starts anew.
+const MAX_RUNS: usize = 1 << 20;
+
+/// A cheap hash for the run memo's keys.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        let h = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 29);
+    }
 }
 
 /// Instructions libipt's own block cache walks at most before it ends a block while
@@ -364,6 +408,7 @@ impl<'a> BlockDecoder<'a> {
             section: (1, 0, 0),
             marks: Marks::default(),
             warm: Vec::new(),
+            runs: HashMap::default(),
         };
         d.reset();
         d
@@ -1590,6 +1635,108 @@ impl<'a> BlockDecoder<'a> {
     fn finish_trailing(&mut self) -> Result<Status, ErrorCode> {
         self.proceed_postponed_insn()?;
         Ok(self.status_flags(false))
+    }
+
+    /// Skips whole blocks whose only trace is a bit of the current TNT event, as many
+    /// as [`next`](Self::next) would return one by one with nothing else to report,
+    /// keeping the event's last bit for `next`. Returns the instructions and blocks
+    /// skipped. For callers that only count (ptxed `--quiet`); call it only where
+    /// `next` may be called. Runs of bits are memoized per start block, so a hot loop
+    /// costs one lookup per TNT packet.
+    pub fn skip_blocks(&mut self) -> (u64, u64) {
+        if self.status.is_err()
+            || !self.enabled
+            || self.postponed.is_some()
+            || self.options.tick_events
+        {
+            return (0, 0);
+        }
+        let EventKind::Tnt { bits, size } = self.event.kind else {
+            return (0, 0);
+        };
+        if size < 2 {
+            return (0, 0);
+        }
+        let n = size - 1;
+        let Ok(start) = self.cache_block_at(self.ip) else {
+            return (0, 0);
+        };
+        // The bits to use, oldest highest, with a stop bit above them.
+        let pattern = ((bits >> 1) & ((1u64 << n) - 1)) | (1u64 << n);
+        let key = (start.index() as u32, pattern);
+        let run = match self.runs.get(&key) {
+            Some(run) => *run,
+            None => {
+                let Some(run) = self.walk_tnt_run(start, bits, size, n) else {
+                    self.link = None;
+                    return (0, 0);
+                };
+                if n >= 3 {
+                    if self.runs.len() >= MAX_RUNS {
+                        self.runs.clear();
+                    }
+                    self.runs.insert(key, run);
+                }
+                run
+            }
+        };
+        if self.has_icnt {
+            match u32::try_from(run.insns)
+                .ok()
+                .and_then(|i| self.icnt.checked_add(i))
+            {
+                Some(icnt) => self.icnt = icnt,
+                None => {
+                    self.link = None;
+                    return (0, 0);
+                }
+            }
+        }
+        if let EventKind::Tnt { size, .. } = &mut self.event.kind {
+            *size -= run.used;
+        }
+        self.ip = run.ip;
+        self.link = Some((run.last, run.taken, run.ip));
+        (run.insns, u64::from(run.used))
+    }
+
+    /// Follows up to `n` bits of `bits` (oldest at `size - 1`) from block `id` through
+    /// known blocks that end in a conditional branch.
+    fn walk_tnt_run(&mut self, mut id: BlockId, bits: u64, size: u8, n: u8) -> Option<TntRun> {
+        let mut run: Option<TntRun> = None;
+        let mut insns = 0u64;
+        let mut used = 0u8;
+        loop {
+            if !self.warm.get(id.index()).copied().unwrap_or(false) {
+                break;
+            }
+            let b = self.cache.block(id);
+            if b.last.class != InsnClass::CondJump || b.truncated || b.ninsn > MAX_BLOCK_INSNS {
+                break;
+            }
+            let taken = (bits >> (size - 1 - used)) & 1 != 0;
+            let ip = match (taken, b.last.target) {
+                (true, Some(t)) => t,
+                _ => b.last.next_ip(),
+            };
+            insns += u64::from(b.ninsn);
+            used += 1;
+            run = Some(TntRun {
+                last: id,
+                taken,
+                ip,
+                insns,
+                used,
+            });
+            if used == n {
+                break;
+            }
+            match self.cache.successor(self.image, id, taken) {
+                Ok(next) => id = next,
+                Err(_) => break,
+            }
+        }
+        run
     }
 
     /// The next block. `block` is filled in also when an error ends it early (it then

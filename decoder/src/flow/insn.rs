@@ -134,6 +134,18 @@ impl<'a> InsnDecoder<'a> {
         self.status
     }
 
+    /// Skips whole blocks that need nothing but TNT bits (see
+    /// [`BlockDecoder::skip_blocks`]); returns the instructions skipped. Only between
+    /// blocks and when no event is pending.
+    pub fn skip_blocks(&mut self) -> u64 {
+        match self.status {
+            Ok(s) if self.block.ninsn == 0 && !s.event_pending && !s.eos => {
+                self.blk.skip_blocks().0
+            }
+            _ => 0,
+        }
+    }
+
     /// The pending event.
     pub fn event(&mut self) -> Result<(Event, Status), ErrorCode> {
         if self.block.ninsn != 0 {
