@@ -1,1 +1,490 @@
+//! Flow decoder tests over small generated images and scripted traces.
 
+use super::*;
+use crate::config::Config;
+use crate::error::ErrorCode;
+use crate::event::EventKind;
+use crate::image::Image;
+use pt_encoder::packet::{ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, Packet, Tnt};
+use pt_encoder::Encoder;
+
+const BASE: u64 = 0x1000;
+
+/// A trace builder: PSB+, then what the test adds.
+struct T {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl T {
+    fn new() -> Self {
+        let mut t = T {
+            buf: vec![0; 4096],
+            len: 0,
+        };
+        t.push(&Packet::Psb);
+        t.push(&Packet::Psbend);
+        t
+    }
+
+    fn push(&mut self, p: &Packet) -> &mut Self {
+        let mut enc = Encoder::new(&mut self.buf[self.len..]);
+        enc.next(p).expect("packet fits");
+        self.len += enc.offset();
+        self
+    }
+
+    fn ip(&mut self, kind: IpPacketKind, ip: u64) -> &mut Self {
+        self.push(&Packet::Ip(kind, IpPayload::new(IpCompression::Full, ip)))
+    }
+
+    fn enable(&mut self, ip: u64) -> &mut Self {
+        self.push(&Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)));
+        self.ip(IpPacketKind::TipPge, ip)
+    }
+
+    fn tnt(&mut self, bits: &[bool]) -> &mut Self {
+        let tnt = Tnt::from_results(bits.iter().copied()).expect("1..47 bits");
+        if bits.len() <= 6 {
+            self.push(&Packet::Tnt8(tnt))
+        } else {
+            self.push(&Packet::Tnt64(tnt))
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+fn image(code: &[u8]) -> Image {
+    let mut image = Image::new();
+    image.add_bytes(BASE, code.to_vec(), "code").expect("section");
+    image
+}
+
+/// What a decoder run produced, as text: one line per block (`first..last n`),
+/// event or error.
+fn run_blocks(trace: &[u8], image: &Image, options: FlowOptions) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dec = BlockDecoder::new(trace, image, &Config::default(), options);
+    let mut status = match dec.sync_forward() {
+        Ok(s) => s,
+        Err(e) => return vec![format!("sync error: {e}")],
+    };
+    let mut block = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    for _ in 0..1000 {
+        while status.event_pending {
+            match dec.event() {
+                Ok((ev, s)) => {
+                    if !ev.status_update {
+                        out.push(event_text(&ev.kind));
+                    }
+                    status = s;
+                }
+                Err(e) => {
+                    out.push(format!("error: {e}"));
+                    return out;
+                }
+            }
+        }
+        if status.eos {
+            out.push("eos".into());
+            return out;
+        }
+        let r = dec.next(&mut block);
+        if block.ninsn > 0 {
+            out.push(format!("{:x}..{:x} {}", block.ip, block.end_ip, block.ninsn));
+        }
+        match r {
+            Ok(s) => status = s,
+            Err(e) => {
+                out.push(format!("error: {e}"));
+                return out;
+            }
+        }
+    }
+    out.push("too long".into());
+    out
+}
+
+fn event_text(kind: &EventKind) -> String {
+    match kind {
+        EventKind::Enabled { ip, resumed } => {
+            format!("{} {ip:x}", if *resumed { "resumed" } else { "enabled" })
+        }
+        EventKind::Disabled { .. } => "disabled".into(),
+        EventKind::ExecMode { .. } => "mode".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The instruction decoder's IPs, for comparison with the blocks.
+fn run_insns(trace: &[u8], image: &Image) -> (Vec<u64>, Option<ErrorCode>) {
+    let mut ips = Vec::new();
+    let mut dec = InsnDecoder::new(trace, image, &Config::default(), FlowOptions::default());
+    let mut status = match dec.sync_forward() {
+        Ok(s) => s,
+        Err(e) => return (ips, Some(e)),
+    };
+    let mut insn = InsnInfo {
+        ip: 0,
+        size: 0,
+        mode: ExecMode::Unknown,
+        speculative: false,
+        isid: 0,
+        class: None,
+    };
+    for _ in 0..10_000 {
+        while status.event_pending {
+            match dec.event() {
+                Ok((_, s)) => status = s,
+                Err(e) => return (ips, Some(e)),
+            }
+        }
+        if status.eos {
+            return (ips, None);
+        }
+        match dec.next(&mut insn) {
+            Ok(s) => {
+                ips.push(insn.ip);
+                status = s;
+            }
+            Err(ErrorCode::EventIgnored) => status.event_pending = true,
+            Err(e) => {
+                if insn.class.is_some() {
+                    ips.push(insn.ip);
+                }
+                return (ips, Some(e));
+            }
+        }
+    }
+    (ips, Some(ErrorCode::Internal))
+}
+
+// L: add rax, 1 (4); nop (1); jnz L (2)
+const LOOP: &[u8] = &[0x48, 0x83, 0xc0, 0x01, 0x90, 0x75, 0xf9];
+
+#[test]
+fn loop_follows_tnt_bits() {
+    let mut t = T::new();
+    t.enable(BASE).tnt(&[true, true, false]);
+    let out = run_blocks(t.bytes(), &image(LOOP), FlowOptions::default());
+    assert_eq!(
+        out,
+        ["enabled 1000", "mode", "1000..1005 3", "1000..1005 3", "1000..1005 3", "eos"]
+    );
+}
+
+#[test]
+fn skip_blocks_counts_like_next() {
+    let bits = [true; 47];
+    let mut t = T::new();
+    t.enable(BASE);
+    for _ in 0..20 {
+        t.tnt(&bits);
+    }
+    t.tnt(&[true, false]).ip(IpPacketKind::TipPgd, BASE + 7);
+    let image = image(LOOP);
+    // Reference: block by block.
+    let reference = run_blocks(t.bytes(), &image, FlowOptions::default());
+    let blocks = reference.iter().filter(|l| l.starts_with("1000..")).count() as u64;
+    // With skipping (twice, so that the memo is used).
+    for _ in 0..2 {
+        let mut dec = BlockDecoder::new(t.bytes(), &image, &Config::default(), FlowOptions::default());
+        let mut status = dec.sync_forward().expect("sync");
+        let mut block = Block {
+            ip: 0,
+            end_ip: 0,
+            mode: ExecMode::Unknown,
+            ninsn: 0,
+            speculative: false,
+            truncated: false,
+            isid: 0,
+            class: None,
+        };
+        let (mut insns, mut nblocks, mut skipped) = (0u64, 0u64, 0u64);
+        loop {
+            while status.event_pending {
+                status = dec.event().expect("event").1;
+            }
+            if status.eos {
+                break;
+            }
+            let (i, b) = dec.skip_blocks();
+            skipped += b;
+            insns += i;
+            nblocks += b;
+            status = dec.next(&mut block).expect("block");
+            insns += u64::from(block.ninsn);
+            nblocks += u64::from(block.ninsn > 0);
+        }
+        // Every TNT bit is a block, skipped or not.
+        assert_eq!(nblocks, blocks);
+        assert_eq!(insns, blocks * 3);
+        assert!(skipped > blocks / 2, "skipped only {skipped} of {blocks}");
+    }
+}
+
+// call F (5); nop (1); ... F: nop; ret
+const CALL_RET: &[u8] = &[0xe8, 0x01, 0x00, 0x00, 0x00, 0x90, 0x90, 0xc3];
+
+#[test]
+fn compressed_return_pops_the_call() {
+    let mut t = T::new();
+    t.enable(BASE).tnt(&[true]).ip(IpPacketKind::TipPgd, BASE + 5);
+    let out = run_blocks(t.bytes(), &image(CALL_RET), FlowOptions::default());
+    // libipt ends the block after the call while it learns the code.
+    assert_eq!(out, ["enabled 1000", "mode", "1000..1000 1", "1006..1007 2", "disabled", "eos"]);
+}
+
+#[test]
+fn uncompressed_return_takes_a_tip() {
+    let mut t = T::new();
+    t.enable(BASE).ip(IpPacketKind::Tip, BASE + 5).ip(IpPacketKind::TipPgd, BASE + 6);
+    let out = run_blocks(t.bytes(), &image(CALL_RET), FlowOptions::default());
+    assert_eq!(
+        out,
+        ["enabled 1000", "mode", "1000..1000 1", "1006..1007 2", "1005..1005 1", "disabled", "eos"]
+    );
+}
+
+#[test]
+fn compressed_return_without_call_fails() {
+    // Start at F: the return has no call on the stack.
+    let mut t = T::new();
+    t.enable(BASE + 6).tnt(&[true]);
+    let out = run_blocks(t.bytes(), &image(CALL_RET), FlowOptions::default());
+    assert_eq!(
+        out.last().map(String::as_str),
+        Some("error: compressed return without call")
+    );
+}
+
+#[test]
+fn not_taken_return_is_bad() {
+    let mut t = T::new();
+    t.enable(BASE).tnt(&[false]);
+    let out = run_blocks(t.bytes(), &image(CALL_RET), FlowOptions::default());
+    assert_eq!(out.last().map(String::as_str), Some("error: bad compressed return"));
+}
+
+#[test]
+fn end_on_call_ends_blocks_at_direct_calls() {
+    // Run the call twice so that the second pass is over known code.
+    // L: call F; jnz L (2) ... F: ret
+    let code = [0xe8, 0x02, 0x00, 0x00, 0x00, 0x75, 0xf9, 0xc3];
+    let mut t = T::new();
+    t.enable(BASE).tnt(&[true, true, true, false]);
+    let image = image(&code);
+    let plain = run_blocks(t.bytes(), &image, FlowOptions::default());
+    assert_eq!(
+        plain,
+        [
+            "enabled 1000",
+            "mode",
+            "1000..1000 1",
+            "1007..1007 1",
+            "1005..1005 1",
+            "1000..1007 2",
+            "1005..1005 1",
+            "eos"
+        ]
+    );
+    let options = FlowOptions {
+        end_on_call: true,
+        ..FlowOptions::default()
+    };
+    let ended = run_blocks(t.bytes(), &image, options);
+    assert_eq!(
+        ended,
+        [
+            "enabled 1000",
+            "mode",
+            "1000..1000 1",
+            "1007..1007 1",
+            "1005..1005 1",
+            "1000..1000 1",
+            "1007..1007 1",
+            "1005..1005 1",
+            "eos"
+        ]
+    );
+}
+
+#[test]
+fn indirect_jump_uses_the_tip() {
+    // jmp rax (2); nop; nop; target: nop; hlt
+    let code = [0xff, 0xe0, 0x90, 0x90, 0x90, 0xf4];
+    let mut t = T::new();
+    t.enable(BASE).ip(IpPacketKind::Tip, BASE + 4).ip(IpPacketKind::TipPgd, BASE + 5);
+    let out = run_blocks(t.bytes(), &image(&code), FlowOptions::default());
+    assert_eq!(out, ["enabled 1000", "mode", "1000..1000 1", "1004..1004 1", "disabled", "eos"]);
+}
+
+#[test]
+fn deferred_tip_behind_tnt() {
+    // call rbx (2); jz +0 (2) (at the return address) ... F (at 0x1010): ret
+    let mut code = vec![0x90; 0x11];
+    code[..4].copy_from_slice(&[0xff, 0xd3, 0x74, 0x00]);
+    code[0x10] = 0xc3;
+    let mut t = T::new();
+    // The TNT holding the return and the jz comes before the call's TIP.
+    t.enable(BASE)
+        .tnt(&[true, true])
+        .ip(IpPacketKind::Tip, BASE + 0x10)
+        .ip(IpPacketKind::TipPgd, BASE + 4);
+    let out = run_blocks(t.bytes(), &image(&code), FlowOptions::default());
+    assert_eq!(
+        out,
+        ["enabled 1000", "mode", "1000..1000 1", "1010..1010 1", "1002..1002 1", "disabled", "eos"]
+    );
+}
+
+#[test]
+fn resumed_when_enabled_at_the_disable_ip() {
+    // call rax (2) at 0x1000; 0x1002: nop; nop
+    let code = [0xff, 0xd0, 0x90, 0x90];
+    let mut t = T::new();
+    // Disabled by the call; enabled again at its return address.
+    t.enable(BASE)
+        .ip(IpPacketKind::TipPgd, 0x3000)
+        .ip(IpPacketKind::TipPge, BASE + 2)
+        .ip(IpPacketKind::TipPgd, BASE + 3);
+    let out = run_blocks(t.bytes(), &image(&code), FlowOptions::default());
+    assert_eq!(
+        out,
+        ["enabled 1000", "mode", "1000..1000 1", "disabled", "resumed 1002", "1002..1002 1", "disabled", "eos"]
+    );
+}
+
+#[test]
+fn unmapped_code_is_an_error() {
+    let mut t = T::new();
+    t.enable(0x9000).tnt(&[true]);
+    let out = run_blocks(t.bytes(), &image(LOOP), FlowOptions::default());
+    assert_eq!(out.last().map(String::as_str), Some("error: no memory mapped at this address"));
+}
+
+#[test]
+fn resync_goes_on_after_an_error() {
+    // Unmapped start, then a TIP to mapped code.
+    let mut t = T::new();
+    t.enable(0x9000)
+        .ip(IpPacketKind::Tip, BASE)
+        .tnt(&[false])
+        .ip(IpPacketKind::TipPgd, BASE + 7);
+    let image = image(LOOP);
+    let mut dec = BlockDecoder::new(t.bytes(), &image, &Config::default(), FlowOptions::default());
+    let mut status = dec.sync_forward().expect("sync");
+    let mut block = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    while status.event_pending {
+        status = dec.event().expect("event").1;
+    }
+    assert_eq!(dec.next(&mut block), Err(ErrorCode::NoMap));
+    let status = dec.resync().expect("resync at the TIP");
+    assert!(!status.ip_suppressed);
+    let status = dec.next(&mut block).expect("block after resync");
+    assert_eq!((block.ip, block.ninsn), (BASE, 3));
+    assert!(!status.event_pending);
+    // The disable binds at the fall-through address: an empty block, then the event.
+    let status = dec.next(&mut block).expect("empty block");
+    assert_eq!((block.ip, block.ninsn), (BASE + 7, 0));
+    assert!(status.event_pending);
+}
+
+#[test]
+fn insn_decoder_matches_blocks() {
+    let code: Vec<u8> = [CALL_RET, LOOP].concat();
+    let mut t = T::new();
+    t.enable(BASE).tnt(&[true]).ip(IpPacketKind::Tip, BASE + 8).tnt(&[true, true, false]);
+    t.ip(IpPacketKind::TipPgd, BASE + 15);
+    let image = image(&code);
+    let blocks = run_blocks(t.bytes(), &image, FlowOptions::default());
+    let (ips, err) = run_insns(t.bytes(), &image);
+    assert_eq!(err, None);
+    let total: usize = blocks
+        .iter()
+        .filter(|l| l.contains(".."))
+        .filter_map(|l| l.split(' ').nth(1).and_then(|n| n.parse::<usize>().ok()))
+        .sum();
+    assert_eq!(ips.len(), total);
+    assert_eq!(&ips[..3], &[0x1000, 0x1006, 0x1007]);
+    assert_eq!(ips.iter().filter(|&&ip| ip == 0x100d).count(), 3);
+}
+
+#[test]
+fn skl014_binds_a_suppressed_disable_to_a_direct_jump_out_of_the_filter() {
+    // 0x1000: nop; jmp 0x2000 (5)   (0x2000 outside the filter range)
+    let mut code = vec![0x90; 0x1008];
+    code[1..6].copy_from_slice(&[0xe9, 0xfa, 0x0f, 0x00, 0x00]);
+    let mut t = T::new();
+    t.enable(BASE).push(&Packet::Ip(IpPacketKind::TipPgd, IpPayload::SUPPRESSED));
+    let image = image(&code);
+    let mut options = FlowOptions::default();
+    options.filter.cfg[0] = filter::CFG_FILTER;
+    options.filter.a[0] = 0x1000;
+    options.filter.b[0] = 0x1fff;
+    let config = Config {
+        errata: crate::config::Errata {
+            skl014: true,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let mut dec = BlockDecoder::new(t.bytes(), &image, &config, options);
+    let mut status = dec.sync_forward().expect("sync");
+    while status.event_pending {
+        status = dec.event().expect("event").1;
+    }
+    let mut block = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    let status = dec.next(&mut block).expect("block");
+    assert_eq!((block.ip, block.end_ip, block.ninsn), (BASE, BASE + 1, 2));
+    assert!(status.event_pending);
+    let (ev, _) = dec.event().expect("disabled");
+    assert!(matches!(ev.kind, EventKind::Disabled { .. }));
+}
+
+#[test]
+fn long_straight_runs_end_after_0x400_new_instructions() {
+    let mut code = vec![0x90; 0x500];
+    code.push(0xc3);
+    let mut t = T::new();
+    t.enable(BASE)
+        .ip(IpPacketKind::Tip, BASE)
+        .ip(IpPacketKind::Tip, BASE)
+        .ip(IpPacketKind::TipPgd, BASE);
+    let out = run_blocks(t.bytes(), &image(&code), FlowOptions::default());
+    // First pass: libipt learns 0x400 instructions, then the rest; second pass is one block.
+    assert_eq!(
+        out,
+        ["enabled 1000", "mode", "1000..13ff 1024", "1400..1500 257", "1000..1500 1281", "disabled", "eos"]
+    );
+}
