@@ -285,7 +285,7 @@ fn run_queries(buf: &[u8], config: &Config, rng: &mut Rng) {
 fn mutated_traces() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut total = 0;
-    for round in 0..3000 {
+    for round in 0..8000 {
         let mut buf = trace(&mut rng);
         if round % 4 != 0 {
             mutate(&mut rng, &mut buf);

@@ -373,7 +373,10 @@ fn tsx_commit_binds_the_fup_abort_also_branches() {
 
 #[test]
 fn overflow_resumes_at_the_fup() {
+    let ovf_at = encode(&psb_enabled(A)).len() as u64;
     let evs = decode(&with(psb_enabled(A), &[Packet::Ovf, fup(B), tnt(&[true])]));
+    assert_eq!(evs[2].offset, ovf_at);
+    assert_eq!(evs[3].offset, ovf_at + 2 + 9, "the TNT after OVF and FUP");
     assert_eq!(
         kinds(&evs[2..]),
         [

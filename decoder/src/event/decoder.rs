@@ -24,8 +24,8 @@
 //!   handled by looking ahead.
 //!
 //! Every event carries the time at its packet and the offset of the packet at which it
-//! is reported (the binding FUP/TIP/PSBEND for queued events; the OVF for overflows that
-//! need no FUP).
+//! is reported: the binding FUP/TIP/PSBEND for queued events, but always the OVF for
+//! overflows.
 //!
 //! # Where this differs from libipt 2.3
 //!
@@ -957,6 +957,13 @@ impl<'a> EventDecoder<'a> {
                 EventKind::Overflow { .. } => {
                     self.bind_ip(&mut ev);
                     self.enabled = true;
+                    // An overflow is reported at its OVF, not at the FUP.
+                    let offset = ev.offset;
+                    let step = self.publish(ev);
+                    if let Some(out) = &mut self.out {
+                        out.offset = offset;
+                    }
+                    return Ok(step);
                 }
                 EventKind::Tsx { .. }
                 | EventKind::Exstop { .. }
@@ -1507,6 +1514,7 @@ impl<'a> EventDecoder<'a> {
                 }
                 let mut ev = mk(EventKind::Overflow { ip: 0 });
                 self.stamp(&mut ev);
+                ev.offset = ovf_offset;
                 self.push_at(ev, Binding::FUP_BOUND, ovf_offset)?;
                 Ok(Step::Next)
             }
