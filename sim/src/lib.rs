@@ -2,4 +2,7 @@
 //! execution sources that feed it retired instructions.
 #![deny(missing_docs)]
 
+pub mod backend;
+pub mod clock;
 pub mod exec;
+pub mod pt;

@@ -1,0 +1,879 @@
+//! The PT logic: retired instructions and events in, the packets the
+//! processor would write for the configuration out.
+//!
+//! [`PtLogic`] follows the SDM's "packets per operation" rules (spec §2.7):
+//! TNT bits for conditional branches and compressed returns, TIP for indirect
+//! branches and uncompressed returns, TIP.PGE/TIP.PGD where PacketEn changes
+//! (CPL, IP filter, CR3 filter), FUP+TIP.PGD for interrupts and exceptions
+//! that leave user mode, MODE.Exec before a TIP.PGE or a far-branch TIP when
+//! the mode changed or none was sent since the last PSB, PSB+ every PSBFreq
+//! bytes of output, timing packets from the [`Clock`], PTW and MODE.TSX on
+//! request, TraceStop ranges, and an internal buffer that overflows (OVF)
+//! when output cannot drain fast enough.
+//!
+//! The execution sources see user mode only, so the kernel cannot be traced:
+//! a configuration with OS = 1 is rejected ([`PtError::KernelTracing`]). The
+//! pid stands in for CR3 ([`cr3_of_pid`]); it never changes in user mode, so
+//! no PIP is ever due (PIP also needs OS = 1).
+//!
+//! Output bytes accumulate in [`PtLogic::output`]; the owner drains them.
+
+use pt_encoder::packet::{sext48, IpCompression, IpPacketKind, IpPayload, LastIp, ModeExec};
+use pt_encoder::{encode, ExecMode, ModeTsx, Packet, PtwSize, Tnt};
+use pt_hal::config::TraceConfig;
+use pt_hal::msr::AddrCfg;
+
+use crate::clock::{Clock, ClockError, ClockParams};
+use crate::exec::insn::{decode_at, KernelEntry};
+use crate::exec::{CodeMemory, Event, ExecItem, InsnClass, Retired};
+
+/// Depth of the return-compression call stack (the decoders' stack depth).
+pub const RET_STACK_DEPTH: usize = 64;
+
+/// The CR3 value that stands for a process.
+pub const fn cr3_of_pid(pid: u32) -> u64 {
+    (pid as u64) << 12
+}
+
+/// How conditional-branch results are packed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TntPolicy {
+    /// A TNT-8 as soon as six results are pending (what most cores do).
+    #[default]
+    Short,
+    /// Up to 47 results per TNT-64; a flush of six or fewer uses TNT-8.
+    Long,
+}
+
+/// The internal output buffer between packet generation and memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FifoModel {
+    /// Capacity in bytes.
+    pub capacity: u32,
+    /// Bytes written to memory per 100 core cycles.
+    pub drain_per_100_cycles: u32,
+}
+
+/// Everything besides the [`TraceConfig`] that shapes the packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimParams {
+    /// The clocks.
+    pub clock: ClockParams,
+    /// TNT packing.
+    pub tnt: TntPolicy,
+    /// The internal buffer; `None`: output never stalls.
+    pub fifo: Option<FifoModel>,
+}
+
+/// A configuration the PT logic cannot model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PtError {
+    /// OS = 1: the execution sources hold no kernel instructions.
+    #[error("kernel tracing (OS=1) cannot be simulated: the execution sources see user mode only")]
+    KernelTracing,
+    /// The clock parameters are invalid.
+    #[error(transparent)]
+    Clock(#[from] ClockError),
+}
+
+/// Counters of what the logic produced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PtStats {
+    /// Retired instructions seen.
+    pub instructions: u64,
+    /// Instructions retired while PacketEn was 1.
+    pub traced: u64,
+    /// Packets written.
+    pub packets: u64,
+    /// PSB+ sequences.
+    pub psbs: u64,
+    /// Overflows (OVF packets).
+    pub overflows: u64,
+    /// Bytes dropped by overflows.
+    pub dropped_bytes: u64,
+}
+
+/// Why execution of the current context leaves user mode.
+enum Leave {
+    /// A far transfer (SYSCALL, SYSENTER): TIP.PGD().
+    FarBranch,
+    /// An interrupt, exception or software interrupt at `ip`: FUP(ip), TIP.PGD().
+    Interrupt(u64),
+}
+
+/// The simulated trace logic of one logical processor.
+pub struct PtLogic {
+    cfg: TraceConfig,
+    params: SimParams,
+    clock: Clock,
+    out: Vec<u8>,
+    /// Bytes produced since the start (the stream offset of the next byte).
+    produced: u64,
+    since_psb: u64,
+    psb_period: u64,
+    last_ip: LastIp,
+    force_full_ip: bool,
+    tnt_bits: u64,
+    tnt_n: u32,
+    tnt_max: u32,
+    trace_en: bool,
+    stopped: bool,
+    packet_en: bool,
+    /// CPL 0 (between a kernel entry and the next user instruction).
+    in_kernel: bool,
+    cr3: u64,
+    mode: Option<ExecMode>,
+    mode_sent: Option<ExecMode>,
+    ret_stack: [u64; RET_STACK_DEPTH],
+    ret_top: usize,
+    ret_len: usize,
+    /// A far branch's target, waiting for the mode of the next instruction.
+    pending_far: Option<u64>,
+    /// Where the next user instruction is expected (for FUPs at the end).
+    next_ip: Option<u64>,
+    tsx: ModeTsx,
+    filters: Vec<(u64, u64)>,
+    stops: Vec<(u64, u64)>,
+    /// Next core cycle at which an MTC is due.
+    next_mtc_cycle: u64,
+    mtc_period_ctc: u64,
+    /// CTC >> MTCFreq at the last MTC (or at enable).
+    last_mtc_period: u64,
+    last_cyc_cycle: u64,
+    cyc_thresh: u64,
+    fifo_level: u64,
+    overflowing: bool,
+    fifo_checked_cycle: u64,
+    stats: PtStats,
+}
+
+impl PtLogic {
+    /// Logic for a configuration; tracing is off until [`Self::enable`].
+    pub fn new(cfg: TraceConfig, params: SimParams) -> Result<Self, PtError> {
+        if cfg.os {
+            return Err(PtError::KernelTracing);
+        }
+        params.clock.validate()?;
+        let filters = cfg
+            .ranges
+            .iter()
+            .filter(|r| r.cfg == AddrCfg::Filter)
+            .map(|r| (r.start, r.end))
+            .collect();
+        let stops = cfg
+            .ranges
+            .iter()
+            .filter(|r| r.cfg == AddrCfg::TraceStop)
+            .map(|r| (r.start, r.end))
+            .collect();
+        let cyc_thresh = match cfg.cyc {
+            Some(0) | None => 0,
+            Some(n) => 1u64 << (n - 1).min(62),
+        };
+        Ok(PtLogic {
+            cfg,
+            params,
+            clock: Clock::new(params.clock),
+            out: Vec::with_capacity(4096),
+            produced: 0,
+            since_psb: 0,
+            psb_period: 2048u64 << cfg.psb_freq.min(15),
+            last_ip: LastIp::new(),
+            force_full_ip: false,
+            tnt_bits: 0,
+            tnt_n: 0,
+            tnt_max: match params.tnt {
+                TntPolicy::Short => Tnt::MAX_SHORT,
+                TntPolicy::Long => Tnt::MAX_LONG,
+            },
+            trace_en: false,
+            stopped: false,
+            packet_en: false,
+            in_kernel: true,
+            cr3: 0,
+            mode: None,
+            mode_sent: None,
+            ret_stack: [0; RET_STACK_DEPTH],
+            ret_top: 0,
+            ret_len: 0,
+            pending_far: None,
+            next_ip: None,
+            tsx: ModeTsx::default(),
+            filters,
+            stops,
+            next_mtc_cycle: u64::MAX,
+            mtc_period_ctc: 1u64 << cfg.mtc.unwrap_or(0).min(15),
+            last_mtc_period: 0,
+            last_cyc_cycle: 0,
+            cyc_thresh,
+            fifo_level: 0,
+            overflowing: false,
+            fifo_checked_cycle: 0,
+            stats: PtStats::default(),
+        })
+    }
+
+    /// Replaces the configuration while TraceEn = 0 (WRMSR IA32_RTIT_CTL and
+    /// friends); the clock, mode and process state carry over.
+    pub fn set_config(&mut self, cfg: TraceConfig) -> Result<(), PtError> {
+        let mut fresh = PtLogic::new(cfg, self.params)?;
+        fresh.clock = self.clock;
+        fresh.produced = self.produced;
+        fresh.since_psb = self.since_psb;
+        fresh.in_kernel = self.in_kernel;
+        fresh.cr3 = self.cr3;
+        fresh.mode = self.mode;
+        fresh.next_ip = self.next_ip;
+        fresh.tsx = self.tsx;
+        fresh.stopped = self.stopped;
+        fresh.stats = self.stats;
+        fresh.out = std::mem::take(&mut self.out);
+        *self = fresh;
+        Ok(())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TraceConfig {
+        &self.cfg
+    }
+
+    /// The simulation parameters.
+    pub fn params(&self) -> &SimParams {
+        &self.params
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PtStats {
+        self.stats
+    }
+
+    /// Bytes produced since the start: the trace offset of the next byte.
+    pub fn produced(&self) -> u64 {
+        self.produced
+    }
+
+    /// Output not yet taken by the owner.
+    pub fn output(&self) -> &[u8] {
+        &self.out
+    }
+
+    /// Takes the pending output (appends it to `dst`).
+    pub fn drain_into(&mut self, dst: &mut Vec<u8>) {
+        dst.extend_from_slice(&self.out);
+        self.out.clear();
+    }
+
+    /// Drops the pending output (the owner copied it from [`Self::output`]).
+    pub fn clear_output(&mut self) {
+        self.out.clear();
+    }
+
+    /// PacketEn: control-flow packets are being generated.
+    pub fn packet_en(&self) -> bool {
+        self.packet_en
+    }
+
+    /// TriggerEn: TraceEn and not stopped.
+    pub fn trigger_en(&self) -> bool {
+        self.trace_en && !self.stopped
+    }
+
+    /// Status.Stopped (TraceStop range or ToPA STOP).
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// ContextEn for the current privilege level and CR3.
+    pub fn context_en(&self) -> bool {
+        !self.in_kernel && self.cfg.user && self.cr3_ok()
+    }
+
+    /// FilterEn for an IP.
+    pub fn filter_en(&self, ip: u64) -> bool {
+        self.filters.is_empty() || self.filters.iter().any(|&(a, b)| a <= ip && ip <= b)
+    }
+
+    fn cr3_ok(&self) -> bool {
+        self.cfg.cr3_filter.is_none_or(|m| m & !0x1f == self.cr3)
+    }
+
+    fn want_packet_en(&self, ip: u64) -> bool {
+        self.trigger_en() && self.context_en() && self.filter_en(ip) && self.cfg.branch
+    }
+
+    // ---- output ----
+
+    /// Writes one packet (or drops it during an overflow). Returns whether it was written.
+    fn put(&mut self, p: &Packet) -> bool {
+        if self.overflowing {
+            self.stats.dropped_bytes += p.size() as u64;
+            return false;
+        }
+        let mut buf = [0u8; pt_encoder::packet::MAX_PACKET_SIZE];
+        let Ok(n) = encode(p, &mut buf) else {
+            // Every packet built here fits its fields; nothing to write otherwise.
+            return false;
+        };
+        if let Some(f) = self.params.fifo {
+            self.drain_fifo();
+            if self.fifo_level + n as u64 > u64::from(f.capacity) {
+                self.overflowing = true;
+                self.stats.dropped_bytes += n as u64;
+                return false;
+            }
+            self.fifo_level += n as u64;
+        }
+        self.out.extend_from_slice(&buf[..n]);
+        self.produced += n as u64;
+        self.since_psb += n as u64;
+        self.stats.packets += 1;
+        true
+    }
+
+    fn drain_fifo(&mut self) {
+        if let Some(f) = self.params.fifo {
+            let now = self.clock.cycles();
+            let dt = now.saturating_sub(self.fifo_checked_cycle);
+            let drained = dt.saturating_mul(u64::from(f.drain_per_100_cycles)) / 100;
+            if drained > 0 {
+                self.fifo_level = self.fifo_level.saturating_sub(drained);
+                // Keep the remainder of the cycles that drained nothing yet.
+                self.fifo_checked_cycle = now;
+            }
+        }
+    }
+
+    /// A CYC before a CYC-eligible packet, once the threshold is reached.
+    fn cyc(&mut self) {
+        if self.cfg.cyc.is_none() {
+            return;
+        }
+        let n = self.clock.cycles() - self.last_cyc_cycle;
+        if n > 0 && n >= self.cyc_thresh {
+            if self.put(&Packet::Cyc {
+                value: n & ((1 << 61) - 1),
+            }) {
+                self.last_cyc_cycle = self.clock.cycles();
+            }
+        }
+    }
+
+    fn ip_packet(&mut self, kind: IpPacketKind, ip: Option<u64>) {
+        self.cyc();
+        let payload = match ip {
+            None => IpPayload::SUPPRESSED,
+            Some(ip) if self.force_full_ip => IpPayload::new(
+                if sext48(ip) == ip {
+                    IpCompression::Sext48
+                } else {
+                    IpCompression::Full
+                },
+                ip,
+            ),
+            Some(ip) => self.last_ip.compress(ip),
+        };
+        if self.put(&Packet::Ip(kind, payload)) && ip.is_some() {
+            self.last_ip.update(payload);
+            self.force_full_ip = false;
+        }
+    }
+
+    fn flush_tnt(&mut self) {
+        if self.tnt_n == 0 {
+            return;
+        }
+        let payload = (1u64 << self.tnt_n) | self.tnt_bits;
+        self.tnt_n = 0;
+        self.tnt_bits = 0;
+        let Some(t) = Tnt::from_payload(payload) else {
+            return;
+        };
+        self.cyc();
+        if t.len() <= Tnt::MAX_SHORT {
+            self.put(&Packet::Tnt8(t));
+        } else {
+            self.put(&Packet::Tnt64(t));
+        }
+    }
+
+    fn tnt(&mut self, taken: bool) {
+        self.tnt_bits = self.tnt_bits << 1 | u64::from(taken);
+        self.tnt_n += 1;
+        if self.tnt_n >= self.tnt_max {
+            self.flush_tnt();
+        }
+    }
+
+    fn mode_exec(&mut self, mode: ExecMode) {
+        self.cyc();
+        if self.put(&Packet::ModeExec(ModeExec::from_mode(mode))) {
+            self.mode_sent = Some(mode);
+        }
+    }
+
+    fn ret_push(&mut self, ip: u64) {
+        self.ret_top = (self.ret_top + 1) % RET_STACK_DEPTH;
+        self.ret_stack[self.ret_top] = ip;
+        self.ret_len = (self.ret_len + 1).min(RET_STACK_DEPTH);
+    }
+
+    fn ret_pop_if(&mut self, ip: u64) -> bool {
+        if self.ret_len == 0 || self.ret_stack[self.ret_top] != ip {
+            return false;
+        }
+        self.ret_top = (self.ret_top + RET_STACK_DEPTH - 1) % RET_STACK_DEPTH;
+        self.ret_len -= 1;
+        true
+    }
+
+    // ---- timing ----
+
+    fn schedule_mtc(&mut self) {
+        if self.cfg.mtc.is_none() {
+            self.next_mtc_cycle = u64::MAX;
+            return;
+        }
+        let ctc = self.clock.ctc();
+        let next = (ctc / self.mtc_period_ctc + 1) * self.mtc_period_ctc;
+        self.next_mtc_cycle = self.clock.cycle_of_tsc(self.clock.tsc_of_ctc(next));
+    }
+
+    /// Advances the clock and writes the MTCs of the crystal periods that began.
+    fn advance(&mut self, cycles: u64) {
+        self.clock.advance(cycles);
+        if self.clock.cycles() >= self.next_mtc_cycle {
+            self.mtcs();
+        }
+    }
+
+    #[cold]
+    fn mtcs(&mut self) {
+        let last = self.clock.ctc() / self.mtc_period_ctc;
+        if self.trigger_en() && last > self.last_mtc_period {
+            self.flush_tnt();
+            // More than 256 periods in a row cannot be told apart: send the last 256.
+            let from = (self.last_mtc_period + 1).max(last.saturating_sub(255));
+            for p in from..=last {
+                self.put(&Packet::Mtc { ctc: p as u8 });
+            }
+        }
+        self.last_mtc_period = last;
+        self.schedule_mtc();
+    }
+
+    // ---- PSB+ ----
+
+    fn psb_plus(&mut self) {
+        self.flush_tnt();
+        if !self.put(&Packet::Psb) {
+            return;
+        }
+        self.stats.psbs += 1;
+        self.since_psb = 0;
+        self.last_ip.reset();
+        self.ret_len = 0;
+        self.mode_sent = None;
+        if self.cfg.tsc {
+            self.put(&Packet::Tsc {
+                tsc: self.clock.tsc() & ((1 << 56) - 1),
+            });
+            if self.cfg.mtc.is_some() {
+                let (ctc, fc) = self.clock.tma();
+                self.put(&Packet::Tma { ctc, fc });
+            }
+        }
+        self.put(&Packet::Cbr {
+            ratio: self.params.clock.cbr,
+        });
+        if self.context_en() && self.cfg.branch && self.tsx.intx {
+            self.put(&Packet::ModeTsx(self.tsx));
+        }
+        if self.packet_en {
+            if let (Some(m), Some(ip)) = (self.mode, self.next_ip) {
+                if self.put(&Packet::ModeExec(ModeExec::from_mode(m))) {
+                    self.mode_sent = Some(m);
+                }
+                let payload = self.last_ip.compress(ip);
+                if self.put(&Packet::Ip(IpPacketKind::Fup, payload)) {
+                    self.last_ip.update(payload);
+                }
+            }
+        }
+        self.put(&Packet::Psbend);
+    }
+
+    // ---- control ----
+
+    /// WRMSR IA32_RTIT_CTL.TraceEn 0→1: a PSB+ with TSC, TMA and CBR, then
+    /// tracing starts at the next instruction (MODE.Exec, TIP.PGE) if it is
+    /// in context.
+    pub fn enable(&mut self) {
+        if self.trace_en {
+            return;
+        }
+        self.trace_en = true;
+        self.since_psb = 0;
+        self.last_cyc_cycle = self.clock.cycles();
+        self.last_mtc_period = self.clock.ctc() / self.mtc_period_ctc;
+        self.schedule_mtc();
+        if self.trigger_en() {
+            self.psb_plus();
+        }
+    }
+
+    /// WRMSR IA32_RTIT_CTL.TraceEn 1→0: pending TNT, then FUP(next IP) and
+    /// TIP.PGD() if packets were enabled.
+    pub fn disable(&mut self) {
+        if !self.trace_en {
+            return;
+        }
+        self.flush_tnt();
+        if self.packet_en {
+            if let Some(far) = self.pending_far.take() {
+                self.ip_packet(IpPacketKind::Tip, Some(far));
+            }
+            if let Some(ip) = self.next_ip {
+                self.ip_packet(IpPacketKind::Fup, Some(ip));
+            }
+            self.ip_packet(IpPacketKind::TipPgd, None);
+            self.packet_en = false;
+        }
+        self.trace_en = false;
+    }
+
+    /// Sets Status.Stopped (ToPA STOP region full): generation stops silently.
+    pub fn set_stopped(&mut self) {
+        self.stopped = true;
+        self.packet_en = false;
+        self.tnt_n = 0;
+        self.tnt_bits = 0;
+    }
+
+    /// Clears Status.Stopped (software rewrote IA32_RTIT_STATUS while TraceEn = 0).
+    pub fn clear_stopped(&mut self) {
+        self.stopped = false;
+    }
+
+    /// Bytes of output towards the next PSB (Status.PacketByteCnt).
+    pub fn packet_byte_cnt(&self) -> u64 {
+        self.since_psb
+    }
+
+    /// Sets Status.PacketByteCnt (0 makes the next enable write a PSB+, as always here).
+    pub fn set_packet_byte_cnt(&mut self, n: u64) {
+        self.since_psb = n;
+    }
+
+    /// The current user instruction is about to execute at `ip` in `mode`.
+    #[inline]
+    fn begin(&mut self, ip: u64, mode: ExecMode) {
+        if self.overflowing {
+            self.resolve_overflow(ip);
+        }
+        if self.in_kernel {
+            self.in_kernel = false;
+        }
+        let mode_changed = self.mode != Some(mode);
+        self.mode = Some(mode);
+        self.next_ip = Some(ip);
+        if let Some(target) = self.pending_far.take() {
+            if self.want_packet_en(ip) {
+                self.flush_tnt();
+                if mode_changed || self.mode_sent != Some(mode) {
+                    self.mode_exec(mode);
+                }
+                self.ip_packet(IpPacketKind::Tip, Some(target));
+            } else {
+                self.flush_tnt();
+                self.ip_packet(IpPacketKind::TipPgd, Some(target));
+                self.packet_en = false;
+            }
+        }
+        if self.since_psb >= self.psb_period && self.trigger_en() {
+            self.psb_plus();
+        }
+        if !self.stops.is_empty() && self.trigger_en() && self.in_stop_range(ip) {
+            self.trace_stop(ip);
+        }
+        let want = self.want_packet_en(ip);
+        if want != self.packet_en {
+            if want {
+                self.flush_tnt();
+                if self.mode_sent != Some(mode) {
+                    self.mode_exec(mode);
+                }
+                self.ip_packet(IpPacketKind::TipPge, Some(ip));
+            } else {
+                // Only a linear step out of a filter range gets here.
+                self.flush_tnt();
+                self.ip_packet(IpPacketKind::TipPgd, Some(ip));
+            }
+            self.packet_en = want;
+        }
+    }
+
+    fn in_stop_range(&self, ip: u64) -> bool {
+        self.stops.iter().any(|&(a, b)| a <= ip && ip <= b)
+    }
+
+    #[cold]
+    fn trace_stop(&mut self, ip: u64) {
+        self.flush_tnt();
+        if self.packet_en {
+            self.ip_packet(IpPacketKind::TipPgd, Some(ip));
+            self.packet_en = false;
+        }
+        self.cyc();
+        self.put(&Packet::Stop);
+        self.stopped = true;
+    }
+
+    #[cold]
+    fn resolve_overflow(&mut self, ip: u64) {
+        self.drain_fifo();
+        if self.fifo_level > 0 {
+            return;
+        }
+        self.overflowing = false;
+        self.stats.overflows += 1;
+        self.tnt_n = 0;
+        self.tnt_bits = 0;
+        self.ret_len = 0;
+        self.cyc();
+        self.put(&Packet::Ovf);
+        // The decoder restarts at the FUP: compress it against nothing.
+        self.force_full_ip = true;
+        let want = self.want_packet_en(ip) && !self.in_kernel;
+        if want && self.packet_en {
+            self.ip_packet(IpPacketKind::Fup, Some(ip));
+        } else if want {
+            // Enabled again by the overflow's end: the TIP.PGE below reports it.
+        } else {
+            self.packet_en = false;
+        }
+    }
+
+    /// One retired user-mode instruction. `mem` holds its code (needed only to
+    /// tell a SYSCALL from an INT n).
+    #[inline]
+    pub fn retire(&mut self, r: &Retired, mem: &CodeMemory) {
+        self.stats.instructions += 1;
+        self.begin(r.ip, r.mode);
+        self.advance(u64::from(self.params.clock.cycles_per_insn));
+        self.next_ip = Some(r.next_ip);
+        if !self.packet_en {
+            if r.class == InsnClass::KernelEntry {
+                self.in_kernel = true;
+                self.advance(u64::from(self.params.clock.kernel_cycles));
+            } else if r.class == InsnClass::FarBranch {
+                // Mode may change; nothing to report while disabled.
+            }
+            return;
+        }
+        self.stats.traced += 1;
+        let ft = r.fall_through();
+        let leaves_filter = !self.filters.is_empty() && !self.filter_en(r.next_ip);
+        match r.class {
+            InsnClass::Other => {
+                if leaves_filter {
+                    self.flush_tnt();
+                    self.ip_packet(IpPacketKind::TipPgd, Some(r.next_ip));
+                    self.packet_en = false;
+                }
+            }
+            InsnClass::CondBranch => {
+                if leaves_filter {
+                    // SDM: the branch leaving the range gets a TIP.PGD without IP.
+                    self.flush_tnt();
+                    self.ip_packet(IpPacketKind::TipPgd, None);
+                    self.packet_en = false;
+                } else if !self.cfg.dis_tnt {
+                    self.tnt(r.next_ip != ft);
+                }
+            }
+            InsnClass::DirectJump | InsnClass::DirectCall => {
+                if r.class == InsnClass::DirectCall && r.next_ip != ft {
+                    self.ret_push(ft);
+                }
+                if leaves_filter {
+                    self.flush_tnt();
+                    self.ip_packet(IpPacketKind::TipPgd, Some(r.next_ip));
+                    self.packet_en = false;
+                }
+            }
+            InsnClass::IndirectJump | InsnClass::IndirectCall => {
+                if r.class == InsnClass::IndirectCall {
+                    self.ret_push(ft);
+                }
+                self.flush_tnt();
+                if leaves_filter {
+                    self.ip_packet(IpPacketKind::TipPgd, Some(r.next_ip));
+                    self.packet_en = false;
+                } else {
+                    self.ip_packet(IpPacketKind::Tip, Some(r.next_ip));
+                }
+            }
+            InsnClass::Return => {
+                if leaves_filter {
+                    self.flush_tnt();
+                    self.ip_packet(IpPacketKind::TipPgd, Some(r.next_ip));
+                    self.packet_en = false;
+                } else if !self.cfg.dis_retc && !self.cfg.dis_tnt && self.ret_pop_if(r.next_ip) {
+                    self.tnt(true);
+                } else {
+                    self.flush_tnt();
+                    self.ip_packet(IpPacketKind::Tip, Some(r.next_ip));
+                }
+            }
+            InsnClass::FarBranch => {
+                self.flush_tnt();
+                self.pending_far = Some(r.next_ip);
+            }
+            InsnClass::KernelEntry => {
+                let leave = match decode_at(mem, r.ip, r.mode)
+                    .ok()
+                    .and_then(|d| d.kernel_entry)
+                {
+                    Some(KernelEntry::Syscall | KernelEntry::Sysenter) => Leave::FarBranch,
+                    _ => Leave::Interrupt(r.ip),
+                };
+                self.leave_user(leave);
+            }
+        }
+    }
+
+    fn leave_user(&mut self, how: Leave) {
+        self.flush_tnt();
+        if self.packet_en {
+            if let Some(far) = self.pending_far.take() {
+                self.ip_packet(IpPacketKind::Tip, Some(far));
+            }
+            if let Leave::Interrupt(ip) = how {
+                self.ip_packet(IpPacketKind::Fup, Some(ip));
+            }
+            // ContextEn drops with CPL 0 and OS = 0: the target is not exposed.
+            self.ip_packet(IpPacketKind::TipPgd, None);
+            self.packet_en = false;
+        }
+        self.in_kernel = true;
+        self.advance(u64::from(self.params.clock.kernel_cycles));
+    }
+
+    /// An event between instructions.
+    pub fn event(&mut self, e: &Event) {
+        match e {
+            Event::Exec { pid, .. } => self.cr3 = cr3_of_pid(*pid),
+            Event::Signal { from_ip, .. } => {
+                if !self.in_kernel {
+                    // Asynchronous: an interrupt (or a fault at `from_ip`) takes user mode away.
+                    self.leave_user(Leave::Interrupt(*from_ip));
+                }
+                // Either way the kernel returns to the handler or `from_ip`: the
+                // next instruction's TIP.PGE tells where.
+            }
+            Event::SyscallEnter { .. } | Event::SyscallExit { .. } | Event::Mappings(_) => {}
+            Event::Exit(_) => {
+                self.in_kernel = true;
+                self.next_ip = None;
+            }
+            Event::Stopped(_) => {}
+        }
+    }
+
+    /// One item of an execution.
+    #[inline]
+    pub fn item(&mut self, item: &ExecItem, mem: &CodeMemory) {
+        match item {
+            ExecItem::Insn(r) => self.retire(r, mem),
+            ExecItem::Event(e) => self.event(e),
+        }
+    }
+
+    /// PTWRITE at `ip` with its operand: PTW (and FUP(ip) with FUPonPTW).
+    pub fn ptwrite(&mut self, ip: u64, payload: u64, size: PtwSize) {
+        if !(self.cfg.ptwrite && self.trigger_en() && self.context_en() && self.filter_en(ip)) {
+            return;
+        }
+        self.flush_tnt();
+        self.cyc();
+        let payload = if size == PtwSize::Four {
+            payload & 0xffff_ffff
+        } else {
+            payload
+        };
+        self.put(&Packet::Ptw {
+            size,
+            payload,
+            ip: self.cfg.fup_on_ptw,
+        });
+        if self.cfg.fup_on_ptw {
+            self.ip_packet(IpPacketKind::Fup, Some(ip));
+        }
+    }
+
+    fn mode_tsx(&mut self, tsx: ModeTsx, ip: u64) {
+        self.tsx = ModeTsx {
+            intx: tsx.intx,
+            abrt: false,
+        };
+        if !(self.trigger_en() && self.context_en() && self.cfg.branch) {
+            return;
+        }
+        self.flush_tnt();
+        self.cyc();
+        self.put(&Packet::ModeTsx(tsx));
+        if self.packet_en {
+            self.ip_packet(IpPacketKind::Fup, Some(ip));
+        }
+    }
+
+    /// XBEGIN at `ip` started a transaction: MODE.TSX(InTX), FUP(ip).
+    pub fn tsx_begin(&mut self, ip: u64) {
+        self.mode_tsx(
+            ModeTsx {
+                intx: true,
+                abrt: false,
+            },
+            ip,
+        );
+    }
+
+    /// XEND at `ip` committed: MODE.TSX(), FUP(ip).
+    pub fn tsx_commit(&mut self, ip: u64) {
+        self.mode_tsx(ModeTsx::default(), ip);
+    }
+
+    /// The transaction aborted at `ip`: MODE.TSX(TXAbort), FUP(ip), TIP(handler).
+    pub fn tsx_abort(&mut self, ip: u64, handler: u64) {
+        self.mode_tsx(
+            ModeTsx {
+                intx: false,
+                abrt: true,
+            },
+            ip,
+        );
+        if self.packet_en {
+            if self.filter_en(handler) {
+                self.ip_packet(IpPacketKind::Tip, Some(handler));
+            } else {
+                self.ip_packet(IpPacketKind::TipPgd, Some(handler));
+                self.packet_en = false;
+            }
+        }
+        self.next_ip = Some(handler);
+    }
+
+    /// Ends the trace: pending packets are written and tracing is disabled.
+    pub fn finish(&mut self) {
+        self.disable();
+    }
+}
+
+#[cfg(test)]
+mod tests;
