@@ -271,6 +271,10 @@ pub struct BlockDecoder<'a> {
     marks: Marks,
     /// Per cache block: all its instructions are in `marks`.
     warm: Vec<bool>,
+    /// The last event [`Self::event`] failed on, and how often in a row.
+    failed: Option<(Event, u8)>,
+    /// The state the last resync started from.
+    last_resync: Option<(Option<u64>, Event, u64, bool)>,
     /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
     runs: HashMap<(u32, u64), TntRun, BuildHasherDefault<KeyHasher>>,
 }
@@ -409,6 +413,8 @@ impl<'a> BlockDecoder<'a> {
             marks: Marks::default(),
             warm: Vec::new(),
             runs: HashMap::default(),
+            failed: None,
+            last_resync: None,
         };
         d.reset();
         d
@@ -483,6 +489,8 @@ impl<'a> BlockDecoder<'a> {
         self.cr3 = 0;
         self.vmcs = 0;
         self.link = None;
+        self.failed = None;
+        self.last_resync = None;
     }
 
     fn status_flags(&self, event_pending: bool) -> Status {
@@ -541,11 +549,15 @@ impl<'a> BlockDecoder<'a> {
         self.has_tsc = t.tsc.is_some();
         self.lost_mtc = t.lost_mtc;
         self.lost_cyc = t.lost_cyc;
-        if self.status.is_ok() {
-            self.find_trig_anchor()?;
-        }
+        // A bad anchor is reported, but the event is used up all the same: libipt
+        // keeps it and then reports the same error over and over on resync.
+        let anchor = if self.status.is_ok() {
+            self.find_trig_anchor()
+        } else {
+            Ok(())
+        };
         self.load_next_event();
-        Ok(())
+        anchor
     }
 
     /// A TIP or TNT was used up: turn it into a tick event if asked for and its time is
@@ -660,16 +672,35 @@ impl<'a> BlockDecoder<'a> {
     /// [`ErrorCode::EventIgnored`]: call [`event`](Self::event), then this again.
     pub fn resync(&mut self) -> Result<Status, ErrorCode> {
         use EventKind::*;
+        // Resynchronizing twice from the very same state would fail the same way
+        // forever (libipt's ptxed can loop there): give up and let the caller look
+        // for the next PSB.
+        let here = (self.evdec.offset().ok(), self.event, self.ip, self.enabled);
+        if self.last_resync == Some(here) {
+            self.last_resync = None;
+            return Err(ErrorCode::NoSync);
+        }
+        self.last_resync = Some(here);
         self.clear_postponed();
         loop {
             self.status?;
             let ev = self.event;
+            // An event that failed again after a resync would fail forever (libipt's
+            // ptxed loops there): drop it.
+            if matches!(self.failed, Some((f, n)) if f == ev && n >= 2) {
+                self.failed = None;
+                self.fetch_event()?;
+                continue;
+            }
             if ev.status_update {
                 let at = self.sync_offset().ok_or(ErrorCode::NoSync)?;
                 return self.sync_set(at);
             }
             let pending = self.status_flags(true);
             match ev.kind {
+                // Without an IP the event cannot be processed, and reporting it again
+                // would fail again (libipt's ptxed loops forever here): skip it.
+                Enabled { .. } if ev.ip_suppressed => {}
                 Enabled { .. } => {
                     self.enabled = false;
                     return Ok(self.status_flags(true));
@@ -1798,8 +1829,21 @@ impl<'a> BlockDecoder<'a> {
 
     /// The pending event (call when the last status had `event_pending`).
     pub fn event(&mut self) -> Result<(Event, Status), ErrorCode> {
-        use EventKind::*;
         self.status?;
+        let current = self.event;
+        let r = self.process_event();
+        if r.is_err() {
+            // Remember repeated failures of one event so that resync can drop it.
+            self.failed = match self.failed {
+                Some((ev, n)) if ev == current => Some((ev, n.saturating_add(1))),
+                _ => Some((current, 1)),
+            };
+        }
+        r
+    }
+
+    fn process_event(&mut self) -> Result<(Event, Status), ErrorCode> {
+        use EventKind::*;
         self.link = None;
         let mut ev = self.event;
         let mismatch = |s: &Self, ip: u64| s.enabled && !ev.ip_suppressed && s.ip != ip;
