@@ -21,7 +21,9 @@ const BASE: u64 = 0x40_1000;
 
 /// The loop: `L: add rax, 1; mov rbx, rax; test rax, rax; nop; jnz L`.
 fn loop_code() -> Vec<u8> {
-    let mut c = vec![0x48, 0x83, 0xc0, 0x01, 0x48, 0x89, 0xc3, 0x48, 0x85, 0xc0, 0x90];
+    let mut c = vec![
+        0x48, 0x83, 0xc0, 0x01, 0x48, 0x89, 0xc3, 0x48, 0x85, 0xc0, 0x90,
+    ];
     let rel = -(c.len() as i8 + 2);
     c.extend_from_slice(&[0x75, rel as u8]);
     c
@@ -236,7 +238,9 @@ fn main() {
 
     let (code, f2, m3) = call_code();
     let mut image = Image::new();
-    image.add_bytes(BASE, code.clone(), "calls").expect("section");
+    image
+        .add_bytes(BASE, code.clone(), "calls")
+        .expect("section");
     let trace = call_trace(insns / 4, f2, m3);
     println!("calls trace: {} bytes", trace.len());
     dump("calls", &trace, &code);

@@ -6,10 +6,10 @@ use pt_decoder::config::{Config, Errata};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::flow::{AddrFilter, Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo};
 use pt_decoder::image::Image;
+use pt_encoder::encode_to_vec;
 use pt_encoder::packet::{
     ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, ModeTsx, Packet, PtwSize, Tnt,
 };
-use pt_encoder::encode_to_vec;
 
 /// xorshift64*: deterministic, so failures reproduce.
 struct Rng(u64);
@@ -190,7 +190,13 @@ fn config(rng: &mut Rng) -> (Config, FlowOptions) {
 const MAX_CALLS: usize = 20_000;
 
 /// Decode like ptxed --resync-on-error; returns the calls made.
-fn run_blocks(trace: &[u8], image: &Image, config: &Config, options: FlowOptions, skip: bool) -> usize {
+fn run_blocks(
+    trace: &[u8],
+    image: &Image,
+    config: &Config,
+    options: FlowOptions,
+    skip: bool,
+) -> usize {
     let mut dec = BlockDecoder::new(trace, image, config, options);
     let mut block = Block {
         ip: 0,
@@ -355,9 +361,15 @@ fn wrong_execution_mode() {
                 Packet::Psb,
                 Packet::Psbend,
                 Packet::ModeExec(ModeExec::from_mode(mode)),
-                Packet::Ip(IpPacketKind::TipPge, IpPayload::new(IpCompression::Full, BASE)),
+                Packet::Ip(
+                    IpPacketKind::TipPge,
+                    IpPayload::new(IpCompression::Full, BASE),
+                ),
                 Packet::Tnt8(Tnt::from_payload(rng.below(126) + 2).expect("tnt")),
-                Packet::Ip(IpPacketKind::Tip, IpPayload::new(IpCompression::Full, BASE + 0x10)),
+                Packet::Ip(
+                    IpPacketKind::Tip,
+                    IpPayload::new(IpCompression::Full, BASE + 0x10),
+                ),
             ];
             for p in &packets {
                 let _ = encode_to_vec(p, &mut v);

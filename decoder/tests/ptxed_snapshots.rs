@@ -2,8 +2,10 @@
 //! built here. With `PTXED_REFERENCE=/path/to/libipt/ptxed` each run is also compared
 //! with that tool's output (which is how the snapshots were checked).
 
-use pt_encoder::packet::{ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, ModeTsx, Packet, PtwSize, Tnt};
 use pt_encoder::encode_to_vec;
+use pt_encoder::packet::{
+    ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, ModeTsx, Packet, PtwSize, Tnt,
+};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -126,7 +128,10 @@ impl Files {
         let out = Command::new(exe)
             .args(&args)
             .current_dir(&self.dir)
-            .env("LD_LIBRARY_PATH", std::env::var("PTXED_REFERENCE_LIBS").unwrap_or_default())
+            .env(
+                "LD_LIBRARY_PATH",
+                std::env::var("PTXED_REFERENCE_LIBS").unwrap_or_default(),
+            )
             .output()
             .expect("run ptxed");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -143,7 +148,11 @@ fn ptxed(name: &str, trace: &[u8], flags: &str) -> String {
     let files = Files::new(name, trace);
     let ours = files.run(env!("CARGO_BIN_EXE_ptxed"), flags);
     if let Ok(reference) = std::env::var("PTXED_REFERENCE") {
-        assert_eq!(ours, files.run(&reference, flags), "differs from {reference} with {flags}");
+        assert_eq!(
+            ours,
+            files.run(&reference, flags),
+            "differs from {reference} with {flags}"
+        );
     }
     ours
 }
@@ -164,7 +173,11 @@ fn addresses_only_with_offsets_and_event_details() {
 
 #[test]
 fn blocks_and_statistics() {
-    insta::assert_snapshot!(ptxed("blocks", &trace(), "--no-inst --block:show-blocks --stat"));
+    insta::assert_snapshot!(ptxed(
+        "blocks",
+        &trace(),
+        "--no-inst --block:show-blocks --stat"
+    ));
     insta::assert_snapshot!(ptxed(
         "blocks-end",
         &trace(),
@@ -183,7 +196,11 @@ fn instruction_decoder_and_quiet_statistics() {
 
 #[test]
 fn ticks() {
-    insta::assert_snapshot!(ptxed("tick", &trace(), "--no-inst --event:tick --event:time"));
+    insta::assert_snapshot!(ptxed(
+        "tick",
+        &trace(),
+        "--no-inst --event:tick --event:time"
+    ));
 }
 
 #[test]

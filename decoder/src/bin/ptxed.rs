@@ -314,9 +314,7 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
                 }
                 opts.insn_decoder = arg == "--insn-decoder";
             }
-            "--insn:keep-tcal-on-ovf" | "--block:keep-tcal-on-ovf" => {
-                flow.keep_tcal_on_ovf = true
-            }
+            "--insn:keep-tcal-on-ovf" | "--block:keep-tcal-on-ovf" => flow.keep_tcal_on_ovf = true,
             "--block:show-blocks" => opts.show_blocks = true,
             "--block:end-on-call" => flow.end_on_call = true,
             "--block:end-on-jump" => flow.end_on_jump = true,
@@ -397,7 +395,8 @@ fn xed_style(text: &mut String, bytes: &[u8], ip: u64, mode: ExecMode) {
         ExecMode::Bit32 => 32,
         _ => 64,
     };
-    let mut decoder = iced_x86::Decoder::with_ip(bitness, bytes, ip, iced_x86::DecoderOptions::NONE);
+    let mut decoder =
+        iced_x86::Decoder::with_ip(bitness, bytes, ip, iced_x86::DecoderOptions::NONE);
     let instr = decoder.decode();
     let mut factory = iced_x86::InstructionInfoFactory::new();
     let info = factory.info(&instr);
@@ -469,10 +468,18 @@ impl<W: Write> Printer<'_, W> {
                 }
             }
             Paging { cr3, non_root } => {
-                write!(o, "paging, cr3: {cr3:016x}{}", if non_root { ", nr" } else { "" })?;
+                write!(
+                    o,
+                    "paging, cr3: {cr3:016x}{}",
+                    if non_root { ", nr" } else { "" }
+                )?;
             }
             AsyncPaging { cr3, non_root, ip } => {
-                write!(o, "paging, cr3: {cr3:016x}{}", if non_root { ", nr" } else { "" })?;
+                write!(
+                    o,
+                    "paging, cr3: {cr3:016x}{}",
+                    if non_root { ", nr" } else { "" }
+                )?;
                 ip_opt = Some(ip);
             }
             Overflow { ip } => {
@@ -775,7 +782,12 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
             Ok(s) => s,
             Err(ErrorCode::Eos) => break,
             Err(e) => {
-                p.diagnose(dec.offset(), block_error_ip(&setup.image, &block, e), "sync error", e);
+                p.diagnose(
+                    dec.offset(),
+                    block_error_ip(&setup.image, &block, e),
+                    "sync error",
+                    e,
+                );
                 match dec.offset() {
                     Ok(new) if new > sync => {
                         sync = new;
@@ -789,7 +801,11 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
             let err = 'inner: loop {
                 // Events first.
                 while status.event_pending {
-                    let offset = if opts.print_offset { dec.offset() } else { Ok(0) };
+                    let offset = if opts.print_offset {
+                        dec.offset()
+                    } else {
+                        Ok(0)
+                    };
                     let offset = match offset {
                         Ok(o) => o,
                         Err(e) => break 'inner e,
@@ -840,7 +856,12 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
             if err == ErrorCode::Eos {
                 return;
             }
-            p.diagnose(dec.offset(), block_error_ip(&setup.image, &block, err), "error", err);
+            p.diagnose(
+                dec.offset(),
+                block_error_ip(&setup.image, &block, err),
+                "error",
+                err,
+            );
             if !opts.resync_on_error {
                 break;
             }
@@ -886,7 +907,13 @@ fn resync_block<W: Write>(
     Ok(status)
 }
 
-fn print_block<W: Write>(p: &mut Printer<'_, W>, block: &Block, stats: &Stats, offset: u64, time: u64) {
+fn print_block<W: Write>(
+    p: &mut Printer<'_, W>,
+    block: &Block,
+    stats: &Stats,
+    offset: u64,
+    time: u64,
+) {
     if p.opts.show_blocks {
         if p.opts.print_stats {
             let _ = writeln!(p.out, "[block {:x}]", stats.blocks);
@@ -960,7 +987,11 @@ fn run_insn<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) 
         loop {
             let err = 'inner: loop {
                 while status.event_pending {
-                    let offset = if opts.print_offset { dec.offset() } else { Ok(0) };
+                    let offset = if opts.print_offset {
+                        dec.offset()
+                    } else {
+                        Ok(0)
+                    };
                     let offset = match offset {
                         Ok(o) => o,
                         Err(e) => break 'inner e,
@@ -1020,7 +1051,12 @@ fn run_insn<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) 
             if err == ErrorCode::Eos {
                 return;
             }
-            p.diagnose(dec.offset(), insn_error_ip(&setup.image, &insn, err), "error", err);
+            p.diagnose(
+                dec.offset(),
+                insn_error_ip(&setup.image, &insn, err),
+                "error",
+                err,
+            );
             if !opts.resync_on_error {
                 break;
             }
@@ -1028,7 +1064,11 @@ fn run_insn<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) 
                 match dec.resync() {
                     Ok(s) => break Ok(s),
                     Err(ErrorCode::EventIgnored) => {
-                        let offset = if opts.print_offset { dec.offset().unwrap_or(0) } else { 0 };
+                        let offset = if opts.print_offset {
+                            dec.offset().unwrap_or(0)
+                        } else {
+                            0
+                        };
                         match dec.event() {
                             Ok((ev, _)) => {
                                 time = ev.time.tsc.unwrap_or(0);

@@ -338,7 +338,11 @@ impl Marks {
                 return Some(self.cur);
             }
         }
-        if let Some(i) = self.sections.iter().position(|(lo, hi, _)| *lo <= ip && ip < *hi) {
+        if let Some(i) = self
+            .sections
+            .iter()
+            .position(|(lo, hi, _)| *lo <= ip && ip < *hi)
+        {
             self.cur = i;
             return Some(i);
         }
@@ -507,8 +511,15 @@ impl<'a> BlockDecoder<'a> {
         use EventKind::*;
         let ev = &self.event;
         let set = match ev.kind {
-            Paging { .. } | Sipi { .. } | Cbr { .. } | Mnt { .. } | Stop | Vmcs { .. }
-            | Mwait { .. } | Pwre { .. } | Pwrx { .. } => return Ok(()),
+            Paging { .. }
+            | Sipi { .. }
+            | Cbr { .. }
+            | Mnt { .. }
+            | Stop
+            | Vmcs { .. }
+            | Mwait { .. }
+            | Pwre { .. }
+            | Pwrx { .. } => return Ok(()),
             Enabled { .. } | AsyncBranch { .. } | Tip { .. } | Tnt { .. } => {
                 if ev.ip_suppressed {
                     return Err(ErrorCode::Internal);
@@ -730,10 +741,7 @@ impl<'a> BlockDecoder<'a> {
                 }
                 AsyncPaging { .. } | Paging { .. } => self.process_paging(&ev),
                 Overflow { .. } => return Ok(pending),
-                ExecMode { ip, .. }
-                | Tsx { ip, .. }
-                | Iflags { ip, .. }
-                | Interrupt { ip, .. } => {
+                ExecMode { ip, .. } | Tsx { ip, .. } | Iflags { ip, .. } | Interrupt { ip, .. } => {
                     if ev.ip_suppressed {
                         self.enabled = false;
                     } else {
@@ -769,11 +777,11 @@ impl<'a> BlockDecoder<'a> {
                 | Shutdown { ip }
                 | Uintr { ip, .. }
                 | Swintr { ip, .. }
-                | Syscall { ip } => {
-                    if !ev.ip_suppressed {
-                        self.ip = ip;
-                        return Ok(self.status_flags(true));
-                    }
+                | Syscall { ip }
+                    if !ev.ip_suppressed =>
+                {
+                    self.ip = ip;
+                    return Ok(self.status_flags(true));
                 }
                 Tip { ip } => {
                     self.ip = ip;
@@ -1098,8 +1106,16 @@ impl<'a> BlockDecoder<'a> {
         let mut last = None;
         let enabled = self.enabled;
         let reached = match ev.kind {
-            Enabled { .. } | Overflow { .. } | Stop | Pwre { .. } | Pwrx { .. } | Tick { .. }
-            | Cbr { .. } | Mnt { .. } | Rsm { .. } | Sipi { .. } => true,
+            Enabled { .. }
+            | Overflow { .. }
+            | Stop
+            | Pwre { .. }
+            | Pwrx { .. }
+            | Tick { .. }
+            | Cbr { .. }
+            | Mnt { .. }
+            | Rsm { .. }
+            | Sipi { .. } => true,
             Disabled { ip } => {
                 if !ev.status_update {
                     match self.proceed_to_disabled(block, &mut last, &ev, ip) {
@@ -1508,8 +1524,14 @@ impl<'a> BlockDecoder<'a> {
                 pending(self)
             }
             Tip { .. } => self.finish_trailing(),
-            Tick { .. } | Enabled { .. } | Overflow { .. } | Stop | Pwre { .. } | Pwrx { .. }
-            | Cbr { .. } | Mnt { .. } => {
+            Tick { .. }
+            | Enabled { .. }
+            | Overflow { .. }
+            | Stop
+            | Pwre { .. }
+            | Pwrx { .. }
+            | Cbr { .. }
+            | Mnt { .. } => {
                 self.proceed_postponed_insn()?;
                 pending(self)
             }
@@ -1620,7 +1642,11 @@ impl<'a> BlockDecoder<'a> {
                 }
                 pending(self)
             }
-            Ptwrite { .. } | Iret { .. } | Vmentry { .. } | Uiret { .. } | Swintr { .. }
+            Ptwrite { .. }
+            | Iret { .. }
+            | Vmentry { .. }
+            | Uiret { .. }
+            | Swintr { .. }
             | Syscall { .. } => {
                 if !self.enabled {
                     return pending(self);
@@ -1972,8 +1998,14 @@ impl<'a> BlockDecoder<'a> {
                     return Err(ErrorCode::Internal);
                 }
             }
-            Pwre { .. } | Pwrx { .. } | Ptwrite { .. } | Tick { .. } | Mnt { .. } | Iret { .. }
-            | Vmentry { .. } | Uiret { .. } => {}
+            Pwre { .. }
+            | Pwrx { .. }
+            | Ptwrite { .. }
+            | Tick { .. }
+            | Mnt { .. }
+            | Iret { .. }
+            | Vmentry { .. }
+            | Uiret { .. } => {}
         }
         self.fetch_event()?;
         let status = self.proceed_trailing_event(None)?;

@@ -54,7 +54,11 @@ impl RetStack {
         self.stack[usize::from(self.top)] = ip;
         self.top = if self.top == LAST { 0 } else { self.top + 1 };
         if self.top == self.bottom {
-            self.bottom = if self.bottom == LAST { 0 } else { self.bottom + 1 };
+            self.bottom = if self.bottom == LAST {
+                0
+            } else {
+                self.bottom + 1
+            };
         }
     }
 

@@ -59,7 +59,9 @@ impl T {
 
 fn image(code: &[u8]) -> Image {
     let mut image = Image::new();
-    image.add_bytes(BASE, code.to_vec(), "code").expect("section");
+    image
+        .add_bytes(BASE, code.to_vec(), "code")
+        .expect("section");
     image
 }
 
@@ -103,7 +105,10 @@ fn run_blocks(trace: &[u8], image: &Image, options: FlowOptions) -> Vec<String> 
         }
         let r = dec.next(&mut block);
         if block.ninsn > 0 {
-            out.push(format!("{:x}..{:x} {}", block.ip, block.end_ip, block.ninsn));
+            out.push(format!(
+                "{:x}..{:x} {}",
+                block.ip, block.end_ip, block.ninsn
+            ));
         }
         match r {
             Ok(s) => status = s,
@@ -181,7 +186,14 @@ fn loop_follows_tnt_bits() {
     let out = run_blocks(t.bytes(), &image(LOOP), FlowOptions::default());
     assert_eq!(
         out,
-        ["enabled 1000", "mode", "1000..1005 3", "1000..1005 3", "1000..1005 3", "eos"]
+        [
+            "enabled 1000",
+            "mode",
+            "1000..1005 3",
+            "1000..1005 3",
+            "1000..1005 3",
+            "eos"
+        ]
     );
 }
 
@@ -200,7 +212,12 @@ fn skip_blocks_counts_like_next() {
     let blocks = reference.iter().filter(|l| l.starts_with("1000..")).count() as u64;
     // With skipping (twice, so that the memo is used).
     for _ in 0..2 {
-        let mut dec = BlockDecoder::new(t.bytes(), &image, &Config::default(), FlowOptions::default());
+        let mut dec = BlockDecoder::new(
+            t.bytes(),
+            &image,
+            &Config::default(),
+            FlowOptions::default(),
+        );
         let mut status = dec.sync_forward().expect("sync");
         let mut block = Block {
             ip: 0,
@@ -241,20 +258,42 @@ const CALL_RET: &[u8] = &[0xe8, 0x01, 0x00, 0x00, 0x00, 0x90, 0x90, 0xc3];
 #[test]
 fn compressed_return_pops_the_call() {
     let mut t = T::new();
-    t.enable(BASE).tnt(&[true]).ip(IpPacketKind::TipPgd, BASE + 5);
+    t.enable(BASE)
+        .tnt(&[true])
+        .ip(IpPacketKind::TipPgd, BASE + 5);
     let out = run_blocks(t.bytes(), &image(CALL_RET), FlowOptions::default());
     // libipt ends the block after the call while it learns the code.
-    assert_eq!(out, ["enabled 1000", "mode", "1000..1000 1", "1006..1007 2", "disabled", "eos"]);
+    assert_eq!(
+        out,
+        [
+            "enabled 1000",
+            "mode",
+            "1000..1000 1",
+            "1006..1007 2",
+            "disabled",
+            "eos"
+        ]
+    );
 }
 
 #[test]
 fn uncompressed_return_takes_a_tip() {
     let mut t = T::new();
-    t.enable(BASE).ip(IpPacketKind::Tip, BASE + 5).ip(IpPacketKind::TipPgd, BASE + 6);
+    t.enable(BASE)
+        .ip(IpPacketKind::Tip, BASE + 5)
+        .ip(IpPacketKind::TipPgd, BASE + 6);
     let out = run_blocks(t.bytes(), &image(CALL_RET), FlowOptions::default());
     assert_eq!(
         out,
-        ["enabled 1000", "mode", "1000..1000 1", "1006..1007 2", "1005..1005 1", "disabled", "eos"]
+        [
+            "enabled 1000",
+            "mode",
+            "1000..1000 1",
+            "1006..1007 2",
+            "1005..1005 1",
+            "disabled",
+            "eos"
+        ]
     );
 }
 
@@ -275,7 +314,10 @@ fn not_taken_return_is_bad() {
     let mut t = T::new();
     t.enable(BASE).tnt(&[false]);
     let out = run_blocks(t.bytes(), &image(CALL_RET), FlowOptions::default());
-    assert_eq!(out.last().map(String::as_str), Some("error: bad compressed return"));
+    assert_eq!(
+        out.last().map(String::as_str),
+        Some("error: bad compressed return")
+    );
 }
 
 #[test]
@@ -326,9 +368,21 @@ fn indirect_jump_uses_the_tip() {
     // jmp rax (2); nop; nop; target: nop; hlt
     let code = [0xff, 0xe0, 0x90, 0x90, 0x90, 0xf4];
     let mut t = T::new();
-    t.enable(BASE).ip(IpPacketKind::Tip, BASE + 4).ip(IpPacketKind::TipPgd, BASE + 5);
+    t.enable(BASE)
+        .ip(IpPacketKind::Tip, BASE + 4)
+        .ip(IpPacketKind::TipPgd, BASE + 5);
     let out = run_blocks(t.bytes(), &image(&code), FlowOptions::default());
-    assert_eq!(out, ["enabled 1000", "mode", "1000..1000 1", "1004..1004 1", "disabled", "eos"]);
+    assert_eq!(
+        out,
+        [
+            "enabled 1000",
+            "mode",
+            "1000..1000 1",
+            "1004..1004 1",
+            "disabled",
+            "eos"
+        ]
+    );
 }
 
 #[test]
@@ -346,7 +400,15 @@ fn deferred_tip_behind_tnt() {
     let out = run_blocks(t.bytes(), &image(&code), FlowOptions::default());
     assert_eq!(
         out,
-        ["enabled 1000", "mode", "1000..1000 1", "1010..1010 1", "1002..1002 1", "disabled", "eos"]
+        [
+            "enabled 1000",
+            "mode",
+            "1000..1000 1",
+            "1010..1010 1",
+            "1002..1002 1",
+            "disabled",
+            "eos"
+        ]
     );
 }
 
@@ -363,7 +425,16 @@ fn resumed_when_enabled_at_the_disable_ip() {
     let out = run_blocks(t.bytes(), &image(&code), FlowOptions::default());
     assert_eq!(
         out,
-        ["enabled 1000", "mode", "1000..1000 1", "disabled", "resumed 1002", "1002..1002 1", "disabled", "eos"]
+        [
+            "enabled 1000",
+            "mode",
+            "1000..1000 1",
+            "disabled",
+            "resumed 1002",
+            "1002..1002 1",
+            "disabled",
+            "eos"
+        ]
     );
 }
 
@@ -372,7 +443,10 @@ fn unmapped_code_is_an_error() {
     let mut t = T::new();
     t.enable(0x9000).tnt(&[true]);
     let out = run_blocks(t.bytes(), &image(LOOP), FlowOptions::default());
-    assert_eq!(out.last().map(String::as_str), Some("error: no memory mapped at this address"));
+    assert_eq!(
+        out.last().map(String::as_str),
+        Some("error: no memory mapped at this address")
+    );
 }
 
 #[test]
@@ -384,7 +458,12 @@ fn resync_goes_on_after_an_error() {
         .tnt(&[false])
         .ip(IpPacketKind::TipPgd, BASE + 7);
     let image = image(LOOP);
-    let mut dec = BlockDecoder::new(t.bytes(), &image, &Config::default(), FlowOptions::default());
+    let mut dec = BlockDecoder::new(
+        t.bytes(),
+        &image,
+        &Config::default(),
+        FlowOptions::default(),
+    );
     let mut status = dec.sync_forward().expect("sync");
     let mut block = Block {
         ip: 0,
@@ -415,7 +494,10 @@ fn resync_goes_on_after_an_error() {
 fn insn_decoder_matches_blocks() {
     let code: Vec<u8> = [CALL_RET, LOOP].concat();
     let mut t = T::new();
-    t.enable(BASE).tnt(&[true]).ip(IpPacketKind::Tip, BASE + 8).tnt(&[true, true, false]);
+    t.enable(BASE)
+        .tnt(&[true])
+        .ip(IpPacketKind::Tip, BASE + 8)
+        .tnt(&[true, true, false]);
     t.ip(IpPacketKind::TipPgd, BASE + 15);
     let image = image(&code);
     let blocks = run_blocks(t.bytes(), &image, FlowOptions::default());
@@ -437,7 +519,8 @@ fn skl014_binds_a_suppressed_disable_to_a_direct_jump_out_of_the_filter() {
     let mut code = vec![0x90; 0x1008];
     code[1..6].copy_from_slice(&[0xe9, 0xfa, 0x0f, 0x00, 0x00]);
     let mut t = T::new();
-    t.enable(BASE).push(&Packet::Ip(IpPacketKind::TipPgd, IpPayload::SUPPRESSED));
+    t.enable(BASE)
+        .push(&Packet::Ip(IpPacketKind::TipPgd, IpPayload::SUPPRESSED));
     let image = image(&code);
     let mut options = FlowOptions::default();
     options.filter.cfg[0] = filter::CFG_FILTER;
@@ -485,6 +568,14 @@ fn long_straight_runs_end_after_0x400_new_instructions() {
     // First pass: libipt learns 0x400 instructions, then the rest; second pass is one block.
     assert_eq!(
         out,
-        ["enabled 1000", "mode", "1000..13ff 1024", "1400..1500 257", "1000..1500 1281", "disabled", "eos"]
+        [
+            "enabled 1000",
+            "mode",
+            "1000..13ff 1024",
+            "1400..1500 257",
+            "1000..1500 1281",
+            "disabled",
+            "eos"
+        ]
     );
 }

@@ -1,0 +1,124 @@
+//! ptxed's command line: help, version, argument errors and their exit codes, as
+//! libipt's ptxed has them.
+
+use std::process::{Command, Output};
+
+fn ptxed(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ptxed"))
+        .args(args)
+        .output()
+        .expect("run ptxed")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).replace(env!("CARGO_BIN_EXE_ptxed"), "ptxed")
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("ptxed-cli-{}-{name}", std::process::id()));
+    std::fs::write(&path, bytes).expect("write");
+    path
+}
+
+#[test]
+fn help_and_version() {
+    let o = ptxed(&["--help"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    for flag in [
+        "--pt <file>",
+        "--raw <file>",
+        "--block:show-blocks",
+        "--insn-decoder",
+        "--filter:addr<n>_cfg",
+    ] {
+        assert!(text.contains(flag), "help lacks {flag}");
+    }
+    let o = ptxed(&["--version"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn argument_errors() {
+    let o = ptxed(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "ptxed: no pt file.\n");
+
+    let o = ptxed(&["--frobnicate"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "ptxed: unknown option: --frobnicate.\n");
+
+    let o = ptxed(&["--mtc-freq"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "ptxed: --mtc-freq: missing argument.\n");
+
+    let o = ptxed(&["--mtc-freq", "256"]);
+    assert_eq!(stderr(&o), "ptxed: --mtc-freq: value too big: 256.\n");
+
+    let o = ptxed(&["--nom-freq", "x"]);
+    assert_eq!(stderr(&o), "ptxed: --nom-freq: bad argument: x.\n");
+
+    let o = ptxed(&["--cpu", "6"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "ptxed: cpu must be specified as f/m[/s]\n");
+
+    let o = ptxed(&["--filter:addr0_cfg", "16"]);
+    assert_eq!(
+        stderr(&o),
+        "ptxed: --filter:addr0_cfg: value too big: 16.\n"
+    );
+
+    let o = ptxed(&["--filter:addr4_cfg", "1"]);
+    assert_eq!(stderr(&o), "ptxed: unknown option: --filter:addr4_cfg.\n");
+}
+
+#[test]
+fn file_errors() {
+    let o = ptxed(&["--pt", "/nonexistent/trace.pt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("ptxed: failed to open /nonexistent/trace.pt: "));
+
+    let pt = temp_file("t.pt", &[0x02, 0x82]);
+    let pt = pt.to_str().expect("utf-8 path");
+    let o = ptxed(&["--pt", &format!("{pt}:0x10")]);
+    assert_eq!(stderr(&o), format!("ptxed: bad offset 0x10 into {pt}.\n"));
+
+    let o = ptxed(&["--pt", pt, "--pt", pt]);
+    assert_eq!(stderr(&o), format!("ptxed: duplicate pt sources: {pt}.\n"));
+
+    let o = ptxed(&["--pt", pt, "--cpu", "6/94"]);
+    assert_eq!(
+        stderr(&o),
+        "ptxed: please specify cpu before the pt source file.\n"
+    );
+
+    let empty = temp_file("empty.bin", &[]);
+    let empty = empty.to_str().expect("utf-8 path");
+    let o = ptxed(&["--raw", &format!("{empty}:0x1000"), "--pt", pt]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "ptxed: failed to add {empty} at 0x1000: invalid argument.\n\
+             ptxed: --raw: failed to load '{empty}'.\n"
+        )
+    );
+}
+
+#[test]
+fn unknown_cpu_is_a_config_error_line() {
+    // A lone PSB: nothing to decode, but the cpu is checked when the trace is loaded.
+    let mut psb = Vec::new();
+    for _ in 0..8 {
+        psb.extend_from_slice(&[0x02, 0x82]);
+    }
+    psb.extend_from_slice(&[0x02, 0x23]);
+    let pt = temp_file("psb.pt", &psb);
+    let o = ptxed(&["--cpu", "0/0", "--pt", pt.to_str().expect("utf-8 path")]);
+    assert!(o.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "[0, 0: config error: unknown cpu]\n"
+    );
+}
