@@ -654,10 +654,27 @@ impl Iterator for PacketDecoder<'_> {
     /// ends until the decoder is synchronized again.
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
+        // The common packets return straight from the window decoder, so the item is
+        // built once, in place.
+        if let (Some(pos), None, false) = (self.pos, self.ctx.pebs, self.stalled) {
+            if let Some(win) = self.buf.get(pos..pos + 16) {
+                if let Some((p, n)) = decode_common(win, self.errata.skd007) {
+                    self.pos = Some(pos + n);
+                    return Some(Ok((pos as u64, p)));
+                }
+            }
+        }
+        self.next_uncommon()
+    }
+}
+
+impl PacketDecoder<'_> {
+    #[inline(never)]
+    fn next_uncommon(&mut self) -> Option<Result<(u64, Packet), DecodeError>> {
         if self.stalled {
             return None;
         }
-        match self.next_packet() {
+        match self.next_packet_general() {
             Ok(p) => Some(Ok(p)),
             Err(e) if e.code == ErrorCode::Eos && e.offset == self.buf.len() as u64 => {
                 if self.pos == Some(self.buf.len()) {
