@@ -638,6 +638,11 @@ impl SimBackend {
         &mut self.cpu
     }
 
+    /// The register-level model, read-only.
+    pub fn cpu_ref(&self) -> &SimCpu {
+        &self.cpu
+    }
+
     /// Runs one execution item.
     #[inline]
     pub fn feed(&mut self, item: &ExecItem, mem: &CodeMemory) {

@@ -6,3 +6,5 @@ pub mod backend;
 pub mod clock;
 pub mod exec;
 pub mod pt;
+pub mod record;
+pub mod sideband;

@@ -1,0 +1,400 @@
+//! ptrec: record a program's Intel PT trace with the perf backend where the
+//! hardware and kernel allow it, else with the simulator.
+//!
+//! ```text
+//! ptrec [--backend auto|perf|sim] [--source ptrace|valgrind] [TERMS...]
+//!       [--filter SPEC] [-n LIMIT] -o OUT -- CMD ARGS...
+//! ptrec --replay OUT.log [TERMS...] [--filter SPEC] -o OUT2
+//! ```
+//!
+//! TERMS are perf's intel_pt terms, applied over perf's default
+//! (`tsc,mtc,mtc_period=3,psb_period=3,branch`, user space): `tsc`, `mtc`,
+//! `mtc_period=N`, `cyc`, `cyc_thresh=N`, `noretcomp`, `psb_period=N`,
+//! `branch`, `ptw`, `fup_on_ptw`, `notnt`, each also as `term=0`; `u` / `k`
+//! (or `:u`, `:k`) select user / kernel space. Commas separate terms too.
+//! `--filter` takes perf's `filter START/SIZE@FILE` (or `stop …`) or a plain
+//! `START-END` (END exclusive).
+//!
+//! With the simulator, OUT is the trace, `OUT.sideband` the side-band (see
+//! `pt_sim::sideband`) and `OUT.log` the execution log, which `--replay`
+//! turns into a trace again with another configuration.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use pt_hal::config::TraceConfig;
+use pt_sim::exec::log::LogReader;
+use pt_sim::exec::ptrace::{TraceOptions, Tracer};
+use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
+use pt_sim::exec::{ExecError, ExecutionSource, ExitKind, StopReason};
+use pt_sim::record::{record_sim, sideband_path, FilterSpec, SimRecording};
+
+static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    if let Some(f) = STOP.get() {
+        f.store(true, Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Auto,
+    Perf,
+    Sim,
+}
+
+struct Args {
+    backend: Backend,
+    valgrind: bool,
+    config: TraceConfig,
+    filters: Vec<FilterSpec>,
+    out: Option<PathBuf>,
+    replay: Option<PathBuf>,
+    limit: Option<u64>,
+    command: Vec<String>,
+}
+
+const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|valgrind] [TERMS...] [--filter SPEC] [-n LIMIT] -o OUT -- CMD ARGS...
+       ptrec --replay OUT.log [TERMS...] [--filter SPEC] -o OUT2
+TERMS: tsc mtc mtc_period=N cyc cyc_thresh=N noretcomp psb_period=N branch ptw fup_on_ptw notnt (term=0 to clear), u, k";
+
+fn apply_term(cfg: &mut TraceConfig, term: &str) -> Result<(), String> {
+    let (name, value) = match term.split_once('=') {
+        Some((n, v)) => {
+            let v = v.trim();
+            let parsed = match v.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16),
+                None => v.parse(),
+            };
+            (n, parsed.map_err(|_| format!("term `{term}`: bad value"))?)
+        }
+        None => (term, 1),
+    };
+    let small = |v: u64| -> Result<u8, String> {
+        u8::try_from(v)
+            .ok()
+            .filter(|&v| v <= 15)
+            .ok_or(format!("term `{term}`: value out of range"))
+    };
+    let on = value != 0;
+    match name {
+        "tsc" => cfg.tsc = on,
+        "mtc" => cfg.mtc = on.then_some(cfg.mtc.unwrap_or(3)),
+        "mtc_period" => {
+            let v = small(value)?;
+            if cfg.mtc.is_some() {
+                cfg.mtc = Some(v);
+            } else {
+                cfg.mtc = Some(v);
+            }
+        }
+        "cyc" => cfg.cyc = on.then_some(cfg.cyc.unwrap_or(0)),
+        "cyc_thresh" => cfg.cyc = Some(small(value)?),
+        "noretcomp" => cfg.dis_retc = on,
+        "psb_period" => cfg.psb_freq = small(value)?,
+        "branch" => cfg.branch = on,
+        "ptw" => cfg.ptwrite = on,
+        "fup_on_ptw" => cfg.fup_on_ptw = on,
+        "notnt" => cfg.dis_tnt = on,
+        "pt" => {}
+        "u" | ":u" => {
+            cfg.user = true;
+            cfg.os = false;
+        }
+        "k" | ":k" => {
+            cfg.os = true;
+            cfg.user = false;
+        }
+        "uk" | "ku" | ":uk" | ":ku" => {
+            cfg.os = true;
+            cfg.user = true;
+        }
+        _ => return Err(format!("unknown term `{term}`\n{USAGE}")),
+    }
+    Ok(())
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        backend: Backend::Auto,
+        valgrind: false,
+        config: TraceConfig::perf_default(),
+        filters: Vec::new(),
+        out: None,
+        replay: None,
+        limit: None,
+        command: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    let mut mtc_period_seen = false;
+    while let Some(arg) = it.next() {
+        let mut value = |what: &str| it.next().ok_or(format!("{arg} needs {what}"));
+        match arg.as_str() {
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            "--backend" => {
+                a.backend = match value("auto|perf|sim")?.as_str() {
+                    "auto" => Backend::Auto,
+                    "perf" => Backend::Perf,
+                    "sim" => Backend::Sim,
+                    b => return Err(format!("unknown backend `{b}`")),
+                }
+            }
+            "--source" => {
+                a.valgrind = match value("ptrace|valgrind")?.as_str() {
+                    "ptrace" => false,
+                    "valgrind" => true,
+                    s => return Err(format!("unknown source `{s}`")),
+                }
+            }
+            "--filter" => a
+                .filters
+                .extend(FilterSpec::parse_list(&value("a filter")?)?),
+            "-o" | "--output" => a.out = Some(PathBuf::from(value("a file")?)),
+            "--replay" => a.replay = Some(PathBuf::from(value("a log file")?)),
+            "-n" | "--limit" => {
+                a.limit = Some(
+                    value("a count")?
+                        .parse()
+                        .map_err(|_| "bad instruction limit".to_string())?,
+                )
+            }
+            "--" => {
+                a.command = it.by_ref().collect();
+                break;
+            }
+            s if s.starts_with('-') && s != "-" => {
+                return Err(format!("unknown option `{s}`\n{USAGE}"))
+            }
+            terms => {
+                for t in terms.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                    mtc_period_seen |= t.starts_with("mtc_period");
+                    apply_term(&mut a.config, t)?;
+                }
+            }
+        }
+    }
+    let _ = mtc_period_seen;
+    if a.out.is_none() {
+        return Err(format!("-o OUT is required\n{USAGE}"));
+    }
+    if a.replay.is_none() && a.command.is_empty() {
+        return Err(format!("no command given\n{USAGE}"));
+    }
+    Ok(a)
+}
+
+fn signame(s: i32) -> String {
+    let names = [
+        (1, "SIGHUP"),
+        (2, "SIGINT"),
+        (4, "SIGILL"),
+        (5, "SIGTRAP"),
+        (6, "SIGABRT"),
+        (7, "SIGBUS"),
+        (8, "SIGFPE"),
+        (9, "SIGKILL"),
+        (11, "SIGSEGV"),
+        (13, "SIGPIPE"),
+        (15, "SIGTERM"),
+    ];
+    names
+        .iter()
+        .find(|(n, _)| *n == s)
+        .map_or(format!("signal {s}"), |(_, name)| {
+            format!("signal {s} ({name})")
+        })
+}
+
+fn run_sim(a: &Args) -> Result<ExitCode, String> {
+    let out = a.out.clone().unwrap_or_default();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let progress = |n: u64| {
+        if tty {
+            eprint!("\rptrec: {:.1} M instructions", n as f64 / 1e6);
+        }
+    };
+    let mut log_path = out.as_os_str().to_owned();
+    log_path.push(".log");
+    let log_path = PathBuf::from(log_path);
+    let mut rec = SimRecording {
+        config: a.config,
+        filters: a.filters.clone(),
+        params: pt_sim::pt::SimParams::default(),
+        output: pt_sim::backend::SimOutput::default(),
+        trace: out.clone(),
+        log: None,
+    };
+    let mut source: Box<dyn ExecutionSource> = if let Some(log) = &a.replay {
+        eprintln!("ptrec: replaying {} on the simulator", log.display());
+        Box::new(LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?)
+    } else {
+        rec.log = Some(log_path.clone());
+        let (prog, args) = a.command.split_first().ok_or("no command")?;
+        let res: Result<Box<dyn ExecutionSource>, ExecError> = if a.valgrind {
+            eprintln!("ptrec: recording {prog} on the simulator (valgrind source)");
+            ValgrindSource::record(prog, args, ValgrindOptions::default())
+                .map(|s| Box::new(s) as Box<dyn ExecutionSource>)
+        } else {
+            eprintln!("ptrec: recording {prog} on the simulator (ptrace single-step source)");
+            let flag = STOP
+                .get_or_init(|| Arc::new(AtomicBool::new(false)))
+                .clone();
+            // SAFETY: installing a handler that only stores to an atomic.
+            unsafe {
+                libc::signal(
+                    libc::SIGINT,
+                    on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                );
+            }
+            Tracer::spawn(
+                prog,
+                args,
+                TraceOptions {
+                    step_limit: a.limit,
+                    stop_flag: Some(flag),
+                    ..TraceOptions::default()
+                },
+            )
+            .map(|s| Box::new(s) as Box<dyn ExecutionSource>)
+        };
+        match res {
+            Ok(s) => s,
+            Err(ExecError::CommandNotFound(c)) => {
+                eprintln!("ptrec: {c}: command not found");
+                return Ok(ExitCode::from(127));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let s = record_sim(source.as_mut(), &rec, progress)?;
+    if tty && s.instructions >= 1 << 20 {
+        eprintln!();
+    }
+    eprintln!(
+        "ptrec: {} instructions ({} traced), {} trace bytes, {} PSBs{}{} in {:.2} s ({:.2} M instructions/s)",
+        s.instructions,
+        s.traced,
+        s.trace_bytes,
+        s.psbs,
+        if s.overflows > 0 { format!(", {} overflows", s.overflows) } else { String::new() },
+        if s.lost_bytes > 0 { format!(", {} bytes lost", s.lost_bytes) } else { String::new() },
+        s.seconds,
+        s.instructions as f64 / s.seconds.max(1e-9) / 1e6
+    );
+    eprintln!(
+        "ptrec: wrote {}, {}{}",
+        out.display(),
+        sideband_path(&out).display(),
+        if rec.log.is_some() {
+            format!(", {}", log_path.display())
+        } else {
+            String::new()
+        }
+    );
+    if let Some(e) = &s.source_error {
+        eprintln!("ptrec: the recording ended early: {e}; the trace is kept up to there");
+    }
+    match s.stopped {
+        Some(StopReason::Interrupted) => {
+            eprintln!("ptrec: interrupted; the trace ends where the program was stopped")
+        }
+        Some(StopReason::StepLimit) => eprintln!("ptrec: instruction limit reached"),
+        _ => {}
+    }
+    match s.exit {
+        Some(ExitKind::Killed(sig)) => {
+            eprintln!(
+                "ptrec: the program was killed by {}; the trace ends there",
+                signame(sig)
+            )
+        }
+        Some(ExitKind::Exited(c)) if c != 0 => {
+            eprintln!("ptrec: the program exited with status {c}")
+        }
+        _ => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_perf(a: &Args) -> Result<ExitCode, String> {
+    use pt_hal::backend::{TraceBackend, TraceItem};
+    use pt_hal::perf::{PerfBackend, PerfOptions, Target};
+    let out = a.out.clone().unwrap_or_default();
+    let (prog, args) = a.command.split_first().ok_or("no command")?;
+    let mut cfg = a.config;
+    let mut opts = PerfOptions::default();
+    for (slot, f) in cfg.ranges.iter_mut().zip(&a.filters) {
+        *slot = pt_hal::config::AddrRange {
+            cfg: f.cfg,
+            start: f.start,
+            end: f.start + f.size - 1,
+        };
+        if let Some(o) = &f.object {
+            opts.filter_object = Some(o.clone());
+        }
+    }
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args);
+    eprintln!("ptrec: recording {prog} with the perf backend (Intel PT hardware)");
+    let mut b = PerfBackend::new(Target::Command(cmd), opts).map_err(|e| e.to_string())?;
+    b.configure(&cfg).map_err(|e| e.to_string())?;
+    b.start().map_err(|e| e.to_string())?;
+    let mut items: Vec<TraceItem> = Vec::new();
+    let status = b.wait().map_err(|e| e.to_string())?;
+    b.stop().map_err(|e| e.to_string())?;
+    b.read(&mut items).map_err(|e| e.to_string())?;
+    b.write_files(&items, &out, &sideband_path(&out))
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    let bytes: usize = items
+        .iter()
+        .map(|i| match i {
+            TraceItem::Data { bytes, .. } => bytes.len(),
+            _ => 0,
+        })
+        .sum();
+    eprintln!(
+        "ptrec: wrote {} ({bytes} bytes) and {}; program {:?}",
+        out.display(),
+        sideband_path(&out).display(),
+        status
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let a = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ptrec: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let backend = match a.backend {
+        Backend::Auto if a.replay.is_some() => Backend::Sim,
+        Backend::Auto => {
+            let (_, _, ready) = pt_hal::probe::Readiness::host();
+            if ready.can_trace() {
+                Backend::Perf
+            } else {
+                eprintln!("ptrec: {}; using the simulator", ready.summary());
+                Backend::Sim
+            }
+        }
+        b => b,
+    };
+    let r = match backend {
+        Backend::Perf if a.replay.is_some() => Err("--replay needs the simulator".to_string()),
+        Backend::Perf => run_perf(&a),
+        _ => run_sim(&a),
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ptrec: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
