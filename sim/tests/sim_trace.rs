@@ -1,0 +1,496 @@
+//! End to end: real programs (/bin/true and a small C program built here with
+//! gcc) recorded once by single-stepping, replayed through the PT logic in six
+//! configurations; every trace must decode packet by packet, match the ground
+//! truth branch by branch (a small flow walk over the recorded instructions),
+//! hold no packet of a disabled feature, and, when libipt's ptxed is named by
+//! PT_REFERENCE_PTXED, make ptxed print exactly the traced instructions.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use pt_decoder::{Config, LastIp, Packet, PacketDecoder};
+use pt_encoder::packet::IpPacketKind;
+use pt_hal::config::TraceConfig;
+use pt_hal::msr::AddrCfg;
+use pt_sim::backend::SimOutput;
+use pt_sim::exec::log::LogReader;
+use pt_sim::exec::ptrace::{TraceOptions, Tracer};
+use pt_sim::exec::{collect, Event, ExecItem, InsnClass, Mapping};
+use pt_sim::pt::{SimParams, TntPolicy};
+use pt_sim::record::{record_sim, FilterSpec, SimRecording};
+use pt_sim::sideband::Sideband;
+
+struct Recorded {
+    dir: PathBuf,
+    log: PathBuf,
+    items: Vec<ExecItem>,
+    program: PathBuf,
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("sim-trace-{name}"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn record(name: &str, program: &Path, args: &[&str]) -> Recorded {
+    let dir = tmp(name);
+    let log = dir.join("exec.log");
+    let mut t = Tracer::spawn(program, args, TraceOptions::default()).expect("spawn");
+    let rec = SimRecording {
+        config: TraceConfig::perf_default(),
+        filters: Vec::new(),
+        params: SimParams::default(),
+        output: SimOutput::default(),
+        trace: dir.join("first.pt"),
+        log: Some(log.clone()),
+    };
+    let s = record_sim(&mut t, &rec, |_| {}).expect("record");
+    assert!(s.source_error.is_none(), "{:?}", s.source_error);
+    let items = collect(&mut LogReader::open(&log).unwrap()).unwrap();
+    Recorded {
+        dir,
+        log,
+        items,
+        program: std::fs::canonicalize(program).unwrap(),
+    }
+}
+
+fn true_run() -> &'static Recorded {
+    static R: OnceLock<Recorded> = OnceLock::new();
+    R.get_or_init(|| record("true", Path::new("/bin/true"), &[]))
+}
+
+fn sample_run() -> &'static Recorded {
+    static R: OnceLock<Recorded> = OnceLock::new();
+    R.get_or_init(|| {
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/sample.c");
+        let bin = tmp("sample-bin").join("sample");
+        let st = Command::new("gcc")
+            .args(["-O1", "-fno-inline-small-functions", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .expect("run gcc");
+        assert!(st.success());
+        record("sample", &bin, &[])
+    })
+}
+
+/// The executable mapping of the program itself (first one seen).
+fn main_text(r: &Recorded) -> (u64, u64) {
+    for it in &r.items {
+        if let ExecItem::Event(Event::Mappings(maps)) = it {
+            let m: &Mapping = maps
+                .iter()
+                .find(|m| m.perms.exec && Path::new(&m.path) == r.program)
+                .expect("program text mapped");
+            return (m.start, m.end);
+        }
+    }
+    panic!("no mappings");
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    Bit(bool),
+    Tip(u64),
+    Pge(u64),
+    Pgd(Option<u64>),
+    Fup(u64),
+}
+
+struct Decoded {
+    packets: Vec<Packet>,
+    flow: Vec<Flow>,
+}
+
+/// Decodes every packet (no error allowed) and keeps the control-flow ones.
+fn decode(trace: &[u8]) -> Decoded {
+    let mut d = PacketDecoder::new(trace, &Config::default());
+    d.sync_forward().expect("a PSB");
+    let mut packets = Vec::new();
+    let mut flow = Vec::new();
+    let mut last = LastIp::new();
+    let mut in_psb = false;
+    for r in d {
+        let (off, p) = r.unwrap_or_else(|e| panic!("packet decode error: {e}"));
+        let _ = off;
+        match p {
+            Packet::Psb => {
+                last.reset();
+                in_psb = true;
+            }
+            Packet::Psbend | Packet::Ovf => in_psb = false,
+            Packet::Tnt8(t) | Packet::Tnt64(t) => flow.extend(t.iter().map(Flow::Bit)),
+            Packet::Ip(kind, payload) => {
+                let ip = last.update(payload);
+                if in_psb {
+                    // Status FUP of PSB+.
+                } else {
+                    flow.push(match (kind, ip) {
+                        (IpPacketKind::Tip, Some(ip)) => Flow::Tip(ip),
+                        (IpPacketKind::TipPge, Some(ip)) => Flow::Pge(ip),
+                        (IpPacketKind::TipPgd, ip) => Flow::Pgd(ip),
+                        (IpPacketKind::Fup, Some(ip)) => Flow::Fup(ip),
+                        other => panic!("unexpected IP packet {other:?}"),
+                    });
+                }
+            }
+            _ => {}
+        }
+        packets.push(p);
+    }
+    Decoded { packets, flow }
+}
+
+/// Walks the ground truth against the flow packets, as a decoder would.
+/// Returns (traced instructions' IPs, compressed returns).
+fn check_flow(items: &[ExecItem], flow: &[Flow], cfg: &TraceConfig) -> (Vec<u64>, u64) {
+    let ranges: Vec<(u64, u64)> = cfg
+        .ranges
+        .iter()
+        .filter(|r| r.cfg == AddrCfg::Filter)
+        .map(|r| (r.start, r.end))
+        .collect();
+    let in_range = |ip: u64| ranges.is_empty() || ranges.iter().any(|&(a, b)| a <= ip && ip <= b);
+    let mut pos = 0usize;
+    let mut next = |what: &str, i: usize| -> Flow {
+        let f = *flow
+            .get(pos)
+            .unwrap_or_else(|| panic!("item {i}: trace ends, expected {what}"));
+        pos += 1;
+        f
+    };
+    let mut enabled = false;
+    let mut stack: Vec<u64> = Vec::new();
+    let mut traced = Vec::new();
+    let mut compressed = 0u64;
+    let mut last_next = None;
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            ExecItem::Insn(r) => {
+                if !in_range(r.ip) {
+                    assert!(!enabled, "item {i}: {:#x} out of range while enabled", r.ip);
+                    continue;
+                }
+                if !enabled {
+                    assert_eq!(next("TIP.PGE", i), Flow::Pge(r.ip), "item {i}");
+                    enabled = true;
+                }
+                traced.push(r.ip);
+                last_next = Some(r.next_ip);
+                let ft = r.fall_through();
+                let leaving = !in_range(r.next_ip);
+                let mut leave = |f: &mut dyn FnMut(&str, usize) -> Flow, target: Option<u64>| {
+                    assert_eq!(
+                        f("TIP.PGD", i),
+                        Flow::Pgd(target),
+                        "item {i} leaves the range"
+                    );
+                };
+                match r.class {
+                    InsnClass::CondBranch if leaving => {
+                        leave(&mut next, None);
+                        enabled = false;
+                    }
+                    InsnClass::CondBranch => {
+                        if !cfg.dis_tnt {
+                            assert_eq!(next("TNT", i), Flow::Bit(r.next_ip != ft), "item {i}");
+                        }
+                    }
+                    InsnClass::DirectCall | InsnClass::DirectJump | InsnClass::Other => {
+                        if r.class == InsnClass::DirectCall && r.next_ip != ft {
+                            stack.push(ft);
+                        }
+                        if leaving {
+                            leave(&mut next, Some(r.next_ip));
+                            enabled = false;
+                        }
+                    }
+                    InsnClass::IndirectCall | InsnClass::IndirectJump => {
+                        if r.class == InsnClass::IndirectCall {
+                            stack.push(ft);
+                        }
+                        if leaving {
+                            leave(&mut next, Some(r.next_ip));
+                            enabled = false;
+                        } else {
+                            assert_eq!(next("TIP", i), Flow::Tip(r.next_ip), "item {i}");
+                        }
+                    }
+                    InsnClass::Return => {
+                        if leaving {
+                            leave(&mut next, Some(r.next_ip));
+                            enabled = false;
+                        } else {
+                            match next("TNT or TIP", i) {
+                                Flow::Bit(true) => {
+                                    assert!(!cfg.dis_retc, "item {i}: compressed with noretcomp");
+                                    assert_eq!(stack.pop(), Some(r.next_ip), "item {i}");
+                                    compressed += 1;
+                                }
+                                f => assert_eq!(f, Flow::Tip(r.next_ip), "item {i}"),
+                            }
+                        }
+                    }
+                    InsnClass::FarBranch => {
+                        assert_eq!(next("TIP", i), Flow::Tip(r.next_ip), "item {i}");
+                    }
+                    InsnClass::KernelEntry => {
+                        let mut f = next("TIP.PGD", i);
+                        if f == Flow::Fup(r.ip) {
+                            f = next("TIP.PGD", i);
+                        }
+                        assert_eq!(f, Flow::Pgd(None), "item {i}: kernel entry");
+                        enabled = false;
+                    }
+                }
+            }
+            ExecItem::Event(Event::Signal { from_ip, .. }) if enabled => {
+                assert_eq!(next("FUP", i), Flow::Fup(*from_ip), "item {i}");
+                assert_eq!(next("TIP.PGD", i), Flow::Pgd(None), "item {i}");
+                enabled = false;
+            }
+            _ => {}
+        }
+    }
+    if enabled {
+        assert_eq!(next("FUP", items.len()), Flow::Fup(last_next.unwrap()));
+        assert_eq!(next("TIP.PGD", items.len()), Flow::Pgd(None));
+    }
+    assert_eq!(
+        pos,
+        flow.len(),
+        "packets left over: {:?}",
+        &flow[pos..flow.len().min(pos + 8)]
+    );
+    (traced, compressed)
+}
+
+/// No packet a disabled feature would produce.
+fn check_features(packets: &[Packet], cfg: &TraceConfig) {
+    for p in packets {
+        let bad = match p {
+            Packet::Tsc { .. } => !cfg.tsc,
+            Packet::Tma { .. } => !(cfg.tsc && cfg.mtc.is_some()),
+            Packet::Mtc { .. } => cfg.mtc.is_none(),
+            Packet::Cyc { .. } => cfg.cyc.is_none(),
+            Packet::Tnt8(_) | Packet::Tnt64(_) => cfg.dis_tnt || !cfg.branch,
+            Packet::Ip(..) | Packet::ModeExec(_) | Packet::ModeTsx(_) => !cfg.branch,
+            Packet::Ptw { .. } => !cfg.ptwrite,
+            // OS = 0: no PIP; no power or event trace here.
+            Packet::Pip { .. }
+            | Packet::Vmcs { .. }
+            | Packet::Exstop { .. }
+            | Packet::Mwait { .. }
+            | Packet::Pwre { .. }
+            | Packet::Pwrx { .. }
+            | Packet::Cfe { .. }
+            | Packet::Evd { .. } => true,
+            _ => false,
+        };
+        assert!(!bad, "{p:?} with {cfg:?}");
+    }
+}
+
+/// PSBs come once PSBFreq's byte count is reached, and not much later.
+fn check_psb_spacing(trace: &[u8], cfg: &TraceConfig) {
+    let period = 2048usize << cfg.psb_freq;
+    let psb = [0x02u8, 0x82];
+    let offsets: Vec<usize> = (0..trace.len().saturating_sub(16))
+        .filter(|&i| trace[i..i + 16].chunks(2).all(|c| c == psb))
+        .collect();
+    assert_eq!(offsets.first(), Some(&0));
+    for w in offsets.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(gap >= period, "PSB gap {gap} < {period}");
+        // One instruction's worth of packets (plus a PSB+) at most beyond the period.
+        assert!(gap < period + 256, "PSB gap {gap} ≫ {period}");
+    }
+    if trace.len() > period + 256 {
+        assert!(offsets.len() >= 2, "no second PSB in {} bytes", trace.len());
+    }
+}
+
+fn replay(
+    r: &Recorded,
+    name: &str,
+    cfg: TraceConfig,
+    filters: Vec<FilterSpec>,
+    tnt: TntPolicy,
+) -> (PathBuf, TraceConfig) {
+    let trace = r.dir.join(format!("{name}.pt"));
+    let rec = SimRecording {
+        config: cfg,
+        filters,
+        params: SimParams {
+            tnt,
+            ..SimParams::default()
+        },
+        output: SimOutput::default(),
+        trace: trace.clone(),
+        log: None,
+    };
+    let mut src = LogReader::open(&r.log).unwrap();
+    let s = record_sim(&mut src, &rec, |_| {}).expect("replay");
+    assert_eq!(s.lost_bytes, 0);
+    // The configuration with the ranges as resolved (from the side-band).
+    let sb = Sideband::read(&pt_sim::record::sideband_path(&trace)).unwrap();
+    let mut resolved = cfg;
+    for (n, (_, v)) in sb.params.iter().filter(|(k, _)| k == "addr").enumerate() {
+        let f: Vec<u64> = v
+            .split(' ')
+            .skip(1)
+            .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap())
+            .collect();
+        resolved.ranges[n] = pt_hal::config::AddrRange {
+            cfg: rec.filters[n].cfg,
+            start: f[0],
+            end: f[1],
+        };
+    }
+    (trace, resolved)
+}
+
+fn reference_ptxed(trace: &Path, want: &[u64]) {
+    let Some(ptxed) = std::env::var_os("PT_REFERENCE_PTXED") else {
+        eprintln!("skipping the libipt ptxed comparison: PT_REFERENCE_PTXED is not set");
+        return;
+    };
+    let sb = Sideband::read(&pt_sim::record::sideband_path(trace)).unwrap();
+    let out = Command::new(&ptxed)
+        .args(sb.ptxed_args())
+        .arg("--no-inst")
+        .arg("--pt")
+        .arg(trace)
+        .output()
+        .expect("run ptxed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("error")).collect();
+    assert!(errors.is_empty(), "ptxed: {errors:?}");
+    let got: Vec<u64> = text
+        .lines()
+        .filter(|l| l.len() == 16 && l.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect();
+    assert_eq!(got.len(), want.len(), "instruction count");
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+        panic!(
+            "ptxed differs at instruction {i}: {:#x} vs {:#x}",
+            got[i], want[i]
+        );
+    }
+}
+
+fn six_configs(r: &Recorded) -> Vec<(&'static str, TraceConfig, Vec<FilterSpec>, TntPolicy)> {
+    let d = TraceConfig::perf_default();
+    let (start, end) = main_text(r);
+    vec![
+        ("default", d, vec![], TntPolicy::Short),
+        (
+            "noretcomp",
+            TraceConfig {
+                dis_retc: true,
+                ..d
+            },
+            vec![],
+            TntPolicy::Short,
+        ),
+        (
+            "psb2k-long-tnt",
+            TraceConfig { psb_freq: 0, ..d },
+            vec![],
+            TntPolicy::Long,
+        ),
+        (
+            "mtc-cyc",
+            TraceConfig {
+                mtc: Some(0),
+                cyc: Some(0),
+                ..d
+            },
+            vec![],
+            TntPolicy::Short,
+        ),
+        (
+            "ip-range",
+            d,
+            vec![FilterSpec {
+                cfg: AddrCfg::Filter,
+                start,
+                size: end - start,
+                object: None,
+            }],
+            TntPolicy::Short,
+        ),
+        (
+            "user-only",
+            TraceConfig {
+                os: false,
+                user: true,
+                mtc: None,
+                psb_freq: 1,
+                ..TraceConfig::default()
+            },
+            vec![],
+            TntPolicy::Short,
+        ),
+    ]
+}
+
+fn run_all(r: &Recorded) {
+    let insns = r
+        .items
+        .iter()
+        .filter(|i| matches!(i, ExecItem::Insn(_)))
+        .count();
+    let syscalls = r
+        .items
+        .iter()
+        .filter(|i| matches!(i, ExecItem::Event(Event::SyscallEnter { .. })))
+        .count();
+    assert!(syscalls > 0);
+    for (name, cfg, filters, tnt) in six_configs(r) {
+        let (trace, cfg) = replay(r, name, cfg, filters, tnt);
+        let bytes = std::fs::read(&trace).unwrap();
+        let d = decode(&bytes);
+        check_features(&d.packets, &cfg);
+        check_psb_spacing(&bytes, &cfg);
+        let (traced, compressed) = check_flow(&r.items, &d.flow, &cfg);
+        if name == "ip-range" {
+            assert!(traced.len() < insns && !traced.is_empty());
+        } else {
+            assert_eq!(traced.len(), insns, "{name}");
+        }
+        if cfg.dis_retc {
+            assert_eq!(compressed, 0);
+        } else if name != "ip-range" {
+            assert!(compressed > 0, "{name}: no compressed return");
+        }
+        let pges = d.flow.iter().filter(|f| matches!(f, Flow::Pge(_))).count();
+        if name != "ip-range" {
+            assert!(pges > syscalls / 2, "{name}: user-only: PGE after syscalls");
+        }
+        if name == "mtc-cyc" {
+            assert!(d.packets.iter().any(|p| matches!(p, Packet::Cyc { .. })));
+            assert!(d.packets.iter().any(|p| matches!(p, Packet::Mtc { .. })));
+        }
+        if tnt == TntPolicy::Long {
+            assert!(d.packets.iter().any(|p| matches!(p, Packet::Tnt64(_))));
+        }
+        reference_ptxed(&trace, &traced);
+    }
+}
+
+#[test]
+fn bin_true_decodes_to_the_ground_truth() {
+    run_all(true_run());
+}
+
+#[test]
+fn c_program_decodes_to_the_ground_truth() {
+    run_all(sample_run());
+}
