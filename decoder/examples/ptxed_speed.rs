@@ -5,7 +5,9 @@
 //! * `calls`: a loop with a direct call (compressed return), an indirect call through
 //!   a register (TIP, compressed return) and an indirect jump (TIP).
 //!
-//! Prints instructions per second for the block and the instruction decoder.
+//! Prints instructions per second for the block and the instruction decoder, block by
+//! block / instruction by instruction and as ptxed `--quiet` decodes (counting only).
+//! The first pass over the code is included (the block cache starts cold).
 //!
 //! `cargo run --release -p pt-decoder --example ptxed_speed [million-insns]`
 
@@ -124,7 +126,9 @@ fn call_trace(insns: u64, f2: u64, m3: u64) -> Vec<u8> {
     buf
 }
 
-fn run_blocks(trace: &[u8], image: &Image) -> (u64, f64) {
+/// Decode all blocks; with `quiet`, skip what only needs counting as ptxed `--quiet`
+/// does ([`BlockDecoder::skip_blocks`]).
+fn run_blocks(trace: &[u8], image: &Image, quiet: bool) -> (u64, f64) {
     let config = Config::default();
     let mut dec = BlockDecoder::new(trace, image, &config, FlowOptions::default());
     let mut block = Block {
@@ -150,6 +154,9 @@ fn run_blocks(trace: &[u8], image: &Image) -> (u64, f64) {
         if status.eos {
             break;
         }
+        if quiet {
+            insns += dec.skip_blocks().0;
+        }
         let r = dec.next(&mut block);
         insns += u64::from(block.ninsn);
         match r {
@@ -160,7 +167,8 @@ fn run_blocks(trace: &[u8], image: &Image) -> (u64, f64) {
     (insns, t0.elapsed().as_secs_f64())
 }
 
-fn run_insns(trace: &[u8], image: &Image) -> (u64, f64) {
+/// Decode all instructions; `quiet` as for [`run_blocks`].
+fn run_insns(trace: &[u8], image: &Image, quiet: bool) -> (u64, f64) {
     let config = Config::default();
     let mut dec = InsnDecoder::new(trace, image, &config, FlowOptions::default());
     let mut insn = InsnInfo {
@@ -184,6 +192,9 @@ fn run_insns(trace: &[u8], image: &Image) -> (u64, f64) {
         if status.eos {
             break;
         }
+        if quiet {
+            insns += dec.skip_blocks();
+        }
         match dec.next(&mut insn) {
             Ok(s) => {
                 insns += 1;
@@ -203,9 +214,16 @@ fn run_insns(trace: &[u8], image: &Image) -> (u64, f64) {
 
 fn report(name: &str, decoder: &str, (insns, secs): (u64, f64)) {
     println!(
-        "{name:6} {decoder:6} {insns:>12} insns {secs:8.3} s {:10.1} M insns/s",
+        "{name:6} {decoder:12} {insns:>12} insns {secs:8.3} s {:10.1} M insns/s",
         insns as f64 / secs / 1e6
     );
+}
+
+fn report_all(name: &str, trace: &[u8], image: &Image) {
+    report(name, "block", run_blocks(trace, image, false));
+    report(name, "block quiet", run_blocks(trace, image, true));
+    report(name, "insn", run_insns(trace, image, false));
+    report(name, "insn quiet", run_insns(trace, image, true));
 }
 
 /// With `PTXED_SPEED_DUMP=dir`, writes `<name>.pt` and `<name>.bin` there (to time
@@ -233,8 +251,7 @@ fn main() {
     let trace = loop_trace(insns);
     println!("loop trace: {} bytes", trace.len());
     dump("loop", &trace, &loop_code());
-    report("loop", "block", run_blocks(&trace, &image));
-    report("loop", "insn", run_insns(&trace, &image));
+    report_all("loop", &trace, &image);
 
     let (code, f2, m3) = call_code();
     let mut image = Image::new();
@@ -244,6 +261,5 @@ fn main() {
     let trace = call_trace(insns / 4, f2, m3);
     println!("calls trace: {} bytes", trace.len());
     dump("calls", &trace, &code);
-    report("calls", "block", run_blocks(&trace, &image));
-    report("calls", "insn", run_insns(&trace, &image));
+    report_all("calls", &trace, &image);
 }

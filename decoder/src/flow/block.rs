@@ -265,6 +265,11 @@ pub struct BlockDecoder<'a> {
     bound: u8,
     /// The cache block at `ip` is this link of that block (saves a hash lookup).
     link: Option<(BlockId, bool, u64)>,
+    /// The cache block whose return or indirect branch brought us to `ip`.
+    came_from: Option<BlockId>,
+    /// Per cache block ending in a return or indirect branch: where it went last
+    /// time, and that block's id.
+    last_target: Vec<(u64, Option<BlockId>)>,
     /// The section that holds the last cache block: `[lo, hi)` and its id.
     section: (u64, u64, u32),
     /// The instructions libipt's block cache would know by now.
@@ -273,10 +278,22 @@ pub struct BlockDecoder<'a> {
     warm: Vec<bool>,
     /// The last event [`Self::event`] failed on, and how often in a row.
     failed: Option<(Event, u8)>,
+    /// The cache blocks of the last block returned, and whether the list is complete.
+    segs: Vec<(BlockId, u32)>,
+    segs_ok: bool,
     /// The state the last resync started from.
     last_resync: Option<(Option<u64>, Event, u64, bool)>,
     /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
     runs: HashMap<(u32, u64), TntRun, BuildHasherDefault<KeyHasher>>,
+}
+
+/// The parts of a cache block the walk needs.
+#[derive(Clone, Copy)]
+struct BlockView {
+    ip: u64,
+    ninsn: u32,
+    last: Insn,
+    truncated: bool,
 }
 
 /// Where a run of conditional branches leads, for [`BlockDecoder::skip_blocks`].
@@ -414,11 +431,15 @@ impl<'a> BlockDecoder<'a> {
             bound: 0,
             link: None,
             section: (1, 0, 0),
+            came_from: None,
+            last_target: Vec::new(),
             marks: Marks::default(),
             warm: Vec::new(),
             runs: HashMap::default(),
             failed: None,
             last_resync: None,
+            segs: Vec::new(),
+            segs_ok: false,
         };
         d.reset();
         d
@@ -493,6 +514,7 @@ impl<'a> BlockDecoder<'a> {
         self.cr3 = 0;
         self.vmcs = 0;
         self.link = None;
+        self.came_from = None;
         self.failed = None;
         self.last_resync = None;
     }
@@ -815,6 +837,7 @@ impl<'a> BlockDecoder<'a> {
             return Ok(false);
         }
         let d = self.decode(self.ip)?;
+        self.segs_ok = false;
         if d.isid != block.isid {
             if block.ninsn != 0 {
                 return Ok(false);
@@ -1233,9 +1256,30 @@ impl<'a> BlockDecoder<'a> {
                     .map_err(|e| e.code);
             }
         }
-        self.cache
+        // After a return or an indirect branch: the target it went to last time?
+        let from = self.came_from.take();
+        if let Some(from) = from {
+            if let Some(&(at, Some(id))) = self.last_target.get(from.index()) {
+                if at == ip {
+                    if let Some(b) = self.cache.get(id) {
+                        if b.ip == ip && b.mode == self.mode {
+                            return Ok(id);
+                        }
+                    }
+                }
+            }
+        }
+        let id = self
+            .cache
             .lookup(self.image, ip, self.mode)
-            .map_err(|e| e.code)
+            .map_err(|e| e.code)?;
+        if let Some(from) = from {
+            if self.last_target.len() <= from.index() {
+                self.last_target.resize(from.index() + 1, (0, None));
+            }
+            self.last_target[from.index()] = (ip, Some(id));
+        }
+        Ok(id)
     }
 
     #[inline]
@@ -1268,7 +1312,13 @@ impl<'a> BlockDecoder<'a> {
                 return Ok(());
             }
             let id = self.cache_block_at(self.ip)?;
-            let b = *self.cache.block(id);
+            let b = self.cache.block(id);
+            let b = BlockView {
+                ip: b.ip,
+                ninsn: b.ninsn,
+                last: b.last,
+                truncated: b.truncated,
+            };
             let isid = self.section_id(b.ip);
             if isid != block.isid {
                 if block.ninsn != 0 {
@@ -1286,6 +1336,7 @@ impl<'a> BlockDecoder<'a> {
             } else if let Some((k, ip, nip)) = self.walk_unknown(id, &b, &mut fill) {
                 // libipt ends the block inside this run (0x400 new instructions).
                 block.ninsn += k;
+                self.segs.push((id, k));
                 block.end_ip = ip;
                 block.class = Some(InsnClass::Other);
                 if self.has_icnt {
@@ -1300,6 +1351,7 @@ impl<'a> BlockDecoder<'a> {
                 self.icnt = self.icnt.checked_add(count).ok_or(ErrorCode::Overflow)?;
             }
             block.ninsn += count;
+            self.segs.push((id, count));
             let insn = b.last;
             block.end_ip = insn.ip;
             block.class = Some(insn.class);
@@ -1339,6 +1391,8 @@ impl<'a> BlockDecoder<'a> {
                     if insn.class == InsnClass::CondJump {
                         let taken = Some(self.ip) == insn.target;
                         self.link = Some((id, taken, self.ip));
+                    } else {
+                        self.came_from = Some(id);
                     }
                     return Ok(());
                 }
@@ -1361,7 +1415,7 @@ impl<'a> BlockDecoder<'a> {
     fn walk_unknown(
         &mut self,
         id: BlockId,
-        b: &crate::block_cache::Block,
+        b: &BlockView,
         fill: &mut Option<u32>,
     ) -> Option<(u32, u64, u64)> {
         let image = self.image;
@@ -1500,6 +1554,16 @@ impl<'a> BlockDecoder<'a> {
             self.proceed_postponed_insn()?;
             // Have the caller ask for the error as an event, unless it is the end.
             return Ok(self.status_flags(e != ErrorCode::Eos));
+        }
+        // The common case first: more bits in the TNT that is in use.
+        if let Tnt { size, .. } = self.event.kind {
+            if size != 0 && !self.options.tick_events && self.postponed.is_none() {
+                return Ok(Status {
+                    event_pending: false,
+                    ip_suppressed: !self.enabled,
+                    eos: false,
+                });
+            }
         }
         let ev = self.event;
         let pending = |s: &Self| Ok(s.status_flags(true));
@@ -1800,7 +1864,20 @@ impl<'a> BlockDecoder<'a> {
     /// holds the instructions decoded before the error).
     pub fn next(&mut self, block: &mut Block) -> Result<Status, ErrorCode> {
         *block = Block::start(self.ip, self.mode, self.speculative);
+        self.segs.clear();
+        self.segs_ok = true;
         self.proceed(block)
+    }
+
+    /// The cache blocks (and how many of their instructions) that make up the block
+    /// [`next`](Self::next) returned last, if it was built from cached blocks only.
+    pub(crate) fn segments(&self) -> Option<&[(BlockId, u32)]> {
+        self.segs_ok.then_some(self.segs.as_slice())
+    }
+
+    /// The block cache.
+    pub(crate) fn cache(&self) -> &BlockCache {
+        &self.cache
     }
 
     // ---- processing events ----
@@ -1871,6 +1948,7 @@ impl<'a> BlockDecoder<'a> {
     fn process_event(&mut self) -> Result<(Event, Status), ErrorCode> {
         use EventKind::*;
         self.link = None;
+        self.came_from = None;
         let mut ev = self.event;
         let mismatch = |s: &Self, ip: u64| s.enabled && !ev.ip_suppressed && s.ip != ip;
         match ev.kind {

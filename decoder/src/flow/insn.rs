@@ -1,6 +1,7 @@
 //! The instruction-flow decoder: the block decoder's blocks, one instruction at a time.
 
 use super::block::{next_ip, Block, BlockDecoder, FlowOptions, Status};
+use crate::block_cache::BlockId;
 use crate::config::Config;
 use crate::error::ErrorCode;
 use crate::event::Event;
@@ -31,6 +32,11 @@ pub struct InsnDecoder<'a> {
     /// The rest of the current block.
     block: Block,
     status: Result<Status, ErrorCode>,
+    /// The current block's cache blocks with their instruction counts, and the
+    /// position in them, when known (saves decoding each instruction again).
+    segs: Vec<(BlockId, u32)>,
+    seg: usize,
+    idx: u32,
 }
 
 const EMPTY: Block = Block {
@@ -51,6 +57,9 @@ impl<'a> InsnDecoder<'a> {
             blk: BlockDecoder::new(trace, image, config, options),
             block: EMPTY,
             status: Ok(Status::default()),
+            segs: Vec::new(),
+            seg: 0,
+            idx: 0,
         }
     }
 
@@ -66,6 +75,7 @@ impl<'a> InsnDecoder<'a> {
 
     fn restart(&mut self, r: Result<Status, ErrorCode>) -> Result<Status, ErrorCode> {
         self.block = EMPTY;
+        self.segs.clear();
         let status = r?;
         self.status = Ok(status);
         Ok(status)
@@ -111,6 +121,12 @@ impl<'a> InsnDecoder<'a> {
             let r = self.blk.next(&mut self.block);
             self.status = r;
             fill(out, &self.block);
+            self.segs.clear();
+            if let Some(segs) = self.blk.segments() {
+                self.segs.extend_from_slice(segs);
+            }
+            self.seg = 0;
+            self.idx = 0;
             if self.block.ninsn != 0 {
                 break;
             }
@@ -118,6 +134,9 @@ impl<'a> InsnDecoder<'a> {
             if status.event_pending {
                 return Err(ErrorCode::EventIgnored);
             }
+        }
+        if let Some(&(id, count)) = self.segs.get(self.seg) {
+            return self.next_cached(out, id, count);
         }
         let d = insn::decode_at(self.blk.image(), self.block.ip, self.block.mode)
             .map_err(|e| e.code)?;
@@ -144,6 +163,46 @@ impl<'a> InsnDecoder<'a> {
             }
             _ => 0,
         }
+    }
+
+    /// The next instruction from the cache block `id`, of which `count` belong to
+    /// the current block.
+    #[inline]
+    fn next_cached(
+        &mut self,
+        out: &mut InsnInfo,
+        id: BlockId,
+        count: u32,
+    ) -> Result<Status, ErrorCode> {
+        let cache = self.blk.cache();
+        let b = cache.get(id).ok_or(ErrorCode::Internal)?;
+        let size = *cache
+            .sizes(id)
+            .get(self.idx as usize)
+            .ok_or(ErrorCode::Internal)?;
+        out.size = size;
+        out.class = Some(if self.idx + 1 == b.ninsn {
+            b.last.class
+        } else {
+            InsnClass::Other
+        });
+        self.block.ninsn -= 1;
+        self.idx += 1;
+        if self.block.ninsn == 0 {
+            if self.block.ip != self.block.end_ip {
+                return Err(ErrorCode::Internal);
+            }
+            return self.status;
+        }
+        if self.idx < count {
+            self.block.ip = self.block.ip.wrapping_add(u64::from(size));
+        } else {
+            self.seg += 1;
+            self.idx = 0;
+            let &(next, _) = self.segs.get(self.seg).ok_or(ErrorCode::Internal)?;
+            self.block.ip = cache.get(next).ok_or(ErrorCode::Internal)?.ip;
+        }
+        Ok(Status::default())
     }
 
     /// The pending event.
