@@ -385,6 +385,21 @@ fn xed_style(text: &mut String, bytes: &[u8], ip: u64, mode: ExecMode) {
     if let Some(rest) = text.strip_prefix("data64 ") {
         *text = rest.to_string();
     }
+    // XED shows the hint NOPs 0F 18 and 0F 1F with their r/m operand only.
+    if text.starts_with("nop ") && is_nop_0f18_0f1f(bytes) {
+        if let Some(at) = text.rfind(", ") {
+            text.truncate(at);
+        }
+    }
+    // `imul r, r/m, imm` with r/m = r: XED names the register twice.
+    if let Some(ops) = text.strip_prefix("imul ") {
+        if let Some((reg, imm)) = ops.split_once(", ") {
+            let is_imm = imm.starts_with("0x") || imm.starts_with('-');
+            if is_imm && !reg.contains(' ') && !imm.contains(", ") {
+                *text = format!("imul {reg}, {reg}, {imm}");
+            }
+        }
+    }
     if text.contains(' ') && text != "ret far" {
         return;
     }
@@ -411,6 +426,20 @@ fn xed_style(text: &mut String, bytes: &[u8], ip: u64, mode: ExecMode) {
     if implicit {
         text.push(' ');
     }
+}
+
+/// Whether `bytes` start with opcode 0F 18 or 0F 1F (after prefixes and REX).
+fn is_nop_0f18_0f1f(bytes: &[u8]) -> bool {
+    let at = bytes
+        .iter()
+        .take_while(|&&b| {
+            matches!(
+                b,
+                0x66 | 0x67 | 0x2e | 0x3e | 0x26 | 0x36 | 0x64 | 0x65 | 0xf2 | 0xf3 | 0x40..=0x4f
+            )
+        })
+        .count();
+    matches!(bytes.get(at..at + 2), Some([0x0f, 0x18 | 0x1f]))
 }
 
 /// The address after the instruction at `ip`, following direct branches (as ptxed
