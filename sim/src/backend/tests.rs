@@ -1,1 +1,259 @@
 use super::*;
+use crate::exec::script::{Directive, Script};
+use crate::exec::{collect, ExecMode, ExecutionSource};
+use pt_decoder::{Config, Packet, PacketDecoder};
+
+fn user_cfg() -> TraceConfig {
+    TraceConfig {
+        os: false,
+        ..TraceConfig::default()
+    }
+}
+
+/// `n` indirect jumps to themselves: three bytes of TIP each.
+fn items(n: usize) -> (Vec<ExecItem>, CodeMemory) {
+    let mut s = Script::new(0x1000, ExecMode::Bit64)
+        .code(0x1000, &[0xff, 0xe0])
+        .directives(std::iter::repeat_n(Directive::Target(0x1000), n))
+        .max_instructions(10_000_000);
+    let items = collect(&mut s).unwrap();
+    (items, s.memory().clone())
+}
+
+fn run(b: &mut SimBackend, n: usize) -> Vec<TraceItem> {
+    let (items, mem) = items(n);
+    b.start().unwrap();
+    for it in &items {
+        b.feed(it, &mem);
+    }
+    b.stop().unwrap();
+    let mut out = Vec::new();
+    b.read(&mut out).unwrap();
+    out
+}
+
+fn data(items: &[TraceItem]) -> Vec<u8> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            TraceItem::Data { bytes, .. } => Some(bytes.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn decodes_from_first_psb(bytes: &[u8]) -> usize {
+    let mut d = PacketDecoder::new(bytes, &Config::default());
+    d.sync_forward().expect("a PSB");
+    let mut n = 0;
+    for r in d {
+        match r {
+            Ok(_) => n += 1,
+            // Only the last packet may be cut by a wrap or STOP.
+            Err(e) => assert!(e.offset + 16 >= bytes.len() as u64, "{e:?}"),
+        }
+    }
+    n
+}
+
+#[test]
+fn msr_writes_follow_the_sdm() {
+    let p = SimParams::default();
+    let mut cpu = SimCpu::new(SimCpu::default_caps(&p), p).unwrap();
+    // Reserved CTL bit: #GP with the HAL's reason.
+    assert!(matches!(
+        cpu.wrmsr(IA32_RTIT_CTL, 1 << 18),
+        Err(SimError::Gp {
+            why: GpReason::Config(ConfigError::ReservedCtlBits { .. }),
+            ..
+        })
+    ));
+    // A single range that is not a power of two.
+    cpu.wrmsr(IA32_RTIT_OUTPUT_BASE, 0x10000).unwrap();
+    cpu.wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0x17f).unwrap();
+    let mut ctl = user_cfg().to_regs().ctl;
+    ctl.set_topa(false);
+    assert!(matches!(
+        cpu.wrmsr(IA32_RTIT_CTL, ctl.0),
+        Err(SimError::Gp {
+            why: GpReason::Output(_),
+            ..
+        })
+    ));
+    cpu.wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xfff).unwrap();
+    cpu.wrmsr(IA32_RTIT_CTL, ctl.0).unwrap();
+    assert!(cpu.rdmsr(IA32_RTIT_STATUS).unwrap() & 4 != 0, "TriggerEn");
+    // While TraceEn = 1 only clearing TraceEn (or the same value) is allowed.
+    assert!(cpu.wrmsr(IA32_RTIT_CTL, ctl.0).is_ok());
+    assert!(matches!(
+        cpu.wrmsr(IA32_RTIT_CTL, ctl.0 | 1 << 11),
+        Err(SimError::Gp {
+            why: GpReason::WhileTracing,
+            ..
+        })
+    ));
+    assert!(matches!(
+        cpu.wrmsr(IA32_RTIT_STATUS, 0),
+        Err(SimError::Gp {
+            why: GpReason::WhileTracing,
+            ..
+        })
+    ));
+    cpu.wrmsr(IA32_RTIT_CTL, ctl.0 & !1).unwrap();
+    assert_eq!(cpu.rdmsr(IA32_RTIT_STATUS).unwrap() & 4, 0);
+    // The PSB+ written at enable is in memory, and OutputOffset says how much.
+    let off = cpu.rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS).unwrap() >> 32;
+    assert!(off > 16);
+    let mut psb = [0u8; 16];
+    cpu.mem.read(0x10000, &mut psb);
+    assert!(psb.chunks(2).all(|c| c == [0x02, 0x82]));
+    // Unknown MSR, reserved STATUS bits, ADDR2 with two ranges.
+    assert!(cpu.wrmsr(0x123, 0).is_err());
+    assert!(cpu.wrmsr(IA32_RTIT_STATUS, 1 << 3).is_err());
+    assert!(cpu.wrmsr(ia32_rtit_addr_a(2), 0x1000).is_err());
+    assert!(cpu.wrmsr(IA32_RTIT_CR3_MATCH, 0x1001).is_err());
+    // OS = 1 is valid on hardware but cannot be simulated.
+    let mut k = TraceConfig::default().to_regs().ctl;
+    k.set_topa(false);
+    assert!(matches!(
+        cpu.wrmsr(IA32_RTIT_CTL, k.0),
+        Err(SimError::Unsupported(PtError::KernelTracing))
+    ));
+}
+
+#[test]
+fn topa_ring_wraps_and_raises_pmis() {
+    let out = SimOutput {
+        regions: 2,
+        region_size: 4096,
+        int: true,
+        stop: false,
+    };
+    let mut b = SimBackend::new(SimParams::default(), out).unwrap();
+    let pmis = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let seen = pmis.clone();
+    b.cpu().set_pmi_handler(move |_| seen.set(seen.get() + 1));
+    b.configure(&user_cfg()).unwrap();
+    let items = run(&mut b, 10_000);
+    let written = b.cpu_ref().written();
+    assert!(written > 3 * 8192);
+    // Two PMIs per lap of the ring.
+    assert_eq!(pmis.get(), written / 4096);
+    assert_eq!(b.cpu_ref().pmis(), written / 4096);
+    // The oldest data was overwritten: a loss, then the newest 8 KiB.
+    assert!(matches!(
+        items[0],
+        TraceItem::Lost {
+            offset: 0,
+            kind: LossKind::Overwritten,
+            ..
+        }
+    ));
+    let bytes = data(&items);
+    assert_eq!(bytes.len(), 8192);
+    assert!(decodes_from_first_psb(&bytes) > 1000);
+}
+
+#[test]
+fn topa_stop_region_stops_tracing() {
+    let out = SimOutput {
+        regions: 2,
+        region_size: 4096,
+        int: false,
+        stop: true,
+    };
+    let mut b = SimBackend::new(SimParams::default(), out).unwrap();
+    b.configure(&user_cfg()).unwrap();
+    let items = run(&mut b, 10_000);
+    assert_eq!(b.cpu_ref().written(), 8192);
+    assert!(b.cpu_ref().logic().stopped());
+    assert!(
+        b.cpu().rdmsr(IA32_RTIT_STATUS).unwrap() & 1 << 5 != 0,
+        "Stopped"
+    );
+    // MSRs: the STOP entry's index with OutputOffset = region size.
+    let mask = RtitOutputMaskPtrs(b.cpu().rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS).unwrap());
+    assert_eq!(
+        (mask.mask_or_table_offset(), mask.output_offset()),
+        (1, 4096)
+    );
+    let bytes = data(&items);
+    assert_eq!(bytes.len(), 8192);
+    assert!(matches!(
+        items.last(),
+        Some(TraceItem::Lost {
+            kind: LossKind::Truncated,
+            ..
+        })
+    ));
+    assert!(decodes_from_first_psb(&bytes) > 1000);
+}
+
+#[test]
+fn single_range_wraps() {
+    let out = SimOutput {
+        regions: 1,
+        region_size: 2048,
+        int: false,
+        stop: false,
+    };
+    let mut b = SimBackend::new(SimParams::default(), out).unwrap();
+    b.configure(&TraceConfig {
+        output: pt_hal::config::OutputKind::SingleRange,
+        ..user_cfg()
+    })
+    .unwrap();
+    let items = run(&mut b, 3000);
+    let bytes = data(&items);
+    assert_eq!(bytes.len(), 2048);
+    let total = b.cpu_ref().written();
+    let off = b.cpu().rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS).unwrap() >> 32;
+    assert_eq!(off, total % 2048);
+    assert!(decodes_from_first_psb(&bytes) > 100);
+}
+
+#[test]
+fn overflow_traces_still_decode() {
+    let params = SimParams {
+        fifo: Some(crate::pt::FifoModel {
+            capacity: 128,
+            drain_per_100_cycles: 60,
+        }),
+        ..SimParams::default()
+    };
+    let mut b = SimBackend::new(params, SimOutput::default()).unwrap();
+    b.configure(&TraceConfig {
+        psb_freq: 0,
+        ..user_cfg()
+    })
+    .unwrap();
+    let bytes = data(&run(&mut b, 20_000));
+    let mut d = PacketDecoder::new(&bytes, &Config::default());
+    d.sync_forward().unwrap();
+    let p: Vec<Packet> = d.map(|r| r.unwrap().1).collect();
+    let ovf = p.iter().filter(|q| **q == Packet::Ovf).count();
+    assert!(ovf > 0);
+    assert_eq!(ovf as u64, b.cpu_ref().logic().stats().overflows);
+}
+
+#[test]
+fn snapshot_keeps_the_newest_data() {
+    let out = SimOutput {
+        regions: 1,
+        region_size: 4096,
+        int: false,
+        stop: false,
+    };
+    let mut b = SimBackend::new(SimParams::default(), out).unwrap();
+    b.configure(&user_cfg()).unwrap();
+    let (items, mem) = items(5000);
+    b.start().unwrap();
+    for it in &items {
+        b.feed(it, &mem);
+    }
+    let mut snap = Vec::new();
+    assert_eq!(b.snapshot(&mut snap).unwrap(), 4096);
+    assert!(b.cpu_ref().logic().trigger_en(), "still tracing");
+    b.stop().unwrap();
+}
