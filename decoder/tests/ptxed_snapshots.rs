@@ -218,3 +218,59 @@ fn errors_and_resync() {
 fn unknown_cpu_is_reported_and_ignored() {
     insta::assert_snapshot!(ptxed("cpu", &trace(), "--no-inst --cpu 0/0"));
 }
+
+/// FNV-1a, to pin down long outputs in a snapshot.
+fn fnv(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    format!("{} lines, fnv1a {h:016x}", text.lines().count())
+}
+
+/// A program recorded with the simulator (see `ptxed_data/README.md`): the whole
+/// output, with disassembly and block boundaries, was identical to libipt's ptxed.
+#[test]
+fn recorded_program() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ptxed_data");
+    let run = |flags: &str| {
+        let mut args: Vec<String> = flags.split_whitespace().map(String::from).collect();
+        args.extend(["--raw".into(), "switch.bin:0x401000".into()]);
+        args.extend(["--pt".into(), "switch.pt".into()]);
+        let out = Command::new(env!("CARGO_BIN_EXE_ptxed"))
+            .args(&args)
+            .current_dir(data)
+            .output()
+            .expect("run ptxed");
+        let ours = String::from_utf8_lossy(&out.stdout).into_owned();
+        if let Ok(reference) = std::env::var("PTXED_REFERENCE") {
+            let theirs = Command::new(&reference)
+                .args(&args)
+                .current_dir(data)
+                .env(
+                    "LD_LIBRARY_PATH",
+                    std::env::var("PTXED_REFERENCE_LIBS").unwrap_or_default(),
+                )
+                .output()
+                .expect("run reference");
+            assert_eq!(ours, String::from_utf8_lossy(&theirs.stdout), "{flags}");
+        }
+        ours
+    };
+    let summary: Vec<String> = [
+        "",
+        "--block:show-blocks --stat",
+        "--insn-decoder --offset --time",
+        "--no-inst --block:end-on-call --block:end-on-jump --block:show-blocks --stat",
+        "--quiet --stat",
+        "--quiet --stat --insn-decoder",
+    ]
+    .iter()
+    .map(|flags| {
+        let out = run(flags);
+        let tail: Vec<&str> = out.lines().rev().take(2).collect();
+        format!("[{flags}] {} | {}", fnv(&out), tail.join(" | "))
+    })
+    .collect();
+    insta::assert_snapshot!(summary.join("\n"));
+}
