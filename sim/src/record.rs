@@ -258,8 +258,11 @@ fn write_sideband(
     std::fs::write(path, w.text()).map_err(io(path))
 }
 
+/// Instructions between checkpoints (progress report, files flushed).
+pub const CHECKPOINT: u64 = 1 << 16;
+
 /// Runs `source` through the simulator. `progress(instructions)` is called
-/// about every million instructions.
+/// at every checkpoint ([`CHECKPOINT`] instructions).
 pub fn record_sim(
     source: &mut dyn ExecutionSource,
     rec: &SimRecording,
@@ -283,7 +286,7 @@ pub fn record_sim(
     let mut summary = RecordSummary::default();
     let mut items = Vec::new();
     let mut written = 0u64;
-    let mut next_progress = 1u64 << 20;
+    let mut next_progress = CHECKPOINT;
     let drain = |b: &mut SimBackend,
                  items: &mut Vec<TraceItem>,
                  trace: &mut BufWriter<File>,
@@ -378,8 +381,17 @@ pub fn record_sim(
             if let ExecItem::Insn(_) = item {
                 summary.instructions += 1;
                 if summary.instructions >= next_progress {
-                    next_progress += 1 << 20;
+                    // A checkpoint: what was traced so far reaches the files, so
+                    // a recording killed later keeps a decodable prefix.
+                    next_progress += CHECKPOINT;
                     progress(summary.instructions);
+                    drain(
+                        b,
+                        &mut items,
+                        &mut trace,
+                        &mut written,
+                        &mut summary.lost_bytes,
+                    )?;
                     trace.flush().map_err(io(&rec.trace))?;
                     if let Some(l) = &mut log {
                         l.flush().map_err(|e| e.to_string())?;

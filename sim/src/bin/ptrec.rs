@@ -211,9 +211,19 @@ fn signame(s: i32) -> String {
 fn run_sim(a: &Args) -> Result<ExitCode, String> {
     let out = a.out.clone().unwrap_or_default();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let progress = |n: u64| {
-        if tty {
-            eprint!("\rptrec: {:.1} M instructions", n as f64 / 1e6);
+    let t0 = std::time::Instant::now();
+    let mut shown = false;
+    let mut last_shown = 0.0f64;
+    let mut progress = |n: u64| {
+        let now = t0.elapsed().as_secs_f64();
+        if tty && now - last_shown >= 0.5 {
+            last_shown = now;
+            shown = true;
+            eprint!(
+                "\rptrec: {:.2} M instructions, {:.0} k/s ",
+                n as f64 / 1e6,
+                n as f64 / now.max(1e-9) / 1e3
+            );
         }
     };
     let mut log_path = out.as_os_str().to_owned();
@@ -269,8 +279,8 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
             Err(e) => return Err(e.to_string()),
         }
     };
-    let s = record_sim(source.as_mut(), &rec, progress)?;
-    if tty && s.instructions >= 1 << 20 {
+    let s = record_sim(source.as_mut(), &rec, &mut progress)?;
+    if shown {
         eprintln!();
     }
     eprintln!(
