@@ -300,7 +300,7 @@ impl PtLogic {
     }
 
     fn cr3_ok(&self) -> bool {
-        self.cfg.cr3_filter.is_none_or(|m| m & !0x1f == self.cr3)
+        self.cfg.cr3_filter.map_or(true, |m| m & !0x1f == self.cr3)
     }
 
     fn want_packet_en(&self, ip: u64) -> bool {
@@ -355,12 +355,13 @@ impl PtLogic {
             return;
         }
         let n = self.clock.cycles() - self.last_cyc_cycle;
-        if n > 0 && n >= self.cyc_thresh {
-            if self.put(&Packet::Cyc {
+        if n > 0
+            && n >= self.cyc_thresh
+            && self.put(&Packet::Cyc {
                 value: n & ((1 << 61) - 1),
-            }) {
-                self.last_cyc_cycle = self.clock.cycles();
-            }
+            })
+        {
+            self.last_cyc_cycle = self.clock.cycles();
         }
     }
 

@@ -180,7 +180,7 @@ fn interrupted_and_killed_recordings_keep_a_decodable_trace() {
     for (sig, name) in [(libc::SIGINT, "sigint"), (libc::SIGKILL, "sigkill")] {
         let d = dir(name);
         let t = d.join("t.pt");
-        let mut child = ptrec()
+        let child = ptrec()
             .args(["--backend", "sim", "-o"])
             .arg(&t)
             .arg("--")

@@ -184,7 +184,7 @@ fn check_flow(items: &[ExecItem], flow: &[Flow], cfg: &TraceConfig) -> (Vec<u64>
                 last_next = Some(r.next_ip);
                 let ft = r.fall_through();
                 let leaving = !in_range(r.next_ip);
-                let mut leave = |f: &mut dyn FnMut(&str, usize) -> Flow, target: Option<u64>| {
+                let leave = |f: &mut dyn FnMut(&str, usize) -> Flow, target: Option<u64>| {
                     assert_eq!(
                         f("TIP.PGD", i),
                         Flow::Pgd(target),

@@ -61,60 +61,84 @@ const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|val
        ptrec --replay OUT.log [TERMS...] [--filter SPEC] -o OUT2
 TERMS: tsc mtc mtc_period=N cyc cyc_thresh=N noretcomp psb_period=N branch ptw fup_on_ptw notnt (term=0 to clear), u, k";
 
-fn apply_term(cfg: &mut TraceConfig, term: &str) -> Result<(), String> {
-    let (name, value) = match term.split_once('=') {
-        Some((n, v)) => {
-            let v = v.trim();
-            let parsed = match v.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16),
-                None => v.parse(),
-            };
-            (n, parsed.map_err(|_| format!("term `{term}`: bad value"))?)
+/// perf's terms: MTCEn/MTCFreq and CYCEn/CycThresh are separate terms, folded
+/// into the [`TraceConfig`] at the end.
+struct Terms {
+    cfg: TraceConfig,
+    mtc: bool,
+    mtc_period: u8,
+    cyc: bool,
+    cyc_thresh: u8,
+}
+
+impl Terms {
+    fn new(cfg: TraceConfig) -> Self {
+        Terms {
+            cfg,
+            mtc: cfg.mtc.is_some(),
+            mtc_period: cfg.mtc.unwrap_or(3),
+            cyc: cfg.cyc.is_some(),
+            cyc_thresh: cfg.cyc.unwrap_or(0),
         }
-        None => (term, 1),
-    };
-    let small = |v: u64| -> Result<u8, String> {
-        u8::try_from(v)
-            .ok()
-            .filter(|&v| v <= 15)
-            .ok_or(format!("term `{term}`: value out of range"))
-    };
-    let on = value != 0;
-    match name {
-        "tsc" => cfg.tsc = on,
-        "mtc" => cfg.mtc = on.then_some(cfg.mtc.unwrap_or(3)),
-        "mtc_period" => {
-            let v = small(value)?;
-            if cfg.mtc.is_some() {
-                cfg.mtc = Some(v);
-            } else {
-                cfg.mtc = Some(v);
-            }
-        }
-        "cyc" => cfg.cyc = on.then_some(cfg.cyc.unwrap_or(0)),
-        "cyc_thresh" => cfg.cyc = Some(small(value)?),
-        "noretcomp" => cfg.dis_retc = on,
-        "psb_period" => cfg.psb_freq = small(value)?,
-        "branch" => cfg.branch = on,
-        "ptw" => cfg.ptwrite = on,
-        "fup_on_ptw" => cfg.fup_on_ptw = on,
-        "notnt" => cfg.dis_tnt = on,
-        "pt" => {}
-        "u" | ":u" => {
-            cfg.user = true;
-            cfg.os = false;
-        }
-        "k" | ":k" => {
-            cfg.os = true;
-            cfg.user = false;
-        }
-        "uk" | "ku" | ":uk" | ":ku" => {
-            cfg.os = true;
-            cfg.user = true;
-        }
-        _ => return Err(format!("unknown term `{term}`\n{USAGE}")),
     }
-    Ok(())
+
+    fn config(&self) -> TraceConfig {
+        TraceConfig {
+            mtc: self.mtc.then_some(self.mtc_period),
+            cyc: self.cyc.then_some(self.cyc_thresh),
+            ..self.cfg
+        }
+    }
+
+    fn apply(&mut self, term: &str) -> Result<(), String> {
+        let (name, value) = match term.split_once('=') {
+            Some((n, v)) => {
+                let v = v.trim();
+                let parsed = match v.strip_prefix("0x") {
+                    Some(h) => u64::from_str_radix(h, 16),
+                    None => v.parse(),
+                };
+                (n, parsed.map_err(|_| format!("term `{term}`: bad value"))?)
+            }
+            None => (term, 1),
+        };
+        let small = |v: u64| -> Result<u8, String> {
+            u8::try_from(v)
+                .ok()
+                .filter(|&v| v <= 15)
+                .ok_or(format!("term `{term}`: value out of range"))
+        };
+        let on = value != 0;
+        let cfg = &mut self.cfg;
+        match name {
+            "tsc" => cfg.tsc = on,
+            "mtc" => self.mtc = on,
+            "mtc_period" => self.mtc_period = small(value)?,
+            "cyc" => self.cyc = on,
+            "cyc_thresh" => self.cyc_thresh = small(value)?,
+            "noretcomp" => cfg.dis_retc = on,
+            "psb_period" => cfg.psb_freq = small(value)?,
+            "branch" => cfg.branch = on,
+            "ptw" => cfg.ptwrite = on,
+            "fup_on_ptw" => cfg.fup_on_ptw = on,
+            "notnt" => cfg.dis_tnt = on,
+            "pt" => {}
+            "u" | ":u" => {
+                cfg.user = true;
+                cfg.os = false;
+            }
+            "k" | ":k" => {
+                cfg.os = true;
+                cfg.user = false;
+            }
+            "uk" | "ku" | ":uk" | ":ku" => {
+                cfg.os = true;
+                cfg.user = true;
+            }
+            _ => return Err(format!("unknown term `{term}`\n{USAGE}")),
+        }
+        Ok(())
+    }
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -129,7 +153,7 @@ fn parse_args() -> Result<Args, String> {
         command: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
-    let mut mtc_period_seen = false;
+    let mut terms = Terms::new(a.config);
     while let Some(arg) = it.next() {
         let mut value = |what: &str| it.next().ok_or(format!("{arg} needs {what}"));
         match arg.as_str() {
@@ -168,15 +192,14 @@ fn parse_args() -> Result<Args, String> {
             s if s.starts_with('-') && s != "-" => {
                 return Err(format!("unknown option `{s}`\n{USAGE}"))
             }
-            terms => {
-                for t in terms.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                    mtc_period_seen |= t.starts_with("mtc_period");
-                    apply_term(&mut a.config, t)?;
+            words => {
+                for t in words.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                    terms.apply(t)?;
                 }
             }
         }
     }
-    let _ = mtc_period_seen;
+    a.config = terms.config();
     if a.out.is_none() {
         return Err(format!("-o OUT is required\n{USAGE}"));
     }
