@@ -3,7 +3,8 @@
 //! Two generated workloads over a generated 64-bit image:
 //! * `loop`: a five-instruction loop driven by TNT-64 packets only;
 //! * `calls`: a loop with a direct call (compressed return), an indirect call through
-//!   a register (TIP, compressed return) and an indirect jump (TIP).
+//!   a register (TIP, compressed return) and an indirect jump (TIP);
+//! * `ret`: a loop with a direct call, a compressed return and a forward jump, TNT only.
 //!
 //! Prints instructions per second for the block and the instruction decoder, block by
 //! block / instruction by instruction and as ptxed `--quiet` decodes (counting only).
@@ -61,6 +62,36 @@ fn call_code() -> (Vec<u8>, u64, u64) {
     c.extend_from_slice(&[0x48, 0x83, 0xc0, 0x01, 0xc3]);
     c[1..5].copy_from_slice(&(f1 - 5).to_le_bytes());
     (c, f2, m3)
+}
+
+/// `L: add rax, 1; call F; jmp M; nop; M: jnz L; ...; F: nop; ret` (7 instructions
+/// and two TNT bits per iteration).
+fn ret_code() -> Vec<u8> {
+    vec![
+        0x48, 0x83, 0xc0, 0x01, // add rax, 1
+        0xe8, 0x06, 0x00, 0x00, 0x00, // call F
+        0xeb, 0x01, // jmp M
+        0x90, // nop
+        0x75, 0xf2, // M: jnz L
+        0x90, // nop
+        0x90, 0xc3, // F: nop; ret
+    ]
+}
+
+fn ret_trace(insns: u64) -> Vec<u8> {
+    let bits = insns / 3;
+    let packets = bits / 46 + 1;
+    let mut t = Trace::new(packets as usize * 8 + 64);
+    let mut buf = std::mem::take(&mut t.buf);
+    let mut enc = Encoder::new(&mut buf);
+    start(&mut enc, &mut t, BASE);
+    let tnt = Tnt::from_results(std::iter::repeat_n(true, 46)).expect("46 bits");
+    for _ in 0..packets {
+        t.emit(&mut enc, &Packet::Tnt64(tnt));
+    }
+    let len = enc.offset();
+    buf.truncate(len);
+    buf
 }
 
 struct Trace {
@@ -252,6 +283,13 @@ fn main() {
     println!("loop trace: {} bytes", trace.len());
     dump("loop", &trace, &loop_code());
     report_all("loop", &trace, &image);
+
+    let mut image = Image::new();
+    image.add_bytes(BASE, ret_code(), "ret").expect("section");
+    let trace = ret_trace(insns);
+    println!("ret trace: {} bytes", trace.len());
+    dump("ret", &trace, &ret_code());
+    report_all("ret", &trace, &image);
 
     let (code, f2, m3) = call_code();
     let mut image = Image::new();

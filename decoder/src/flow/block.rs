@@ -283,6 +283,8 @@ pub struct BlockDecoder<'a> {
     segs_ok: bool,
     /// The state the last resync started from.
     last_resync: Option<(Option<u64>, Event, u64, bool)>,
+    /// Return addresses the memoized runs leave on the return stack.
+    run_pushes: Vec<u64>,
     /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
     runs: HashMap<(u32, u64), TntRun, BuildHasherDefault<KeyHasher>>,
 }
@@ -299,13 +301,18 @@ struct BlockView {
 /// Where a run of conditional branches leads, for [`BlockDecoder::skip_blocks`].
 #[derive(Clone, Copy, Debug)]
 struct TntRun {
-    /// The last block of the run, whether its branch was taken, and the IP after it.
-    last: BlockId,
-    taken: bool,
+    /// The last block of the run and whether its branch was taken (`None` if it
+    /// ended in a return).
+    link: Option<(BlockId, bool)>,
+    /// Where the run ends.
     ip: u64,
     insns: u64,
     /// TNT bits (= blocks) used.
     used: u8,
+    /// Return addresses of calls still open at the end: `run_pushes[start..][..len]`.
+    pushes: (u32, u8),
+    /// Most calls open at once during the run (the return stack must have room).
+    depth: u8,
 }
 
 /// Most memoized TNT runs before the memo starts anew.
@@ -436,6 +443,7 @@ impl<'a> BlockDecoder<'a> {
             marks: Marks::default(),
             warm: Vec::new(),
             runs: HashMap::default(),
+            run_pushes: Vec::new(),
             failed: None,
             last_resync: None,
             segs: Vec::new(),
@@ -1785,22 +1793,38 @@ impl<'a> BlockDecoder<'a> {
         // The bits to use, oldest highest, with a stop bit above them.
         let pattern = ((bits >> 1) & ((1u64 << n) - 1)) | (1u64 << n);
         let key = (start.index() as u32, pattern);
-        let run = match self.runs.get(&key) {
-            Some(run) => *run,
+        let (run, keep) = match self.runs.get(&key) {
+            Some(run) => (*run, true),
             None => {
+                if self.runs.len() >= MAX_RUNS {
+                    self.runs.clear();
+                    self.run_pushes.clear();
+                }
                 let Some(run) = self.walk_tnt_run(start, bits, size, n) else {
                     self.link = None;
                     return (0, 0);
                 };
-                if n >= 3 {
-                    if self.runs.len() >= MAX_RUNS {
-                        self.runs.clear();
-                    }
+                // Short runs are cheap to walk again.
+                let keep = n >= 3;
+                if keep {
                     self.runs.insert(key, run);
                 }
-                run
+                (run, keep)
             }
         };
+        let r = self.apply_run(run);
+        if !keep {
+            self.run_pushes.truncate(run.pushes.0 as usize);
+        }
+        r
+    }
+
+    fn apply_run(&mut self, run: TntRun) -> (u64, u64) {
+        // A full return stack would drop entries on the way: take the long way then.
+        if self.retstack.len() + usize::from(run.depth) > super::retstack::RETSTACK_SIZE {
+            self.link = None;
+            return (0, 0);
+        }
         if self.has_icnt {
             match u32::try_from(run.insns)
                 .ok()
@@ -1817,45 +1841,108 @@ impl<'a> BlockDecoder<'a> {
             *size -= run.used;
         }
         self.ip = run.ip;
-        self.link = Some((run.last, run.taken, run.ip));
+        self.link = run.link.map(|(id, taken)| (id, taken, run.ip));
+        let (start, len) = (run.pushes.0 as usize, usize::from(run.pushes.1));
+        for i in start..start + len {
+            if let Some(&ip) = self.run_pushes.get(i) {
+                self.retstack.push(ip);
+            }
+        }
         (run.insns, u64::from(run.used))
     }
 
     /// Follows up to `n` bits of `bits` (oldest at `size - 1`) from block `id` through
-    /// known blocks that end in a conditional branch.
+    /// known code, as whole blocks that end in a conditional branch or a compressed
+    /// return (direct jumps and calls inside them are followed, as libipt's warm cache
+    /// does). Returns pop only calls made in the run, so the result depends on the
+    /// start block and the bits alone; the calls still open at the end are recorded
+    /// in `run_pushes`.
     fn walk_tnt_run(&mut self, mut id: BlockId, bits: u64, size: u8, n: u8) -> Option<TntRun> {
         let mut run: Option<TntRun> = None;
         let mut insns = 0u64;
+        let mut in_block = 0u32;
         let mut used = 0u8;
+        let mut stack: Vec<u64> = Vec::new();
+        let mut depth = 0usize;
+        let start = self.run_pushes.len();
         loop {
             if !self.warm.get(id.index()).copied().unwrap_or(false) {
                 break;
             }
             let b = self.cache.block(id);
-            if b.last.class != InsnClass::CondJump || b.truncated || b.ninsn > MAX_BLOCK_INSNS {
+            let (last, ninsn, truncated, ip0) = (b.last, b.ninsn, b.truncated, b.ip);
+            if truncated || in_block + ninsn > MAX_BLOCK_INSNS {
                 break;
             }
-            let taken = (bits >> (size - 1 - used)) & 1 != 0;
-            let ip = match (taken, b.last.target) {
-                (true, Some(t)) => t,
-                _ => b.last.next_ip(),
+            in_block += ninsn;
+            let section = self.section_id(ip0);
+            let (next_ip, taken, ends) = match last.class {
+                InsnClass::CondJump => {
+                    let taken = (bits >> (size - 1 - used)) & 1 != 0;
+                    let ip = match (taken, last.target) {
+                        (true, Some(t)) => t,
+                        _ => last.next_ip(),
+                    };
+                    (ip, Some(taken), true)
+                }
+                InsnClass::Return => {
+                    // Compressed (taken bit) and returning to a call of this run.
+                    if (bits >> (size - 1 - used)) & 1 == 0 {
+                        break;
+                    }
+                    let Some(ip) = stack.pop() else {
+                        break;
+                    };
+                    (ip, None, true)
+                }
+                InsnClass::Other | InsnClass::Ptwrite => (last.next_ip(), Some(false), false),
+                InsnClass::Jump if last.is_direct() && !self.options.end_on_jump => {
+                    (last.target?, Some(true), false)
+                }
+                InsnClass::Call if last.is_direct() && !self.options.end_on_call => {
+                    if last.pushes_return() {
+                        if stack.len() == super::retstack::RETSTACK_SIZE {
+                            break;
+                        }
+                        stack.push(last.next_ip());
+                        depth = depth.max(stack.len());
+                    }
+                    (last.target?, Some(true), false)
+                }
+                _ => break,
             };
-            insns += u64::from(b.ninsn);
-            used += 1;
-            run = Some(TntRun {
-                last: id,
-                taken,
-                ip,
-                insns,
-                used,
-            });
-            if used == n {
+            if ends {
+                insns += u64::from(in_block);
+                in_block = 0;
+                used += 1;
+                self.run_pushes.truncate(start);
+                self.run_pushes.extend_from_slice(&stack);
+                run = Some(TntRun {
+                    link: taken.map(|t| (id, t)),
+                    ip: next_ip,
+                    insns,
+                    used,
+                    pushes: (start as u32, stack.len() as u8),
+                    depth: depth as u8,
+                });
+                if used == n {
+                    break;
+                }
+            } else if self.image.find(next_ip).map(|s| s.id()) != Some(section) {
+                // libipt ends its block where the code leaves the section.
                 break;
             }
-            match self.cache.successor(self.image, id, taken) {
+            let next = match taken {
+                Some(t) => self.cache.successor(self.image, id, t),
+                None => self.cache.lookup(self.image, next_ip, self.mode),
+            };
+            match next {
                 Ok(next) => id = next,
                 Err(_) => break,
             }
+        }
+        if run.is_none() {
+            self.run_pushes.truncate(start);
         }
         run
     }

@@ -579,3 +579,114 @@ fn long_straight_runs_end_after_0x400_new_instructions() {
         ]
     );
 }
+
+/// Decode counting instructions and blocks, with or without `skip_blocks`; the last
+/// item is how the run ended.
+fn count(trace: &[u8], image: &Image, skip: bool) -> (u64, u64, String) {
+    let mut dec = BlockDecoder::new(trace, image, &Config::default(), FlowOptions::default());
+    let mut status = dec.sync_forward().expect("sync");
+    let mut block = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    let (mut insns, mut blocks) = (0u64, 0u64);
+    loop {
+        while status.event_pending {
+            match dec.event() {
+                Ok((_, s)) => status = s,
+                Err(e) => return (insns, blocks, format!("event error {e}")),
+            }
+        }
+        if status.eos {
+            return (insns, blocks, "eos".into());
+        }
+        if skip {
+            let (i, b) = dec.skip_blocks();
+            insns += i;
+            blocks += b;
+        }
+        let r = dec.next(&mut block);
+        insns += u64::from(block.ninsn);
+        blocks += 1;
+        match r {
+            Ok(s) => status = s,
+            Err(e) => return (insns, blocks, format!("error {e} at {:x}", block.ip)),
+        }
+    }
+}
+
+#[test]
+fn skip_blocks_follows_calls_and_compressed_returns() {
+    // L: add rax, 1; call F; jmp M; (pad) M: jnz L; ret  F: nop; ret
+    let code = [
+        0x48, 0x83, 0xc0, 0x01, // 00 add rax, 1
+        0xe8, 0x06, 0x00, 0x00, 0x00, // 04 call 0x0f
+        0xeb, 0x01, // 09 jmp 0x0c
+        0x90, // 0b
+        0x75, 0xf2, // 0c jnz 0x00
+        0xc3, // 0e ret (returns to a call before the trace: needs the real stack)
+        0x90, 0xc3, // 0f F: nop; ret
+    ];
+    let image = image(&code);
+    let mut t = T::new();
+    t.enable(BASE);
+    // Per iteration: ret of F (taken), jnz (taken); last: jnz not taken.
+    let mut bits = Vec::new();
+    for _ in 0..200 {
+        bits.extend([true, true]);
+    }
+    bits.extend([true, false]);
+    for chunk in bits.chunks(47) {
+        t.tnt(chunk);
+    }
+    // The final ret finds no call on the stack.
+    t.tnt(&[true]);
+    let plain = count(t.bytes(), &image, false);
+    let skipped = count(t.bytes(), &image, true);
+    assert_eq!(plain, skipped);
+    assert_eq!(plain.2, "error compressed return without call at 100e");
+    assert_eq!(plain.0, 201 * 6 + 1);
+}
+
+#[test]
+fn skip_blocks_keeps_the_return_stack_exact_when_full() {
+    // Deep recursion: R: call R2 ... each level calls the next; returns unwind.
+    // 0x00: call 0x10 (depth counter via TNT), 0x05: jnz 0x00, 0x07: ret
+    // 0x10: jz 0x16; call 0x10; ret? -- keep it simple: a chain of 70 calls.
+    let mut code = Vec::new();
+    for i in 0..70u32 {
+        // call next level (5 bytes each, each level at 8-byte stride: call +3, ret)
+        let at = i * 8;
+        let target = at + 8;
+        let rel = target.wrapping_sub(at + 5);
+        code.extend([0xe8]);
+        code.extend(rel.to_le_bytes());
+        code.extend([0x75, 0x00, 0xc3]); // jnz +0; ret
+    }
+    code.extend([0x90, 0xc3]); // deepest: nop; ret
+    let image = image(&code);
+    let mut t = T::new();
+    t.enable(BASE);
+    // Unwind: each level returns (compressed) then its jnz (not taken), then ret.
+    let mut bits = vec![true]; // deepest ret
+    for _ in 0..70 {
+        bits.extend([false, true]); // jnz not taken, ret
+    }
+    for chunk in bits.chunks(47) {
+        t.tnt(chunk);
+    }
+    let plain = count(t.bytes(), &image, false);
+    let skipped = count(t.bytes(), &image, true);
+    assert_eq!(plain, skipped);
+    // The stack holds 64 return addresses: the outer returns fail like libipt's.
+    assert!(
+        plain.2.starts_with("error compressed return without call"),
+        "{plain:?}"
+    );
+}
