@@ -8,3 +8,4 @@ pub mod exec;
 pub mod pt;
 pub mod record;
 pub mod sideband;
+pub mod verify;

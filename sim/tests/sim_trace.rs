@@ -482,6 +482,11 @@ fn run_all(r: &Recorded) {
             assert!(d.packets.iter().any(|p| matches!(p, Packet::Tnt64(_))));
         }
         reference_ptxed(&trace, &traced);
+        // pt-decoder's instruction flow decoder reproduces the recording.
+        let v =
+            pt_sim::verify::verify(&trace, &pt_sim::record::sideband_path(&trace), &r.log).unwrap();
+        assert!(v.identical(), "{name}: {v:?}");
+        assert_eq!(v.decoded as usize, traced.len());
     }
 }
 

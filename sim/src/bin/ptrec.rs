@@ -54,11 +54,14 @@ struct Args {
     out: Option<PathBuf>,
     replay: Option<PathBuf>,
     limit: Option<u64>,
+    decode: bool,
     command: Vec<String>,
 }
 
-const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|valgrind] [TERMS...] [--filter SPEC] [-n LIMIT] -o OUT -- CMD ARGS...
-       ptrec --replay OUT.log [TERMS...] [--filter SPEC] -o OUT2
+const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|valgrind] [TERMS...] [--filter SPEC] [-n LIMIT] [--decode] -o OUT -- CMD ARGS...
+       ptrec --replay OUT.log [TERMS...] [--filter SPEC] [--decode] -o OUT2
+       ptrec --ptxed-args OUT     (print ptxed options for a simulated trace)
+--decode: decode the trace with pt-decoder and compare it with the recorded execution
 TERMS: tsc mtc mtc_period=N cyc cyc_thresh=N noretcomp psb_period=N branch ptw fup_on_ptw notnt (term=0 to clear), u, k";
 
 /// perf's terms: MTCEn/MTCFreq and CYCEn/CycThresh are separate terms, folded
@@ -150,6 +153,7 @@ fn parse_args() -> Result<Args, String> {
         out: None,
         replay: None,
         limit: None,
+        decode: false,
         command: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -177,6 +181,16 @@ fn parse_args() -> Result<Args, String> {
                 .filters
                 .extend(FilterSpec::parse_list(&value("a filter")?)?),
             "-o" | "--output" => a.out = Some(PathBuf::from(value("a file")?)),
+            "--decode" => a.decode = true,
+            "--ptxed-args" => {
+                let t = PathBuf::from(value("a trace file")?);
+                let sb = pt_sim::sideband::Sideband::read(&sideband_path(&t))?;
+                let mut args = sb.ptxed_args();
+                args.push("--pt".into());
+                args.push(t.display().to_string());
+                println!("{}", args.join(" "));
+                std::process::exit(0);
+            }
             "--replay" => a.replay = Some(PathBuf::from(value("a log file")?)),
             "-n" | "--limit" => {
                 a.limit = Some(
@@ -327,6 +341,31 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
             String::new()
         }
     );
+    if a.decode {
+        let log = a.replay.clone().unwrap_or_else(|| log_path.clone());
+        let v = pt_sim::verify::verify(&out, &sideband_path(&out), &log)?;
+        println!(
+            "decoded flow: {} instructions ({} recorded in the traced range) from {} image sections",
+            v.decoded, v.expected, v.sections
+        );
+        println!(
+            "  tracing enabled {} times, disabled {} times ({} asynchronously: interrupts, faults), {} overflows",
+            v.enables, v.disables, v.async_disables, v.overflows
+        );
+        if v.identical() {
+            println!("  identical to the recorded execution, instruction by instruction");
+        } else {
+            if let Some((i, got, want)) = v.first_difference {
+                println!("  DIFFERS at instruction {i}: decoded {got:#x}, recorded {want:#x}");
+            }
+            if let Some(e) = &v.first_error {
+                println!("  {} decode errors, the first: {e}", v.errors);
+            }
+            if v.decoded != v.expected {
+                println!("  instruction counts differ");
+            }
+        }
+    }
     if let Some(e) = &s.source_error {
         eprintln!("ptrec: the recording ended early: {e}; the trace is kept up to there");
     }

@@ -1,0 +1,212 @@
+//! Decodes a simulated trace with the project's own instruction-flow decoder
+//! (pt-decoder) and compares the decoded instructions with the recorded
+//! execution: the ground truth.
+
+use std::path::Path;
+
+use pt_decoder::error::ErrorCode;
+use pt_decoder::event::EventKind;
+use pt_decoder::flow::{FlowOptions, InsnDecoder, InsnInfo, Status};
+use pt_decoder::image::Image;
+use pt_decoder::Config;
+use pt_encoder::ExecMode;
+use pt_hal::msr::{AddrCfg, RtitCtl};
+
+use crate::exec::log::LogReader;
+use crate::exec::{ExecItem, ExecutionSource};
+use crate::sideband::Sideband;
+
+/// What decoding found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowSummary {
+    /// Instructions the decoder reconstructed.
+    pub decoded: u64,
+    /// Instructions of the recording that were traced (in the IP filter).
+    pub expected: u64,
+    /// Index and IPs (decoded, expected) of the first difference, if any.
+    pub first_difference: Option<(u64, u64, u64)>,
+    /// Tracing enabled (TIP.PGE) events.
+    pub enables: u64,
+    /// Tracing disabled (TIP.PGD, also asynchronous) events.
+    pub disables: u64,
+    /// Asynchronous disables (FUP+TIP.PGD: interrupts, faults).
+    pub async_disables: u64,
+    /// Overflows.
+    pub overflows: u64,
+    /// Decode errors (each followed by a resync), with the first message.
+    pub errors: u64,
+    /// The first error.
+    pub first_error: Option<String>,
+    /// Image sections loaded.
+    pub sections: usize,
+}
+
+impl FlowSummary {
+    /// Whether the decoded flow is exactly the recorded one.
+    pub fn identical(&self) -> bool {
+        self.errors == 0 && self.first_difference.is_none() && self.decoded == self.expected
+    }
+}
+
+/// Decodes `trace` with the image and parameters of its side-band file and
+/// compares it with the execution log `log`.
+pub fn verify(trace: &Path, sideband: &Path, log: &Path) -> Result<FlowSummary, String> {
+    let sb = Sideband::read(sideband)?;
+    let bytes = std::fs::read(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+    let num = |k: &str| -> u64 {
+        sb.param(k)
+            .and_then(|v| match v.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => v.parse().ok(),
+            })
+            .unwrap_or(0)
+    };
+    let config = Config {
+        mtc_freq: num("mtc-freq") as u8,
+        nom_freq: num("nom-freq") as u8,
+        cpuid_0x15_eax: num("cpuid-0x15.eax") as u32,
+        cpuid_0x15_ebx: num("cpuid-0x15.ebx") as u32,
+        ..Config::default()
+    };
+    let mut image = Image::new();
+    let args = sb.ptxed_args();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--raw" {
+            if let Some(v) = it.next() {
+                image
+                    .add_raw_arg(v)
+                    .map_err(|e| format!("side-band image {v}: {e}"))?;
+            }
+        }
+    }
+    // The IP filter the trace was recorded with: what the recording should show.
+    let ctl = RtitCtl(num("rtit-ctl"));
+    let mut ranges = Vec::new();
+    for (k, v) in &sb.params {
+        if k != "addr" {
+            continue;
+        }
+        let f: Vec<u64> = v
+            .split(' ')
+            .filter_map(|x| match x.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => x.parse().ok(),
+            })
+            .collect();
+        if let [n, a, b] = f[..] {
+            if ctl.addr_cfg(n as u8) == Some(AddrCfg::Filter) {
+                ranges.push((a, b));
+            }
+        }
+    }
+    let in_range = |ip: u64| ranges.is_empty() || ranges.iter().any(|&(a, b)| a <= ip && ip <= b);
+    let mut truth = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut next_truth = move || -> Option<u64> {
+        loop {
+            match truth.next_item() {
+                Ok(Some(ExecItem::Insn(r))) if in_range(r.ip) => return Some(r.ip),
+                Ok(Some(_)) => {}
+                _ => return None,
+            }
+        }
+    };
+
+    let mut s = FlowSummary {
+        sections: image.sections().len(),
+        ..FlowSummary::default()
+    };
+    let mut dec = InsnDecoder::new(&bytes, &image, &config, FlowOptions::default());
+    let mut insn = InsnInfo {
+        ip: 0,
+        size: 0,
+        mode: ExecMode::Unknown,
+        speculative: false,
+        isid: 0,
+        class: None,
+    };
+    let mut last_sync = None;
+    'sync: loop {
+        let mut status = match dec.sync_forward() {
+            Ok(st) => st,
+            Err(ErrorCode::Eos) => break,
+            Err(e) => {
+                s.errors += 1;
+                s.first_error.get_or_insert_with(|| format!("sync: {e:?}"));
+                break;
+            }
+        };
+        if last_sync == dec.offset().ok() {
+            break;
+        }
+        last_sync = dec.offset().ok();
+        loop {
+            while status.event_pending {
+                match dec.event() {
+                    Ok((ev, st)) => {
+                        if !ev.status_update {
+                            match ev.kind {
+                                EventKind::Enabled { .. } => s.enables += 1,
+                                EventKind::Disabled { .. } => s.disables += 1,
+                                EventKind::AsyncDisabled { .. } => {
+                                    s.disables += 1;
+                                    s.async_disables += 1
+                                }
+                                EventKind::Overflow { .. } => s.overflows += 1,
+                                _ => {}
+                            }
+                        }
+                        status = st;
+                    }
+                    Err(e) => {
+                        s.errors += 1;
+                        s.first_error.get_or_insert_with(|| format!("event: {e:?}"));
+                        continue 'sync;
+                    }
+                }
+            }
+            if status.eos {
+                break 'sync;
+            }
+            match dec.next(&mut insn) {
+                Ok(st) => {
+                    status = st;
+                }
+                Err(ErrorCode::EventIgnored) => {
+                    status = Status {
+                        event_pending: true,
+                        ..Status::default()
+                    };
+                    continue;
+                }
+                Err(ErrorCode::Eos) => break 'sync,
+                Err(e) => {
+                    s.errors += 1;
+                    s.first_error
+                        .get_or_insert_with(|| format!("at {:#x}: {e:?}", insn.ip));
+                    continue 'sync;
+                }
+            }
+            let want = next_truth();
+            if s.first_difference.is_none() && want != Some(insn.ip) {
+                s.first_difference = Some((s.decoded, insn.ip, want.unwrap_or(0)));
+            }
+            s.decoded += 1;
+        }
+    }
+    s.expected = s.decoded;
+    if s.first_difference.is_none() {
+        while next_truth().is_some() {
+            s.expected += 1;
+        }
+    } else {
+        s.expected = 0;
+        let mut t = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        while let Ok(Some(item)) = t.next_item() {
+            if matches!(item, ExecItem::Insn(r) if in_range(r.ip)) {
+                s.expected += 1;
+            }
+        }
+    }
+    Ok(s)
+}
