@@ -877,6 +877,9 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
                 if !opts.quiet {
                     print_block(p, &block, stats, offset, time);
                 }
+                if opts.check {
+                    check_block(p, &block, offset);
+                }
                 match r {
                     Ok(s) => status = s,
                     Err(e) => break 'inner e,
@@ -976,6 +979,80 @@ fn print_block<W: Write>(
     }
 }
 
+/// `--check`: decode the block's instructions again, independently of the flow
+/// decoder, and say where they disagree with it (ptxed's checks, with our own
+/// instruction classification in place of XED's).
+fn check_block<W: Write>(p: &mut Printer<'_, W>, block: &Block, offset: u64) {
+    if block.ninsn == 0 {
+        return;
+    }
+    if block.isid == 0 {
+        let _ = writeln!(p.out, "[{offset:x}, {:x}: check error: bad isid]", block.ip);
+    }
+    let mut ip = block.ip;
+    let mut last = None;
+    for _ in 0..block.ninsn {
+        match insn::decode_at(p.image, ip, block.mode) {
+            Ok(d) => {
+                last = Some(d);
+                ip = d.target.unwrap_or_else(|| d.next_ip());
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    p.out,
+                    "[{offset:x}, {ip:x}: fetch error: {}]",
+                    e.code.message()
+                );
+                return;
+            }
+        }
+    }
+    let Some(last) = last else {
+        return;
+    };
+    if last.ip != block.end_ip {
+        let _ = writeln!(
+            p.out,
+            "[{offset:x}, {:x}: error: did not reach end: {:x}]",
+            last.ip, block.end_ip
+        );
+    }
+    if let Some(class) = block.class {
+        if class != last.class {
+            let _ = writeln!(
+                p.out,
+                "[{offset:x}, {:x}: iclass error: iclass: {class:?}, decoded: {:?}]",
+                last.ip, last.class
+            );
+        }
+    }
+}
+
+/// `--check` for one instruction of the instruction decoder.
+fn check_insn<W: Write>(p: &mut Printer<'_, W>, insn: &InsnInfo, offset: u64) {
+    if insn.isid == 0 {
+        let _ = writeln!(p.out, "[{offset:x}, {:x}: check error: bad isid]", insn.ip);
+    }
+    match insn::decode_at(p.image, insn.ip, insn.mode) {
+        Ok(d) if Some(d.class) != insn.class && insn.class.is_some() => {
+            let _ = writeln!(
+                p.out,
+                "[{offset:x}, {:x}: iclass error: iclass: {:?}, decoded: {:?}]",
+                insn.ip, insn.class, d.class
+            );
+        }
+        Ok(_) => {}
+        Err(e) => {
+            let _ = writeln!(
+                p.out,
+                "[{offset:x}, {:x}: xed error: {}]",
+                insn.ip,
+                e.code.message()
+            );
+        }
+    }
+}
+
 fn insn_error_ip(image: &Image, insn: &InsnInfo, code: ErrorCode) -> u64 {
     if code == ErrorCode::BadQuery || insn.class.is_none() {
         return insn.ip;
@@ -1071,6 +1148,9 @@ fn run_insn<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) 
                 }
                 if opts.print_stats {
                     stats.insn += 1;
+                }
+                if opts.check {
+                    check_insn(p, &insn, offset);
                 }
                 match r {
                     Ok(s) => status = s,
