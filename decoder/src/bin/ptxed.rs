@@ -355,6 +355,16 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
     }))
 }
 
+/// `v` as 16 lower-case hex digits (`%016x`), without the formatting machinery.
+fn hex16(v: u64) -> [u8; 16] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 16];
+    for (i, d) in out.iter_mut().enumerate() {
+        *d = DIGITS[((v >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out
+}
+
 /// Output with a reusable line buffer.
 struct Printer<'a, W: Write> {
     out: W,
@@ -720,7 +730,7 @@ impl<W: Write> Printer<'_, W> {
         if speculative {
             o.write_all(b"? ")?;
         }
-        write!(o, "{ip:016x}")?;
+        o.write_all(&hex16(ip))?;
         if self.opts.no_inst && !self.opts.print_raw_insn {
             return Ok(Some(0));
         }
@@ -804,6 +814,7 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
         class: None,
     };
     let with_stats = opts.print_stats;
+    let mut ips: Vec<u64> = Vec::new();
     loop {
         block.ip = 0;
         block.ninsn = 0;
@@ -875,7 +886,9 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
                     stats.blocks += 1;
                 }
                 if !opts.quiet {
-                    print_block(p, &block, stats, offset, time);
+                    ips.clear();
+                    let known = dec.block_ips(&mut ips);
+                    print_block(p, &block, known.then_some(&ips[..]), stats, offset, time);
                 }
                 if opts.check {
                     check_block(p, &block, offset);
@@ -942,6 +955,7 @@ fn resync_block<W: Write>(
 fn print_block<W: Write>(
     p: &mut Printer<'_, W>,
     block: &Block,
+    ips: Option<&[u64]>,
     stats: &Stats,
     offset: u64,
     time: u64,
@@ -952,6 +966,16 @@ fn print_block<W: Write>(
         } else {
             let _ = p.out.write_all(b"[block]\n");
         }
+    }
+    if let Some(ips) = ips.filter(|ips| ips.len() == block.ninsn as usize) {
+        for &ip in ips {
+            let line = p.insn_line(ip, block.mode, block.speculative, offset, time);
+            let _ = p.out.write_all(b"\n");
+            if !matches!(line, Ok(Some(_))) {
+                return;
+            }
+        }
+        return;
     }
     let mut ip = block.ip;
     let mut left = block.ninsn;

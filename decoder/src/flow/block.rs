@@ -1962,6 +1962,26 @@ impl<'a> BlockDecoder<'a> {
         self.segs_ok.then_some(self.segs.as_slice())
     }
 
+    /// Appends the addresses of the instructions of the block [`next`](Self::next)
+    /// returned last to `out`, if they are known without decoding again (the block
+    /// was built from cached blocks). Returns whether they were.
+    pub fn block_ips(&self, out: &mut Vec<u64>) -> bool {
+        let Some(segs) = self.segments() else {
+            return false;
+        };
+        for &(id, count) in segs {
+            let Some(b) = self.cache.get(id) else {
+                return false;
+            };
+            let mut ip = b.ip;
+            for &size in self.cache.sizes(id).iter().take(count as usize) {
+                out.push(ip);
+                ip = ip.wrapping_add(u64::from(size));
+            }
+        }
+        true
+    }
+
     /// The block cache.
     pub(crate) fn cache(&self) -> &BlockCache {
         &self.cache
