@@ -302,6 +302,7 @@ impl SimCpu {
                     return Err(Self::gp(msr, GpReason::Reserved(s.reserved_bits())));
                 }
                 self.status = s;
+                self.logic.set_error(s.error());
                 if s.stopped() {
                     self.logic.set_stopped();
                 } else {
@@ -397,9 +398,9 @@ impl SimCpu {
         TopaTable { base, entries }
     }
 
-    fn start_tracing(&mut self, ctl: RtitCtl) -> Result<(), SimError> {
-        let msr = IA32_RTIT_CTL;
-        let sink = if ctl.topa() {
+    /// The output the registers describe, or the operational error they cause.
+    fn output_sink(&self, ctl: RtitCtl) -> Result<Sink, OutputError> {
+        if ctl.topa() {
             // Read every table reachable through END links.
             let mut tables = HashMap::new();
             let mut todo = vec![self.output_base.base()];
@@ -408,30 +409,38 @@ impl SimCpu {
                     continue;
                 }
                 let t = self.read_table(b);
-                t.validate(&self.caps, MAXPHYADDR)
-                    .map_err(|e| Self::gp(msr, GpReason::Output(e)))?;
+                t.validate(&self.caps, MAXPHYADDR)?;
                 todo.extend(t.entries.iter().filter(|e| e.end_bit()).map(|e| e.base()));
                 tables.insert(b, t);
             }
-            Sink::Topa {
+            Ok(Sink::Topa {
                 tables,
                 cursor: TopaCursor::from_msrs(self.output_base, self.output_mask),
-            }
+            })
         } else {
-            let range = SingleRange::from_msrs(self.output_base, self.output_mask)
-                .map_err(|e| Self::gp(msr, GpReason::Output(e)))?;
-            range
-                .validate(&self.caps, MAXPHYADDR)
-                .map_err(|e| Self::gp(msr, GpReason::Output(e)))?;
-            Sink::Single {
+            let range = SingleRange::from_msrs(self.output_base, self.output_mask)?;
+            range.validate(&self.caps, MAXPHYADDR)?;
+            Ok(Sink::Single {
                 range,
                 offset: u64::from(self.output_mask.output_offset()),
-            }
-        };
+            })
+        }
+    }
+
+    fn start_tracing(&mut self, ctl: RtitCtl) -> Result<(), SimError> {
+        let msr = IA32_RTIT_CTL;
         let cfg = TraceConfig::from_regs(&self.regs(ctl))
             .map_err(|e| Self::gp(msr, GpReason::Config(e)))?;
         self.logic.set_config(cfg)?;
-        self.sink = Some(sink);
+        match self.output_sink(ctl) {
+            Ok(sink) => self.sink = Some(sink),
+            Err(_) => {
+                // Malformed tables or ranges are not a #GP: Status.Error, no output.
+                self.status.set_error(true);
+                self.sink = None;
+            }
+        }
+        self.logic.set_error(self.status.error());
         self.logic.enable();
         self.flush();
         Ok(())
@@ -510,7 +519,7 @@ impl SimCpu {
                     Err(_) => {
                         // A table the hardware cannot follow: operational error.
                         self.status.set_error(true);
-                        self.logic.set_stopped();
+                        self.logic.set_error(true);
                     }
                 }
             }

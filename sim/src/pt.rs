@@ -119,6 +119,7 @@ pub struct PtLogic {
     tnt_max: u32,
     trace_en: bool,
     stopped: bool,
+    error: bool,
     packet_en: bool,
     /// CPL 0 (between a kernel entry and the next user instruction).
     in_kernel: bool,
@@ -189,6 +190,7 @@ impl PtLogic {
             },
             trace_en: false,
             stopped: false,
+            error: false,
             packet_en: false,
             in_kernel: true,
             cr3: 0,
@@ -227,6 +229,7 @@ impl PtLogic {
         fresh.next_ip = self.next_ip;
         fresh.tsx = self.tsx;
         fresh.stopped = self.stopped;
+        fresh.error = self.error;
         fresh.stats = self.stats;
         fresh.out = std::mem::take(&mut self.out);
         *self = fresh;
@@ -279,9 +282,23 @@ impl PtLogic {
         self.packet_en
     }
 
-    /// TriggerEn: TraceEn and not stopped.
+    /// TriggerEn: TraceEn and neither Stopped nor Error.
     pub fn trigger_en(&self) -> bool {
-        self.trace_en && !self.stopped
+        self.trace_en && !self.stopped && !self.error
+    }
+
+    /// Status.Error: an operational error (bad output configuration) stops
+    /// packet generation until software clears it.
+    pub fn set_error(&mut self, error: bool) {
+        self.error = error;
+        if error {
+            self.packet_en = false;
+        }
+    }
+
+    /// Status.Error.
+    pub fn error(&self) -> bool {
+        self.error
     }
 
     /// Status.Stopped (TraceStop range or ToPA STOP).
@@ -780,6 +797,13 @@ impl PtLogic {
             }
             Event::SyscallEnter { .. } | Event::SyscallExit { .. } | Event::Mappings(_) => {}
             Event::Exit(_) => {
+                if !self.in_kernel {
+                    // Killed from outside while in user mode: an interrupt took it.
+                    match self.next_ip {
+                        Some(ip) => self.leave_user(Leave::Interrupt(ip)),
+                        None => self.leave_user(Leave::FarBranch),
+                    }
+                }
                 self.in_kernel = true;
                 self.next_ip = None;
             }
