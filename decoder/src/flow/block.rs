@@ -294,7 +294,6 @@ pub struct BlockDecoder<'a> {
 struct BlockView {
     ip: u64,
     ninsn: u32,
-    last: Insn,
     truncated: bool,
 }
 
@@ -1324,7 +1323,6 @@ impl<'a> BlockDecoder<'a> {
             let b = BlockView {
                 ip: b.ip,
                 ninsn: b.ninsn,
-                last: b.last,
                 truncated: b.truncated,
             };
             let isid = self.section_id(b.ip);
@@ -1360,7 +1358,7 @@ impl<'a> BlockDecoder<'a> {
             }
             block.ninsn += count;
             self.segs.push((id, count));
-            let insn = b.last;
+            let insn = self.cache.block(id).last;
             block.end_ip = insn.ip;
             block.class = Some(insn.class);
             block.truncated = b.truncated;
@@ -1563,15 +1561,20 @@ impl<'a> BlockDecoder<'a> {
             // Have the caller ask for the error as an event, unless it is the end.
             return Ok(self.status_flags(e != ErrorCode::Eos));
         }
-        // The common case first: more bits in the TNT that is in use.
-        if let Tnt { size, .. } = self.event.kind {
-            if size != 0 && !self.options.tick_events && self.postponed.is_none() {
+        // The common cases first: more bits in the TNT that is in use, or a TIP (an
+        // indirect branch needs it; nothing to report before).
+        match self.event.kind {
+            Tnt { size, .. }
+                if size != 0 && !self.options.tick_events && self.postponed.is_none() =>
+            {
                 return Ok(Status {
                     event_pending: false,
                     ip_suppressed: !self.enabled,
                     eos: false,
                 });
             }
+            Tip { .. } => return self.finish_trailing(),
+            _ => {}
         }
         let ev = self.event;
         let pending = |s: &Self| Ok(s.status_flags(true));
