@@ -1336,7 +1336,7 @@ impl<'a> BlockDecoder<'a> {
                 return self.proceed_no_event_slow(block);
             }
             let warm = self.warm.get(id.index()).copied().unwrap_or(false);
-            let mut count = b.ninsn;
+            let count = b.ninsn;
             if warm {
                 fill = None;
             } else if let Some((k, ip, nip)) = self.walk_unknown(id, &b, &mut fill) {
@@ -1350,8 +1350,6 @@ impl<'a> BlockDecoder<'a> {
                 }
                 self.ip = nip;
                 return Ok(());
-            } else {
-                count = b.ninsn;
             }
             if self.has_icnt {
                 self.icnt = self.icnt.checked_add(count).ok_or(ErrorCode::Overflow)?;

@@ -8,7 +8,27 @@
 //! * [`AddrFilter`] describes the IP filter ranges the trace was recorded with.
 //!
 //! Both decoders alternate between `next()` (blocks or instructions) and `event()`
-//! as the returned [`Status`] says, like libipt's `pt_blk_next`/`pt_blk_event`.
+//! as the returned [`Status`] says, like libipt's `pt_blk_next`/`pt_blk_event`;
+//! after an error, `resync()` goes on where the trace allows it.
+//!
+//! Blocks end where libipt's end, including the boundaries its block cache adds
+//! while it learns new code (after direct calls, backward jumps and 0x400 new
+//! instructions), so `ptxed --block:show-blocks` and `--stat:blocks` match.
+//!
+//! # Speed
+//!
+//! Code is decoded once into [`crate::block_cache`] blocks; conditional branches and
+//! fall-throughs follow the cache's links, returns and indirect branches remember
+//! their last target. For callers that only count (ptxed `--quiet`),
+//! [`BlockDecoder::skip_blocks`] memoizes runs of TNT bits per start block (through
+//! direct calls and compressed returns), so a hot loop costs one lookup per TNT
+//! packet.
+//!
+//! # Where this differs from libipt
+//!
+//! Only on input where libipt's ptxed never ends: an enabled event without an IP, an
+//! event that fails again after a resync, or a resync from the very same state is
+//! skipped (or reported as `NoSync`) instead of being retried forever.
 
 pub mod block;
 pub mod filter;
