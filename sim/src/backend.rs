@@ -728,8 +728,15 @@ impl TraceBackend for SimBackend {
             return Err(SimError::Unsupported(PtError::KernelTracing));
         }
         let regs = config.to_regs();
-        self.program_output(config.output == pt_hal::config::OutputKind::SingleRange)?;
-        self.cpu.wrmsr(IA32_RTIT_STATUS, 0)?;
+        let single = config.output == pt_hal::config::OutputKind::SingleRange;
+        let same_output = self
+            .ctl
+            .is_some_and(|c| RtitCtl(c).topa() == regs.ctl.topa());
+        if !same_output {
+            // Reconfiguring keeps the output area and position, as perf does.
+            self.program_output(single)?;
+            self.cpu.wrmsr(IA32_RTIT_STATUS, 0)?;
+        }
         self.cpu.wrmsr(IA32_RTIT_CR3_MATCH, regs.cr3_match.0)?;
         for n in 0..self.caps.num_address_ranges {
             let (a, b) = regs.addr[usize::from(n)];

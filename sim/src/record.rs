@@ -434,3 +434,58 @@ pub fn record_sim(
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Perms;
+
+    #[test]
+    fn filter_syntax() {
+        let f = FilterSpec::parse_list("filter 0x1000/0x100@/bin/true, stop 0x2000").unwrap();
+        assert_eq!(
+            f,
+            vec![
+                FilterSpec {
+                    cfg: AddrCfg::Filter,
+                    start: 0x1000,
+                    size: 0x100,
+                    object: Some(PathBuf::from("/bin/true")),
+                },
+                FilterSpec {
+                    cfg: AddrCfg::TraceStop,
+                    start: 0x2000,
+                    size: 1,
+                    object: None,
+                },
+            ]
+        );
+        let f = FilterSpec::parse_list("0x401000-0x402000").unwrap();
+        assert_eq!((f[0].start, f[0].size), (0x401000, 0x1000));
+        for bad in ["0x2000-0x1000", "jump 1/2", "filter 1/0", "filter x/1"] {
+            assert!(FilterSpec::parse_list(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn object_filters_follow_the_load_address() {
+        let exe = std::fs::canonicalize("/bin/true").unwrap();
+        let first = elf_first_load(&exe).expect("an ELF");
+        let maps = vec![Mapping {
+            start: 0x5555_5555_4000,
+            end: 0x5555_5555_6000,
+            offset: 0,
+            perms: Perms {
+                read: true,
+                ..Perms::default()
+            },
+            path: exe.display().to_string(),
+        }];
+        let f = FilterSpec::parse_list(&format!("filter {:#x}/0x10@/bin/true", first + 0x2000))
+            .unwrap();
+        let r = resolve_filters(&f, &maps).unwrap();
+        assert_eq!((r[0].start, r[0].end), (0x5555_5555_6000, 0x5555_5555_600f));
+        let missing = FilterSpec::parse_list("filter 0/1@/bin/sh").unwrap();
+        assert!(resolve_filters(&missing, &maps).is_err());
+    }
+}

@@ -224,3 +224,51 @@ fn interrupted_and_killed_recordings_keep_a_decodable_trace() {
         ptxed_matches_count(&t2);
     }
 }
+
+#[test]
+fn valgrind_source_and_decode() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("skipping: valgrind is not installed");
+        return;
+    }
+    let d = dir("valgrind");
+    let o = ptrec()
+        .args(["--backend", "sim", "--source", "valgrind", "--decode", "-o"])
+        .arg(d.join("t.pt"))
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("identical to the recorded execution"),
+        "{out}{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn perf_backend_without_pt_says_why() {
+    if std::path::Path::new("/sys/bus/event_source/devices/intel_pt").exists() {
+        eprintln!("skipping: this machine has Intel PT");
+        return;
+    }
+    let d = dir("perf");
+    let o = ptrec()
+        .args(["--backend", "perf", "-o"])
+        .arg(d.join("t.pt"))
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("intel_pt"), "{}", stderr(&o));
+    // auto falls back to the simulator and says so.
+    let o = ptrec()
+        .args(["-o"])
+        .arg(d.join("t.pt"))
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("using the simulator"), "{}", stderr(&o));
+}

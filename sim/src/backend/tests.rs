@@ -257,3 +257,58 @@ fn snapshot_keeps_the_newest_data() {
     assert!(b.cpu_ref().logic().trigger_en(), "still tracing");
     b.stop().unwrap();
 }
+
+#[test]
+fn tracing_resumes_after_reprogramming() {
+    let mut b = SimBackend::new(SimParams::default(), SimOutput::default()).unwrap();
+    b.configure(&user_cfg()).unwrap();
+    let (items, mem) = items(100);
+    b.start().unwrap();
+    for it in &items[..50] {
+        b.feed(it, &mem);
+    }
+    b.stop().unwrap();
+    let first = b.cpu_ref().written();
+    let mut out = Vec::new();
+    b.read(&mut out).unwrap();
+    let first_bytes = data(&out);
+    assert_eq!(first_bytes.len() as u64, first);
+    // A new configuration while TraceEn = 0; output continues where it stopped.
+    b.configure(&TraceConfig {
+        tsc: false,
+        ..user_cfg()
+    })
+    .unwrap();
+    b.start().unwrap();
+    for it in &items[50..] {
+        b.feed(it, &mem);
+    }
+    b.stop().unwrap();
+    let mut out = Vec::new();
+    b.read(&mut out).unwrap();
+    let second = data(&out);
+    assert!(matches!(out[0], TraceItem::Data { offset, .. } if offset == first));
+    let bytes = [first_bytes, second].concat();
+    let mut d = PacketDecoder::new(&bytes, &Config::default());
+    d.sync_forward().unwrap();
+    let p: Vec<(u64, Packet)> = d.map(|r| r.unwrap()).collect();
+    let psbs: Vec<usize> = p
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, q))| *q == Packet::Psb)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(psbs.len(), 2);
+    assert_eq!(p[psbs[1]].0, first);
+    // The first run ends with FUP + TIP.PGD (TraceEn cleared in user mode);
+    // the second PSB+ has no TSC and tracing resumes with TIP.PGE.
+    assert!(matches!(
+        p[psbs[1] - 1].1,
+        Packet::Ip(pt_encoder::IpPacketKind::TipPgd, _)
+    ));
+    assert!(matches!(p[psbs[1] - 2].1, Packet::Ip(pt_encoder::IpPacketKind::Fup, _)));
+    assert!(!p[psbs[1]..].iter().any(|(_, q)| matches!(q, Packet::Tsc { .. })));
+    assert!(p[psbs[1]..]
+        .iter()
+        .any(|(_, q)| matches!(q, Packet::Ip(pt_encoder::IpPacketKind::TipPge, _))));
+}
