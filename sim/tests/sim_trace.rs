@@ -499,3 +499,125 @@ fn bin_true_decodes_to_the_ground_truth() {
 fn c_program_decodes_to_the_ground_truth() {
     run_all(sample_run());
 }
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+    use pt_sim::exec::{CodeMemory, ExecMode, Retired};
+    use pt_sim::pt::PtLogic;
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Linear(u8),
+        Cond(bool, u32),
+        Jump(u32),
+        Call(u32),
+        IndirectJump(u32),
+        IndirectCall(u32),
+        Ret(bool, u32),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let addr = 0x1000u32..0x60000;
+        prop_oneof![
+            4 => (1u8..15).prop_map(Step::Linear),
+            4 => (any::<bool>(), addr.clone()).prop_map(|(t, a)| Step::Cond(t, a)),
+            1 => addr.clone().prop_map(Step::Jump),
+            2 => addr.clone().prop_map(Step::Call),
+            1 => addr.clone().prop_map(Step::IndirectJump),
+            1 => addr.clone().prop_map(Step::IndirectCall),
+            2 => (any::<bool>(), addr).prop_map(|(m, a)| Step::Ret(m, a)),
+        ]
+    }
+
+    /// A consistent instruction stream from the steps (returns go back to
+    /// their call when `matching` and a call is open).
+    fn items(steps: &[Step]) -> Vec<ExecItem> {
+        let mut ip = 0x2000u64;
+        let mut calls: Vec<u64> = Vec::new();
+        let mut out = Vec::new();
+        for s in steps {
+            let (len, class, next) = match *s {
+                Step::Linear(n) => (n, InsnClass::Other, ip + u64::from(n)),
+                Step::Cond(t, a) => (
+                    2,
+                    InsnClass::CondBranch,
+                    if t { u64::from(a) } else { ip + 2 },
+                ),
+                Step::Jump(a) => (5, InsnClass::DirectJump, u64::from(a)),
+                Step::Call(a) => {
+                    calls.push(ip + 5);
+                    (5, InsnClass::DirectCall, u64::from(a))
+                }
+                Step::IndirectJump(a) => (2, InsnClass::IndirectJump, u64::from(a)),
+                Step::IndirectCall(a) => {
+                    calls.push(ip + 2);
+                    (2, InsnClass::IndirectCall, u64::from(a))
+                }
+                Step::Ret(matching, a) => {
+                    let t = match (matching, calls.pop()) {
+                        (true, Some(r)) => r,
+                        _ => u64::from(a),
+                    };
+                    (1, InsnClass::Return, t)
+                }
+            };
+            out.push(ExecItem::Insn(Retired {
+                ip,
+                next_ip: next,
+                len,
+                class,
+                mode: ExecMode::Bit64,
+            }));
+            ip = next;
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn any_stream_decodes_to_itself(
+            steps in proptest::collection::vec(step(), 1..600),
+            noretcomp in any::<bool>(),
+            long in any::<bool>(),
+            psb in 0u8..2,
+            filter in proptest::option::of((0x1000u64..0x30000, 0x100u64..0x30000)),
+            cyc in any::<bool>(),
+        ) {
+            let mut cfg = TraceConfig {
+                os: false,
+                dis_retc: noretcomp,
+                psb_freq: psb,
+                mtc: Some(0),
+                cyc: cyc.then_some(0),
+                ..TraceConfig::default()
+            };
+            if let Some((start, size)) = filter {
+                cfg.ranges[0] = pt_hal::config::AddrRange { cfg: AddrCfg::Filter, start, end: start + size };
+            }
+            let params = SimParams {
+                tnt: if long { TntPolicy::Long } else { TntPolicy::Short },
+                ..SimParams::default()
+            };
+            let items = items(&steps);
+            let mem = CodeMemory::new();
+            let mut l = PtLogic::new(cfg, params).unwrap();
+            l.enable();
+            for it in &items {
+                l.item(it, &mem);
+            }
+            l.finish();
+            let mut bytes = Vec::new();
+            l.drain_into(&mut bytes);
+            let d = decode(&bytes);
+            check_features(&d.packets, &cfg);
+            check_psb_spacing(&bytes, &cfg);
+            let (traced, compressed) = check_flow(&items, &d.flow, &cfg);
+            prop_assert_eq!(traced.len() as u64, l.stats().traced);
+            if noretcomp {
+                prop_assert_eq!(compressed, 0);
+            }
+        }
+    }
+}

@@ -306,8 +306,13 @@ fn tracing_resumes_after_reprogramming() {
         p[psbs[1] - 1].1,
         Packet::Ip(pt_encoder::IpPacketKind::TipPgd, _)
     ));
-    assert!(matches!(p[psbs[1] - 2].1, Packet::Ip(pt_encoder::IpPacketKind::Fup, _)));
-    assert!(!p[psbs[1]..].iter().any(|(_, q)| matches!(q, Packet::Tsc { .. })));
+    assert!(matches!(
+        p[psbs[1] - 2].1,
+        Packet::Ip(pt_encoder::IpPacketKind::Fup, _)
+    ));
+    assert!(!p[psbs[1]..]
+        .iter()
+        .any(|(_, q)| matches!(q, Packet::Tsc { .. })));
     assert!(p[psbs[1]..]
         .iter()
         .any(|(_, q)| matches!(q, Packet::Ip(pt_encoder::IpPacketKind::TipPge, _))));
