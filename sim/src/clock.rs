@@ -16,7 +16,7 @@ pub struct ClockParams {
     pub kernel_cycles: u32,
     /// Core:bus ratio (core clock = CBR × 100 MHz), reported in CBR packets.
     pub cbr: u8,
-    /// Nominal (P1) ratio, MSR_PLATFORM_INFO[15:8]: the TSC frequency ÷ 100 MHz.
+    /// Nominal (P1) ratio, MSR_PLATFORM_INFO\[15:8\]: the TSC frequency ÷ 100 MHz.
     pub nom_freq: u8,
     /// CPUID 0x15 EAX: denominator of the TSC/CTC ratio.
     pub cpuid_15_eax: u32,
@@ -143,7 +143,7 @@ impl Clock {
         (d * u128::from(self.p.cbr)).div_ceil(u128::from(self.p.nom_freq)) as u64
     }
 
-    /// TMA's values for the current TSC: CTC[15:0] and the fast counter (TSC
+    /// TMA's values for the current TSC: CTC\[15:0\] and the fast counter (TSC
     /// ticks since the last crystal edge).
     pub fn tma(&self) -> (u16, u16) {
         let tsc = self.tsc();

@@ -11,7 +11,7 @@
 //! | `backend sim` | | who produced the trace |
 //! | `cpu none` | `none` or `F/M[/S]` | errata to apply (the simulator models none) |
 //! | `mtc-freq N` | IA32_RTIT_CTL.MTCFreq | |
-//! | `nom-freq N` | MSR_PLATFORM_INFO[15:8] | |
+//! | `nom-freq N` | `MSR_PLATFORM_INFO[15:8]` | |
 //! | `cpuid-0x15.eax N`, `cpuid-0x15.ebx N` | CPUID 0x15 | TSC/CTC ratio |
 //! | `cbr N`, `cycles-per-insn N`, `kernel-cycles N`, `tsc-start N` | clock model | |
 //! | `rtit-ctl 0x…` | IA32_RTIT_CTL as programmed (TraceEn set) | |
