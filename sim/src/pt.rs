@@ -663,6 +663,8 @@ impl PtLogic {
         self.tnt_n = 0;
         self.tnt_bits = 0;
         self.ret_len = 0;
+        // A far branch whose TIP was lost: the FUP below says where execution is.
+        self.pending_far = None;
         self.cyc();
         self.put(&Packet::Ovf);
         // The decoder restarts at the FUP: compress it against nothing.
