@@ -6,7 +6,7 @@
 use crate::config::{Config, Errata};
 use crate::error::{DecodeError, ErrorCode};
 use pt_encoder::packet::opcode::{self, ext, FirstByte};
-use pt_encoder::packet::{IpCompression, IpPayload, PSB_SIZE};
+use pt_encoder::packet::{IpCompression, IpPacketKind, IpPayload, PSB_SIZE};
 use pt_encoder::{ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
 
 const FIRST_BYTE: [FirstByte; 256] = {
@@ -67,6 +67,19 @@ const fn all_tnt8(w: u64) -> bool {
     w & ONES == 0 && has_zero == 0
 }
 
+/// For an odd first byte with bit 1 clear, bits 4:2 say which IP packet it is, if any.
+const IP_KIND: [Option<IpPacketKind>; 8] = {
+    let mut t = [None; 8];
+    let mut i = 0;
+    while i < 8 {
+        if let FirstByte::Tip(k) = opcode::classify((i as u8) << 2 | 1) {
+            t[i] = Some(k);
+        }
+        i += 1;
+    }
+    t
+};
+
 /// The hot subset of [`decode_packet`]: TNT-8, PAD, the IP packets, short CYC, TSC and MTC,
 /// decoded from a window of at least 16 bytes (so no bounds checks). `None` means "use
 /// the general decoder": anything else, including every error.
@@ -78,33 +91,32 @@ fn decode_common(win: &[u8], skd007: bool) -> Option<(Packet, usize)> {
     if b0 & 1 == 0 && b0 > opcode::EXT {
         return Some((Packet::Tnt8(Tnt::from_tnt8_byte(b0)), 1));
     }
+    // CYC next: with cycle-accurate tracing it precedes most other packets.
+    if b0 & 3 == 3 {
+        return if b0 & 4 == 0 {
+            let value = (b0 >> 3) as u64;
+            Some((Packet::Cyc { value }, 1))
+        } else if w[1] & 1 == 0 && !(skd007 && w[1] == opcode::EXT) {
+            let value = (b0 >> 3) as u64 | ((w[1] >> 1) as u64) << 5;
+            Some((Packet::Cyc { value }, 2))
+        } else {
+            None
+        };
+    }
     let word1 = u64::from_le_bytes([w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]]);
-    Some(match FIRST_BYTE[b0 as usize] {
-        FirstByte::Tnt8 => (Packet::Tnt8(Tnt::from_tnt8_byte(b0)), 1),
-        FirstByte::Pad => (Packet::Pad, 1),
-        FirstByte::Tip(kind) => {
+    // The four IP packets differ only in data (the kind), so they share one path.
+    if let Some(kind) = IP_KIND[(b0 >> 2 & 7) as usize] {
+        if b0 & 3 == 1 {
             let (compression, size, mask) = IP_FORMS[(b0 >> 5) as usize]?;
             let ip = IpPayload {
                 compression,
                 ip: word1 & mask,
             };
-            (Packet::Ip(kind, ip), size)
+            return Some((Packet::Ip(kind, ip), size));
         }
-        FirstByte::Cyc => {
-            if b0 & 4 == 0 {
-                (
-                    Packet::Cyc {
-                        value: (b0 >> 3) as u64,
-                    },
-                    1,
-                )
-            } else if w[1] & 1 == 0 && !(skd007 && w[1] == opcode::EXT) {
-                let value = (b0 >> 3) as u64 | ((w[1] >> 1) as u64) << 5;
-                (Packet::Cyc { value }, 2)
-            } else {
-                return None;
-            }
-        }
+    }
+    Some(match FIRST_BYTE[b0 as usize] {
+        FirstByte::Pad => (Packet::Pad, 1),
         FirstByte::Tsc => (
             Packet::Tsc {
                 tsc: word1 & 0x00ff_ffff_ffff_ffff,
