@@ -14,6 +14,9 @@ fn main() {
         ("mixed", pt_benches::mixed(size)),
         ("random_mix", pt_benches::random_mix(size)),
     ] {
+        if std::env::var("ONLY").is_ok_and(|o| o != name) {
+            continue;
+        }
         let mut best = f64::MAX;
         let mut packets = 0;
         for _ in 0..5 {
