@@ -142,6 +142,8 @@ pub struct PtLogic {
     /// CTC >> MTCFreq at the last MTC (or at enable).
     last_mtc_period: u64,
     last_cyc_cycle: u64,
+    /// While set, CYC packets count cycles only up to here (an MTC edge).
+    cyc_limit: Option<u64>,
     cyc_thresh: u64,
     fifo_level: u64,
     overflowing: bool,
@@ -208,6 +210,7 @@ impl PtLogic {
             mtc_period_ctc: 1u64 << cfg.mtc.unwrap_or(0).min(15),
             last_mtc_period: 0,
             last_cyc_cycle: 0,
+            cyc_limit: None,
             cyc_thresh,
             fifo_level: 0,
             overflowing: false,
@@ -368,17 +371,22 @@ impl PtLogic {
 
     /// A CYC before a CYC-eligible packet, once the threshold is reached.
     fn cyc(&mut self) {
+        self.cyc_upto(self.cyc_limit.unwrap_or(self.clock.cycles()));
+    }
+
+    /// A CYC counting the cycles up to `now`.
+    fn cyc_upto(&mut self, now: u64) {
         if self.cfg.cyc.is_none() {
             return;
         }
-        let n = self.clock.cycles() - self.last_cyc_cycle;
+        let n = now.saturating_sub(self.last_cyc_cycle);
         if n > 0
             && n >= self.cyc_thresh
             && self.put(&Packet::Cyc {
                 value: n & ((1 << 61) - 1),
             })
         {
-            self.last_cyc_cycle = self.clock.cycles();
+            self.last_cyc_cycle = now;
         }
     }
 
@@ -474,7 +482,13 @@ impl PtLogic {
     fn mtcs(&mut self) {
         let last = self.clock.ctc() / self.mtc_period_ctc;
         if self.trigger_en() && last > self.last_mtc_period {
+            // Cycles up to the first crystal edge go before the MTC (with any
+            // pending TNT), so that decoders never see time run backwards.
+            let edge = self.next_mtc_cycle;
+            self.cyc_limit = Some(edge);
             self.flush_tnt();
+            self.cyc_upto(edge);
+            self.cyc_limit = None;
             // More than 256 periods in a row cannot be told apart: send the last 256.
             let from = (self.last_mtc_period + 1).max(last.saturating_sub(255));
             for p in from..=last {
