@@ -415,9 +415,41 @@ fn run_perf(a: &Args) -> Result<ExitCode, String> {
     b.configure(&cfg).map_err(|e| e.to_string())?;
     b.start().map_err(|e| e.to_string())?;
     let mut items: Vec<TraceItem> = Vec::new();
+    // Drain the AUX area while the workload runs (it is small); the workload is
+    // our only child, so waitid(P_ALL, WNOWAIT) tells when it ended without
+    // reaping it.
+    loop {
+        b.read(&mut items).map_err(|e| e.to_string())?;
+        // SAFETY: siginfo_t is plain data; waitid only writes it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out pointer; WNOWAIT leaves the child to PerfBackend::wait.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is valid when waitid returned a child.
+        if rc != 0 || unsafe { info.si_pid() } != 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let status = b.wait().map_err(|e| e.to_string())?;
     b.stop().map_err(|e| e.to_string())?;
     b.read(&mut items).map_err(|e| e.to_string())?;
+    let lost: u64 = items
+        .iter()
+        .map(|i| match i {
+            TraceItem::Lost { size, .. } => size.unwrap_or(0),
+            _ => 0,
+        })
+        .sum();
+    if lost > 0 {
+        eprintln!("ptrec: {lost} bytes of trace were lost (AUX area full)");
+    }
     b.write_files(&items, &out, &sideband_path(&out))
         .map_err(|e| format!("{}: {e}", out.display()))?;
     let bytes: usize = items
