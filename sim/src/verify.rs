@@ -12,9 +12,26 @@ use pt_decoder::Config;
 use pt_encoder::ExecMode;
 use pt_hal::msr::{AddrCfg, RtitCtl};
 
+use crate::exec::insn::{decode_at, KernelEntry};
 use crate::exec::log::LogReader;
-use crate::exec::{ExecItem, ExecutionSource};
+use crate::exec::{CodeMemory, ExecItem, ExecutionSource, InsnClass, Retired};
 use crate::sideband::Sideband;
+
+/// Whether a decoder shows the instruction as executed. INT n, INT3 and
+/// INTO are reported with FUP(their IP) + TIP/TIP.PGD, which decoders take
+/// as an interrupt before the instruction (libipt's convention): they are
+/// not shown.
+fn shown(r: &Retired, mem: &CodeMemory) -> bool {
+    if r.class != InsnClass::KernelEntry {
+        return true;
+    }
+    matches!(
+        decode_at(mem, r.ip, r.mode)
+            .ok()
+            .and_then(|d| d.kernel_entry),
+        Some(KernelEntry::Syscall | KernelEntry::Sysenter)
+    )
+}
 
 /// What decoding found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -105,7 +122,9 @@ pub fn verify(trace: &Path, sideband: &Path, log: &Path) -> Result<FlowSummary, 
     let mut next_truth = move || -> Option<u64> {
         loop {
             match truth.next_item() {
-                Ok(Some(ExecItem::Insn(r))) if in_range(r.ip) => return Some(r.ip),
+                Ok(Some(ExecItem::Insn(r))) if in_range(r.ip) && shown(&r, truth.memory()) => {
+                    return Some(r.ip)
+                }
                 Ok(Some(_)) => {}
                 _ => return None,
             }
@@ -203,7 +222,7 @@ pub fn verify(trace: &Path, sideband: &Path, log: &Path) -> Result<FlowSummary, 
         s.expected = 0;
         let mut t = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
         while let Ok(Some(item)) = t.next_item() {
-            if matches!(item, ExecItem::Insn(r) if in_range(r.ip)) {
+            if matches!(item, ExecItem::Insn(r) if in_range(r.ip) && shown(&r, t.memory())) {
                 s.expected += 1;
             }
         }

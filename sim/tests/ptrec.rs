@@ -272,3 +272,47 @@ fn perf_backend_without_pt_says_why() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("using the simulator"), "{}", stderr(&o));
 }
+
+#[test]
+fn compat_mode_program_with_int80_decodes_to_its_execution() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/tiny32.c");
+    let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ptrec-tiny32");
+    let built = Command::new("cc")
+        .args([
+            "-m32",
+            "-O1",
+            "-static",
+            "-nostdlib",
+            "-fno-stack-protector",
+            "-fno-pie",
+            "-no-pie",
+            "-o",
+        ])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !built {
+        eprintln!("skipping: cc -m32 cannot build here");
+        return;
+    }
+    let d = dir("compat32");
+    let t = d.join("t.pt");
+    let o = ptrec()
+        .args(["--backend", "sim", "--decode", "-o"])
+        .arg(&t)
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("identical to the recorded execution"), "{out}");
+    // 32-bit code: MODE.Exec with CS.D; INT 0x80 is FUP + TIP.PGD().
+    let p = decode_prefix(&t);
+    assert!(p.iter().any(|q| matches!(
+        q,
+        Packet::ModeExec(m) if m.csd && !m.csl
+    )));
+    ptxed_matches_count(&t);
+}
