@@ -4,6 +4,8 @@
 //! with a small PSB period would, so decoders can sync anywhere.
 #![deny(missing_docs)]
 
+pub mod flow;
+
 use pt_encoder::packet::IpCompression;
 use pt_encoder::{IpPacketKind, ModeExec, Packet, Tnt};
 
