@@ -451,6 +451,20 @@ impl<'a> EventDecoder<'a> {
     // libipt's shape (`pt_evt_next`): the end is an error code, not `None`.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Event, DecodeError> {
+        // After a TIP was reported: the slow way would come back to the same packet
+        // for events bound to it; with none waiting, just move on.
+        if self.bound && self.evq.is_empty() {
+            if let Current::Packet {
+                packet: Packet::Ip(IpPacketKind::Tip, _),
+                ..
+            } = self.cur
+            {
+                if self.enabled {
+                    self.bound = false;
+                    self.fetch();
+                }
+            }
+        }
         // The common case first: a TNT while tracing is enabled.
         if let Current::Packet {
             offset,
@@ -469,6 +483,30 @@ impl<'a> EventDecoder<'a> {
                     offset,
                 };
                 self.fetch();
+                return Ok(ev);
+            }
+        }
+        // Next: a TIP with no event waiting for it. Reported as the slow way would; the
+        // decoder stays at the packet (its offset is the TIP's) until the next call.
+        if let Current::Packet {
+            offset,
+            packet: Packet::Ip(IpPacketKind::Tip, payload),
+        } = self.cur
+        {
+            if self.enabled && !self.bound && self.evq.is_empty() {
+                self.ip.update(payload);
+                let (ip, ip_suppressed) = match self.ip.query() {
+                    Ok(ip) => (ip, false),
+                    Err(_) => (0, true),
+                };
+                let ev = Event {
+                    kind: EventKind::Tip { ip },
+                    ip_suppressed,
+                    status_update: false,
+                    time: stamp(&self.time),
+                    offset,
+                };
+                self.bound = true;
                 return Ok(ev);
             }
         }

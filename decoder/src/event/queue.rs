@@ -126,6 +126,12 @@ impl EventQueue {
         Some(self.remove(i))
     }
 
+    /// Whether no event waits at all.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Whether any event waits for any of `binding`'s bits.
     pub(crate) fn pending(&self, binding: Binding) -> bool {
         self.position(binding).is_some()
