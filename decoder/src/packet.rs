@@ -352,7 +352,9 @@ fn decode_ext(buf: &[u8], errata: &Errata) -> Result<(Packet, usize), ErrorCode>
             let packet = Packet::Pwre {
                 state: buf[3] >> 4,
                 sub_state: buf[3] & 0xf,
-                hw: buf[2] & 0x80 != 0,
+                // The SDM puts the HW flag in B2[7]; libipt (and so every trace its pttc
+                // wrote) uses B2[3], which the SDM leaves reserved. Either means HW.
+                hw: buf[2] & 0x88 != 0,
             };
             (packet, 4)
         }

@@ -159,3 +159,31 @@ proptest! {
         prop_assert_eq!(decode_all(&buf), ps);
     }
 }
+
+#[test]
+fn pwre_hw_flag_from_either_bit() {
+    // B2[7] per the SDM, B2[3] as libipt's encoder writes it.
+    for b2 in [0x80u8, 0x08, 0x88] {
+        let (p, _) = decode_packet(
+            &[0x02, 0x22, b2, 0x10],
+            &Errata::default(),
+            PacketContext::default(),
+        )
+        .unwrap();
+        assert!(matches!(p, Packet::Pwre { hw: true, .. }), "{b2:#x}");
+    }
+    let (p, _) = decode_packet(
+        &[0x02, 0x22, 0x00, 0x10],
+        &Errata::default(),
+        PacketContext::default(),
+    )
+    .unwrap();
+    assert!(matches!(
+        p,
+        Packet::Pwre {
+            hw: false,
+            state: 1,
+            sub_state: 0
+        }
+    ));
+}
