@@ -270,6 +270,9 @@ pub struct BlockDecoder<'a> {
     /// Per cache block ending in a return or indirect branch: where it went last
     /// time, and that block's id.
     last_target: Vec<(u64, Option<BlockId>)>,
+    /// Block ids by IP, direct-mapped ([`target_slot`]): cache blocks that a return or
+    /// indirect branch led to.
+    targets: Box<[(u64, Option<BlockId>)]>,
     /// The section that holds the last cache block: `[lo, hi)` and its id.
     section: (u64, u64, u32),
     /// The instructions libipt's block cache would know by now.
@@ -340,6 +343,16 @@ impl Hasher for KeyHasher {
         let h = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         self.0 = h ^ (h >> 29);
     }
+}
+
+/// Entries of the block decoder's direct-mapped target table (a power of two).
+const TARGET_SLOTS: usize = 1024;
+
+/// The target table slot of `ip`.
+#[inline]
+fn target_slot(ip: u64) -> usize {
+    let h = (ip ^ (ip >> 10) ^ (ip >> 20) ^ (ip >> 40)) as usize;
+    h & (TARGET_SLOTS - 1)
 }
 
 /// Instructions libipt's own block cache walks at most before it ends a block while
@@ -439,6 +452,7 @@ impl<'a> BlockDecoder<'a> {
             section: (1, 0, 0),
             came_from: None,
             last_target: Vec::new(),
+            targets: vec![(0, None); TARGET_SLOTS].into_boxed_slice(),
             marks: Marks::default(),
             warm: Vec::new(),
             runs: HashMap::default(),
@@ -1276,10 +1290,30 @@ impl<'a> BlockDecoder<'a> {
                 }
             }
         }
-        let id = self
-            .cache
-            .lookup(self.image, ip, self.mode)
-            .map_err(|e| e.code)?;
+        // Else a small direct-mapped table by IP before the cache's hash index (an
+        // indirect branch with many targets misses the last-target entry).
+        let slot = target_slot(ip);
+        let id = match self.targets.get(slot) {
+            Some(&(at, Some(id)))
+                if at == ip
+                    && self
+                        .cache
+                        .get(id)
+                        .is_some_and(|b| b.ip == ip && b.mode == self.mode) =>
+            {
+                id
+            }
+            _ => {
+                let id = self
+                    .cache
+                    .lookup(self.image, ip, self.mode)
+                    .map_err(|e| e.code)?;
+                if let Some(t) = self.targets.get_mut(slot) {
+                    *t = (ip, Some(id));
+                }
+                id
+            }
+        };
         if let Some(from) = from {
             if self.last_target.len() <= from.index() {
                 self.last_target.resize(from.index() + 1, (0, None));
