@@ -10,6 +10,7 @@
 //!   ToPA/single-range output ([`backend::SimCpu`]), and [`backend::SimBackend`],
 //!   the HAL's `TraceBackend` on top of it.
 //! - [`record`]: a recording end to end (what `ptrec` runs on the simulator).
+//! - [`profile`]: branch counts and the hottest functions of a decoded flow.
 //! - [`sideband`]: the side-band file written next to a simulated trace.
 //! - [`verify`]: decode a simulated trace with pt-decoder and compare it with
 //!   the recorded execution.
@@ -18,6 +19,7 @@
 pub mod backend;
 pub mod clock;
 pub mod exec;
+pub mod profile;
 pub mod pt;
 pub mod record;
 pub mod sideband;

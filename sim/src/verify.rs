@@ -15,6 +15,7 @@ use pt_hal::msr::{AddrCfg, RtitCtl};
 use crate::exec::insn::{decode_at, KernelEntry};
 use crate::exec::log::LogReader;
 use crate::exec::{CodeMemory, ExecItem, ExecutionSource, InsnClass, Retired};
+use crate::profile::{Profile, Profiler};
 use crate::sideband::Sideband;
 
 /// Whether a decoder shows the instruction as executed. INT n, INT3 and
@@ -68,6 +69,49 @@ impl FlowSummary {
 /// Decodes `trace` with the image and parameters of its side-band file and
 /// compares it with the execution log `log`.
 pub fn verify(trace: &Path, sideband: &Path, log: &Path) -> Result<FlowSummary, String> {
+    verify_with(trace, sideband, log, None, &mut |_| {})
+}
+
+/// [`verify`], also profiling the decoded flow (see [`crate::profile`]);
+/// `progress` is called with the instructions decoded so far, every 2^20.
+pub fn verify_profile(
+    trace: &Path,
+    sideband: &Path,
+    log: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(FlowSummary, Profile), String> {
+    let sb = Sideband::read(sideband)?;
+    let mut p = Profiler::new(&sb.merged_maps());
+    let s = verify_with(trace, sideband, log, Some(&mut p), progress)?;
+    let bytes = std::fs::read(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+    Ok((s, p.finish(&bytes, &config_of(&sb))))
+}
+
+fn config_of(sb: &Sideband) -> Config {
+    let num = |k: &str| -> u64 {
+        sb.param(k)
+            .and_then(|v| match v.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => v.parse().ok(),
+            })
+            .unwrap_or(0)
+    };
+    Config {
+        mtc_freq: num("mtc-freq") as u8,
+        nom_freq: num("nom-freq") as u8,
+        cpuid_0x15_eax: num("cpuid-0x15.eax") as u32,
+        cpuid_0x15_ebx: num("cpuid-0x15.ebx") as u32,
+        ..Config::default()
+    }
+}
+
+fn verify_with(
+    trace: &Path,
+    sideband: &Path,
+    log: &Path,
+    mut profiler: Option<&mut Profiler>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<FlowSummary, String> {
     let sb = Sideband::read(sideband)?;
     let bytes = std::fs::read(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
     let num = |k: &str| -> u64 {
@@ -78,13 +122,7 @@ pub fn verify(trace: &Path, sideband: &Path, log: &Path) -> Result<FlowSummary, 
             })
             .unwrap_or(0)
     };
-    let config = Config {
-        mtc_freq: num("mtc-freq") as u8,
-        nom_freq: num("nom-freq") as u8,
-        cpuid_0x15_eax: num("cpuid-0x15.eax") as u32,
-        cpuid_0x15_ebx: num("cpuid-0x15.ebx") as u32,
-        ..Config::default()
-    };
+    let config = config_of(&sb);
     let mut image = Image::new();
     let args = sb.ptxed_args();
     let mut it = args.iter();
@@ -159,19 +197,41 @@ pub fn verify(trace: &Path, sideband: &Path, log: &Path) -> Result<FlowSummary, 
             break;
         }
         last_sync = dec.offset().ok();
+        if let Some(p) = profiler.as_deref_mut() {
+            p.break_flow();
+        }
         loop {
             while status.event_pending {
                 match dec.event() {
                     Ok((ev, st)) => {
                         if !ev.status_update {
+                            let p = profiler.as_deref_mut();
                             match ev.kind {
                                 EventKind::Enabled { .. } => s.enables += 1,
-                                EventKind::Disabled { .. } => s.disables += 1,
-                                EventKind::AsyncDisabled { .. } => {
+                                EventKind::Disabled { ip } => {
                                     s.disables += 1;
-                                    s.async_disables += 1
+                                    if let Some(p) = p {
+                                        p.disabled(Some(ip));
+                                    }
                                 }
-                                EventKind::Overflow { .. } => s.overflows += 1,
+                                EventKind::AsyncDisabled { at, .. } => {
+                                    s.disables += 1;
+                                    s.async_disables += 1;
+                                    if let Some(p) = p {
+                                        p.flow_at(at);
+                                    }
+                                }
+                                EventKind::AsyncBranch { from, .. } => {
+                                    if let Some(p) = p {
+                                        p.flow_at(from);
+                                    }
+                                }
+                                EventKind::Overflow { .. } => {
+                                    s.overflows += 1;
+                                    if let Some(p) = p {
+                                        p.break_flow();
+                                    }
+                                }
                                 _ => {}
                             }
                         }
@@ -211,6 +271,12 @@ pub fn verify(trace: &Path, sideband: &Path, log: &Path) -> Result<FlowSummary, 
                 s.first_difference = Some((s.decoded, insn.ip, want.unwrap_or(0)));
             }
             s.decoded += 1;
+            if let Some(p) = profiler.as_deref_mut() {
+                p.insn(&insn, &image);
+            }
+            if s.decoded & 0xf_ffff == 0 {
+                progress(s.decoded);
+            }
         }
     }
     s.expected = s.decoded;

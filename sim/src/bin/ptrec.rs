@@ -15,6 +15,11 @@
 //! `--filter` takes perf's `filter START/SIZE@FILE` (or `stop …`) or a plain
 //! `START-END` (END exclusive).
 //!
+//! `--decode` decodes the simulated trace with pt-decoder, compares it with
+//! the recorded execution and prints branch counts by kind and the `--top N`
+//! hottest functions by instructions, named from the ELF symbols of the
+//! mapped files.
+//!
 //! With the simulator, OUT is the trace, `OUT.sideband` the side-band (see
 //! `pt_sim::sideband`) and `OUT.log` the execution log, which `--replay`
 //! turns into a trace again with another configuration.
@@ -55,13 +60,16 @@ struct Args {
     replay: Option<PathBuf>,
     limit: Option<u64>,
     decode: bool,
+    top: usize,
     command: Vec<String>,
 }
 
-const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|valgrind] [TERMS...] [--filter SPEC] [-n LIMIT] [--decode] -o OUT -- CMD ARGS...
-       ptrec --replay OUT.log [TERMS...] [--filter SPEC] [--decode] -o OUT2
+const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|valgrind] [TERMS...] [--filter SPEC] [-n LIMIT] [--decode] [--top N] -o OUT -- CMD ARGS...
+       ptrec --replay OUT.log [TERMS...] [--filter SPEC] [--decode] [--top N] -o OUT2
        ptrec --ptxed-args OUT     (print ptxed options for a simulated trace)
---decode: decode the trace with pt-decoder and compare it with the recorded execution
+--decode: decode the trace with pt-decoder, compare it with the recorded execution and
+          print branch counts and the hottest functions (ELF symbols)
+--top N:  how many functions to list (default 10; implies --decode)
 TERMS: tsc mtc mtc_period=N cyc cyc_thresh=N noretcomp psb_period=N branch ptw fup_on_ptw notnt (term=0 to clear), u, k";
 
 /// perf's terms: MTCEn/MTCFreq and CYCEn/CycThresh are separate terms, folded
@@ -154,6 +162,7 @@ fn parse_args() -> Result<Args, String> {
         replay: None,
         limit: None,
         decode: false,
+        top: 10,
         command: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -182,6 +191,12 @@ fn parse_args() -> Result<Args, String> {
                 .extend(FilterSpec::parse_list(&value("a filter")?)?),
             "-o" | "--output" => a.out = Some(PathBuf::from(value("a file")?)),
             "--decode" => a.decode = true,
+            "--top" => {
+                a.top = value("a count")?
+                    .parse()
+                    .map_err(|_| "--top needs a count".to_string())?;
+                a.decode = true;
+            }
             "--ptxed-args" => {
                 let t = PathBuf::from(value("a trace file")?);
                 let sb = pt_sim::sideband::Sideband::read(&sideband_path(&t))?;
@@ -343,7 +358,23 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
     );
     if a.decode {
         let log = a.replay.clone().unwrap_or_else(|| log_path.clone());
-        let v = pt_sim::verify::verify(&out, &sideband_path(&out), &log)?;
+        let t1 = std::time::Instant::now();
+        let mut shown = false;
+        let mut progress = |n: u64| {
+            if tty {
+                shown = true;
+                eprint!(
+                    "\rptrec: decoding: {:.2} M instructions, {:.1} s ",
+                    n as f64 / 1e6,
+                    t1.elapsed().as_secs_f64()
+                );
+            }
+        };
+        let (v, prof) =
+            pt_sim::verify::verify_profile(&out, &sideband_path(&out), &log, &mut progress)?;
+        if shown {
+            eprintln!();
+        }
         println!(
             "decoded flow: {} instructions ({} recorded in the traced range) from {} image sections",
             v.decoded, v.expected, v.sections
@@ -365,6 +396,7 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
                 println!("  instruction counts differ");
             }
         }
+        print!("{}", prof.report(a.top));
     }
     if let Some(e) = &s.source_error {
         eprintln!("ptrec: the recording ended early: {e}; the trace is kept up to there");
