@@ -451,6 +451,15 @@ impl<'a> EventDecoder<'a> {
     // libipt's shape (`pt_evt_next`): the end is an error code, not `None`.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Event, DecodeError> {
+        let mut ev = mk(EventKind::Stop);
+        self.next_into(&mut ev)?;
+        Ok(ev)
+    }
+
+    /// [`next`](Self::next), writing the event into `out` (left as it was on an
+    /// error). Saves copying the event on the flow decoders' hot path.
+    #[inline]
+    pub fn next_into(&mut self, out: &mut Event) -> Result<(), DecodeError> {
         // After a TIP was reported: the slow way would come back to the same packet
         // for events bound to it; with none waiting, just move on.
         if self.bound && self.evq.is_empty() {
@@ -472,18 +481,16 @@ impl<'a> EventDecoder<'a> {
         } = self.cur
         {
             if self.enabled {
-                let ev = Event {
-                    kind: EventKind::Tnt {
-                        bits: t.bits(),
-                        size: t.len() as u8,
-                    },
-                    ip_suppressed: false,
-                    status_update: false,
-                    time: stamp(&self.time),
-                    offset,
+                out.kind = EventKind::Tnt {
+                    bits: t.bits(),
+                    size: t.len() as u8,
                 };
+                out.ip_suppressed = false;
+                out.status_update = false;
+                out.time = stamp(&self.time);
+                out.offset = offset;
                 self.fetch();
-                return Ok(ev);
+                return Ok(());
             }
         }
         // Next: a TIP with no event waiting for it. Reported as the slow way would; the
@@ -499,17 +506,22 @@ impl<'a> EventDecoder<'a> {
                     Ok(ip) => (ip, false),
                     Err(_) => (0, true),
                 };
-                let ev = Event {
-                    kind: EventKind::Tip { ip },
-                    ip_suppressed,
-                    status_update: false,
-                    time: stamp(&self.time),
-                    offset,
-                };
+                out.kind = EventKind::Tip { ip };
+                out.ip_suppressed = ip_suppressed;
+                out.status_update = false;
+                out.time = stamp(&self.time);
+                out.offset = offset;
                 self.bound = true;
-                return Ok(ev);
+                return Ok(());
             }
         }
+        *out = self.next_slow()?;
+        Ok(())
+    }
+
+    /// [`next`](Self::next) for everything but the common TNT and TIP packets.
+    #[inline(never)]
+    fn next_slow(&mut self) -> Result<Event, DecodeError> {
         loop {
             match self.decode_packet()? {
                 Step::Event => {

@@ -584,11 +584,8 @@ impl<'a> BlockDecoder<'a> {
     }
 
     fn load_next_event(&mut self) {
-        match self.evdec.next() {
-            Ok(ev) => {
-                self.event = ev;
-                self.status = Ok(());
-            }
+        match self.evdec.next_into(&mut self.event) {
+            Ok(()) => self.status = Ok(()),
             Err(e) => {
                 self.event = NO_EVENT;
                 self.status = Err(e.code);
