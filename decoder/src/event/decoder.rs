@@ -519,6 +519,32 @@ impl<'a> EventDecoder<'a> {
         Ok(())
     }
 
+    /// Whether the current event is a TIP reported by [`next_into`](Self::next_into)'s
+    /// fast path and the next one will be a TNT with at least one bit or a TIP, straight
+    /// from the next packet (no PAD or timing packet between them, nothing queued).
+    /// Lets the flow decoders' counting mode take indirect branches without going
+    /// through their general event handling.
+    pub(crate) fn tip_then_branch(&self) -> bool {
+        if !(self.enabled && self.bound && self.evq.is_empty()) {
+            return false;
+        }
+        if !matches!(
+            self.cur,
+            Current::Packet {
+                packet: Packet::Ip(IpPacketKind::Tip, _),
+                ..
+            }
+        ) {
+            return false;
+        }
+        let mut pkt = self.pkt.clone();
+        match pkt.next_packet() {
+            Ok((_, Packet::Tnt8(t) | Packet::Tnt64(t))) => t.len() > 0,
+            Ok((_, Packet::Ip(IpPacketKind::Tip, _))) => true,
+            _ => false,
+        }
+    }
+
     /// [`next`](Self::next) for everything but the common TNT and TIP packets.
     #[inline(never)]
     fn next_slow(&mut self) -> Result<Event, DecodeError> {

@@ -1812,6 +1812,69 @@ impl<'a> BlockDecoder<'a> {
         {
             return (0, 0);
         }
+        let (mut insns, mut blocks) = (0, 0);
+        loop {
+            let (i, b) = match self.event.kind {
+                EventKind::Tnt { .. } => self.skip_tnt_run(),
+                EventKind::Tip { .. } => self.skip_tip_block(),
+                _ => (0, 0),
+            };
+            if b == 0 {
+                return (insns, blocks);
+            }
+            insns += i;
+            blocks += b;
+        }
+    }
+
+    /// One block that is a single warm cache block ending in a near indirect jump or
+    /// call, taking the current TIP, when the event after it is a TNT or TIP again (so
+    /// that nothing would be reported after the block). As [`next`](Self::next) would
+    /// do it, counting only.
+    fn skip_tip_block(&mut self) -> (u64, u64) {
+        if self.event.ip_suppressed || !self.evdec.tip_then_branch() {
+            return (0, 0);
+        }
+        let saved = (self.link, self.came_from);
+        let Ok(id) = self.cache_block_at(self.ip) else {
+            (self.link, self.came_from) = saved;
+            return (0, 0);
+        };
+        let b = self.cache.block(id);
+        let insn = b.last;
+        let (ninsn, truncated, ip0) = (b.ninsn, b.truncated, b.ip);
+        let indirect = matches!(insn.class, InsnClass::Jump | InsnClass::Call) && !insn.is_direct();
+        if !indirect
+            || truncated
+            || ninsn > MAX_BLOCK_INSNS
+            || !self.warm.get(id.index()).copied().unwrap_or(false)
+        {
+            // Leave the block to `next`, with the hints it would have had.
+            (self.link, self.came_from) = saved;
+            return (0, 0);
+        }
+        if self.has_icnt {
+            match self.icnt.checked_add(ninsn) {
+                Some(icnt) => self.icnt = icnt,
+                None => return (0, 0),
+            }
+        }
+        self.section_id(ip0);
+        if insn.pushes_return() {
+            self.retstack.push(insn.next_ip());
+        }
+        if self.proceed_with_trace(&insn).is_err() {
+            // Not expected after the checks above; `next` reports the state as it is.
+            return (u64::from(ninsn), 1);
+        }
+        self.came_from = Some(id);
+        (u64::from(ninsn), 1)
+    }
+
+    /// Skips blocks on the bits of the current TNT event (see [`skip_blocks`]).
+    ///
+    /// [`skip_blocks`]: Self::skip_blocks
+    fn skip_tnt_run(&mut self) -> (u64, u64) {
         let EventKind::Tnt { bits, size } = self.event.kind else {
             return (0, 0);
         };
