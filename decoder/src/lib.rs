@@ -13,6 +13,7 @@ pub mod insn;
 pub mod packet;
 pub mod parallel;
 pub mod query;
+pub mod sideband;
 pub mod time;
 
 pub use config::{Config, Cpu, Errata};

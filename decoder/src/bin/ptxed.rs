@@ -7,6 +7,7 @@ use pt_decoder::event::{Event, EventKind};
 use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo, Status};
 use pt_decoder::image::{Image, LoadError};
 use pt_decoder::insn::{self, Disassembler};
+use pt_decoder::sideband::{Explicit, Sideband, SidebandError};
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
 
@@ -63,6 +64,10 @@ options:
                                        use the default load address if <base> is omitted.
   --raw <file>[:<from>[-<to>]]:<base>  load a raw binary from <file> at address <base>.
                                        an optional offset or range can be given.
+  --sideband <file>                    load the code image and the recording parameters (cpu,
+                                       mtc-freq, nom-freq, cpuid-0x15) from the side-band file
+                                       of a trace recorded on the PT simulator (ptrec);
+                                       explicit options win over its parameters.
   --cpu none|f/m[/s]                   set cpu to the given value and decode according to:
                                          none     spec (default)
                                          f/m[/s]  family/model[/stepping]
@@ -166,6 +171,8 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
     let mut image = Image::new();
     let mut trace: Option<Vec<u8>> = None;
     let mut cpu: Option<Cpu> = None;
+    let mut explicit = Explicit::default();
+    let mut sideband: Option<Sideband> = None;
     let mut i = 0;
     macro_rules! fail {
         ($($t:tt)*) => {{
@@ -256,6 +263,25 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
                     fail!("{prog}: {arg}: failed to load '{name}'.");
                 }
             }
+            "--sideband" => {
+                let Some(file) = args.get(i) else {
+                    fail!("{prog}: --sideband: missing argument.");
+                };
+                i += 1;
+                if sideband.is_some() {
+                    fail!("{prog}: duplicate side-band files: {file}.");
+                }
+                let sb = match Sideband::read(std::path::Path::new(file)) {
+                    Ok(sb) => sb,
+                    // An I/O error names the file itself.
+                    Err(e @ SidebandError::Io { .. }) => fail!("{prog}: {e}."),
+                    Err(e) => fail!("{prog}: {file}: {e}."),
+                };
+                if let Err(e) = sb.load(&mut image) {
+                    fail!("{prog}: {file}: {e}.");
+                }
+                sideband = Some(sb);
+            }
             // AT&T syntax is not offered; accept the flag and print Intel syntax.
             "--att" => {}
             "--no-inst" => opts.no_inst = true,
@@ -291,6 +317,7 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
                     return Parsed::Exit(0);
                 };
                 i += 1;
+                explicit.cpu = true;
                 if c == "none" {
                     cpu = None;
                 } else {
@@ -300,13 +327,21 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
                     }
                 }
             }
-            "--mtc-freq" => config.mtc_freq = value!("--mtc-freq", 0xff) as u8,
-            "--nom-freq" => config.nom_freq = value!("--nom-freq", 0xff) as u8,
+            "--mtc-freq" => {
+                config.mtc_freq = value!("--mtc-freq", 0xff) as u8;
+                explicit.mtc_freq = true;
+            }
+            "--nom-freq" => {
+                config.nom_freq = value!("--nom-freq", 0xff) as u8;
+                explicit.nom_freq = true;
+            }
             "--cpuid-0x15.eax" => {
-                config.cpuid_0x15_eax = value!("--cpuid-0x15.eax", 0xffff_ffff) as u32
+                config.cpuid_0x15_eax = value!("--cpuid-0x15.eax", 0xffff_ffff) as u32;
+                explicit.cpuid_0x15_eax = true;
             }
             "--cpuid-0x15.ebx" => {
-                config.cpuid_0x15_ebx = value!("--cpuid-0x15.ebx", 0xffff_ffff) as u32
+                config.cpuid_0x15_ebx = value!("--cpuid-0x15.ebx", 0xffff_ffff) as u32;
+                explicit.cpuid_0x15_ebx = true;
             }
             "--insn-decoder" | "--block-decoder" => {
                 if trace.is_some() {
@@ -341,6 +376,11 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
     let Some(trace) = trace else {
         fail!("{prog}: no pt file.");
     };
+    if let Some(sb) = &sideband {
+        if sb.configure(&mut config, explicit).is_err() {
+            let _ = writeln!(out, "[0, 0: config error: unknown cpu]");
+        }
+    }
     if opts.print_stats && !stats.want_insn && !stats.want_blocks {
         stats.want_insn = true;
         stats.want_blocks = !opts.insn_decoder;
