@@ -519,28 +519,31 @@ impl<'a> EventDecoder<'a> {
         Ok(())
     }
 
-    /// Whether the current event is a TIP reported by [`next_into`](Self::next_into)'s
-    /// fast path and the next one will be a TNT with at least one bit or a TIP, straight
-    /// from the next packet (no PAD or timing packet between them, nothing queued).
-    /// Lets the flow decoders' counting mode take indirect branches without going
-    /// through their general event handling.
-    pub(crate) fn tip_then_branch(&self) -> bool {
-        if !(self.enabled && self.bound && self.evq.is_empty()) {
+    /// Whether the next event will be a TNT with at least one bit or a TIP, from
+    /// [`next_into`](Self::next_into)'s fast paths (nothing queued; after a TIP, the
+    /// packet right after it). Lets the flow decoders' counting mode use up a TNT or TIP
+    /// without their general event handling: nothing can be reported in between.
+    pub(crate) fn next_is_branch(&self) -> bool {
+        if !self.enabled || !self.evq.is_empty() {
             return false;
         }
-        if !matches!(
-            self.cur,
-            Current::Packet {
-                packet: Packet::Ip(IpPacketKind::Tip, _),
-                ..
+        let Current::Packet { packet, .. } = self.cur else {
+            return false;
+        };
+        let packet = if self.bound {
+            if !matches!(packet, Packet::Ip(IpPacketKind::Tip, _)) {
+                return false;
             }
-        ) {
-            return false;
-        }
-        let mut pkt = self.pkt.clone();
-        match pkt.next_packet() {
-            Ok((_, Packet::Tnt8(t) | Packet::Tnt64(t))) => t.len() > 0,
-            Ok((_, Packet::Ip(IpPacketKind::Tip, _))) => true,
+            match self.pkt.clone().next_packet() {
+                Ok((_, p)) => p,
+                Err(_) => return false,
+            }
+        } else {
+            packet
+        };
+        match packet {
+            Packet::Tnt8(t) | Packet::Tnt64(t) => t.len() > 0,
+            Packet::Ip(IpPacketKind::Tip, _) => true,
             _ => false,
         }
     }

@@ -1832,7 +1832,7 @@ impl<'a> BlockDecoder<'a> {
     /// that nothing would be reported after the block). As [`next`](Self::next) would
     /// do it, counting only.
     fn skip_tip_block(&mut self) -> (u64, u64) {
-        if self.event.ip_suppressed || !self.evdec.tip_then_branch() {
+        if self.event.ip_suppressed || !self.evdec.next_is_branch() {
             return (0, 0);
         }
         let saved = (self.link, self.came_from);
@@ -1878,15 +1878,18 @@ impl<'a> BlockDecoder<'a> {
         let EventKind::Tnt { bits, size } = self.event.kind else {
             return (0, 0);
         };
-        if size < 2 {
+        // The last bit too when the next event is a branch again: then nothing is
+        // reported after the block that uses it.
+        let all = self.evdec.next_is_branch();
+        let n = if all { size } else { size.saturating_sub(1) };
+        if n == 0 {
             return (0, 0);
         }
-        let n = size - 1;
         let Ok(start) = self.cache_block_at(self.ip) else {
             return (0, 0);
         };
         // The bits to use, oldest highest, with a stop bit above them.
-        let pattern = ((bits >> 1) & ((1u64 << n) - 1)) | (1u64 << n);
+        let pattern = ((bits >> (size - n)) & ((1u64 << n) - 1)) | (1u64 << n);
         let key = (start.index() as u32, pattern);
         let (run, keep) = match self.runs.get(&key) {
             Some(run) => (*run, true),
@@ -1910,6 +1913,11 @@ impl<'a> BlockDecoder<'a> {
         let r = self.apply_run(run);
         if !keep {
             self.run_pushes.truncate(run.pushes.0 as usize);
+        }
+        // All bits used (only with `all`): move on to the next event as `next` would
+        // after the block. A TNT event always has an IP, so its TRIG anchor is fine.
+        if r.1 > 0 && matches!(self.event.kind, EventKind::Tnt { size: 0, .. }) {
+            let _ = self.fetch_event();
         }
         r
     }
