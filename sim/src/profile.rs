@@ -520,13 +520,13 @@ impl Profile {
             } else {
                 f.insns as f64 * 100.0 / self.insns as f64
             };
-            let _ = writeln!(
-                t,
-                "    {share:6.2}% {:>12}  {}  ({})",
-                f.insns,
-                f.label(),
-                f.file
-            );
+            // Symbols get their file; the other labels already name it.
+            let _ = match &f.name {
+                Some(n) if !n.starts_with(&format!("{}+0x", f.file)) => {
+                    writeln!(t, "    {share:6.2}% {:>12}  {n}  ({})", f.insns, f.file)
+                }
+                _ => writeln!(t, "    {share:6.2}% {:>12}  {}", f.insns, f.label()),
+            };
         }
         t
     }
@@ -605,7 +605,7 @@ mod tests {
         let r = prof.report(2);
         assert!(r.contains("top 2 of 4"), "{r}");
         assert!(
-            r.contains(" 37.50%            3  [b without symbol]  (b)\n"),
+            r.contains(" 37.50%            3  [b without symbol]\n"),
             "{r}"
         );
         assert!(!r.contains("a+0x800"), "{r}");

@@ -23,6 +23,8 @@
 //! With the simulator, OUT is the trace, `OUT.sideband` the side-band (see
 //! `pt_sim::sideband`) and `OUT.log` the execution log, which `--replay`
 //! turns into a trace again with another configuration.
+//! Our ptxed decodes OUT with `ptxed --sideband OUT.sideband --pt OUT`;
+//! `--ptxed-args OUT` prints the equivalent plain options (for libipt's).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,7 +68,8 @@ struct Args {
 
 const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|valgrind] [TERMS...] [--filter SPEC] [-n LIMIT] [--decode] [--top N] -o OUT -- CMD ARGS...
        ptrec --replay OUT.log [TERMS...] [--filter SPEC] [--decode] [--top N] -o OUT2
-       ptrec --ptxed-args OUT     (print ptxed options for a simulated trace)
+       ptrec --ptxed-args OUT     (print libipt ptxed options for a simulated trace;
+                                   our ptxed takes --sideband OUT.sideband --pt OUT)
 --decode: decode the trace with pt-decoder, compare it with the recorded execution and
           print branch counts and the hottest functions (ELF symbols)
 --top N:  how many functions to list (default 10; implies --decode)
