@@ -1815,7 +1815,10 @@ impl<'a> BlockDecoder<'a> {
         let (mut insns, mut blocks) = (0, 0);
         loop {
             let (i, b) = match self.event.kind {
-                EventKind::Tnt { .. } => self.skip_tnt_run(),
+                EventKind::Tnt { .. } => match self.skip_tnt_run() {
+                    (_, 0) => self.skip_ret_block(),
+                    r => r,
+                },
                 EventKind::Tip { .. } => self.skip_tip_block(),
                 _ => (0, 0),
             };
@@ -1868,6 +1871,59 @@ impl<'a> BlockDecoder<'a> {
             return (u64::from(ninsn), 1);
         }
         self.came_from = Some(id);
+        (u64::from(ninsn), 1)
+    }
+
+    /// One block that is a single warm cache block ending in a compressed return to a
+    /// call made before (which memoized runs do not follow), on the current TNT's
+    /// oldest bit. Its last bit only when the next event is a TNT or TIP again.
+    fn skip_ret_block(&mut self) -> (u64, u64) {
+        let EventKind::Tnt { bits, size } = self.event.kind else {
+            return (0, 0);
+        };
+        if size == 0 || (size == 1 && !self.evdec.next_is_branch()) {
+            return (0, 0);
+        }
+        if (bits >> (size - 1)) & 1 == 0 || self.retstack.is_empty() {
+            return (0, 0);
+        }
+        let saved = (self.link, self.came_from);
+        let Ok(id) = self.cache_block_at(self.ip) else {
+            (self.link, self.came_from) = saved;
+            return (0, 0);
+        };
+        let b = self.cache.block(id);
+        let (class, ninsn, truncated, ip0) = (b.last.class, b.ninsn, b.truncated, b.ip);
+        if class != InsnClass::Return
+            || truncated
+            || ninsn > MAX_BLOCK_INSNS
+            || !self.warm.get(id.index()).copied().unwrap_or(false)
+        {
+            (self.link, self.came_from) = saved;
+            return (0, 0);
+        }
+        if self.has_icnt {
+            match self.icnt.checked_add(ninsn) {
+                Some(icnt) => self.icnt = icnt,
+                None => {
+                    (self.link, self.came_from) = saved;
+                    return (0, 0);
+                }
+            }
+        }
+        let Ok(ip) = self.retstack.pop() else {
+            return (0, 0);
+        };
+        self.section_id(ip0);
+        self.ip = ip;
+        self.came_from = Some(id);
+        if let EventKind::Tnt { size, .. } = &mut self.event.kind {
+            *size -= 1;
+            if *size == 0 {
+                // As `next` moves on after the block (a TNT always has an IP).
+                let _ = self.fetch_event();
+            }
+        }
         (u64::from(ninsn), 1)
     }
 
