@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use pt_decoder::flow::InsnInfo;
 use pt_decoder::image::Image;
 use pt_decoder::insn::{decode_at, InsnClass, InsnKind};
@@ -177,6 +177,41 @@ fn elf_functions(data: &[u8], m: &MapLine) -> Vec<(u64, u64, String)> {
     // Stable sort keeps symtab before dynsym for equal addresses; prefer a sized one.
     syms.sort_by_key(|&(a, size, _)| (a, size == 0));
     syms.dedup_by_key(|s| s.0);
+    // Stripped files still describe every function's frame: the starts in
+    // .eh_frame_hdr's search table mark functions without a symbol, named
+    // `FILE+0xOFFSET` (the file offset of their start).
+    if let Some(hdr) = obj.section_by_name(".eh_frame_hdr") {
+        let label = file_label(&m.path);
+        let mut starts: Vec<u64> = eh_frame_hdr_starts(hdr.data().unwrap_or(&[]), hdr.address())
+            .into_iter()
+            .map(|a| a.wrapping_add(bias))
+            .filter(|&a| m.start <= a && a < m.end)
+            .collect();
+        starts.sort_unstable();
+        let mut named = syms.iter().map(|s| s.0).peekable();
+        let mut extra = Vec::new();
+        for a in starts {
+            // Only where no symbol starts at or covers the address.
+            while named.peek().is_some_and(|&n| n < a) {
+                named.next();
+            }
+            if named.peek() == Some(&a) {
+                continue;
+            }
+            let covered = syms
+                .partition_point(|s| s.0 <= a)
+                .checked_sub(1)
+                .and_then(|i| syms.get(i))
+                .is_some_and(|s| s.1 > 0 && a < s.0 + s.1);
+            if !covered {
+                let off = a - m.start + m.file_offset;
+                extra.push((a, 0, format!("{label}+{off:#x}")));
+            }
+        }
+        syms.extend(extra);
+        syms.sort_by_key(|&(a, size, _)| (a, size == 0));
+        syms.dedup_by_key(|s| s.0);
+    }
     let mut out = Vec::with_capacity(syms.len());
     for (i, (start, size, name)) in syms.iter().enumerate() {
         let next = syms.get(i + 1).map_or(m.end, |s| s.0);
@@ -188,6 +223,31 @@ fn elf_functions(data: &[u8], m: &MapLine) -> Vec<(u64, u64, String)> {
         out.push((*start, end, name.clone()));
     }
     out
+}
+
+/// The function start addresses in an `.eh_frame_hdr` section at `addr`
+/// (link-time addresses). Only the usual encodings are read (a table of
+/// 4-byte signed offsets from the section, `DW_EH_PE_datarel|sdata4`, and a
+/// 4-byte count); anything else gives none.
+fn eh_frame_hdr_starts(data: &[u8], addr: u64) -> Vec<u64> {
+    const UDATA4: u8 = 0x03;
+    const SDATA4: u8 = 0x0b;
+    const DATAREL_SDATA4: u8 = 0x3b;
+    let word = |at: usize| -> Option<[u8; 4]> { data.get(at..at + 4)?.try_into().ok() };
+    let [1, ptr_enc, count_enc, table_enc, ..] = *data else {
+        return Vec::new();
+    };
+    // The pointer to .eh_frame: 4 bytes in the usual encodings.
+    if ptr_enc & 0x0f != SDATA4 || count_enc != UDATA4 || table_enc != DATAREL_SDATA4 {
+        return Vec::new();
+    }
+    let Some(count) = word(8).map(u32::from_le_bytes) else {
+        return Vec::new();
+    };
+    (0..count as usize)
+        .map_while(|i| word(12 + 8 * i))
+        .map(|w| addr.wrapping_add(i32::from_le_bytes(w) as i64 as u64))
+        .collect()
 }
 
 impl Symbols {
@@ -237,8 +297,24 @@ impl Symbols {
     /// The range holding `ip`: a symbol's, else a mapping's, else the
     /// unmapped range around it.
     fn lookup(&self, ip: u64) -> Range {
-        find(&self.syms, ip)
-            .or_else(|| find(&self.maps, ip))
+        if let Some(r) = find(&self.syms, ip) {
+            return r;
+        }
+        // Not in a symbol: the gap between the symbols around `ip` (the
+        // range is cached for the next instructions, so it must not cover one).
+        let i = self.syms.partition_point(|r| r.start <= ip);
+        let lo = i
+            .checked_sub(1)
+            .and_then(|i| self.syms.get(i))
+            .map_or(0, |r| r.end);
+        let hi = self.syms.get(i).map_or(u64::MAX, |r| r.start);
+        find(&self.maps, ip)
+            .map(|m| Range {
+                start: m.start.max(lo),
+                end: m.end.min(hi),
+                file_offset: m.file_offset + (m.start.max(lo) - m.start),
+                ..m
+            })
             .unwrap_or(Range {
                 start: ip,
                 end: ip.wrapping_add(1),
@@ -298,7 +374,10 @@ pub struct Profiler {
 impl Profiler {
     /// A profiler with the symbols of `maps`.
     pub fn new(maps: &[MapLine]) -> Self {
-        let symbols = Symbols::load(maps);
+        Self::with_symbols(Symbols::load(maps))
+    }
+
+    fn with_symbols(symbols: Symbols) -> Self {
         let counts = vec![0; symbols.slots.len()];
         Profiler {
             symbols,
@@ -546,6 +625,60 @@ mod tests {
             isid: 0,
             class: Some(class),
         }
+    }
+
+    #[test]
+    fn code_between_symbols_does_not_hide_them() {
+        let r = |start, end, slot| Range {
+            start,
+            end,
+            slot,
+            file_offset: 0,
+        };
+        let symbols = Symbols {
+            syms: vec![r(0x1100, 0x1200, 1)],
+            maps: vec![r(0x1000, 0x2000, 0)],
+            slots: vec![
+                (None, "f".into()),
+                (Some("g".into()), "f".into()),
+                (None, "?".into()),
+            ],
+        };
+        let image = Image::new();
+        let mut p = Profiler::with_symbols(symbols);
+        for ip in [0x1000, 0x10ff, 0x1100, 0x11ff, 0x1200, 0x1fff, 0x2000] {
+            p.insn(&info(ip, 1, InsnClass::Other), &image);
+        }
+        let prof = p.finish(&[], &Config::default());
+        let f: Vec<(String, u64)> = prof
+            .functions
+            .iter()
+            .map(|f| (f.label(), f.insns))
+            .collect();
+        assert_eq!(
+            f,
+            [
+                ("[f without symbol]".to_string(), 4),
+                ("g".to_string(), 2),
+                ("[? without symbol]".to_string(), 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn reads_eh_frame_hdr_tables() {
+        // version 1, pcrel|sdata4 pointer, udata4 count, datarel|sdata4 table.
+        let mut hdr = vec![1, 0x1b, 0x03, 0x3b, 0, 0, 0, 0, 2, 0, 0, 0];
+        for (loc, fde) in [(-0x100i32, 0x40i32), (0x20, 0x60)] {
+            hdr.extend(loc.to_le_bytes());
+            hdr.extend(fde.to_le_bytes());
+        }
+        assert_eq!(eh_frame_hdr_starts(&hdr, 0x5000), [0x4f00, 0x5020]);
+        // A table cut short gives what is there; other encodings give none.
+        assert_eq!(eh_frame_hdr_starts(&hdr[..20], 0x5000), [0x4f00]);
+        hdr[3] = 0x1b;
+        assert!(eh_frame_hdr_starts(&hdr, 0x5000).is_empty());
+        assert!(eh_frame_hdr_starts(&[], 0).is_empty());
     }
 
     #[test]
