@@ -250,12 +250,15 @@ fn report(name: &str, decoder: &str, (insns, secs): (u64, f64)) {
     );
 }
 
+/// A decoder run: (trace, image, quiet) → (instructions, seconds).
+type Runner = fn(&[u8], &Image, bool) -> (u64, f64);
+
 fn report_all(name: &str, trace: &[u8], image: &Image) {
     // PTXED_SPEED_ONLY=name[,name] picks workloads and decoders ("calls", "block quiet").
     if let Ok(only) = std::env::var("PTXED_SPEED_ONLY") {
         let only: Vec<&str> = only.split(',').collect();
         let want = |d: &str| only.contains(&d);
-        let runs: [(&str, fn(&[u8], &Image, bool) -> (u64, f64), bool); 4] = [
+        let runs: [(&str, Runner, bool); 4] = [
             ("block", run_blocks, false),
             ("block quiet", run_blocks, true),
             ("insn", run_insns, false),

@@ -542,7 +542,7 @@ impl<'a> EventDecoder<'a> {
             packet
         };
         match packet {
-            Packet::Tnt8(t) | Packet::Tnt64(t) => t.len() > 0,
+            Packet::Tnt8(t) | Packet::Tnt64(t) => !t.is_empty(),
             Packet::Ip(IpPacketKind::Tip, _) => true,
             _ => false,
         }

@@ -583,6 +583,18 @@ fn long_straight_runs_end_after_0x400_new_instructions() {
 /// Decode counting instructions and blocks, with or without `skip_blocks`; the last
 /// item is how the run ended.
 fn count(trace: &[u8], image: &Image, skip: bool) -> (u64, u64, String) {
+    let (insns, blocks, end, _) = count_skipped(trace, image, skip);
+    (insns, blocks, end)
+}
+
+/// [`count`], and how many of the blocks `skip_blocks` took.
+fn count_skipped(trace: &[u8], image: &Image, skip: bool) -> (u64, u64, String, u64) {
+    let mut skipped = 0;
+    let (insns, blocks, end) = count_inner(trace, image, skip, &mut skipped);
+    (insns, blocks, end, skipped)
+}
+
+fn count_inner(trace: &[u8], image: &Image, skip: bool, skipped: &mut u64) -> (u64, u64, String) {
     let mut dec = BlockDecoder::new(trace, image, &Config::default(), FlowOptions::default());
     let mut status = dec.sync_forward().expect("sync");
     let mut block = Block {
@@ -610,6 +622,7 @@ fn count(trace: &[u8], image: &Image, skip: bool) -> (u64, u64, String) {
             let (i, b) = dec.skip_blocks();
             insns += i;
             blocks += b;
+            *skipped += b;
         }
         let r = dec.next(&mut block);
         insns += u64::from(block.ninsn);
@@ -689,4 +702,46 @@ fn skip_blocks_keeps_the_return_stack_exact_when_full() {
         plain.2.starts_with("error compressed return without call"),
         "{plain:?}"
     );
+}
+
+#[test]
+fn skip_blocks_takes_tips_like_next() {
+    // M: call rbx (→ G); jmp rcx (→ N)  N: jnz M; ret  G: add rax, 1; ret
+    let mut code = vec![0x90; 0x30];
+    code[0x00..0x04].copy_from_slice(&[0xff, 0xd3, 0xff, 0xe1]);
+    code[0x10..0x13].copy_from_slice(&[0x75, 0xee, 0xc3]);
+    code[0x20..0x25].copy_from_slice(&[0x48, 0x83, 0xc0, 0x01, 0xc3]);
+    let image = image(&code);
+    let mut t = T::new();
+    t.enable(BASE);
+    for i in 0..120 {
+        // Packets between branches keep the skip from taking the branch before them.
+        if i % 11 == 5 {
+            t.push(&Packet::Psb)
+                .push(&Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)))
+                .ip(IpPacketKind::Fup, BASE)
+                .push(&Packet::Psbend);
+        }
+        if i % 3 == 0 {
+            t.push(&Packet::Pad);
+        }
+        t.ip(IpPacketKind::Tip, BASE + 0x20).tnt(&[true]);
+        if i % 5 == 0 {
+            t.push(&Packet::Cyc { value: 3 });
+        }
+        if i % 7 == 0 {
+            t.push(&Packet::Mtc { ctc: i as u8 });
+        }
+        t.ip(IpPacketKind::Tip, BASE + 0x10);
+        t.tnt(&[i != 119]);
+    }
+    // The final ret finds no call on the stack.
+    t.tnt(&[true]);
+    let plain = count(t.bytes(), &image, false);
+    let (i, b, end, taken) = count_skipped(t.bytes(), &image, true);
+    assert_eq!(plain, (i, b, end));
+    // Most blocks are skipped: all but those before a packet that is not a branch.
+    assert!(taken > 400, "{taken} of {b} blocks skipped");
+    assert_eq!(plain.2, "error compressed return without call at 1012");
+    assert_eq!(plain.0, 120 * 5 + 1);
 }
