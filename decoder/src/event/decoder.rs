@@ -519,32 +519,49 @@ impl<'a> EventDecoder<'a> {
         Ok(())
     }
 
-    /// Whether the next event will be a TNT with at least one bit or a TIP, from
-    /// [`next_into`](Self::next_into)'s fast paths (nothing queued; after a TIP, the
-    /// packet right after it). Lets the flow decoders' counting mode use up a TNT or TIP
-    /// without their general event handling: nothing can be reported in between.
+    /// Whether the next event will be a TNT with at least one bit or a TIP, with only
+    /// PAD, MTC and CYC packets before it that apply without error (tried on copies of
+    /// the time model; nothing is queued and no tick events are asked for, so nothing
+    /// else can happen on the way). Looks ahead without moving. Lets the flow
+    /// decoders' counting mode use up a TNT or TIP without their general event
+    /// handling: nothing can be reported in between.
     pub(crate) fn next_is_branch(&self) -> bool {
-        if !self.enabled || !self.evq.is_empty() {
+        if !self.enabled || !self.evq.is_empty() || self.options.tick_events {
             return false;
         }
         let Current::Packet { packet, .. } = self.cur else {
             return false;
         };
-        let packet = if self.bound {
+        let mut pkt = self.pkt.clone();
+        let mut packet = if self.bound {
+            // A TIP already reported: the packets after it.
             if !matches!(packet, Packet::Ip(IpPacketKind::Tip, _)) {
                 return false;
             }
-            match self.pkt.clone().next_packet() {
+            match pkt.next_packet() {
                 Ok((_, p)) => p,
                 Err(_) => return false,
             }
         } else {
             packet
         };
-        match packet {
-            Packet::Tnt8(t) | Packet::Tnt64(t) => !t.is_empty(),
-            Packet::Ip(IpPacketKind::Tip, _) => true,
-            _ => false,
+        let (mut time, mut tcal) = (self.time, self.tcal);
+        loop {
+            match packet {
+                Packet::Tnt8(t) | Packet::Tnt64(t) => return !t.is_empty(),
+                Packet::Ip(IpPacketKind::Tip, _) => return true,
+                Packet::Pad => {}
+                Packet::Mtc { .. } | Packet::Cyc { .. } => {
+                    if apply_timing(&mut time, &mut tcal, &self.config, &packet, false).is_err() {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+            packet = match pkt.next_packet() {
+                Ok((_, p)) => p,
+                Err(_) => return false,
+            };
         }
     }
 

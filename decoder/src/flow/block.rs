@@ -288,6 +288,8 @@ pub struct BlockDecoder<'a> {
     last_resync: Option<(Option<u64>, Event, u64, bool)>,
     /// Return addresses the memoized runs leave on the return stack.
     run_pushes: Vec<u64>,
+    /// Scratch return stack of [`Self::walk_tnt_run`].
+    run_stack: Vec<u64>,
     /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
     runs: HashMap<(u32, u64), TntRun, BuildHasherDefault<KeyHasher>>,
 }
@@ -457,6 +459,7 @@ impl<'a> BlockDecoder<'a> {
             warm: Vec::new(),
             runs: HashMap::default(),
             run_pushes: Vec::new(),
+            run_stack: Vec::new(),
             failed: None,
             last_resync: None,
             segs: Vec::new(),
@@ -2021,7 +2024,9 @@ impl<'a> BlockDecoder<'a> {
         let mut insns = 0u64;
         let mut in_block = 0u32;
         let mut used = 0u8;
-        let mut stack: Vec<u64> = Vec::new();
+        // Reused between walks (short runs are walked again and again).
+        let mut stack = std::mem::take(&mut self.run_stack);
+        stack.clear();
         let mut depth = 0usize;
         let start = self.run_pushes.len();
         loop {
@@ -2103,6 +2108,7 @@ impl<'a> BlockDecoder<'a> {
         if run.is_none() {
             self.run_pushes.truncate(start);
         }
+        self.run_stack = stack;
         run
     }
 
