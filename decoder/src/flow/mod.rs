@@ -19,10 +19,19 @@
 //!
 //! Code is decoded once into [`crate::block_cache`] blocks; conditional branches and
 //! fall-throughs follow the cache's links, returns and indirect branches remember
-//! their last target. For callers that only count (ptxed `--quiet`),
+//! their last target, and other targets are found in a small direct-mapped table by
+//! IP before the cache's hash index. For callers that only count (ptxed `--quiet`),
 //! [`BlockDecoder::skip_blocks`] memoizes runs of TNT bits per start block (through
 //! direct calls and compressed returns), so a hot loop costs one lookup per TNT
-//! packet.
+//! packet; it also takes single-block indirect jumps and calls on their TIP and
+//! compressed returns to earlier calls. It uses up a TNT's last bit or a TIP only
+//! when the event decoder can tell (looking ahead past PAD, MTC and CYC) that the
+//! next event is a TNT or TIP again, so that `next` would have had nothing to
+//! report after the block either.
+//!
+//! The event decoder hands TNT and TIP events straight from the packet into the
+//! block decoder's current event (`next_into`); everything else takes the general
+//! packet handlers.
 //!
 //! # Where this differs from libipt
 //!
