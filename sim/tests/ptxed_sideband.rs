@@ -3,7 +3,8 @@
 //! recorded execution, IP by IP, and the same count as `verify`.
 //!
 //! ptxed is pt-decoder's binary, which this package's tests do not get
-//! built; it is built here with the cargo running the tests.
+//! built; it is built here with the cargo running the tests, in a target
+//! directory of its own.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use std::path::{Path, PathBuf};
@@ -17,15 +18,19 @@ use pt_sim::record::sideband_path;
 fn ptxed() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let bin_dir = Path::new(env!("CARGO_BIN_EXE_ptrec")).parent().unwrap();
-        let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()));
-        cmd.args(["build", "--quiet", "-p", "pt-decoder", "--bin", "ptxed"]);
-        if bin_dir.ends_with("release") {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().expect("run cargo");
+        // A target directory of its own: rebuilding pt-decoder in the shared
+        // one under the running tests would replace the library that this
+        // package's test binaries and doctests were linked against.
+        let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ptxed-build");
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../decoder/Cargo.toml");
+        let st = Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()))
+            .args(["build", "--quiet", "--bin", "ptxed", "--manifest-path"])
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("run cargo");
         assert!(st.success(), "building ptxed failed");
-        let p = bin_dir.join("ptxed");
+        let p = target.join("debug/ptxed");
         assert!(p.is_file(), "{} missing", p.display());
         p
     })
