@@ -168,6 +168,7 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
     let mut stats = Stats::default();
     let mut config = Config::default();
     let mut flow = FlowOptions::default();
+    let (mut keep_tcal_insn, mut keep_tcal_block) = (false, false);
     let mut image = Image::new();
     let mut trace: Option<Vec<u8>> = None;
     let mut cpu: Option<Cpu> = None;
@@ -349,7 +350,9 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
                 }
                 opts.insn_decoder = arg == "--insn-decoder";
             }
-            "--insn:keep-tcal-on-ovf" | "--block:keep-tcal-on-ovf" => flow.keep_tcal_on_ovf = true,
+            // Each applies to its own decoder only, as in libipt.
+            "--insn:keep-tcal-on-ovf" => keep_tcal_insn = true,
+            "--block:keep-tcal-on-ovf" => keep_tcal_block = true,
             "--block:show-blocks" => opts.show_blocks = true,
             "--block:end-on-call" => flow.end_on_call = true,
             "--block:end-on-jump" => flow.end_on_jump = true,
@@ -385,6 +388,11 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
         stats.want_insn = true;
         stats.want_blocks = !opts.insn_decoder;
     }
+    flow.keep_tcal_on_ovf = if opts.insn_decoder {
+        keep_tcal_insn
+    } else {
+        keep_tcal_block
+    };
     Parsed::Run(Box::new(Setup {
         opts,
         stats,
