@@ -269,6 +269,10 @@ pub fn record_sim(
     mut progress: impl FnMut(u64),
 ) -> Result<RecordSummary, String> {
     let started = std::time::Instant::now();
+    // Like perf record -o, write into a directory that does not exist yet.
+    if let Some(dir) = rec.trace.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
     let trace_file = File::create(&rec.trace).map_err(io(&rec.trace))?;
     let mut trace = BufWriter::with_capacity(1 << 20, trace_file);
     let sb_path = sideband_path(&rec.trace);
