@@ -28,7 +28,11 @@ fn ptdump(c: &mut Criterion) {
         ("mixed", pt_benches::mixed(SIZE)),
     ] {
         g.throughput(Throughput::Bytes(trace.len() as u64));
-        for (mode, opts) in [("quiet", &quiet), ("text", &text), ("text_time_lastip", &timed)] {
+        for (mode, opts) in [
+            ("quiet", &quiet),
+            ("text", &text),
+            ("text_time_lastip", &timed),
+        ] {
             g.bench_function(format!("{name}/{mode}"), |b| {
                 b.iter(|| dump(black_box(&trace), &config, opts, std::io::sink()).unwrap())
             });
