@@ -532,6 +532,15 @@ impl<'a> EventDecoder<'a> {
         let Current::Packet { packet, .. } = self.cur else {
             return false;
         };
+        if !self.bound {
+            // Most often the packet at hand says it.
+            match packet {
+                Packet::Tnt8(t) | Packet::Tnt64(t) => return !t.is_empty(),
+                Packet::Ip(IpPacketKind::Tip, _) => return true,
+                Packet::Pad | Packet::Mtc { .. } | Packet::Cyc { .. } => {}
+                _ => return false,
+            }
+        }
         let mut pkt = self.pkt.clone();
         let mut packet = if self.bound {
             // A TIP already reported: the packets after it.

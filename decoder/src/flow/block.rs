@@ -288,6 +288,9 @@ pub struct BlockDecoder<'a> {
     last_resync: Option<(Option<u64>, Event, u64, bool)>,
     /// Return addresses the memoized runs leave on the return stack.
     run_pushes: Vec<u64>,
+    /// Whether the event after the current one is a TNT or TIP (see
+    /// [`Self::next_is_branch`]); `None` until asked.
+    branch_next: Option<bool>,
     /// Scratch return stack of [`Self::walk_tnt_run`].
     run_stack: Vec<u64>,
     /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
@@ -460,6 +463,7 @@ impl<'a> BlockDecoder<'a> {
             runs: HashMap::default(),
             run_pushes: Vec::new(),
             run_stack: Vec::new(),
+            branch_next: None,
             failed: None,
             last_resync: None,
             segs: Vec::new(),
@@ -539,6 +543,7 @@ impl<'a> BlockDecoder<'a> {
         self.vmcs = 0;
         self.link = None;
         self.came_from = None;
+        self.branch_next = None;
         self.failed = None;
         self.last_resync = None;
     }
@@ -586,7 +591,21 @@ impl<'a> BlockDecoder<'a> {
         Ok(())
     }
 
+    /// [`EventDecoder::next_is_branch`], asked once per event.
+    #[inline]
+    fn next_is_branch(&mut self) -> bool {
+        match self.branch_next {
+            Some(b) => b,
+            None => {
+                let b = self.evdec.next_is_branch();
+                self.branch_next = Some(b);
+                b
+            }
+        }
+    }
+
     fn load_next_event(&mut self) {
+        self.branch_next = None;
         match self.evdec.next_into(&mut self.event) {
             Ok(()) => self.status = Ok(()),
             Err(e) => {
@@ -640,6 +659,7 @@ impl<'a> BlockDecoder<'a> {
             }
             EventKind::Tnt { .. } => {
                 // A deferred TIP may follow the TNT that is still in use.
+                self.branch_next = None;
                 let saved = self.evdec.clone();
                 match self.evdec.next() {
                     Ok(Event {
@@ -1838,7 +1858,7 @@ impl<'a> BlockDecoder<'a> {
     /// that nothing would be reported after the block). As [`next`](Self::next) would
     /// do it, counting only.
     fn skip_tip_block(&mut self) -> (u64, u64) {
-        if self.event.ip_suppressed || !self.evdec.next_is_branch() {
+        if self.event.ip_suppressed || !self.next_is_branch() {
             return (0, 0);
         }
         let saved = (self.link, self.came_from);
@@ -1884,7 +1904,7 @@ impl<'a> BlockDecoder<'a> {
         let EventKind::Tnt { bits, size } = self.event.kind else {
             return (0, 0);
         };
-        if size == 0 || (size == 1 && !self.evdec.next_is_branch()) {
+        if size == 0 || (size == 1 && !self.next_is_branch()) {
             return (0, 0);
         }
         if (bits >> (size - 1)) & 1 == 0 || self.retstack.is_empty() {
@@ -1939,7 +1959,7 @@ impl<'a> BlockDecoder<'a> {
         };
         // The last bit too when the next event is a branch again: then nothing is
         // reported after the block that uses it.
-        let all = self.evdec.next_is_branch();
+        let all = self.next_is_branch();
         let n = if all { size } else { size.saturating_sub(1) };
         if n == 0 {
             return (0, 0);
