@@ -113,6 +113,10 @@ pub struct EventDecoder<'a> {
     /// The current packet has been bound to an event already and must not be taken
     /// again as a packet of its own (set until the decoder moves on).
     bound: bool,
+    /// The packet after the current one and the packet decoder just past it, when
+    /// [`Self::next_is_branch`] looked ahead: the next [`Self::fetch`] takes it from
+    /// here instead of decoding it again.
+    peeked: Option<(PacketDecoder<'a>, u64, Packet)>,
 }
 
 const fn mk(kind: EventKind) -> Event {
@@ -322,6 +326,7 @@ impl<'a> EventDecoder<'a> {
             exec: None,
             enabled: false,
             bound: false,
+            peeked: None,
         }
     }
 
@@ -387,6 +392,7 @@ impl<'a> EventDecoder<'a> {
         self.exec = None;
         self.enabled = false;
         self.bound = false;
+        self.peeked = None;
     }
 
     /// Synchronize at the next PSB and read its PSB+; returns the PSB's offset.
@@ -525,7 +531,7 @@ impl<'a> EventDecoder<'a> {
     /// else can happen on the way). Looks ahead without moving. Lets the flow
     /// decoders' counting mode use up a TNT or TIP without their general event
     /// handling: nothing can be reported in between.
-    pub(crate) fn next_is_branch(&self) -> bool {
+    pub(crate) fn next_is_branch(&mut self) -> bool {
         if !self.enabled || !self.evq.is_empty() || self.options.tick_events {
             return false;
         }
@@ -548,7 +554,10 @@ impl<'a> EventDecoder<'a> {
                 return false;
             }
             match pkt.next_packet() {
-                Ok((_, p)) => p,
+                Ok((offset, p)) => {
+                    self.peeked = Some((pkt.clone(), offset, p));
+                    p
+                }
                 Err(_) => return false,
             }
         } else {
@@ -599,6 +608,13 @@ impl<'a> EventDecoder<'a> {
     /// Load the next packet other than PAD into `cur`.
     #[inline]
     fn fetch(&mut self) {
+        if let Some((pkt, offset, packet)) = self.peeked.take() {
+            self.pkt = pkt;
+            if !matches!(packet, Packet::Pad) {
+                self.cur = Current::Packet { offset, packet };
+                return;
+            }
+        }
         loop {
             match self.pkt.next_packet() {
                 Ok((_, Packet::Pad)) => continue,
@@ -1679,6 +1695,7 @@ impl<'a> EventDecoder<'a> {
         self.stamp(&mut ev);
         ev.offset = ovf_offset;
         self.pkt = pkt;
+        self.peeked = None;
         self.cur = cur;
         self.time = time;
         self.tcal = tcal;
@@ -1702,6 +1719,7 @@ impl<'a> EventDecoder<'a> {
         self.stamp(&mut ev);
         ev.offset = ovf_offset;
         self.pkt = pkt;
+        self.peeked = None;
         self.cur = cur;
         self.time = time;
         self.tcal = tcal;
@@ -1876,6 +1894,7 @@ impl<'a> EventDecoder<'a> {
         fup_end: u64,
         ovf_offset: u64,
     ) -> Result<Step, DecodeError> {
+        self.peeked = None;
         loop {
             let (offset, p) = self.pkt.next_packet()?;
             let end = self.pkt.offset()?;
