@@ -182,7 +182,7 @@ pub struct Config {
     pub errata: Errata,
     /// IA32_RTIT_CTL.MTCFreq (MTC period 2^n CTC ticks).
     pub mtc_freq: u8,
-    /// MSR_PLATFORM_INFO[15:8], the nominal core:bus ratio; 0 if unknown.
+    /// MSR_PLATFORM_INFO bits 15:8, the nominal core:bus ratio; 0 if unknown.
     pub nom_freq: u8,
     /// CPUID 0x15 EAX: TSC/CTC ratio denominator; 0 if unknown.
     pub cpuid_0x15_eax: u32,
