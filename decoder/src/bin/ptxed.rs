@@ -846,36 +846,193 @@ fn block_error_ip(image: &Image, block: &Block, code: ErrorCode) -> u64 {
     xed_next_ip(image, block.end_ip, block.mode).unwrap_or(block.end_ip)
 }
 
-fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) {
-    let opts = setup.opts;
-    let mut dec = BlockDecoder::new(&setup.trace, &setup.image, &setup.config, setup.flow);
+/// What ptxed's decode loop needs from a flow decoder. The block and the instruction
+/// decoder are driven the same way (sync, events, errors, resync); they differ only
+/// in how one step is decoded, counted, printed and checked. Generic, not dynamic,
+/// so the hot path stays monomorphic.
+trait Driver {
+    /// Whether an offset error while printing an event met during resync fails the
+    /// resync (block decoder) or prints offset 0 (instruction decoder), as ptxed does.
+    const STRICT_RESYNC_OFFSET: bool;
+    fn sync_forward(&mut self) -> Result<Status, ErrorCode>;
+    fn resync(&mut self) -> Result<Status, ErrorCode>;
+    fn offset(&self) -> Result<u64, ErrorCode>;
+    fn event(&mut self) -> Result<(Event, Status), ErrorCode>;
+    /// Forget the last block or instruction before a new sync.
+    fn reset(&mut self);
+    /// The IP to blame for `code` after the last block or instruction.
+    fn error_ip(&self, image: &Image, code: ErrorCode) -> u64;
+    /// Decode, count, print and check one block or instruction.
+    fn step<W: Write>(
+        &mut self,
+        p: &mut Printer<'_, W>,
+        stats: &mut Stats,
+        offset: u64,
+        time: u64,
+    ) -> Result<Status, ErrorCode>;
+}
+
+/// The `Driver` calls both drivers pass straight to their flow decoder `dec`.
+macro_rules! forward_to_decoder {
+    () => {
+        fn sync_forward(&mut self) -> Result<Status, ErrorCode> {
+            self.dec.sync_forward()
+        }
+        fn resync(&mut self) -> Result<Status, ErrorCode> {
+            self.dec.resync()
+        }
+        fn offset(&self) -> Result<u64, ErrorCode> {
+            self.dec.offset()
+        }
+        fn event(&mut self) -> Result<(Event, Status), ErrorCode> {
+            self.dec.event()
+        }
+    };
+}
+
+struct BlockDriver<'a> {
+    dec: BlockDecoder<'a>,
+    block: Block,
+    ips: Vec<u64>,
+}
+
+impl Driver for BlockDriver<'_> {
+    const STRICT_RESYNC_OFFSET: bool = true;
+
+    forward_to_decoder!();
+
+    fn reset(&mut self) {
+        self.block.ip = 0;
+        self.block.ninsn = 0;
+    }
+
+    fn error_ip(&self, image: &Image, code: ErrorCode) -> u64 {
+        block_error_ip(image, &self.block, code)
+    }
+
+    #[inline]
+    fn step<W: Write>(
+        &mut self,
+        p: &mut Printer<'_, W>,
+        stats: &mut Stats,
+        offset: u64,
+        time: u64,
+    ) -> Result<Status, ErrorCode> {
+        let opts = p.opts;
+        if opts.quiet && !opts.check {
+            let (insns, blocks) = self.dec.skip_blocks();
+            stats.insn += insns;
+            stats.blocks += blocks;
+        }
+        let r = self.dec.next(&mut self.block);
+        if opts.print_stats {
+            stats.insn += u64::from(self.block.ninsn);
+            stats.blocks += 1;
+        }
+        if !opts.quiet {
+            self.ips.clear();
+            let known = self.dec.block_ips(&mut self.ips);
+            let ips = known.then_some(&self.ips[..]);
+            print_block(p, &self.block, ips, stats, offset, time);
+        }
+        if opts.check {
+            check_block(p, &self.block, offset);
+        }
+        r
+    }
+}
+
+struct InsnDriver<'a> {
+    dec: InsnDecoder<'a>,
+    insn: InsnInfo,
+}
+
+impl Driver for InsnDriver<'_> {
+    const STRICT_RESYNC_OFFSET: bool = false;
+
+    forward_to_decoder!();
+
+    fn reset(&mut self) {
+        self.insn.ip = 0;
+        self.insn.class = None;
+    }
+
+    fn error_ip(&self, image: &Image, code: ErrorCode) -> u64 {
+        insn_error_ip(image, &self.insn, code)
+    }
+
+    #[inline]
+    fn step<W: Write>(
+        &mut self,
+        p: &mut Printer<'_, W>,
+        stats: &mut Stats,
+        offset: u64,
+        time: u64,
+    ) -> Result<Status, ErrorCode> {
+        let opts = p.opts;
+        if opts.quiet && !opts.check {
+            stats.insn += self.dec.skip_blocks();
+        }
+        let r = match self.dec.next(&mut self.insn) {
+            // An event that could not be bound to the instruction: report it first.
+            Err(ErrorCode::EventIgnored) => {
+                return Ok(Status {
+                    event_pending: true,
+                    ..Status::default()
+                })
+            }
+            Err(e) if self.insn.class.is_none() => return Err(e),
+            r => r,
+        };
+        let insn = &self.insn;
+        if !opts.quiet {
+            let _ = p.insn_line(insn.ip, insn.mode, insn.speculative, offset, time);
+            let _ = p.out.write_all(b"\n");
+        }
+        if opts.print_stats {
+            stats.insn += 1;
+        }
+        if opts.check {
+            check_insn(p, insn, offset);
+        }
+        r
+    }
+}
+
+/// Take the pending event, remember its time and print it unless it only updates
+/// the status.
+fn take_event<D: Driver, W: Write>(
+    dec: &mut D,
+    p: &mut Printer<'_, W>,
+    time: &mut u64,
+    offset: u64,
+) -> Result<Status, ErrorCode> {
+    let (ev, status) = dec.event()?;
+    *time = ev.time.tsc.unwrap_or(0);
+    if !p.opts.quiet && !ev.status_update {
+        let _ = p.event(&ev, offset);
+    }
+    Ok(status)
+}
+
+/// Decode the whole trace with `dec`: sync, then alternate events and steps until
+/// the end, reporting errors and (with `--resync-on-error`) resyncing after them.
+fn run_decoder<D: Driver, W: Write>(
+    mut dec: D,
+    image: &Image,
+    p: &mut Printer<'_, W>,
+    stats: &mut Stats,
+) {
+    let opts = p.opts;
     let mut sync = 0u64;
     let mut time = 0u64;
-    let mut block = Block {
-        ip: 0,
-        end_ip: 0,
-        mode: ExecMode::Unknown,
-        ninsn: 0,
-        speculative: false,
-        truncated: false,
-        isid: 0,
-        class: None,
-    };
-    let with_stats = opts.print_stats;
-    let mut ips: Vec<u64> = Vec::new();
     loop {
-        block.ip = 0;
-        block.ninsn = 0;
+        dec.reset();
         let mut status = match dec.sync_forward() {
             Ok(s) => s,
             Err(ErrorCode::Eos) => break,
             Err(e) => {
-                p.diagnose(
-                    dec.offset(),
-                    block_error_ip(&setup.image, &block, e),
-                    "sync error",
-                    e,
-                );
+                p.diagnose(dec.offset(), dec.error_ip(image, e), "sync error", e);
                 match dec.offset() {
                     Ok(new) if new > sync => {
                         sync = new;
@@ -894,18 +1051,9 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
                     } else {
                         Ok(0)
                     };
-                    let offset = match offset {
-                        Ok(o) => o,
-                        Err(e) => break 'inner e,
-                    };
-                    match dec.event() {
-                        Ok((ev, s)) => {
-                            time = ev.time.tsc.unwrap_or(0);
-                            if !opts.quiet && !ev.status_update {
-                                let _ = p.event(&ev, offset);
-                            }
-                            status = s;
-                        }
+                    let r = offset.and_then(|offset| take_event(&mut dec, p, &mut time, offset));
+                    match r {
+                        Ok(s) => status = s,
                         Err(e) => break 'inner e,
                     }
                 }
@@ -923,25 +1071,7 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
                 } else {
                     0
                 };
-                if opts.quiet && !opts.check {
-                    let (insns, blocks) = dec.skip_blocks();
-                    stats.insn += insns;
-                    stats.blocks += blocks;
-                }
-                let r = dec.next(&mut block);
-                if with_stats {
-                    stats.insn += u64::from(block.ninsn);
-                    stats.blocks += 1;
-                }
-                if !opts.quiet {
-                    ips.clear();
-                    let known = dec.block_ips(&mut ips);
-                    print_block(p, &block, known.then_some(&ips[..]), stats, offset, time);
-                }
-                if opts.check {
-                    check_block(p, &block, offset);
-                }
-                match r {
+                match dec.step(p, stats, offset, time) {
                     Ok(s) => status = s,
                     Err(e) => break 'inner e,
                 }
@@ -949,24 +1079,14 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
             if err == ErrorCode::Eos {
                 return;
             }
-            p.diagnose(
-                dec.offset(),
-                block_error_ip(&setup.image, &block, err),
-                "error",
-                err,
-            );
+            p.diagnose(dec.offset(), dec.error_ip(image, err), "error", err);
             if !opts.resync_on_error {
                 break;
             }
-            match resync_block(&mut dec, p, &mut time, opts) {
+            match resync(&mut dec, p, &mut time) {
                 Ok(s) => status = s,
                 Err(e) => {
-                    p.diagnose(
-                        dec.offset(),
-                        block_error_ip(&setup.image, &block, e),
-                        "resync error",
-                        e,
-                    );
+                    p.diagnose(dec.offset(), dec.error_ip(image, e), "resync error", e);
                     break;
                 }
             }
@@ -974,22 +1094,25 @@ fn run_block<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats)
     }
 }
 
-fn resync_block<W: Write>(
-    dec: &mut BlockDecoder<'_>,
+/// `--resync-on-error`: find the next sync point, printing the events met on the way.
+fn resync<D: Driver, W: Write>(
+    dec: &mut D,
     p: &mut Printer<'_, W>,
     time: &mut u64,
-    opts: Options,
 ) -> Result<Status, ErrorCode> {
+    let opts = p.opts;
     let status = loop {
         match dec.resync() {
             Ok(s) => break s,
             Err(ErrorCode::EventIgnored) => {
-                let offset = if opts.print_offset { dec.offset()? } else { 0 };
-                let (ev, _) = dec.event()?;
-                *time = ev.time.tsc.unwrap_or(0);
-                if !opts.quiet && !ev.status_update {
-                    let _ = p.event(&ev, offset);
-                }
+                let offset = if !opts.print_offset {
+                    0
+                } else if D::STRICT_RESYNC_OFFSET {
+                    dec.offset()?
+                } else {
+                    dec.offset().unwrap_or(0)
+                };
+                take_event(dec, p, time, offset)?;
             }
             Err(e) => return Err(e),
         }
@@ -1132,158 +1255,6 @@ fn insn_error_ip(image: &Image, insn: &InsnInfo, code: ErrorCode) -> u64 {
     xed_next_ip(image, insn.ip, insn.mode).unwrap_or(insn.ip)
 }
 
-fn run_insn<W: Write>(setup: &Setup, p: &mut Printer<'_, W>, stats: &mut Stats) {
-    let opts = setup.opts;
-    let mut dec = InsnDecoder::new(&setup.trace, &setup.image, &setup.config, setup.flow);
-    let mut sync = 0u64;
-    let mut time = 0u64;
-    let mut insn = InsnInfo {
-        ip: 0,
-        size: 0,
-        mode: ExecMode::Unknown,
-        speculative: false,
-        isid: 0,
-        class: None,
-    };
-    loop {
-        insn.ip = 0;
-        insn.class = None;
-        let mut status = match dec.sync_forward() {
-            Ok(s) => s,
-            Err(ErrorCode::Eos) => break,
-            Err(e) => {
-                p.diagnose(dec.offset(), insn.ip, "sync error", e);
-                match dec.offset() {
-                    Ok(new) if new > sync => {
-                        sync = new;
-                        continue;
-                    }
-                    _ => break,
-                }
-            }
-        };
-        loop {
-            let err = 'inner: loop {
-                while status.event_pending {
-                    let offset = if opts.print_offset {
-                        dec.offset()
-                    } else {
-                        Ok(0)
-                    };
-                    let offset = match offset {
-                        Ok(o) => o,
-                        Err(e) => break 'inner e,
-                    };
-                    match dec.event() {
-                        Ok((ev, s)) => {
-                            time = ev.time.tsc.unwrap_or(0);
-                            if !opts.quiet && !ev.status_update {
-                                let _ = p.event(&ev, offset);
-                            }
-                            status = s;
-                        }
-                        Err(e) => break 'inner e,
-                    }
-                }
-                if status.eos {
-                    if !status.ip_suppressed && !opts.quiet {
-                        let _ = p.out.write_all(b"[end of trace]\n");
-                    }
-                    return;
-                }
-                let offset = if opts.print_offset || opts.check {
-                    match dec.offset() {
-                        Ok(o) => o,
-                        Err(e) => break 'inner e,
-                    }
-                } else {
-                    0
-                };
-                if opts.quiet && !opts.check {
-                    stats.insn += dec.skip_blocks();
-                }
-                let r = dec.next(&mut insn);
-                let r = match r {
-                    Err(ErrorCode::EventIgnored) => {
-                        status = Status {
-                            event_pending: true,
-                            ..Status::default()
-                        };
-                        continue;
-                    }
-                    Err(e) if insn.class.is_none() => break 'inner e,
-                    r => r,
-                };
-                if !opts.quiet {
-                    let _ = p.insn_line(insn.ip, insn.mode, insn.speculative, offset, time);
-                    let _ = p.out.write_all(b"\n");
-                }
-                if opts.print_stats {
-                    stats.insn += 1;
-                }
-                if opts.check {
-                    check_insn(p, &insn, offset);
-                }
-                match r {
-                    Ok(s) => status = s,
-                    Err(e) => break 'inner e,
-                }
-            };
-            if err == ErrorCode::Eos {
-                return;
-            }
-            p.diagnose(
-                dec.offset(),
-                insn_error_ip(&setup.image, &insn, err),
-                "error",
-                err,
-            );
-            if !opts.resync_on_error {
-                break;
-            }
-            let r = loop {
-                match dec.resync() {
-                    Ok(s) => break Ok(s),
-                    Err(ErrorCode::EventIgnored) => {
-                        let offset = if opts.print_offset {
-                            dec.offset().unwrap_or(0)
-                        } else {
-                            0
-                        };
-                        match dec.event() {
-                            Ok((ev, _)) => {
-                                time = ev.time.tsc.unwrap_or(0);
-                                if !opts.quiet && !ev.status_update {
-                                    let _ = p.event(&ev, offset);
-                                }
-                            }
-                            Err(e) => break Err(e),
-                        }
-                    }
-                    Err(e) => break Err(e),
-                }
-            };
-            match r {
-                Ok(s) => {
-                    if s.ip_suppressed && !opts.quiet {
-                        let _ = p.out.write_all(b"[disabled]\n");
-                    }
-                    status = s;
-                }
-                Err(e) => {
-                    p.diagnose(
-                        dec.offset(),
-                        insn_error_ip(&setup.image, &insn, e),
-                        "resync error",
-                        e,
-                    );
-                    break;
-                }
-            }
-        }
-    }
-}
-
 fn run(prog: &str, args: &[String]) -> i32 {
     let stdout = io::stdout();
     let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
@@ -1304,10 +1275,36 @@ fn run(prog: &str, args: &[String]) -> i32 {
         dis: Disassembler::new(),
         text: String::with_capacity(128),
     };
+    let (trace, image, config) = (&setup.trace, &setup.image, &setup.config);
     if setup.opts.insn_decoder {
-        run_insn(&setup, &mut p, &mut stats);
+        let dec = InsnDriver {
+            dec: InsnDecoder::new(trace, image, config, setup.flow),
+            insn: InsnInfo {
+                ip: 0,
+                size: 0,
+                mode: ExecMode::Unknown,
+                speculative: false,
+                isid: 0,
+                class: None,
+            },
+        };
+        run_decoder(dec, image, &mut p, &mut stats);
     } else {
-        run_block(&setup, &mut p, &mut stats);
+        let dec = BlockDriver {
+            dec: BlockDecoder::new(trace, image, config, setup.flow),
+            block: Block {
+                ip: 0,
+                end_ip: 0,
+                mode: ExecMode::Unknown,
+                ninsn: 0,
+                speculative: false,
+                truncated: false,
+                isid: 0,
+                class: None,
+            },
+            ips: Vec::new(),
+        };
+        run_decoder(dec, image, &mut p, &mut stats);
     }
     if setup.opts.print_stats {
         if stats.want_insn {
