@@ -526,12 +526,8 @@ impl<W: Write> Dumper<'_, W> {
             } => {
                 line.payload.str("c").dec(((state + 1) & 0xf) as u64);
                 line.payload.str(".").dec(((sub_state + 1) & 0xf) as u64);
-                // The HW flag is B2[7] in the SDM (`hw`, what our encoder writes) but
-                // B2[3] in libipt, whose pttc writes and whose ptdump reads that bit
-                // (spec §1.7 ⚠). Either bit shows "hw", so both kinds of trace print as
-                // their expectations say.
-                let b2 = self.trace.get(offset as usize + 2).copied().unwrap_or(0);
-                if hw || b2 & 0x08 != 0 {
+                // The packet layer takes the HW flag from the SDM's bit or libipt's.
+                if hw {
                     line.payload.str(", hw");
                 }
             }
