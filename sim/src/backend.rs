@@ -724,9 +724,6 @@ impl TraceBackend for SimBackend {
             msr: IA32_RTIT_CTL,
             why: GpReason::Config(e),
         })?;
-        if config.os {
-            return Err(SimError::Unsupported(PtError::KernelTracing));
-        }
         let regs = config.to_regs();
         let single = config.output == pt_hal::config::OutputKind::SingleRange;
         let same_output = self

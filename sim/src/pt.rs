@@ -4,17 +4,31 @@
 //! [`PtLogic`] follows the SDM's "packets per operation" rules (spec §2.7):
 //! TNT bits for conditional branches and compressed returns, TIP for indirect
 //! branches and uncompressed returns, TIP.PGE/TIP.PGD where PacketEn changes
-//! (CPL, IP filter, CR3 filter), FUP+TIP.PGD for interrupts and exceptions
-//! that leave user mode, MODE.Exec before a TIP.PGE or a far-branch TIP when
-//! the mode changed or none was sent since the last PSB, PSB+ every PSBFreq
-//! bytes of output, timing packets from the [`Clock`], PTW and MODE.TSX on
-//! request, TraceStop ranges, and an internal buffer that overflows (OVF)
-//! when output cannot drain fast enough.
+//! (CPL, IP filter, CR3 filter), FUP before the TIP or TIP.PGD of interrupts
+//! and exceptions, MODE.Exec before a TIP.PGE or a far-branch TIP when
+//! the mode changed or none was sent since the last PSB, PIP on MOV CR3 and
+//! in PSB+ (OS = 1 and ContextEn), PSB+ every PSBFreq bytes of output, timing
+//! packets from the [`Clock`], PTW and MODE.TSX on request, TraceStop ranges,
+//! and an internal buffer that overflows (OVF) when output cannot drain fast
+//! enough.
 //!
-//! The execution sources see user mode only, so the kernel cannot be traced:
-//! a configuration with OS = 1 is rejected ([`PtError::KernelTracing`]). The
-//! pid stands in for CR3 ([`cr3_of_pid`]); it never changes in user mode, so
-//! no PIP is ever due (PIP also needs OS = 1).
+//! # Privilege levels
+//! ContextEn is `(CPL 0 ? OS : USER) && (!CR3Filter || CR3 == CR3_MATCH)`.
+//! A source that [shows the kernel](crate::exec::ExecutionSource::shows_kernel)
+//! gives kernel instructions ([`Retired::kernel`]) and CR3 writes
+//! ([`Event::MovCr3`]): SYSCALL, SYSRET, IRET and interrupts are far
+//! transfers whose packets depend on the context on both sides (`TIP`,
+//! `TIP.PGE(target)`, or `TIP.PGD()` when ContextEn drops), and MOV CR3 gives
+//! `PIP(new CR3)` while ContextEn holds, `TIP.PGD()` when it drops and
+//! `PIP, TIP.PGE(NLIP)` when it rises.
+//!
+//! The real sources see user mode only. For them the kernel runs unseen
+//! between a kernel entry and the next user instruction (a kernel entry
+//! followed by an event or a user instruction): it is treated as untraced,
+//! which is right for OS = 0 only. A configuration with OS = 1 therefore
+//! needs a source that shows the kernel; [`crate::record::record_sim`]
+//! refuses others ([`PtError::KernelTracing`]). There the pid stands in for
+//! CR3 ([`cr3_of_pid`]), set by [`Event::Exec`] without a PIP.
 //!
 //! Output bytes accumulate in [`PtLogic::output`]; the owner drains them.
 
@@ -29,6 +43,9 @@ use crate::exec::{CodeMemory, Event, ExecItem, InsnClass, Retired};
 
 /// Depth of the return-compression call stack (the decoders' stack depth).
 pub const RET_STACK_DEPTH: usize = 64;
+
+/// CR3 bits a PIP carries (51:5).
+const PIP_CR3_MASK: u64 = 0x000f_ffff_ffff_ffe0;
 
 /// The CR3 value that stands for a process.
 pub const fn cr3_of_pid(pid: u32) -> u64 {
@@ -69,8 +86,10 @@ pub struct SimParams {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PtError {
-    /// OS = 1: the execution sources hold no kernel instructions.
-    #[error("kernel tracing (OS=1) cannot be simulated: the execution sources see user mode only")]
+    /// OS = 1 with an execution source that sees user mode only.
+    #[error(
+        "kernel tracing (OS=1) cannot be simulated with this execution source: it sees user mode only"
+    )]
     KernelTracing,
     /// The clock parameters are invalid.
     #[error(transparent)]
@@ -121,7 +140,8 @@ pub struct PtLogic {
     stopped: bool,
     error: bool,
     packet_en: bool,
-    /// CPL 0 (between a kernel entry and the next user instruction).
+    /// CPL 0: the current instruction is kernel code, or an unseen kernel
+    /// runs (between a kernel entry and the next user instruction).
     in_kernel: bool,
     cr3: u64,
     mode: Option<ExecMode>,
@@ -129,8 +149,13 @@ pub struct PtLogic {
     ret_stack: [u64; RET_STACK_DEPTH],
     ret_top: usize,
     ret_len: usize,
-    /// A far branch's target, waiting for the mode of the next instruction.
+    /// A traced far transfer's target, waiting for the context and mode of
+    /// the next instruction.
     pending_far: Option<u64>,
+    /// A kernel entry from user mode whose destination is not known yet:
+    /// kernel code (if the next item is a kernel instruction) or an unseen
+    /// kernel. Holds its `next_ip`.
+    pending_entry: Option<u64>,
     /// Where the next user instruction is expected (for FUPs at the end).
     next_ip: Option<u64>,
     tsx: ModeTsx,
@@ -154,9 +179,6 @@ pub struct PtLogic {
 impl PtLogic {
     /// Logic for a configuration; tracing is off until [`Self::enable`].
     pub fn new(cfg: TraceConfig, params: SimParams) -> Result<Self, PtError> {
-        if cfg.os {
-            return Err(PtError::KernelTracing);
-        }
         params.clock.validate()?;
         let filters = cfg
             .ranges
@@ -202,6 +224,7 @@ impl PtLogic {
             ret_top: 0,
             ret_len: 0,
             pending_far: None,
+            pending_entry: None,
             next_ip: None,
             tsx: ModeTsx::default(),
             filters,
@@ -227,6 +250,7 @@ impl PtLogic {
         fresh.produced = self.produced;
         fresh.since_psb = self.since_psb;
         fresh.in_kernel = self.in_kernel;
+        fresh.pending_entry = self.pending_entry;
         fresh.cr3 = self.cr3;
         fresh.mode = self.mode;
         fresh.next_ip = self.next_ip;
@@ -311,7 +335,17 @@ impl PtLogic {
 
     /// ContextEn for the current privilege level and CR3.
     pub fn context_en(&self) -> bool {
-        !self.in_kernel && self.cfg.user && self.cr3_ok()
+        let cpl_ok = if self.in_kernel {
+            self.cfg.os
+        } else {
+            self.cfg.user
+        };
+        cpl_ok && self.cr3_ok()
+    }
+
+    /// The current CR3.
+    pub fn cr3(&self) -> u64 {
+        self.cr3
     }
 
     /// FilterEn for an IP.
@@ -320,7 +354,9 @@ impl PtLogic {
     }
 
     fn cr3_ok(&self) -> bool {
-        self.cfg.cr3_filter.map_or(true, |m| m & !0x1f == self.cr3)
+        self.cfg
+            .cr3_filter
+            .map_or(true, |m| m & !0x1f == self.cr3 & !0x1f)
     }
 
     fn want_packet_en(&self, ip: u64) -> bool {
@@ -520,6 +556,9 @@ impl PtLogic {
                 self.put(&Packet::Tma { ctc, fc });
             }
         }
+        if self.cfg.os && self.context_en() {
+            self.pip();
+        }
         self.put(&Packet::Cbr {
             ratio: self.params.clock.cbr,
         });
@@ -562,6 +601,9 @@ impl PtLogic {
     /// WRMSR IA32_RTIT_CTL.TraceEn 1→0: pending TNT, then FUP(next IP) and
     /// TIP.PGD() if packets were enabled.
     pub fn disable(&mut self) {
+        if let Some(t) = self.pending_entry.take() {
+            self.settle_entry(t, false);
+        }
         if !self.trace_en {
             return;
         }
@@ -602,28 +644,28 @@ impl PtLogic {
         self.since_psb = n;
     }
 
-    /// The current user instruction is about to execute at `ip` in `mode`.
+    /// The current instruction is about to execute at `ip` in `mode`, at CPL 0
+    /// if `kernel`.
     #[inline]
-    fn begin(&mut self, ip: u64, mode: ExecMode) {
+    fn begin(&mut self, ip: u64, mode: ExecMode, kernel: bool) {
+        self.in_kernel = kernel;
         if self.overflowing {
             self.resolve_overflow(ip);
-        }
-        if self.in_kernel {
-            self.in_kernel = false;
         }
         let mode_changed = self.mode != Some(mode);
         self.mode = Some(mode);
         self.next_ip = Some(ip);
         if let Some(target) = self.pending_far.take() {
+            self.flush_tnt();
             if self.want_packet_en(ip) {
-                self.flush_tnt();
                 if mode_changed || self.mode_sent != Some(mode) {
                     self.mode_exec(mode);
                 }
                 self.ip_packet(IpPacketKind::Tip, Some(target));
             } else {
-                self.flush_tnt();
-                self.ip_packet(IpPacketKind::TipPgd, Some(target));
+                // SDM: no IP when the transfer cleared ContextEn (CPL, CR3).
+                let ip = self.context_en().then_some(target);
+                self.ip_packet(IpPacketKind::TipPgd, ip);
                 self.packet_en = false;
             }
         }
@@ -683,7 +725,7 @@ impl PtLogic {
         self.put(&Packet::Ovf);
         // The decoder restarts at the FUP: compress it against nothing.
         self.force_full_ip = true;
-        let want = self.want_packet_en(ip) && !self.in_kernel;
+        let want = self.want_packet_en(ip);
         if want && self.packet_en {
             self.ip_packet(IpPacketKind::Fup, Some(ip));
         } else if want {
@@ -693,24 +735,29 @@ impl PtLogic {
         }
     }
 
-    /// One retired user-mode instruction. `mem` holds its code (needed only to
-    /// tell a SYSCALL from an INT n).
+    /// One retired instruction. `mem` holds its code (needed only to tell a
+    /// SYSCALL from an INT n).
     #[inline]
     pub fn retire(&mut self, r: &Retired, mem: &CodeMemory) {
         self.stats.instructions += 1;
-        self.begin(r.ip, r.mode);
+        if let Some(t) = self.pending_entry.take() {
+            self.settle_entry(t, r.kernel);
+        }
+        self.begin(r.ip, r.mode, r.kernel);
         self.advance(u64::from(self.params.clock.cycles_per_insn));
         self.next_ip = Some(r.next_ip);
-        if !self.packet_en {
-            if r.class == InsnClass::KernelEntry {
-                self.in_kernel = true;
-                self.advance(u64::from(self.params.clock.kernel_cycles));
-            } else if r.class == InsnClass::FarBranch {
-                // Mode may change; nothing to report while disabled.
-            }
+        if self.packet_en {
+            self.stats.traced += 1;
+        }
+        if r.class == InsnClass::KernelEntry && !r.kernel {
+            self.enter_kernel(r, mem);
             return;
         }
-        self.stats.traced += 1;
+        if !self.packet_en {
+            // A far branch changes nothing to report while disabled: the next
+            // instruction's context decides about a TIP.PGE.
+            return;
+        }
         let ft = r.fall_through();
         let leaves_filter = !self.filters.is_empty() && !self.filter_en(r.next_ip);
         match r.class {
@@ -770,16 +817,87 @@ impl PtLogic {
                 self.pending_far = Some(r.next_ip);
             }
             InsnClass::KernelEntry => {
-                let leave = match decode_at(mem, r.ip, r.mode)
-                    .ok()
-                    .and_then(|d| d.kernel_entry)
-                {
-                    Some(KernelEntry::Syscall | KernelEntry::Sysenter) => Leave::FarBranch,
-                    _ => Leave::Interrupt(r.ip),
-                };
-                self.leave_user(leave);
+                // At CPL 0 (an INT n in the kernel): a far transfer within it.
+                self.flush_tnt();
+                if !is_syscall(r, mem) {
+                    self.ip_packet(IpPacketKind::Fup, Some(r.ip));
+                }
+                self.pending_far = Some(r.next_ip);
             }
         }
+    }
+
+    /// A kernel entry instruction (SYSCALL, SYSENTER, INT n...) retired in
+    /// user mode: INT n and the like report their IP now (FUP(CLIP)); the
+    /// rest waits for the next item, which tells where the entry went.
+    fn enter_kernel(&mut self, r: &Retired, mem: &CodeMemory) {
+        if self.packet_en {
+            self.flush_tnt();
+            if let Some(far) = self.pending_far.take() {
+                self.ip_packet(IpPacketKind::Tip, Some(far));
+            }
+            if !is_syscall(r, mem) {
+                self.ip_packet(IpPacketKind::Fup, Some(r.ip));
+            }
+        }
+        self.pending_entry = Some(r.next_ip);
+    }
+
+    /// Completes a kernel entry from user mode: into the kernel code that
+    /// follows (`to_kernel_code`), a far transfer to `target` resolved by
+    /// that instruction's context; else into an unseen kernel, which is not
+    /// traced: TIP.PGD().
+    fn settle_entry(&mut self, target: u64, to_kernel_code: bool) {
+        if to_kernel_code {
+            if self.packet_en {
+                self.pending_far = Some(target);
+            }
+            return;
+        }
+        if self.packet_en {
+            self.ip_packet(IpPacketKind::TipPgd, None);
+            self.packet_en = false;
+        }
+        self.in_kernel = true;
+        self.advance(u64::from(self.params.clock.kernel_cycles));
+    }
+
+    /// MOV to CR3 (the instruction retired; the next one is at `next_ip`).
+    fn mov_cr3(&mut self, cr3: u64) {
+        self.cr3 = cr3;
+        let context = self.context_en();
+        if self.trigger_en() && context && self.cfg.os {
+            self.flush_tnt();
+            self.pip();
+        }
+        if self.packet_en && !context {
+            self.flush_tnt();
+            self.ip_packet(IpPacketKind::TipPgd, None);
+            self.packet_en = false;
+        }
+        // ContextEn rising: the next instruction's TIP.PGE(NLIP) follows the PIP.
+    }
+
+    fn pip(&mut self) {
+        self.put(&Packet::Pip {
+            cr3: self.cr3 & PIP_CR3_MASK,
+            nr: false,
+        });
+    }
+
+    /// An interrupt or exception before the instruction at `from_ip`, into
+    /// kernel code at `handler`: FUP(from_ip), then the handler's context
+    /// decides between TIP and TIP.PGD.
+    fn interrupt(&mut self, from_ip: u64, handler: u64) {
+        if self.packet_en {
+            self.flush_tnt();
+            if let Some(far) = self.pending_far.take() {
+                self.ip_packet(IpPacketKind::Tip, Some(far));
+            }
+            self.ip_packet(IpPacketKind::Fup, Some(from_ip));
+            self.pending_far = Some(handler);
+        }
+        self.next_ip = Some(handler);
     }
 
     fn leave_user(&mut self, how: Leave) {
@@ -801,6 +919,9 @@ impl PtLogic {
 
     /// An event between instructions.
     pub fn event(&mut self, e: &Event) {
+        if let Some(t) = self.pending_entry.take() {
+            self.settle_entry(t, false);
+        }
         match e {
             Event::Exec { pid, .. } => self.cr3 = cr3_of_pid(*pid),
             Event::Signal { from_ip, .. } => {
@@ -824,6 +945,10 @@ impl PtLogic {
                 self.next_ip = None;
             }
             Event::Stopped(_) => {}
+            Event::MovCr3 { cr3 } => self.mov_cr3(*cr3),
+            Event::Interrupt {
+                from_ip, handler, ..
+            } => self.interrupt(*from_ip, *handler),
         }
     }
 
@@ -914,6 +1039,17 @@ impl PtLogic {
     pub fn finish(&mut self) {
         self.disable();
     }
+}
+
+/// Whether a kernel entry is SYSCALL or SYSENTER (a far branch), not an
+/// interrupt-like INT n, INT3, INTO (reported with FUP(CLIP)).
+fn is_syscall(r: &Retired, mem: &CodeMemory) -> bool {
+    matches!(
+        decode_at(mem, r.ip, r.mode)
+            .ok()
+            .and_then(|d| d.kernel_entry),
+        Some(KernelEntry::Syscall | KernelEntry::Sysenter)
+    )
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use pt_hal::msr::AddrCfg;
 use crate::backend::{SimBackend, SimOutput};
 use crate::exec::log::LogWriter;
 use crate::exec::{CodeMemory, Event, ExecItem, ExecutionSource, ExitKind, Mapping, StopReason};
-use crate::pt::SimParams;
+use crate::pt::{PtError, SimParams};
 use crate::sideband::SidebandWriter;
 
 /// An address filter as given on the command line.
@@ -269,6 +269,9 @@ pub fn record_sim(
     mut progress: impl FnMut(u64),
 ) -> Result<RecordSummary, String> {
     let started = std::time::Instant::now();
+    if rec.config.os && !source.shows_kernel() {
+        return Err(PtError::KernelTracing.to_string());
+    }
     // Like perf record -o, write into a directory that does not exist yet.
     if let Some(dir) = rec.trace.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
@@ -278,7 +281,8 @@ pub fn record_sim(
     let sb_path = sideband_path(&rec.trace);
     let mut log = match &rec.log {
         Some(p) => {
-            Some(LogWriter::new(BufWriter::new(File::create(p).map_err(io(p))?)).map_err(io(p))?)
+            let out = BufWriter::new(File::create(p).map_err(io(p))?);
+            Some(LogWriter::with_kernel(out, source.shows_kernel()).map_err(io(p))?)
         }
         None => None,
     };

@@ -568,6 +568,7 @@ mod random {
                 len,
                 class,
                 mode: ExecMode::Bit64,
+                kernel: false,
             }));
             ip = next;
         }

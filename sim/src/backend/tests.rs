@@ -113,13 +113,13 @@ fn msr_writes_follow_the_sdm() {
     assert!(cpu.wrmsr(IA32_RTIT_STATUS, 1 << 3).is_err());
     assert!(cpu.wrmsr(ia32_rtit_addr_a(2), 0x1000).is_err());
     assert!(cpu.wrmsr(IA32_RTIT_CR3_MATCH, 0x1001).is_err());
-    // OS = 1 is valid on hardware but cannot be simulated.
+    // OS = 1 is modeled (kernel code comes from sources that show it); the
+    // processor starts in the kernel, where ContextEn now holds.
     let mut k = TraceConfig::default().to_regs().ctl;
     k.set_topa(false);
-    assert!(matches!(
-        cpu.wrmsr(IA32_RTIT_CTL, k.0),
-        Err(SimError::Unsupported(PtError::KernelTracing))
-    ));
+    cpu.wrmsr(IA32_RTIT_CTL, k.0 | 1).unwrap();
+    assert_ne!(cpu.rdmsr(IA32_RTIT_STATUS).unwrap() & 2, 0);
+    cpu.wrmsr(IA32_RTIT_CTL, k.0).unwrap();
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Instruction length and control-flow class from the bytes (iced-x86).
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
 
 use super::{CodeMemory, ExecError, ExecMode};
 
@@ -21,7 +21,8 @@ pub enum InsnClass {
     IndirectCall,
     /// Near RET.
     Return,
-    /// Far JMP/CALL/RET, IRET: a far transfer within user mode.
+    /// Far JMP/CALL/RET, IRET, SYSRET, SYSEXIT: a far transfer (within one
+    /// privilege level, or from the kernel back to user mode).
     FarBranch,
     /// SYSCALL, SYSENTER, INT n, INT3, INT1, INTO: control passes to the kernel.
     KernelEntry,
@@ -74,6 +75,8 @@ pub struct DecodedInsn {
     pub target: Option<u64>,
     /// Set for kernel entries: which instruction.
     pub kernel_entry: Option<KernelEntry>,
+    /// MOV to CR3 (class [`InsnClass::Other`]; privileged).
+    pub mov_cr3: bool,
     /// A string instruction with a REP/REPNE prefix: single-stepping stops
     /// after every iteration with the IP unchanged.
     pub rep_string: bool,
@@ -159,10 +162,16 @@ fn classify(insn: &Instruction) -> DecodedInsn {
         }
         FlowControl::Return => match mnemonic {
             Mnemonic::Ret => (InsnClass::Return, None, None),
-            Mnemonic::Retf | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => {
-                (InsnClass::FarBranch, None, None)
-            }
-            // SYSRET, SYSEXIT, RSM...: privileged, they fault in user mode.
+            // SYSRET and SYSEXIT fault in user mode; at CPL 0 they return to it.
+            Mnemonic::Retf
+            | Mnemonic::Iret
+            | Mnemonic::Iretd
+            | Mnemonic::Iretq
+            | Mnemonic::Sysret
+            | Mnemonic::Sysretq
+            | Mnemonic::Sysexit
+            | Mnemonic::Sysexitq => (InsnClass::FarBranch, None, None),
+            // RSM and the like: privileged, they fault in user mode.
             _ => (InsnClass::KernelEntry, None, None),
         },
         FlowControl::Interrupt => {
@@ -219,11 +228,15 @@ fn classify(insn: &Instruction) -> DecodedInsn {
                     | OpKind::Register
             )
         });
+    let mov_cr3 = mnemonic == Mnemonic::Mov
+        && insn.op0_kind() == OpKind::Register
+        && insn.op0_register() == Register::CR3;
     DecodedInsn {
         len: insn.len() as u8,
         class,
         target,
         kernel_entry,
+        mov_cr3,
         rep_string,
     }
 }
@@ -269,6 +282,12 @@ mod tests {
         assert_eq!(d(&[0xcc]).kernel_entry, Some(KernelEntry::Int3));
         assert_eq!(d(&[0xe2, 0xfe]).class, InsnClass::CondBranch); // loop
         assert_eq!(d(&[0xe3, 0x00]).class, InsnClass::CondBranch); // jrcxz
+        assert_eq!(d(&[0x48, 0x0f, 0x07]).class, InsnClass::FarBranch); // sysretq
+        assert_eq!(d(&[0x0f, 0x35]).class, InsnClass::FarBranch); // sysexit
+        let mov = d(&[0x0f, 0x22, 0xd8]); // mov cr3, rax
+        assert!(mov.mov_cr3 && mov.class == InsnClass::Other);
+        assert!(!d(&[0x0f, 0x20, 0xd8]).mov_cr3); // mov rax, cr3
+        assert!(!d(&[0x0f, 0x22, 0xe0]).mov_cr3); // mov cr4, rax
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The compact execution log: record an execution once, replay it fast.
 //!
-//! # Format (version 1)
-//! A 16-byte header: the magic `PTSIMEXL`, the version (u32 LE) and reserved
-//! flags (u32 LE, zero). Then records, each a tag byte and a payload; numbers
+//! # Format (version 2)
+//! A 16-byte header: the magic `PTSIMEXL`, the version (u32 LE) and flags
+//! (u32 LE): bit 0 set when the log holds kernel-mode instructions
+//! ([`FLAG_KERNEL`]), the other bits zero. Then records, each a tag byte and a payload; numbers
 //! are unsigned LEB128 (`v`) or zigzag LEB128 (`z`). There is no trailer: a
 //! reader stops cleanly at the end of the last complete record, so a log cut
 //! short by a killed recorder stays readable.
@@ -15,6 +16,7 @@
 //! | 0x04 | predicted   | `v` n: n instructions, each going where predicted |
 //! | 0x05 | run         | `v` n, `z` d: n predicted, then one going to its fall-through + d |
 //! | 0x06 | taken       | `v` n: n predicted, then a conditional branch that was taken |
+//! | 0x07 | privilege   | u8: 0 = user mode, 1 = CPL 0 (kernel); user mode at the start |
 //! | 0x10 | exec        | `v` pid, `v` length, path bytes |
 //! | 0x11 | mappings    | `v` count, then per mapping `v` start, `v` size, `v` offset, u8 perms, `v` length, path |
 //! | 0x12 | syscall in  | `v` nr, 6 × `v` args |
@@ -22,6 +24,11 @@
 //! | 0x14 | signal      | `v` signo, `v` from, u8 has-handler, [`v` handler] |
 //! | 0x15 | exit        | u8 kind (0 exited, 1 killed), `z` value |
 //! | 0x16 | stopped     | u8 reason (0 step limit, 1 interrupted) |
+//! | 0x17 | MOV CR3     | `v` new CR3 |
+//! | 0x18 | interrupt   | u8 vector, `v` from, `v` handler |
+//!
+//! Version 1 is version 2 without the flags and records 0x07, 0x17 and
+//! 0x18; the reader takes both.
 //!
 //! Instruction lengths and classes are not stored: the reader decodes them from
 //! the code pages, which the writer logs before the first instruction on them
@@ -47,7 +54,9 @@ use super::{
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"PTSIMEXL";
 /// Current format version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// Header flag: the log holds kernel-mode instructions.
+pub const FLAG_KERNEL: u32 = 1;
 const HEADER_LEN: usize = 16;
 
 const TAG_CODE_PAGE: u8 = 0x01;
@@ -56,6 +65,7 @@ const TAG_SET_IP: u8 = 0x03;
 const TAG_SEQ: u8 = 0x04;
 const TAG_RUN: u8 = 0x05;
 const TAG_TAKEN: u8 = 0x06;
+const TAG_PRIVILEGE: u8 = 0x07;
 
 /// Depth of the return-address stack used for predicting returns.
 const RETURN_STACK: usize = 64;
@@ -99,6 +109,8 @@ const TAG_SYSCALL_EXIT: u8 = 0x13;
 const TAG_SIGNAL: u8 = 0x14;
 const TAG_EXIT: u8 = 0x15;
 const TAG_STOPPED: u8 = 0x16;
+const TAG_MOV_CR3: u8 = 0x17;
+const TAG_INTERRUPT: u8 = 0x18;
 
 fn mode_code(m: ExecMode) -> u8 {
     match m {
@@ -155,6 +167,10 @@ pub struct LogWriter<W: Write> {
     /// Where the reader will expect the next instruction.
     expected_ip: Option<u64>,
     mode: Option<ExecMode>,
+    /// CPL 0 for the last instruction written.
+    kernel: bool,
+    /// Whether the header allows kernel-mode items.
+    shows_kernel: bool,
     /// Predicted instructions not yet written.
     pending_seq: u64,
     predictor: Predictor,
@@ -165,11 +181,19 @@ pub struct LogWriter<W: Write> {
 const WRITE_CHUNK: usize = 64 * 1024;
 
 impl<W: Write> LogWriter<W> {
-    /// Starts a log: writes the header.
-    pub fn new(mut out: W) -> std::io::Result<Self> {
+    /// Starts a log of a user-mode execution: writes the header.
+    pub fn new(out: W) -> std::io::Result<Self> {
+        Self::with_kernel(out, false)
+    }
+
+    /// Starts a log; `shows_kernel`: kernel-mode items may follow (see
+    /// [`ExecutionSource::shows_kernel`]), else they are refused.
+    pub fn with_kernel(mut out: W, shows_kernel: bool) -> std::io::Result<Self> {
         let mut h = [0u8; HEADER_LEN];
         h[..8].copy_from_slice(&MAGIC);
         h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        let flags = if shows_kernel { FLAG_KERNEL } else { 0 };
+        h[12..16].copy_from_slice(&flags.to_le_bytes());
         out.write_all(&h)?;
         Ok(Self {
             out,
@@ -177,6 +201,8 @@ impl<W: Write> LogWriter<W> {
             logged_pages: HashMap::new(),
             expected_ip: None,
             mode: None,
+            kernel: false,
+            shows_kernel,
             pending_seq: 0,
             predictor: Predictor::default(),
             insns: 0,
@@ -193,6 +219,16 @@ impl<W: Write> LogWriter<W> {
     /// instruction is decoded from `mem` and must match what the item says,
     /// so a replay reproduces it exactly.
     pub fn write_item(&mut self, item: &ExecItem, mem: &CodeMemory) -> Result<(), ExecError> {
+        let kernel_item = matches!(
+            item,
+            ExecItem::Insn(Retired { kernel: true, .. })
+                | ExecItem::Event(Event::MovCr3 { .. } | Event::Interrupt { .. })
+        );
+        if kernel_item && !self.shows_kernel {
+            return Err(ExecError::Unsupported(
+                "kernel-mode item in a log of user mode (see LogWriter::with_kernel)",
+            ));
+        }
         match item {
             ExecItem::Insn(r) => self.write_insn(r, mem)?,
             ExecItem::Event(e) => {
@@ -234,6 +270,12 @@ impl<W: Write> LogWriter<W> {
             self.buf.push(TAG_MODE);
             self.buf.push(mode_code(r.mode));
             self.mode = Some(r.mode);
+        }
+        if self.kernel != r.kernel {
+            self.put_pending();
+            self.buf.push(TAG_PRIVILEGE);
+            self.buf.push(u8::from(r.kernel));
+            self.kernel = r.kernel;
         }
         if self.expected_ip != Some(r.ip) {
             self.put_pending();
@@ -330,6 +372,20 @@ impl<W: Write> LogWriter<W> {
                     StopReason::Interrupted => 1,
                 });
             }
+            Event::MovCr3 { cr3 } => {
+                b.push(TAG_MOV_CR3);
+                put_v(b, *cr3);
+            }
+            Event::Interrupt {
+                vector,
+                from_ip,
+                handler,
+            } => {
+                b.push(TAG_INTERRUPT);
+                b.push(*vector);
+                put_v(b, *from_ip);
+                put_v(b, *handler);
+            }
         }
     }
 
@@ -387,6 +443,10 @@ pub struct LogReader<B: AsRef<[u8]>> {
     mem: CodeMemory,
     ip: Option<u64>,
     mode: ExecMode,
+    /// CPL 0 (from the privilege record).
+    kernel: bool,
+    version: u32,
+    flags: u32,
     /// Sequential instructions still to yield from the current record.
     seq_left: u64,
     /// After `seq_left` reaches zero: one more instruction going elsewhere.
@@ -470,8 +530,18 @@ impl<B: AsRef<[u8]>> LogReader<B> {
             });
         }
         let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(ExecError::UnsupportedVersion(version));
+        }
+        let flags = match version {
+            1 => 0,
+            _ => u32::from_le_bytes([header[12], header[13], header[14], header[15]]),
+        };
+        if flags & !FLAG_KERNEL != 0 {
+            return Err(ExecError::CorruptLog {
+                offset: 12,
+                what: "unknown header flags",
+            });
         }
         Ok(Self {
             data,
@@ -479,6 +549,9 @@ impl<B: AsRef<[u8]>> LogReader<B> {
             mem: CodeMemory::new(),
             ip: None,
             mode: ExecMode::Bit64,
+            kernel: false,
+            version,
+            flags,
             seq_left: 0,
             jump: None,
             predictor: Predictor::default(),
@@ -514,14 +587,16 @@ impl<B: AsRef<[u8]>> LogReader<B> {
             return Ok(None);
         }
         let mut c = Cursor { data, pos: start };
-        let r = parse_one(
-            &mut c,
-            &mut self.mem,
-            &mut self.mode,
-            &mut self.ip,
-            &mut self.seq_left,
-            &mut self.jump,
-        );
+        let mut st = State {
+            mem: &mut self.mem,
+            mode: &mut self.mode,
+            kernel: &mut self.kernel,
+            ip: &mut self.ip,
+            seq_left: &mut self.seq_left,
+            jump: &mut self.jump,
+            version: self.version,
+        };
+        let r = parse_one(&mut c, &mut st);
         match r {
             Ok(Ok(p)) => {
                 if data[start] == TAG_CODE_PAGE {
@@ -574,18 +649,26 @@ impl<B: AsRef<[u8]>> LogReader<B> {
             len: d.len,
             class: d.class,
             mode: self.mode,
+            kernel: self.kernel,
         })
     }
+}
+
+/// The reader state a record updates.
+struct State<'a> {
+    mem: &'a mut CodeMemory,
+    mode: &'a mut ExecMode,
+    kernel: &'a mut bool,
+    ip: &'a mut Option<u64>,
+    seq_left: &'a mut u64,
+    jump: &'a mut Option<Tail>,
+    version: u32,
 }
 
 /// Parses one record. Outer error: the data ends inside it. Inner error: it is malformed.
 fn parse_one(
     c: &mut Cursor<'_>,
-    mem: &mut CodeMemory,
-    mode: &mut ExecMode,
-    ip: &mut Option<u64>,
-    seq_left: &mut u64,
-    jump: &mut Option<Tail>,
+    st: &mut State<'_>,
 ) -> Result<Result<Parsed, &'static str>, Short> {
     macro_rules! v {
         () => {
@@ -612,34 +695,55 @@ fn parse_one(
             let Some(base) = page.checked_mul(PAGE_SIZE) else {
                 return Ok(Err("page number out of range"));
             };
-            mem.set_page(base, bytes);
+            st.mem.set_page(base, bytes);
             return Ok(Ok(Parsed::State));
         }
         TAG_MODE => {
             let Some(m) = mode_from_code(c.u8()?) else {
                 return Ok(Err("unknown mode"));
             };
-            *mode = m;
+            *st.mode = m;
             return Ok(Ok(Parsed::State));
         }
         TAG_SET_IP => {
-            *ip = Some(v!());
+            *st.ip = Some(v!());
             return Ok(Ok(Parsed::State));
         }
         TAG_SEQ => {
-            *seq_left = v!();
-            *jump = None;
+            *st.seq_left = v!();
+            *st.jump = None;
             return Ok(Ok(Parsed::State));
         }
         TAG_RUN => {
-            *seq_left = v!();
-            *jump = Some(Tail::Delta(unzigzag(v!())));
+            *st.seq_left = v!();
+            *st.jump = Some(Tail::Delta(unzigzag(v!())));
             return Ok(Ok(Parsed::State));
         }
         TAG_TAKEN => {
-            *seq_left = v!();
-            *jump = Some(Tail::Taken);
+            *st.seq_left = v!();
+            *st.jump = Some(Tail::Taken);
             return Ok(Ok(Parsed::State));
+        }
+        TAG_PRIVILEGE | TAG_MOV_CR3 | TAG_INTERRUPT if st.version < 2 => {
+            return Ok(Err("record not in version 1"))
+        }
+        TAG_PRIVILEGE => {
+            *st.kernel = match c.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Ok(Err("unknown privilege level")),
+            };
+            return Ok(Ok(Parsed::State));
+        }
+        TAG_MOV_CR3 => Event::MovCr3 { cr3: v!() },
+        TAG_INTERRUPT => {
+            let vector = c.u8()?;
+            let from_ip = v!();
+            Event::Interrupt {
+                vector,
+                from_ip,
+                handler: v!(),
+            }
         }
         TAG_EXEC => {
             let pid = v!();
@@ -752,6 +856,10 @@ impl<B: AsRef<[u8]>> ExecutionSource for LogReader<B> {
     fn memory(&self) -> &CodeMemory {
         &self.mem
     }
+
+    fn shows_kernel(&self) -> bool {
+        self.flags & FLAG_KERNEL != 0
+    }
 }
 
 impl LogReader<Vec<u8>> {
@@ -791,6 +899,7 @@ mod tests {
             len,
             class,
             mode: ExecMode::Bit64,
+            kernel: false,
         })
     }
 
@@ -871,6 +980,84 @@ mod tests {
         assert!(!r.is_truncated());
         assert_eq!(r.memory().page(0x1000), mem.page(0x1000));
         assert_eq!(r.memory().page(0x7000), mem.page(0x7000));
+    }
+
+    /// SYSCALL into kernel code that writes CR3 and returns with SYSRETQ,
+    /// then an interrupt whose handler returns with IRETQ.
+    fn kernel_sample() -> (CodeMemory, Vec<ExecItem>) {
+        const K: u64 = 0xffff_ffff_8100_0000;
+        let mem = mem_with(&[
+            (0x1000, &[0x90, 0x0f, 0x05, 0x90]),
+            (K, &[0x0f, 0x22, 0xd8, 0x48, 0x0f, 0x07]),
+            (K + 0x10, &[0x48, 0xcf]),
+        ]);
+        let k = |ip, len, class, next_ip| match insn(ip, len, class, next_ip) {
+            ExecItem::Insn(r) => ExecItem::Insn(Retired { kernel: true, ..r }),
+            e => e,
+        };
+        let items = vec![
+            insn(0x1000, 1, InsnClass::Other, 0x1001),
+            insn(0x1001, 2, InsnClass::KernelEntry, K),
+            k(K, 3, InsnClass::Other, K + 3),
+            ExecItem::Event(Event::MovCr3 { cr3: 0x2000 }),
+            k(K + 3, 3, InsnClass::FarBranch, 0x1003),
+            ExecItem::Event(Event::Interrupt {
+                vector: 32,
+                from_ip: 0x1003,
+                handler: K + 0x10,
+            }),
+            k(K + 0x10, 2, InsnClass::FarBranch, 0x1003),
+            insn(0x1003, 1, InsnClass::Other, 0x1004),
+        ];
+        (mem, items)
+    }
+
+    #[test]
+    fn kernel_items_round_trip_in_version_2() {
+        let (mem, items) = kernel_sample();
+        crate::exec::check_continuity(&items).unwrap();
+        let mut w = LogWriter::with_kernel(Vec::new(), true).unwrap();
+        for it in &items {
+            w.write_item(it, &mem).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let mut r = LogReader::new(&bytes[..]).unwrap();
+        assert!(r.shows_kernel());
+        assert_eq!(collect(&mut r).unwrap(), items);
+        // A log opened for user mode refuses kernel items.
+        let mut w = LogWriter::new(Vec::new()).unwrap();
+        w.write_item(&items[1], &mem).unwrap();
+        assert!(matches!(
+            w.write_item(&items[2], &mem),
+            Err(ExecError::Unsupported(_))
+        ));
+        assert!(matches!(
+            w.write_item(&items[3], &mem),
+            Err(ExecError::Unsupported(_))
+        ));
+        // Version 1 has no privilege record.
+        let mut v1 = bytes.clone();
+        v1[8..16].copy_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+        let r = collect(&mut LogReader::new(&v1[..]).unwrap());
+        assert!(matches!(r, Err(ExecError::CorruptLog { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn version_1_logs_still_replay() {
+        let (mem, items) = sample();
+        let mut bytes = write(&mem, &items);
+        assert_eq!(bytes[8..16], [2, 0, 0, 0, 0, 0, 0, 0]);
+        bytes[8] = 1;
+        let mut r = LogReader::new(&bytes[..]).unwrap();
+        assert!(!r.shows_kernel());
+        assert_eq!(collect(&mut r).unwrap(), items);
+        // Unknown flags are an error.
+        bytes[8] = 2;
+        bytes[12] = 2;
+        assert!(matches!(
+            LogReader::new(&bytes[..]),
+            Err(ExecError::CorruptLog { offset: 12, .. })
+        ));
     }
 
     #[test]

@@ -1,9 +1,16 @@
 //! Execution sources: where the simulated PT logic gets its retired instructions.
 //!
 //! An [`ExecutionSource`] yields [`ExecItem`]s in program order: one
-//! [`Retired`] per retired user-mode instruction of the traced thread, with
+//! [`Retired`] per retired instruction of the traced thread, with
 //! [`Event`]s between them for what the instruction stream alone cannot show
 //! (kernel entries and exits, signals, exec, mapping changes, the end).
+//!
+//! The real sources see user mode only: the kernel runs unseen between a
+//! kernel entry and the return to user mode. A source whose
+//! [`ExecutionSource::shows_kernel`] is true (the scripted one, and logs of
+//! it) also yields the kernel's instructions ([`Retired::kernel`], CPL 0), the
+//! CR3 writes there ([`Event::MovCr3`]) and the interrupts and exceptions
+//! that enter it ([`Event::Interrupt`]).
 //!
 //! Four sources exist:
 //! - [`ptrace::Tracer`] (Linux x86-64): single-steps a real process.
@@ -30,6 +37,17 @@
 //!   ended in the call) and [`Event::Mappings`] if the memory map changed.
 //!   Other kernel entries (INT3, INT n) are followed by the [`Event::Signal`]
 //!   they raise, if any.
+//!
+//! # With the kernel shown
+//! - A kernel entry (SYSCALL, SYSENTER, INT n) goes to the kernel code: its
+//!   `next_ip` is the kernel's entry point and the instructions that follow
+//!   have `kernel` set until a far transfer (SYSRET, SYSEXIT, IRET, of class
+//!   [`InsnClass::FarBranch`]) returns to user mode. No system call events
+//!   accompany it.
+//! - An interrupt or exception is an [`Event::Interrupt`] before the
+//!   instruction at its `from_ip` (which does not retire then); the next
+//!   instruction is its `handler`.
+//! - A MOV to CR3 is followed by [`Event::MovCr3`] with the value loaded.
 
 pub mod blockstep;
 pub mod insn;
@@ -47,7 +65,7 @@ pub use maps::{Mapping, Perms};
 pub use memory::{CodeMemory, PAGE_SIZE};
 pub use pt_encoder::packet::ExecMode;
 
-/// One retired user-mode instruction.
+/// One retired instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Retired {
     /// Linear address of the instruction.
@@ -60,6 +78,8 @@ pub struct Retired {
     pub class: InsnClass,
     /// Execution mode the instruction ran in (from CS).
     pub mode: ExecMode,
+    /// Whether it ran at CPL 0 (supervisor mode); false for user mode.
+    pub kernel: bool,
 }
 
 impl Retired {
@@ -134,6 +154,24 @@ pub enum Event {
         /// The handler user mode entered, or `None` when the signal changed no
         /// user-mode control flow (ignored, or fatal: an [`Event::Exit`] follows).
         handler: Option<u64>,
+    },
+    /// The preceding instruction, a MOV to CR3 at CPL 0, loaded CR3 with
+    /// this value (the address space of another process, or the same one).
+    MovCr3 {
+        /// The new CR3.
+        cr3: u64,
+    },
+    /// An interrupt or exception was taken before the instruction at
+    /// `from_ip` (which did not retire); the kernel's handler runs next. For
+    /// a fault `from_ip` is the faulting instruction, which the handler's
+    /// return executes again.
+    Interrupt {
+        /// Vector (informative).
+        vector: u8,
+        /// Where the interrupted context resumes.
+        from_ip: u64,
+        /// The first instruction of the handler (CPL 0).
+        handler: u64,
     },
     /// The process ended.
     Exit(ExitKind),
@@ -223,6 +261,12 @@ pub trait ExecutionSource {
     /// up to now, as it was when that instruction executed (newer contents
     /// replace older ones). A decoder of the produced trace reads code here.
     fn memory(&self) -> &CodeMemory;
+
+    /// Whether kernel-mode instructions appear (see the module docs); false
+    /// for sources that see user mode only.
+    fn shows_kernel(&self) -> bool {
+        false
+    }
 }
 
 impl<S: ExecutionSource + ?Sized> ExecutionSource for &mut S {
@@ -232,6 +276,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for &mut S {
     fn memory(&self) -> &CodeMemory {
         (**self).memory()
     }
+    fn shows_kernel(&self) -> bool {
+        (**self).shows_kernel()
+    }
 }
 
 impl<S: ExecutionSource + ?Sized> ExecutionSource for Box<S> {
@@ -240,6 +287,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for Box<S> {
     }
     fn memory(&self) -> &CodeMemory {
         (**self).memory()
+    }
+    fn shows_kernel(&self) -> bool {
+        (**self).shows_kernel()
     }
 }
 
@@ -254,7 +304,8 @@ pub fn collect(source: &mut dyn ExecutionSource) -> Result<Vec<ExecItem>, ExecEr
 
 /// Checks the ordering contract on a sequence of items: every retired
 /// instruction starts where the previous one said control went, or at the
-/// handler of a signal in between. Returns the index of the first violation.
+/// handler of a signal or interrupt in between. Returns the index of the
+/// first violation.
 pub fn check_continuity(items: &[ExecItem]) -> Result<(), usize> {
     let mut expected: Option<u64> = None;
     for (i, item) in items.iter().enumerate() {
@@ -267,9 +318,12 @@ pub fn check_continuity(items: &[ExecItem]) -> Result<(), usize> {
                 }
                 expected = Some(r.next_ip);
             }
-            ExecItem::Event(Event::Signal {
-                handler: Some(h), ..
-            }) => expected = Some(*h),
+            ExecItem::Event(
+                Event::Signal {
+                    handler: Some(h), ..
+                }
+                | Event::Interrupt { handler: h, .. },
+            ) => expected = Some(*h),
             ExecItem::Event(_) => {}
         }
     }

@@ -862,6 +862,7 @@ impl Tracer {
             len: d.len,
             class: d.class,
             mode,
+            kernel: false,
         }));
     }
 

@@ -6,14 +6,26 @@
 //! direct jumps and calls need no directive; near returns go back to the
 //! matching call (a shadow stack). These consume the next [`Directive`]:
 //! - a conditional branch: [`Directive::Taken`] or [`Directive::NotTaken`];
-//! - an indirect jump or call: [`Directive::Target`];
-//! - a kernel entry: [`Directive::Syscall`] or [`Directive::ExitGroup`].
+//! - an indirect jump or call, a far transfer (IRET, SYSRET...):
+//!   [`Directive::Target`];
+//! - a kernel entry: [`Directive::Syscall`] or [`Directive::ExitGroup`] (the
+//!   kernel runs unseen), or [`Directive::Target`] (it goes to kernel code);
+//! - a MOV to CR3: [`Directive::Cr3`], the value loaded.
 //!
 //! [`Directive::Event`]s at the front of the list are emitted before the next
 //! instruction; [`Directive::Interrupt`] delivers a signal before the
-//! instruction at its address. The execution ends at [`Directive::Stop`],
-//! after [`Directive::ExitGroup`], or when a decision is needed and no
-//! directive is left.
+//! instruction at its address, [`Directive::IntoKernel`] an interrupt or
+//! exception handled by kernel code. The execution ends at
+//! [`Directive::Stop`], after [`Directive::ExitGroup`], or when a decision is
+//! needed and no directive is left.
+//!
+//! # Kernel code
+//! With [`Script::kernel_from`], instructions at or above an address run at
+//! CPL 0 ([`Retired::kernel`]) and the script shows the kernel
+//! ([`ExecutionSource::shows_kernel`]): user code enters it by SYSCALL (or INT n)
+//! with a [`Directive::Target`], or by [`Directive::IntoKernel`]; it comes back
+//! by SYSRETQ or IRETQ with a [`Directive::Target`]. MOV CR3 there switches
+//! processes. The return stack is shared, like the decoders'.
 //!
 //! ```
 //! use pt_sim::exec::script::{Directive, Script};
@@ -41,8 +53,11 @@ pub enum Directive {
     Taken,
     /// The next conditional branch falls through.
     NotTaken,
-    /// The next indirect jump or call goes here.
+    /// The next indirect jump or call, far transfer or (into kernel code)
+    /// kernel entry goes here.
     Target(u64),
+    /// The next MOV to CR3 loads this value.
+    Cr3(u64),
     /// The next kernel entry is this system call; it returns `ret` to `resume`
     /// (`None`: the fall-through).
     Syscall {
@@ -67,6 +82,16 @@ pub enum Directive {
         /// First instruction of the handler.
         handler: u64,
     },
+    /// Before the instruction at `at` executes, an interrupt or exception
+    /// enters the kernel at `handler` ([`Event::Interrupt`]).
+    IntoKernel {
+        /// Address of the instruction that is interrupted (not executed yet).
+        at: u64,
+        /// Vector.
+        vector: u8,
+        /// First instruction of the handler (kernel code).
+        handler: u64,
+    },
     /// The execution ends here.
     Stop,
 }
@@ -76,6 +101,7 @@ pub enum Directive {
 pub struct Script {
     mem: CodeMemory,
     mode: ExecMode,
+    kernel_from: Option<u64>,
     ip: u64,
     directives: Vec<Directive>,
     next: usize,
@@ -95,6 +121,7 @@ impl Script {
         Self {
             mem: CodeMemory::new(),
             mode,
+            kernel_from: None,
             ip: entry,
             directives: Vec::new(),
             next: 0,
@@ -124,6 +151,16 @@ impl Script {
             i += n;
         }
         self
+    }
+
+    /// Instructions at or above `addr` run at CPL 0 (kernel code).
+    pub fn kernel_from(mut self, addr: u64) -> Self {
+        self.kernel_from = Some(addr);
+        self
+    }
+
+    fn is_kernel(&self, ip: u64) -> bool {
+        self.kernel_from.is_some_and(|k| ip >= k)
     }
 
     /// Appends directives.
@@ -174,6 +211,23 @@ impl Script {
                 self.next += 1;
                 return Ok(Some(ExecItem::Event(item)));
             }
+            Some(Directive::IntoKernel {
+                at,
+                vector,
+                handler,
+            }) if *at == self.ip => {
+                if !self.is_kernel(*handler) {
+                    return Err(self.err("an interrupt handler must be kernel code"));
+                }
+                let item = Event::Interrupt {
+                    vector: *vector,
+                    from_ip: self.ip,
+                    handler: *handler,
+                };
+                self.ip = *handler;
+                self.next += 1;
+                return Ok(Some(ExecItem::Event(item)));
+            }
             Some(Directive::Stop) => {
                 self.ended = true;
                 return Ok(None);
@@ -193,21 +247,30 @@ impl Script {
                 | InsnClass::IndirectCall
                 | InsnClass::KernelEntry
                 | InsnClass::FarBranch
-        );
+        ) || d.mov_cr3;
         if is_decision {
             match self.directives.get(self.next) {
                 None => {
                     self.ended = true;
                     return Ok(None);
                 }
-                Some(Directive::Interrupt { .. }) => {
+                Some(Directive::Interrupt { .. } | Directive::IntoKernel { .. }) => {
                     return Err(self.err("a decision came before the interrupt's address"))
                 }
                 _ => {}
             }
         }
         let mut exit = None;
+        let kernel = self.is_kernel(ip);
         let next_ip = match d.class {
+            InsnClass::Other if d.mov_cr3 => match self.take() {
+                Some(Directive::Cr3(cr3)) => {
+                    self.queued
+                        .push_back(ExecItem::Event(Event::MovCr3 { cr3 }));
+                    ft
+                }
+                _ => return Err(self.err("MOV CR3 needs Cr3")),
+            },
             InsnClass::Other => ft,
             InsnClass::DirectJump => d.target.ok_or_else(|| self.err("jump without target"))?,
             InsnClass::DirectCall => {
@@ -248,7 +311,10 @@ impl Script {
                     exit = Some(code);
                     ft
                 }
-                _ => return Err(self.err("kernel entry needs Syscall or ExitGroup")),
+                Some(Directive::Target(t)) if self.is_kernel(t) => t,
+                _ => {
+                    return Err(self.err("kernel entry needs Syscall, ExitGroup or a kernel Target"))
+                }
             },
         };
         if let Some(code) = exit {
@@ -268,6 +334,7 @@ impl Script {
             len: d.len,
             class: d.class,
             mode: self.mode,
+            kernel,
         })))
     }
 }
@@ -285,6 +352,10 @@ impl ExecutionSource for Script {
 
     fn memory(&self) -> &CodeMemory {
         &self.mem
+    }
+
+    fn shows_kernel(&self) -> bool {
+        self.kernel_from.is_some()
     }
 }
 

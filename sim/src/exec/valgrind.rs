@@ -543,6 +543,7 @@ impl ValgrindSource {
                 len: d.len,
                 class: d.class,
                 mode: self.mode,
+                kernel: false,
             }));
             if d.class == InsnClass::KernelEntry {
                 for e in &events {

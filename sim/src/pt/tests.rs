@@ -153,10 +153,6 @@ fn disabled_features_produce_nothing() {
         },
     );
     assert_eq!(off, head());
-    assert_eq!(
-        PtLogic::new(TraceConfig::default(), SimParams::default()).err(),
-        Some(PtError::KernelTracing)
-    );
 }
 
 #[test]
@@ -256,6 +252,7 @@ fn far_branch_mode_change_and_disable() {
         len: 2,
         class,
         mode,
+        kernel: false,
     };
     l.retire(
         &r(0x1000, 0x2000, InsnClass::FarBranch, ExecMode::Bit64),
