@@ -46,7 +46,7 @@ use crate::error::{DecodeError, ErrorCode};
 use crate::packet::PacketDecoder;
 use crate::time::{Time, TimeCal};
 use pt_encoder::packet::LastIpError;
-use pt_encoder::{IpCompression, IpPacketKind, IpPayload, LastIp, ModeTsx, Packet};
+use pt_encoder::{IpCompression, IpPacketKind, IpPayload, LastIp, ModeTsx, Packet, Tnt};
 
 /// Event decoder options (libipt's `pt_conf_flags` for the event layer).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -581,6 +581,113 @@ impl<'a> EventDecoder<'a> {
                 Err(_) => return false,
             };
         }
+    }
+
+    /// For the flow decoders' counting fast path, once the event reported last (a TNT
+    /// or TIP) is used up: if the next event is a TNT with at least one bit or a TIP
+    /// with an IP, with only PAD, MTC and CYC packets before it that apply without
+    /// error (nothing queued, no tick events asked for), moves to it exactly as
+    /// [`next_into`](Self::next_into) would, writes it into `out` and returns `true`.
+    /// Otherwise changes nothing and returns `false`, so that the caller can leave
+    /// the last block to its general path. One pass over the packets, no look-ahead
+    /// kept.
+    #[inline]
+    pub(crate) fn next_branch_into(&mut self, out: &mut Event) -> bool {
+        if !self.enabled || !self.evq.is_empty() || self.options.tick_events {
+            return false;
+        }
+        let Current::Packet {
+            mut offset,
+            mut packet,
+        } = self.cur
+        else {
+            return false;
+        };
+        // A copy of the packet decoder once it has to move past `cur` (so that
+        // failing changes nothing).
+        let mut ahead: Option<PacketDecoder<'a>> = None;
+        if self.bound {
+            // A TIP was reported and is still current: the packets after it.
+            if !matches!(packet, Packet::Ip(IpPacketKind::Tip, _)) {
+                return false;
+            }
+            let (pkt, first) = match &self.peeked {
+                Some((p, o, pk)) => (p.clone(), (*o, *pk)),
+                None => {
+                    let mut p = self.pkt.clone();
+                    match p.next_packet() {
+                        Ok(first) => (p, first),
+                        Err(_) => return false,
+                    }
+                }
+            };
+            (offset, packet) = first;
+            ahead = Some(pkt);
+        }
+        enum Branch {
+            Tnt(Tnt),
+            Tip(IpPayload),
+        }
+        // Timing packets apply to copies until the branch is found.
+        let mut timing: Option<(Time, TimeCal)> = None;
+        let branch = loop {
+            match packet {
+                Packet::Tnt8(t) | Packet::Tnt64(t) => {
+                    if t.is_empty() {
+                        return false;
+                    }
+                    break Branch::Tnt(t);
+                }
+                Packet::Ip(IpPacketKind::Tip, p) => {
+                    if p.compression == IpCompression::Suppressed {
+                        return false;
+                    }
+                    break Branch::Tip(p);
+                }
+                Packet::Pad => {}
+                Packet::Mtc { .. } | Packet::Cyc { .. } => {
+                    let (time, tcal) = timing.get_or_insert((self.time, self.tcal));
+                    if apply_timing(time, tcal, &self.config, &packet, false).is_err() {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+            let pkt = ahead.get_or_insert_with(|| self.pkt.clone());
+            match pkt.next_packet() {
+                Ok(p) => (offset, packet) = p,
+                Err(_) => return false,
+            }
+        };
+        if let Some(pkt) = ahead {
+            self.pkt = pkt;
+        }
+        if let Some((time, tcal)) = timing {
+            self.time = time;
+            self.tcal = tcal;
+        }
+        self.peeked = None;
+        out.ip_suppressed = false;
+        out.status_update = false;
+        out.time = stamp(&self.time);
+        out.offset = offset;
+        self.cur = Current::Packet { offset, packet };
+        match branch {
+            Branch::Tnt(t) => {
+                out.kind = EventKind::Tnt {
+                    bits: t.bits(),
+                    size: t.len() as u8,
+                };
+                self.bound = false;
+                self.fetch();
+            }
+            Branch::Tip(payload) => {
+                let ip = self.ip.update(payload).unwrap_or(0);
+                out.kind = EventKind::Tip { ip };
+                self.bound = true;
+            }
+        }
+        true
     }
 
     /// [`next`](Self::next) for everything but the common TNT and TIP packets.

@@ -293,6 +293,10 @@ pub struct BlockDecoder<'a> {
     branch_next: Option<bool>,
     /// Scratch return stack of [`Self::walk_tnt_run`].
     run_stack: Vec<u64>,
+    /// Per cache block: the chain that starts there, once known.
+    chains: Vec<Option<Chain>>,
+    /// Return addresses pushed by the calls of chains.
+    chain_pushes: Vec<u64>,
     /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
     runs: HashMap<(u32, u64), TntRun, BuildHasherDefault<KeyHasher>>,
 }
@@ -320,6 +324,23 @@ struct TntRun {
     pushes: (u32, u8),
     /// Most calls open at once during the run (the return stack must have room).
     depth: u8,
+}
+
+/// TNT events with fewer bits than this are walked block by block
+/// ([`BlockDecoder::skip_step`]) rather than looked up in the run memo.
+const MEMO_MIN_BITS: u8 = 8;
+
+/// A chain of warm cache blocks that make up one block up to an instruction that needs
+/// trace ([`BlockDecoder::chain`]).
+#[derive(Clone, Copy, Debug)]
+struct Chain {
+    /// The cache block whose last instruction needs trace.
+    end: BlockId,
+    /// Instructions in the chain.
+    insns: u32,
+    /// Return addresses its calls push, in order: `chain_pushes[pushes..][..npush]`.
+    pushes: u32,
+    npush: u32,
 }
 
 /// Most memoized TNT runs before the memo starts anew.
@@ -461,6 +482,8 @@ impl<'a> BlockDecoder<'a> {
             marks: Marks::default(),
             warm: Vec::new(),
             runs: HashMap::default(),
+            chains: Vec::new(),
+            chain_pushes: Vec::new(),
             run_pushes: Vec::new(),
             run_stack: Vec::new(),
             branch_next: None,
@@ -1838,11 +1861,12 @@ impl<'a> BlockDecoder<'a> {
         let (mut insns, mut blocks) = (0, 0);
         loop {
             let (i, b) = match self.event.kind {
-                EventKind::Tnt { .. } => match self.skip_tnt_run() {
-                    (_, 0) => self.skip_ret_block(),
+                // Long runs of bits in one lookup; short ones block by block.
+                EventKind::Tnt { size, .. } if size >= MEMO_MIN_BITS => match self.skip_tnt_run() {
+                    (_, 0) => self.skip_step(),
                     r => r,
                 },
-                EventKind::Tip { .. } => self.skip_tip_block(),
+                EventKind::Tnt { .. } | EventKind::Tip { .. } => self.skip_step(),
                 _ => (0, 0),
             };
             if b == 0 {
@@ -1853,101 +1877,187 @@ impl<'a> BlockDecoder<'a> {
         }
     }
 
-    /// One block that is a single warm cache block ending in a near indirect jump or
-    /// call, taking the current TIP, when the event after it is a TNT or TIP again (so
-    /// that nothing would be reported after the block). As [`next`](Self::next) would
-    /// do it, counting only.
-    fn skip_tip_block(&mut self) -> (u64, u64) {
-        if self.event.ip_suppressed || !self.next_is_branch() {
-            return (0, 0);
+    /// The chain of warm cache blocks that [`next`](Self::next) would take as one
+    /// block from cache block `start` on, up to the first instruction that needs
+    /// trace (memoized per start block: warm code does not change).
+    #[inline]
+    fn chain(&mut self, start: BlockId) -> Option<Chain> {
+        if let Some(&Some(c)) = self.chains.get(start.index()) {
+            return Some(c);
         }
-        let saved = (self.link, self.came_from);
-        let Ok(id) = self.cache_block_at(self.ip) else {
-            (self.link, self.came_from) = saved;
-            return (0, 0);
-        };
-        let b = self.cache.block(id);
-        let insn = b.last;
-        let (ninsn, truncated, ip0) = (b.ninsn, b.truncated, b.ip);
-        let indirect = matches!(insn.class, InsnClass::Jump | InsnClass::Call) && !insn.is_direct();
-        if !indirect
-            || truncated
-            || ninsn > MAX_BLOCK_INSNS
-            || !self.warm.get(id.index()).copied().unwrap_or(false)
-        {
-            // Leave the block to `next`, with the hints it would have had.
-            (self.link, self.came_from) = saved;
-            return (0, 0);
+        let c = self.build_chain(start)?;
+        if self.chains.len() <= start.index() {
+            self.chains.resize(start.index() + 1, None);
         }
-        if self.has_icnt {
-            match self.icnt.checked_add(ninsn) {
-                Some(icnt) => self.icnt = icnt,
-                None => return (0, 0),
-            }
-        }
-        self.section_id(ip0);
-        if insn.pushes_return() {
-            self.retstack.push(insn.next_ip());
-        }
-        if self.proceed_with_trace(&insn).is_err() {
-            // Not expected after the checks above; `next` reports the state as it is.
-            return (u64::from(ninsn), 1);
-        }
-        self.came_from = Some(id);
-        (u64::from(ninsn), 1)
+        self.chains[start.index()] = Some(c);
+        Some(c)
     }
 
-    /// One block that is a single warm cache block ending in a compressed return to a
-    /// call made before (which memoized runs do not follow), on the current TNT's
-    /// oldest bit. Its last bit only when the next event is a TNT or TIP again.
-    fn skip_ret_block(&mut self) -> (u64, u64) {
-        let EventKind::Tnt { bits, size } = self.event.kind else {
-            return (0, 0);
+    /// [`Self::chain`] the long way: [`Self::proceed_no_event`]'s walk over warm
+    /// blocks, where it ends in an instruction that needs trace. `None` where that
+    /// walk would end the block otherwise (another section, the instruction limit, a
+    /// truncated instruction, `end_on_call`/`end_on_jump`) or meet code that is not
+    /// warm yet.
+    fn build_chain(&mut self, start: BlockId) -> Option<Chain> {
+        let first = self.chain_pushes.len();
+        let isid = self.section_id(self.cache.get(start)?.ip);
+        let mut id = start;
+        let mut insns = 0u32;
+        let chain = loop {
+            if !self.warm.get(id.index()).copied().unwrap_or(false) {
+                break None;
+            }
+            let b = self.cache.block(id);
+            let (ip0, ninsn, truncated, last) = (b.ip, b.ninsn, b.truncated, b.last);
+            if truncated || insns + ninsn > MAX_BLOCK_INSNS || self.section_id(ip0) != isid {
+                break None;
+            }
+            insns += ninsn;
+            if last.pushes_return() {
+                self.chain_pushes.push(last.next_ip());
+            }
+            match next_ip(&last) {
+                Ok(ip) => {
+                    if self.ends_on_request(&last) || !self.in_section(ip) {
+                        break None;
+                    }
+                    let taken = last.class != InsnClass::Other && last.class != InsnClass::Ptwrite;
+                    match self.cache.successor(self.image, id, taken) {
+                        Ok(next) => id = next,
+                        Err(_) => break None,
+                    }
+                }
+                Err(ErrorCode::BadQuery) => {
+                    break Some(Chain {
+                        end: id,
+                        insns,
+                        pushes: first as u32,
+                        npush: (self.chain_pushes.len() - first) as u32,
+                    })
+                }
+                Err(_) => break None,
+            }
         };
-        if size == 0 || (size == 1 && !self.next_is_branch()) {
-            return (0, 0);
+        if chain.is_none() {
+            self.chain_pushes.truncate(first);
         }
-        if (bits >> (size - 1)) & 1 == 0 || self.retstack.is_empty() {
-            return (0, 0);
+        chain
+    }
+
+    /// Moves on from the TNT or TIP event that the block just skipped used up, if
+    /// the next event is a TNT or TIP too (else nothing changes): as
+    /// [`Self::fetch_event`] would.
+    #[inline]
+    fn next_branch_event(&mut self) -> bool {
+        let mut next = self.event;
+        if !self.evdec.next_branch_into(&mut next) {
+            return false;
         }
+        let t = self.event.time;
+        self.tsc = t.tsc.unwrap_or(0);
+        self.has_tsc = t.tsc.is_some();
+        self.lost_mtc = t.lost_mtc;
+        self.lost_cyc = t.lost_cyc;
+        // The TRIG anchor of a TNT or TIP with an IP.
+        self.has_icnt = true;
+        self.icnt = 0;
+        self.event = next;
+        self.branch_next = None;
+        true
+    }
+
+    /// One block as [`next`](Self::next) would return it, counting only: a chain of
+    /// warm cache blocks ([`Self::chain`]) ending in a conditional branch or a
+    /// compressed return on a bit of the current TNT, or in a near indirect jump or
+    /// call or an uncompressed return on the current TIP. A block that uses up the
+    /// event is only taken when the next event is a TNT or TIP again (so that
+    /// nothing would be reported after it).
+    fn skip_step(&mut self) -> (u64, u64) {
         let saved = (self.link, self.came_from);
-        let Ok(id) = self.cache_block_at(self.ip) else {
-            (self.link, self.came_from) = saved;
-            return (0, 0);
-        };
-        let b = self.cache.block(id);
-        let (class, ninsn, truncated, ip0) = (b.last.class, b.ninsn, b.truncated, b.ip);
-        if class != InsnClass::Return
-            || truncated
-            || ninsn > MAX_BLOCK_INSNS
-            || !self.warm.get(id.index()).copied().unwrap_or(false)
-        {
-            (self.link, self.came_from) = saved;
-            return (0, 0);
+        let r = self
+            .cache_block_at(self.ip)
+            .ok()
+            .and_then(|id| self.chain(id))
+            .and_then(|c| self.take_chain(c));
+        match r {
+            Some(n) => (u64::from(n), 1),
+            None => {
+                (self.link, self.came_from) = saved;
+                (0, 0)
+            }
         }
-        if self.has_icnt {
-            match self.icnt.checked_add(ninsn) {
-                Some(icnt) => self.icnt = icnt,
-                None => {
-                    (self.link, self.came_from) = saved;
-                    return (0, 0);
+    }
+
+    /// [`Self::skip_step`] for chain `c`: the instructions taken.
+    #[inline]
+    fn take_chain(&mut self, c: Chain) -> Option<u32> {
+        let b = self.cache.block(c.end);
+        let (last, ip0) = (b.last, b.ip);
+        let icnt = if self.has_icnt {
+            self.icnt.checked_add(c.insns)?
+        } else {
+            self.icnt
+        };
+        let pushes = c.pushes as usize..(c.pushes + c.npush) as usize;
+        match self.event.kind {
+            EventKind::Tnt { bits, size } => {
+                if size == 0 {
+                    return None;
+                }
+                let taken = (bits >> (size - 1)) & 1 != 0;
+                let ret = match last.class {
+                    InsnClass::CondJump => false,
+                    // A compressed return needs a return address (a not-taken bit is
+                    // an error `next` reports).
+                    InsnClass::Return if taken && (c.npush > 0 || !self.retstack.is_empty()) => {
+                        true
+                    }
+                    _ => return None,
+                };
+                if size == 1 {
+                    if !self.next_branch_event() {
+                        return None;
+                    }
+                } else if let EventKind::Tnt { size, .. } = &mut self.event.kind {
+                    *size -= 1;
+                    self.icnt = icnt;
+                }
+                for &ip in self.chain_pushes.get(pushes).unwrap_or_default() {
+                    self.retstack.push(ip);
+                }
+                if ret {
+                    self.ip = self.retstack.pop().ok()?;
+                    self.link = None;
+                    self.came_from = Some(c.end);
+                } else {
+                    self.ip = match (taken, last.target) {
+                        (true, Some(t)) => t,
+                        _ => last.next_ip(),
+                    };
+                    let taken = Some(self.ip) == last.target;
+                    self.link = Some((c.end, taken, self.ip));
                 }
             }
-        }
-        let Ok(ip) = self.retstack.pop() else {
-            return (0, 0);
-        };
-        self.section_id(ip0);
-        self.ip = ip;
-        self.came_from = Some(id);
-        if let EventKind::Tnt { size, .. } = &mut self.event.kind {
-            *size -= 1;
-            if *size == 0 {
-                // As `next` moves on after the block (a TNT always has an IP).
-                let _ = self.fetch_event();
+            EventKind::Tip { ip } => {
+                let ok = match last.class {
+                    InsnClass::Jump | InsnClass::Call => !last.is_direct(),
+                    InsnClass::Return => true,
+                    _ => false,
+                };
+                if !ok || self.event.ip_suppressed || !self.next_branch_event() {
+                    return None;
+                }
+                for &ip in self.chain_pushes.get(pushes).unwrap_or_default() {
+                    self.retstack.push(ip);
+                }
+                self.ip = ip;
+                self.link = None;
+                self.came_from = Some(c.end);
             }
+            _ => return None,
         }
-        (u64::from(ninsn), 1)
+        self.section_id(ip0);
+        Some(c.insns)
     }
 
     /// Skips blocks on the bits of the current TNT event (see [`skip_blocks`]).
