@@ -1053,4 +1053,6 @@ fn is_syscall(r: &Retired, mem: &CodeMemory) -> bool {
 }
 
 #[cfg(test)]
+mod kernel_tests;
+#[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! Decodes a simulated trace with the project's own instruction-flow decoder
 //! (pt-decoder) and compares the decoded instructions with the recorded
-//! execution: the ground truth.
+//! execution: the ground truth, restricted by [`TracedFilter`] to what the
+//! configuration traces.
 
 use std::path::Path;
 
@@ -10,12 +11,14 @@ use pt_decoder::flow::{FlowOptions, InsnDecoder, InsnInfo, Status};
 use pt_decoder::image::Image;
 use pt_decoder::Config;
 use pt_encoder::ExecMode;
+use pt_hal::config::TraceConfig;
 use pt_hal::msr::{AddrCfg, RtitCtl};
 
 use crate::exec::insn::{decode_at, KernelEntry};
 use crate::exec::log::LogReader;
-use crate::exec::{CodeMemory, ExecItem, ExecutionSource, InsnClass, Retired};
+use crate::exec::{CodeMemory, Event, ExecItem, ExecutionSource, InsnClass, Retired};
 use crate::profile::{Profile, Profiler};
+use crate::pt::cr3_of_pid;
 use crate::sideband::Sideband;
 
 /// Whether a decoder shows the instruction as executed. INT n, INT3 and
@@ -32,6 +35,70 @@ fn shown(r: &Retired, mem: &CodeMemory) -> bool {
             .and_then(|d| d.kernel_entry),
         Some(KernelEntry::Syscall | KernelEntry::Sysenter)
     )
+}
+
+/// Which recorded instructions a configuration traces and a decoder shows,
+/// decided from each instruction's privilege level, the CR3 at the time
+/// (from [`Event::Exec`] and [`Event::MovCr3`]) and its IP; independent of
+/// the PT logic, so it can check it. TraceStop ranges are not followed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TracedFilter {
+    os: bool,
+    user: bool,
+    branch: bool,
+    cr3_match: Option<u64>,
+    ranges: Vec<(u64, u64)>,
+    cr3: u64,
+}
+
+impl TracedFilter {
+    /// The filter of a configuration.
+    pub fn new(cfg: &TraceConfig) -> Self {
+        TracedFilter {
+            os: cfg.os,
+            user: cfg.user,
+            branch: cfg.branch,
+            cr3_match: cfg.cr3_filter,
+            ranges: cfg
+                .ranges
+                .iter()
+                .filter(|r| r.cfg == AddrCfg::Filter)
+                .map(|r| (r.start, r.end))
+                .collect(),
+            cr3: 0,
+        }
+    }
+
+    /// Takes the next item in program order; returns the instruction if it
+    /// retired with PacketEn = 1 (its CPL, the CR3 and its IP traced).
+    pub fn traced<'i>(&mut self, item: &'i ExecItem) -> Option<&'i Retired> {
+        match item {
+            ExecItem::Insn(r) => {
+                let cpl_ok = if r.kernel { self.os } else { self.user };
+                let cr3_ok = self
+                    .cr3_match
+                    .map_or(true, |m| m & !0x1f == self.cr3 & !0x1f);
+                let in_range = self.ranges.is_empty()
+                    || self.ranges.iter().any(|&(a, b)| a <= r.ip && r.ip <= b);
+                (self.branch && cpl_ok && cr3_ok && in_range).then_some(r)
+            }
+            ExecItem::Event(Event::Exec { pid, .. }) => {
+                self.cr3 = cr3_of_pid(*pid);
+                None
+            }
+            ExecItem::Event(Event::MovCr3 { cr3 }) => {
+                self.cr3 = *cr3;
+                None
+            }
+            ExecItem::Event(_) => None,
+        }
+    }
+
+    /// [`Self::traced`], and shown by a decoder (not an INT n, which is
+    /// reported as an interrupt before it): the IP the decoded flow holds.
+    pub fn shown(&mut self, item: &ExecItem, mem: &CodeMemory) -> Option<u64> {
+        self.traced(item).filter(|r| shown(r, mem)).map(|r| r.ip)
+    }
 }
 
 /// What decoding found.
@@ -135,7 +202,7 @@ fn verify_with(
             }
         }
     }
-    // The IP filter the trace was recorded with: what the recording should show.
+    // The configuration the trace was recorded with: what the recording should show.
     let ctl = RtitCtl(num("rtit-ctl"));
     let mut ranges = Vec::new();
     for (k, v) in &sb.params {
@@ -155,15 +222,24 @@ fn verify_with(
             }
         }
     }
-    let in_range = |ip: u64| ranges.is_empty() || ranges.iter().any(|&(a, b)| a <= ip && ip <= b);
+    let filter = TracedFilter {
+        os: ctl.os(),
+        user: ctl.user(),
+        branch: ctl.branch_en(),
+        cr3_match: ctl.cr3_filter().then(|| num("cr3-match")),
+        ranges,
+        cr3: cr3_of_pid(num("pid") as u32),
+    };
     let mut truth = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut truth_filter = filter.clone();
     let mut next_truth = move || -> Option<u64> {
         loop {
             match truth.next_item() {
-                Ok(Some(ExecItem::Insn(r))) if in_range(r.ip) && shown(&r, truth.memory()) => {
-                    return Some(r.ip)
+                Ok(Some(item)) => {
+                    if let Some(ip) = truth_filter.shown(&item, truth.memory()) {
+                        return Some(ip);
+                    }
                 }
-                Ok(Some(_)) => {}
                 _ => return None,
             }
         }
@@ -287,8 +363,9 @@ fn verify_with(
     } else {
         s.expected = 0;
         let mut t = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let mut f = filter;
         while let Ok(Some(item)) = t.next_item() {
-            if matches!(item, ExecItem::Insn(r) if in_range(r.ip) && shown(&r, t.memory())) {
+            if f.shown(&item, t.memory()).is_some() {
                 s.expected += 1;
             }
         }
