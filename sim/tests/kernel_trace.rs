@@ -249,6 +249,40 @@ fn kernel_configurations_verify() {
 }
 
 #[test]
+fn ptrec_replays_a_log_that_shows_the_kernel() {
+    let trace = record("replay-src", &mut os(true), TraceConfig::default(), "");
+    let log = trace.with_extension("log");
+    let dir = tmp("replay");
+    for term in ["k", "uk", "u"] {
+        let out = dir.join(format!("{term}.pt"));
+        let o = Command::new(env!("CARGO_BIN_EXE_ptrec"))
+            .arg("--replay")
+            .arg(&log)
+            .arg(term)
+            .arg("--decode")
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{term}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            stdout.contains("identical to the recorded execution"),
+            "{term}: {stdout}"
+        );
+        let pips = packets(&out)
+            .iter()
+            .filter(|q| matches!(q, Packet::Pip { .. }))
+            .count();
+        assert_eq!(pips > 0, term != "u", "{term}");
+    }
+}
+
+#[test]
 fn user_mode_sources_are_refused_with_os() {
     // The kernel unseen: OS = 0 records, OS = 1 is refused with a clear message.
     let user = TraceConfig {

@@ -11,7 +11,10 @@
 //! (`tsc,mtc,mtc_period=3,psb_period=3,branch`, user space): `tsc`, `mtc`,
 //! `mtc_period=N`, `cyc`, `cyc_thresh=N`, `noretcomp`, `psb_period=N`,
 //! `branch`, `ptw`, `fup_on_ptw`, `notnt`, each also as `term=0`; `u` / `k`
-//! (or `:u`, `:k`) select user / kernel space. Commas separate terms too.
+//! / `uk` (or `:u`, `:k`, `:uk`) select user / kernel / both. Commas
+//! separate terms too. The simulator traces the kernel only in executions
+//! that show it (a replayed log of a scripted one); its ptrace and valgrind
+//! sources see user mode only, so `k` and `uk` are refused there.
 //! `--filter` takes perf's `filter START/SIZE@FILE` (or `stop …`) or a plain
 //! `START-END` (END exclusive).
 //!
@@ -73,7 +76,9 @@ const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|val
 --decode: decode the trace with pt-decoder, compare it with the recorded execution and
           print branch counts and the hottest functions (ELF symbols)
 --top N:  how many functions to list (default 10; implies --decode)
-TERMS: tsc mtc mtc_period=N cyc cyc_thresh=N noretcomp psb_period=N branch ptw fup_on_ptw notnt (term=0 to clear), u, k";
+TERMS: tsc mtc mtc_period=N cyc cyc_thresh=N noretcomp psb_period=N branch ptw fup_on_ptw notnt (term=0 to clear), u, k, uk
+       (k and uk trace the kernel: the perf backend, or a replayed log that shows the kernel;
+        the ptrace and valgrind sources see user mode only)";
 
 /// perf's terms: MTCEn/MTCFreq and CYCEn/CycThresh are separate terms, folded
 /// into the [`TraceConfig`] at the end.
@@ -292,6 +297,10 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
         trace: out.clone(),
         log: None,
     };
+    if a.config.os && a.replay.is_none() {
+        // Refused before the program starts (record_sim checks replayed logs).
+        return Err(pt_sim::pt::PtError::KernelTracing.to_string());
+    }
     let mut source: Box<dyn ExecutionSource> = if let Some(log) = &a.replay {
         eprintln!("ptrec: replaying {} on the simulator", log.display());
         Box::new(LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?)
