@@ -745,3 +745,267 @@ fn skip_blocks_takes_tips_like_next() {
     assert_eq!(plain.2, "error compressed return without call at 1012");
     assert_eq!(plain.0, 120 * 5 + 1);
 }
+
+/// A small xorshift generator for the randomized tests.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Stub code (all branches relative), at `STUB + k * 0x40`:
+/// `E: call F; call rbx; sub rdx, 1; jnz E; jmp rcx; F: nop; ret; G: add rax, 1; ret`.
+const STUB_CODE: &[u8] = &[
+    0xe8, 0x0a, 0x00, 0x00, 0x00, 0xff, 0xd3, 0x48, 0x83, 0xea, 0x01, 0x75, 0xf3, 0xff, 0xe1, 0x90,
+    0xc3, 0x48, 0x83, 0xc0, 0x01, 0xc3,
+];
+const STUB: u64 = BASE + 0x100;
+/// `M: add rax, 1; call FM; jmp rsi; FM: nop; ret` at `BASE`.
+const MAIN_CODE: &[u8] = &[
+    0x48, 0x83, 0xc0, 0x01, 0xe8, 0x02, 0x00, 0x00, 0x00, 0xff, 0xe6, 0x90, 0xc3,
+];
+
+/// A trace of the stub program with noise: TNT-8 packets of the bits gathered between
+/// TIPs, compressed and uncompressed returns, TIPs with every compression, PAD, CYC,
+/// MTC, PSB+ and now and then something that does not fit (a wrong return bit, a TIP
+/// to nowhere, an asynchronous branch, MODE.Exec, OVF, a disable and enable).
+fn noisy_calls_trace(seed: u64, rounds: usize) -> Vec<u8> {
+    let mut rng = Rng(seed | 1);
+    let mut out = Vec::new();
+    let mut last = pt_encoder::LastIp::new();
+    let mut bits: Vec<bool> = Vec::new();
+    let put = |out: &mut Vec<u8>, p: &Packet| {
+        pt_encoder::encode_to_vec(p, out).expect("packet");
+    };
+    let psb_plus = |out: &mut Vec<u8>, last: &mut pt_encoder::LastIp, ip: u64, tsc: u64| {
+        put(out, &Packet::Psb);
+        put(out, &Packet::Tsc { tsc });
+        put(out, &Packet::Tma { ctc: 0, fc: 0 });
+        put(out, &Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)));
+        last.reset();
+        let p = IpPayload::new(IpCompression::Sext48, ip);
+        last.update(p);
+        put(out, &Packet::Ip(IpPacketKind::Fup, p));
+        put(out, &Packet::Psbend);
+    };
+    psb_plus(&mut out, &mut last, BASE, 0x1000);
+    let mut tsc = 0x1000;
+    let mut ctc = 0u8;
+    // Flush the TNT bits, add noise, then the TIP to `ip`.
+    let mut tip = |out: &mut Vec<u8>,
+                   bits: &mut Vec<bool>,
+                   last: &mut pt_encoder::LastIp,
+                   rng: &mut Rng,
+                   ip: u64| {
+        for chunk in bits.chunks(6) {
+            let tnt = Tnt::from_results(chunk.iter().copied()).expect("bits");
+            put(out, &Packet::Tnt8(tnt));
+            if rng.below(6) == 0 {
+                put(
+                    out,
+                    &Packet::Cyc {
+                        value: 1 + rng.below(300),
+                    },
+                );
+            }
+        }
+        bits.clear();
+        match rng.below(40) {
+            0..=5 => put(out, &Packet::Pad),
+            6..=14 => put(
+                out,
+                &Packet::Cyc {
+                    value: 1 + rng.below(300),
+                },
+            ),
+            15..=17 => {
+                ctc = ctc.wrapping_add(1 + rng.below(3) as u8);
+                put(out, &Packet::Mtc { ctc });
+            }
+            18 => {
+                // Tracing goes off and on again.
+                put(
+                    out,
+                    &Packet::Ip(
+                        IpPacketKind::TipPgd,
+                        IpPayload::new(IpCompression::Suppressed, 0),
+                    ),
+                );
+                let p = last.compress(ip);
+                last.update(p);
+                put(out, &Packet::Ip(IpPacketKind::TipPge, p));
+                return;
+            }
+            19 => put(out, &Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64))),
+            20 if rng.below(4) == 0 => {
+                // A TIP to where nothing is mapped.
+                let p = IpPayload::new(IpCompression::Full, 0xdead_0000);
+                last.update(p);
+                put(out, &Packet::Ip(IpPacketKind::Tip, p));
+            }
+            21 if rng.below(4) == 0 => put(out, &Packet::Ovf),
+            _ => {}
+        }
+        let mut p = last.compress(ip);
+        if rng.below(5) == 0 {
+            p = IpPayload::new(IpCompression::Full, ip);
+        }
+        last.update(p);
+        put(out, &Packet::Ip(IpPacketKind::Tip, p));
+        if rng.below(50) == 0 {
+            tsc += 0x1_0000;
+            psb_plus(out, last, ip, tsc);
+        }
+    };
+    for _ in 0..rounds {
+        // M: add; call FM; nop; ret (compressed); jmp rsi → E.
+        bits.push(true);
+        let e = STUB + rng.below(4) * 0x40;
+        tip(&mut out, &mut bits, &mut last, &mut rng, e);
+        let n = 1 + rng.below(4);
+        for r in 0..n {
+            // call F; nop; ret (compressed, now and then a wrong bit); call rbx → G.
+            bits.push(rng.below(100) != 0);
+            tip(&mut out, &mut bits, &mut last, &mut rng, e + 0x11);
+            // add; ret: compressed or through a TIP.
+            if rng.below(3) == 0 {
+                tip(&mut out, &mut bits, &mut last, &mut rng, e + 7);
+            } else {
+                bits.push(true);
+            }
+            bits.push(r + 1 < n);
+        }
+        // jmp rcx → M.
+        tip(&mut out, &mut bits, &mut last, &mut rng, BASE);
+    }
+    out
+}
+
+fn stubs_image() -> Image {
+    let mut code = MAIN_CODE.to_vec();
+    code.resize(0x100, 0xcc);
+    for _ in 0..4 {
+        let at = code.len();
+        code.extend_from_slice(STUB_CODE);
+        code.resize(at + 0x40, 0xcc);
+    }
+    image(&code)
+}
+
+/// Runs two block decoders side by side, one with `skip_blocks`: the plain one must
+/// take the same blocks one by one, and both must then agree on everything they show
+/// (time, offset, the next block, events, errors) up to the end of the trace.
+fn skip_matches_next(trace: &[u8], image: &Image, config: &Config) -> u64 {
+    let mut a = BlockDecoder::new(trace, image, config, FlowOptions::default());
+    let mut b = BlockDecoder::new(trace, image, config, FlowOptions::default());
+    let empty = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    let (mut ba, mut bb) = (empty, empty);
+    let sa = a.sync_forward();
+    assert_eq!(sa, b.sync_forward());
+    let mut status = sa.expect("sync");
+    let mut skipped = 0;
+    for _ in 0..1_000_000 {
+        while status.event_pending {
+            let (ea, eb) = (a.event(), b.event());
+            assert_eq!(ea, eb);
+            match ea {
+                Ok((_, s)) => status = s,
+                Err(_) => {
+                    let (ra, rb) = (a.resync(), b.resync());
+                    assert_eq!(ra, rb);
+                    match ra {
+                        Ok(s) => status = s,
+                        Err(ErrorCode::EventIgnored) => status.event_pending = true,
+                        Err(_) => {
+                            let (ra, rb) = (a.sync_forward(), b.sync_forward());
+                            assert_eq!(ra, rb);
+                            match ra {
+                                Ok(s) => status = s,
+                                Err(_) => return skipped,
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if status.eos {
+            return skipped;
+        }
+        let (insns, blocks) = b.skip_blocks();
+        skipped += blocks;
+        let mut sum = 0;
+        for _ in 0..blocks {
+            let s = a.next(&mut ba).expect("a skipped block decodes");
+            assert!(!s.event_pending && !s.eos, "{s:?}");
+            sum += u64::from(ba.ninsn);
+        }
+        assert_eq!(sum, insns);
+        assert_eq!(a.time(), b.time());
+        assert_eq!(a.offset(), b.offset());
+        assert_eq!(a.asid(), b.asid());
+        assert_eq!(a.core_bus_ratio(), b.core_bus_ratio());
+        let (ra, rb) = (a.next(&mut ba), b.next(&mut bb));
+        assert_eq!((ra, ba), (rb, bb));
+        status = match ra {
+            Ok(s) => s,
+            Err(_) => {
+                let (ra, rb) = (a.resync(), b.resync());
+                assert_eq!(ra, rb);
+                match ra {
+                    Ok(s) => s,
+                    Err(ErrorCode::EventIgnored) => Status {
+                        event_pending: true,
+                        ..Status::default()
+                    },
+                    Err(_) => {
+                        let (ra, rb) = (a.sync_forward(), b.sync_forward());
+                        assert_eq!(ra, rb);
+                        match ra {
+                            Ok(s) => s,
+                            Err(_) => return skipped,
+                        }
+                    }
+                }
+            }
+        };
+    }
+    panic!("the trace did not end");
+}
+
+#[test]
+fn skip_blocks_agrees_with_next_on_noisy_call_traces() {
+    let image = stubs_image();
+    let timed = Config {
+        mtc_freq: 3,
+        nom_freq: 4,
+        cpuid_0x15_eax: 1,
+        cpuid_0x15_ebx: 2,
+        ..Config::default()
+    };
+    let mut skipped = 0;
+    for seed in 1..40 {
+        let trace = noisy_calls_trace(seed, 300);
+        for config in [Config::default(), timed] {
+            skipped += skip_matches_next(&trace, &image, &config);
+        }
+    }
+    assert!(skipped > 10_000, "only {skipped} blocks skipped");
+}
