@@ -439,6 +439,14 @@ impl BlockCache {
         Ok(next)
     }
 
+    /// The successor of block `id` that [`Self::successor`] stored, if it did (no
+    /// lookup; the caller makes sure the code source has not changed since).
+    #[inline]
+    pub fn linked(&self, id: BlockId, taken: bool) -> Option<BlockId> {
+        let link = self.hot.get(id.index())?.links[usize::from(taken)];
+        (link != UNLINKED).then_some(BlockId(link))
+    }
+
     /// Decodes the block at `ip`, then, with the same decoder, up to `prefetch` blocks
     /// along its fall-through chain (the not-taken side of conditional jumps, the
     /// return address of calls), linked in as they are built: setting up a decoder

@@ -596,6 +596,79 @@ impl<'a> EventDecoder<'a> {
         if !self.enabled || !self.evq.is_empty() || self.options.tick_events {
             return false;
         }
+        // The common cases: the branch packet right after a TIP, or at hand after a TNT.
+        let Current::Packet { offset, packet } = self.cur else {
+            return false;
+        };
+        if self.bound {
+            if !matches!(packet, Packet::Ip(IpPacketKind::Tip, _)) || self.peeked.is_some() {
+                return self.next_branch_slow(out);
+            }
+            let mut pkt = self.pkt.clone();
+            let Ok((offset, packet)) = pkt.next_packet() else {
+                return false;
+            };
+            match packet {
+                Packet::Tnt8(t) | Packet::Tnt64(t) if !t.is_empty() => {
+                    self.pkt = pkt;
+                    self.take_tnt(out, offset, t);
+                    true
+                }
+                Packet::Ip(IpPacketKind::Tip, p) if p.compression != IpCompression::Suppressed => {
+                    self.pkt = pkt;
+                    self.cur = Current::Packet { offset, packet };
+                    self.take_tip(out, offset, p);
+                    true
+                }
+                _ => self.next_branch_slow(out),
+            }
+        } else {
+            match packet {
+                Packet::Tnt8(t) | Packet::Tnt64(t) if !t.is_empty() => {
+                    self.take_tnt(out, offset, t);
+                    true
+                }
+                Packet::Ip(IpPacketKind::Tip, p) if p.compression != IpCompression::Suppressed => {
+                    self.take_tip(out, offset, p);
+                    true
+                }
+                _ => self.next_branch_slow(out),
+            }
+        }
+    }
+
+    /// Report the TNT packet at `offset` (the current packet) as `next_into` does.
+    #[inline]
+    fn take_tnt(&mut self, out: &mut Event, offset: u64, t: Tnt) {
+        out.kind = EventKind::Tnt {
+            bits: t.bits(),
+            size: t.len() as u8,
+        };
+        out.ip_suppressed = false;
+        out.status_update = false;
+        out.time = stamp(&self.time);
+        out.offset = offset;
+        self.peeked = None;
+        self.bound = false;
+        self.fetch();
+    }
+
+    /// Report the TIP at `offset` (the current packet, with an IP) as `next_into` does.
+    #[inline]
+    fn take_tip(&mut self, out: &mut Event, offset: u64, payload: IpPayload) {
+        let ip = self.ip.update(payload).unwrap_or(0);
+        out.kind = EventKind::Tip { ip };
+        out.ip_suppressed = false;
+        out.status_update = false;
+        out.time = stamp(&self.time);
+        out.offset = offset;
+        self.peeked = None;
+        self.bound = true;
+    }
+
+    /// [`Self::next_branch_into`] past PAD and timing packets.
+    #[inline(never)]
+    fn next_branch_slow(&mut self, out: &mut Event) -> bool {
         let Current::Packet {
             mut offset,
             mut packet,
@@ -666,26 +739,10 @@ impl<'a> EventDecoder<'a> {
             self.time = time;
             self.tcal = tcal;
         }
-        self.peeked = None;
-        out.ip_suppressed = false;
-        out.status_update = false;
-        out.time = stamp(&self.time);
-        out.offset = offset;
         self.cur = Current::Packet { offset, packet };
         match branch {
-            Branch::Tnt(t) => {
-                out.kind = EventKind::Tnt {
-                    bits: t.bits(),
-                    size: t.len() as u8,
-                };
-                self.bound = false;
-                self.fetch();
-            }
-            Branch::Tip(payload) => {
-                let ip = self.ip.update(payload).unwrap_or(0);
-                out.kind = EventKind::Tip { ip };
-                self.bound = true;
-            }
+            Branch::Tnt(t) => self.take_tnt(out, offset, t),
+            Branch::Tip(payload) => self.take_tip(out, offset, payload),
         }
         true
     }

@@ -1949,11 +1949,10 @@ impl<'a> BlockDecoder<'a> {
     /// [`Self::fetch_event`] would.
     #[inline]
     fn next_branch_event(&mut self) -> bool {
-        let mut next = self.event;
-        if !self.evdec.next_branch_into(&mut next) {
+        let t = self.event.time;
+        if !self.evdec.next_branch_into(&mut self.event) {
             return false;
         }
-        let t = self.event.time;
         self.tsc = t.tsc.unwrap_or(0);
         self.has_tsc = t.tsc.is_some();
         self.lost_mtc = t.lost_mtc;
@@ -1961,7 +1960,6 @@ impl<'a> BlockDecoder<'a> {
         // The TRIG anchor of a TNT or TIP with an IP.
         self.has_icnt = true;
         self.icnt = 0;
-        self.event = next;
         self.branch_next = None;
         true
     }
@@ -1973,18 +1971,59 @@ impl<'a> BlockDecoder<'a> {
     /// event is only taken when the next event is a TNT or TIP again (so that
     /// nothing would be reported after it).
     fn skip_step(&mut self) -> (u64, u64) {
-        let saved = (self.link, self.came_from);
-        let r = self
-            .cache_block_at(self.ip)
-            .ok()
-            .and_then(|id| self.chain(id))
-            .and_then(|c| self.take_chain(c));
-        match r {
-            Some(n) => (u64::from(n), 1),
+        let id = match self.hinted_block_at(self.ip) {
+            Some(id) => id,
             None => {
-                (self.link, self.came_from) = saved;
-                (0, 0)
+                let saved = (self.link, self.came_from);
+                match self.cache_block_at(self.ip) {
+                    Ok(id) => {
+                        (self.link, self.came_from) = saved;
+                        id
+                    }
+                    Err(_) => {
+                        (self.link, self.came_from) = saved;
+                        return (0, 0);
+                    }
+                }
             }
+        };
+        // `take_chain` replaces the hints when it takes the block, and leaves them
+        // for `next` when it does not.
+        match self.chain(id).and_then(|c| self.take_chain(c)) {
+            Some(n) => (u64::from(n), 1),
+            None => (0, 0),
+        }
+    }
+
+    /// The cache block at `ip` if the hints ([`Self::link`], [`Self::came_from`] and
+    /// the target table) know it; leaves the hints as they are.
+    #[inline]
+    fn hinted_block_at(&mut self, ip: u64) -> Option<BlockId> {
+        if let Some((id, taken, at)) = self.link {
+            if at == ip {
+                return self.cache.linked(id, taken);
+            }
+        }
+        let from = self.came_from?;
+        if let Some(&(at, Some(id))) = self.last_target.get(from.index()) {
+            if at == ip && self.cache.get(id).is_some_and(|b| b.ip == ip && b.mode == self.mode) {
+                return Some(id);
+            }
+        }
+        match self.targets.get(target_slot(ip)) {
+            Some(&(at, Some(id)))
+                if at == ip
+                    && self
+                        .cache
+                        .get(id)
+                        .is_some_and(|b| b.ip == ip && b.mode == self.mode) =>
+            {
+                if let Some(t) = self.last_target.get_mut(from.index()) {
+                    *t = (ip, Some(id));
+                }
+                Some(id)
+            }
+            _ => None,
         }
     }
 
