@@ -269,10 +269,10 @@ pub struct BlockDecoder<'a> {
     came_from: Option<BlockId>,
     /// Per cache block ending in a return or indirect branch: where it went last
     /// time, and that block's id.
-    last_target: Vec<(u64, Option<BlockId>)>,
+    last_target: Vec<Target>,
     /// Block ids by IP, direct-mapped ([`target_slot`]): cache blocks that a return or
     /// indirect branch led to.
-    targets: Box<[(u64, Option<BlockId>)]>,
+    targets: Box<[Target]>,
     /// The section that holds the last cache block: `[lo, hi)` and its id.
     section: (u64, u64, u32),
     /// The instructions libipt's block cache would know by now.
@@ -327,11 +327,11 @@ struct TntRun {
 }
 
 /// TNT events with fewer bits than this are walked block by block
-/// ([`BlockDecoder::skip_step`]) rather than looked up in the run memo.
+/// ([`BlockDecoder::skip_chains`]) rather than looked up in the run memo.
 const MEMO_MIN_BITS: u8 = 8;
 
 /// A chain of warm cache blocks that make up one block up to an instruction that needs
-/// trace ([`BlockDecoder::chain`]).
+/// trace ([`BlockDecoder::build_chain`]).
 #[derive(Clone, Copy, Debug)]
 struct Chain {
     /// The cache block whose last instruction needs trace.
@@ -341,6 +341,10 @@ struct Chain {
     /// Return addresses its calls push, in order: `chain_pushes[pushes..][..npush]`.
     pushes: u32,
     npush: u32,
+    /// The first IP of `end` (its section is the block's).
+    end_ip: u64,
+    /// The instruction that needs trace.
+    last: Insn,
 }
 
 /// Most memoized TNT runs before the memo starts anew.
@@ -368,6 +372,41 @@ impl Hasher for KeyHasher {
     fn write_u64(&mut self, v: u64) {
         let h = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         self.0 = h ^ (h >> 29);
+    }
+}
+
+/// Where a branch went: the cache block at `ip` in `mode` (ids stay valid: the
+/// decoder's image cannot change under it).
+#[derive(Clone, Copy, Debug)]
+struct Target {
+    ip: u64,
+    mode: ExecMode,
+    id: Option<BlockId>,
+}
+
+impl Target {
+    const NONE: Target = Target {
+        ip: 0,
+        mode: ExecMode::Unknown,
+        id: None,
+    };
+
+    fn new(ip: u64, mode: ExecMode, id: BlockId) -> Self {
+        Target {
+            ip,
+            mode,
+            id: Some(id),
+        }
+    }
+
+    /// The block if this is where `ip` in `mode` is.
+    #[inline]
+    fn hit(&self, ip: u64, mode: ExecMode) -> Option<BlockId> {
+        if self.ip == ip && self.mode == mode {
+            self.id
+        } else {
+            None
+        }
     }
 }
 
@@ -478,7 +517,7 @@ impl<'a> BlockDecoder<'a> {
             section: (1, 0, 0),
             came_from: None,
             last_target: Vec::new(),
-            targets: vec![(0, None); TARGET_SLOTS].into_boxed_slice(),
+            targets: vec![Target::NONE; TARGET_SLOTS].into_boxed_slice(),
             marks: Marks::default(),
             warm: Vec::new(),
             runs: HashMap::default(),
@@ -1323,45 +1362,35 @@ impl<'a> BlockDecoder<'a> {
         // After a return or an indirect branch: the target it went to last time?
         let from = self.came_from.take();
         if let Some(from) = from {
-            if let Some(&(at, Some(id))) = self.last_target.get(from.index()) {
-                if at == ip {
-                    if let Some(b) = self.cache.get(id) {
-                        if b.ip == ip && b.mode == self.mode {
-                            return Ok(id);
-                        }
-                    }
-                }
+            if let Some(id) = self
+                .last_target
+                .get(from.index())
+                .and_then(|t| t.hit(ip, self.mode))
+            {
+                return Ok(id);
             }
         }
         // Else a small direct-mapped table by IP before the cache's hash index (an
         // indirect branch with many targets misses the last-target entry).
         let slot = target_slot(ip);
-        let id = match self.targets.get(slot) {
-            Some(&(at, Some(id)))
-                if at == ip
-                    && self
-                        .cache
-                        .get(id)
-                        .is_some_and(|b| b.ip == ip && b.mode == self.mode) =>
-            {
-                id
-            }
-            _ => {
+        let id = match self.targets.get(slot).and_then(|t| t.hit(ip, self.mode)) {
+            Some(id) => id,
+            None => {
                 let id = self
                     .cache
                     .lookup(self.image, ip, self.mode)
                     .map_err(|e| e.code)?;
                 if let Some(t) = self.targets.get_mut(slot) {
-                    *t = (ip, Some(id));
+                    *t = Target::new(ip, self.mode, id);
                 }
                 id
             }
         };
         if let Some(from) = from {
             if self.last_target.len() <= from.index() {
-                self.last_target.resize(from.index() + 1, (0, None));
+                self.last_target.resize(from.index() + 1, Target::NONE);
             }
-            self.last_target[from.index()] = (ip, Some(id));
+            self.last_target[from.index()] = Target::new(ip, self.mode, id);
         }
         Ok(id)
     }
@@ -1863,10 +1892,10 @@ impl<'a> BlockDecoder<'a> {
             let (i, b) = match self.event.kind {
                 // Long runs of bits in one lookup; short ones block by block.
                 EventKind::Tnt { size, .. } if size >= MEMO_MIN_BITS => match self.skip_tnt_run() {
-                    (_, 0) => self.skip_step(),
+                    (_, 0) => self.skip_chains(),
                     r => r,
                 },
-                EventKind::Tnt { .. } | EventKind::Tip { .. } => self.skip_step(),
+                EventKind::Tnt { .. } | EventKind::Tip { .. } => self.skip_chains(),
                 _ => (0, 0),
             };
             if b == 0 {
@@ -1879,22 +1908,9 @@ impl<'a> BlockDecoder<'a> {
 
     /// The chain of warm cache blocks that [`next`](Self::next) would take as one
     /// block from cache block `start` on, up to the first instruction that needs
-    /// trace (memoized per start block: warm code does not change).
-    #[inline]
-    fn chain(&mut self, start: BlockId) -> Option<Chain> {
-        if let Some(&Some(c)) = self.chains.get(start.index()) {
-            return Some(c);
-        }
-        let c = self.build_chain(start)?;
-        if self.chains.len() <= start.index() {
-            self.chains.resize(start.index() + 1, None);
-        }
-        self.chains[start.index()] = Some(c);
-        Some(c)
-    }
-
-    /// [`Self::chain`] the long way: [`Self::proceed_no_event`]'s walk over warm
-    /// blocks, where it ends in an instruction that needs trace. `None` where that
+    /// trace (memoized per start block in `chains`: warm code does not change), found
+    /// by [`Self::proceed_no_event`]'s walk over warm blocks, where it ends in an
+    /// instruction that needs trace. `None` where that
     /// walk would end the block otherwise (another section, the instruction limit, a
     /// truncated instruction, `end_on_call`/`end_on_jump`) or meet code that is not
     /// warm yet.
@@ -1933,6 +1949,8 @@ impl<'a> BlockDecoder<'a> {
                         insns,
                         pushes: first as u32,
                         npush: (self.chain_pushes.len() - first) as u32,
+                        end_ip: ip0,
+                        last,
                     })
                 }
                 Err(_) => break None,
@@ -1965,34 +1983,61 @@ impl<'a> BlockDecoder<'a> {
     }
 
     /// One block as [`next`](Self::next) would return it, counting only: a chain of
-    /// warm cache blocks ([`Self::chain`]) ending in a conditional branch or a
+    /// warm cache blocks ([`Self::build_chain`]) ending in a conditional branch or a
     /// compressed return on a bit of the current TNT, or in a near indirect jump or
     /// call or an uncompressed return on the current TIP. A block that uses up the
     /// event is only taken when the next event is a TNT or TIP again (so that
     /// nothing would be reported after it).
-    fn skip_step(&mut self) -> (u64, u64) {
-        let id = match self.hinted_block_at(self.ip) {
-            Some(id) => id,
-            None => {
-                let saved = (self.link, self.came_from);
-                match self.cache_block_at(self.ip) {
-                    Ok(id) => {
-                        (self.link, self.came_from) = saved;
-                        id
-                    }
-                    Err(_) => {
-                        (self.link, self.came_from) = saved;
-                        return (0, 0);
-                    }
-                }
-            }
+    fn skip_chains(&mut self) -> (u64, u64) {
+        let (mut insns, mut blocks) = (0, 0);
+        let Some(mut id) = self.block_for_skip() else {
+            return (0, 0);
         };
-        // `take_chain` replaces the hints when it takes the block, and leaves them
-        // for `next` when it does not.
-        match self.chain(id).and_then(|c| self.take_chain(c)) {
-            Some(n) => (u64::from(n), 1),
-            None => (0, 0),
+        // Out of `self` while in use, so that chains are read in place.
+        let mut chains = std::mem::take(&mut self.chains);
+        loop {
+            if !matches!(chains.get(id.index()), Some(Some(_))) {
+                let Some(c) = self.build_chain(id) else {
+                    break;
+                };
+                if chains.len() <= id.index() {
+                    chains.resize(id.index() + 1, None);
+                }
+                chains[id.index()] = Some(c);
+            }
+            let Some(Some(c)) = chains.get(id.index()) else {
+                break;
+            };
+            // `take_chain` replaces the hints when it takes the block, and leaves them
+            // for `next` when it does not.
+            let Some(next) = self.take_chain(c) else {
+                break;
+            };
+            insns += u64::from(c.insns);
+            blocks += 1;
+            if matches!(self.event.kind, EventKind::Tnt { size, .. } if size >= MEMO_MIN_BITS) {
+                break;
+            }
+            id = match next.or_else(|| self.block_for_skip()) {
+                Some(id) => id,
+                None => break,
+            };
         }
+        self.chains = chains;
+        (insns, blocks)
+    }
+
+    /// The cache block at the current IP for [`Self::skip_chains`], leaving the hints
+    /// as they are.
+    #[inline]
+    fn block_for_skip(&mut self) -> Option<BlockId> {
+        if let Some(id) = self.hinted_block_at(self.ip) {
+            return Some(id);
+        }
+        let saved = (self.link, self.came_from);
+        let r = self.cache_block_at(self.ip).ok();
+        (self.link, self.came_from) = saved;
+        r
     }
 
     /// The cache block at `ip` if the hints ([`Self::link`], [`Self::came_from`] and
@@ -2005,40 +2050,34 @@ impl<'a> BlockDecoder<'a> {
             }
         }
         let from = self.came_from?;
-        if let Some(&(at, Some(id))) = self.last_target.get(from.index()) {
-            if at == ip && self.cache.get(id).is_some_and(|b| b.ip == ip && b.mode == self.mode) {
-                return Some(id);
-            }
+        if let Some(id) = self
+            .last_target
+            .get(from.index())
+            .and_then(|t| t.hit(ip, self.mode))
+        {
+            return Some(id);
         }
-        match self.targets.get(target_slot(ip)) {
-            Some(&(at, Some(id)))
-                if at == ip
-                    && self
-                        .cache
-                        .get(id)
-                        .is_some_and(|b| b.ip == ip && b.mode == self.mode) =>
-            {
-                if let Some(t) = self.last_target.get_mut(from.index()) {
-                    *t = (ip, Some(id));
-                }
-                Some(id)
-            }
-            _ => None,
+        let t = *self.targets.get(target_slot(ip))?;
+        let id = t.hit(ip, self.mode)?;
+        if let Some(last) = self.last_target.get_mut(from.index()) {
+            *last = t;
         }
+        Some(id)
     }
 
-    /// [`Self::skip_step`] for chain `c`: the instructions taken.
+    /// Takes chain `c` as one block if the current event decides its last
+    /// instruction (see [`Self::skip_chains`]). `None` if it does not; else the cache
+    /// block where execution goes on, if the hints know it.
     #[inline]
-    fn take_chain(&mut self, c: Chain) -> Option<u32> {
-        let b = self.cache.block(c.end);
-        let (last, ip0) = (b.last, b.ip);
+    fn take_chain(&mut self, c: &Chain) -> Option<Option<BlockId>> {
+        let last = &c.last;
         let icnt = if self.has_icnt {
             self.icnt.checked_add(c.insns)?
         } else {
             self.icnt
         };
         let pushes = c.pushes as usize..(c.pushes + c.npush) as usize;
-        match self.event.kind {
+        let next = match self.event.kind {
             EventKind::Tnt { bits, size } => {
                 if size == 0 {
                     return None;
@@ -2065,9 +2104,13 @@ impl<'a> BlockDecoder<'a> {
                     self.retstack.push(ip);
                 }
                 if ret {
-                    self.ip = self.retstack.pop().ok()?;
+                    // Not empty: checked above, and pushes leave an entry.
+                    if let Ok(ip) = self.retstack.pop() {
+                        self.ip = ip;
+                    }
                     self.link = None;
                     self.came_from = Some(c.end);
+                    self.hinted_block_at(self.ip)
                 } else {
                     self.ip = match (taken, last.target) {
                         (true, Some(t)) => t,
@@ -2075,6 +2118,8 @@ impl<'a> BlockDecoder<'a> {
                     };
                     let taken = Some(self.ip) == last.target;
                     self.link = Some((c.end, taken, self.ip));
+                    self.came_from = None;
+                    self.cache.linked(c.end, taken)
                 }
             }
             EventKind::Tip { ip } => {
@@ -2092,11 +2137,12 @@ impl<'a> BlockDecoder<'a> {
                 self.ip = ip;
                 self.link = None;
                 self.came_from = Some(c.end);
+                self.hinted_block_at(ip)
             }
             _ => return None,
-        }
-        self.section_id(ip0);
-        Some(c.insns)
+        };
+        self.section_id(c.end_ip);
+        Some(next)
     }
 
     /// Skips blocks on the bits of the current TNT event (see [`skip_blocks`]).
