@@ -21,13 +21,24 @@
 //! fall-throughs follow the cache's links, returns and indirect branches remember
 //! their last target, and other targets are found in a small direct-mapped table by
 //! IP before the cache's hash index. For callers that only count (ptxed `--quiet`),
-//! [`BlockDecoder::skip_blocks`] memoizes runs of TNT bits per start block (through
-//! direct calls and compressed returns), so a hot loop costs one lookup per TNT
-//! packet; it also takes single-block indirect jumps and calls on their TIP and
-//! compressed returns to earlier calls. It uses up a TNT's last bit or a TIP only
-//! when the event decoder can tell (looking ahead past PAD, MTC and CYC) that the
-//! next event is a TNT or TIP again, so that `next` would have had nothing to
-//! report after the block either.
+//! [`BlockDecoder::skip_blocks`] takes whole blocks without building them:
+//!
+//! * a block is a *chain* of warm cache blocks (through direct jumps and calls) up to
+//!   the instruction that needs trace, memoized per start block with its instruction
+//!   count and the return addresses its calls push;
+//! * a step takes one chain on a bit of the current TNT (conditional branch,
+//!   compressed return popping the return stack) or on the current TIP (indirect
+//!   jump or call, uncompressed return) and goes on at the next chain through the
+//!   cache links or the target tables, without going back to the caller;
+//! * TNT events of eight bits or more use a memo of runs of bits per start block
+//!   (through direct calls and returns to calls made in the run), so a hot loop
+//!   costs one lookup per TNT-64 packet.
+//!
+//! A step uses up a TNT's last bit or a TIP only when the event decoder can move on
+//! to a TNT or TIP right away (past PAD, MTC and CYC, applied to copies of the time
+//! model until the branch is found), so that `next` would have had nothing to
+//! report after the block either; the event decoder then hands the branch over in
+//! the same pass (`next_branch_into`), without a look-ahead to keep.
 //!
 //! The event decoder hands TNT and TIP events straight from the packet into the
 //! block decoder's current event (`next_into`); everything else takes the general
