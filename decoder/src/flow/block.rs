@@ -341,8 +341,6 @@ struct Chain {
     /// Return addresses its calls push, in order: `chain_pushes[pushes..][..npush]`.
     pushes: u32,
     npush: u32,
-    /// The first IP of `end` (its section is the block's).
-    end_ip: u64,
     /// The instruction that needs trace.
     last: Insn,
 }
@@ -1949,7 +1947,6 @@ impl<'a> BlockDecoder<'a> {
                         insns,
                         pushes: first as u32,
                         npush: (self.chain_pushes.len() - first) as u32,
-                        end_ip: ip0,
                         last,
                     })
                 }
@@ -2141,7 +2138,6 @@ impl<'a> BlockDecoder<'a> {
             }
             _ => return None,
         };
-        self.section_id(c.end_ip);
         Some(next)
     }
 

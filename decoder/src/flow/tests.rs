@@ -1009,3 +1009,59 @@ fn skip_blocks_agrees_with_next_on_noisy_call_traces() {
     }
     assert!(skipped > 10_000, "only {skipped} blocks skipped");
 }
+
+/// Random TNT-8 and TNT-64 packets (bits and sizes at random) with timing packets,
+/// PAD and now and then PSB+ over code with a loop, a call and a compressed return:
+/// long TNT runs (the run memo) and short ones (block by block) side by side.
+#[test]
+fn skip_blocks_agrees_with_next_on_random_tnt_traces() {
+    // L: add rax, 1; call F; jmp M; (pad) M: jnz L; ret  F: nop; ret
+    let code = [
+        0x48, 0x83, 0xc0, 0x01, 0xe8, 0x06, 0x00, 0x00, 0x00, 0xeb, 0x01, 0x90, 0x75, 0xf2, 0xc3,
+        0x90, 0xc3,
+    ];
+    let image = image(&code);
+    let mut skipped = 0;
+    for seed in 1..30 {
+        let mut rng = Rng(seed * 0x9e37_79b9);
+        let mut t = T {
+            buf: vec![0; 1 << 16],
+            len: 0,
+        };
+        t.push(&Packet::Psb).push(&Packet::Psbend).enable(BASE);
+        for _ in 0..600 {
+            let n = if rng.below(3) == 0 {
+                7 + rng.below(41)
+            } else {
+                1 + rng.below(6)
+            } as usize;
+            // Mostly taken: the loop goes round and the returns are compressed.
+            let bits: Vec<bool> = (0..n).map(|_| rng.below(12) != 0).collect();
+            t.tnt(&bits);
+            match rng.below(12) {
+                0 => {
+                    t.push(&Packet::Cyc {
+                        value: 1 + rng.below(99),
+                    });
+                }
+                1 => {
+                    t.push(&Packet::Mtc {
+                        ctc: rng.below(256) as u8,
+                    });
+                }
+                2 => {
+                    t.push(&Packet::Pad);
+                }
+                3 if rng.below(4) == 0 => {
+                    t.push(&Packet::Psb)
+                        .push(&Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)))
+                        .ip(IpPacketKind::Fup, BASE)
+                        .push(&Packet::Psbend);
+                }
+                _ => {}
+            }
+        }
+        skipped += skip_matches_next(t.bytes(), &image, &Config::default());
+    }
+    assert!(skipped > 2_000, "only {skipped} blocks skipped");
+}
