@@ -111,6 +111,9 @@ pub struct PtStats {
     pub overflows: u64,
     /// Bytes dropped by overflows.
     pub dropped_bytes: u64,
+    /// Kernel entries into a kernel the source did not show (user-mode
+    /// sources); with OS = 1 the trace lacks what that kernel would add.
+    pub unseen_kernel_entries: u64,
 }
 
 /// Why execution of the current context leaves user mode.
@@ -858,6 +861,7 @@ impl PtLogic {
             self.ip_packet(IpPacketKind::TipPgd, None);
             self.packet_en = false;
         }
+        self.stats.unseen_kernel_entries += 1;
         self.in_kernel = true;
         self.advance(u64::from(self.params.clock.kernel_cycles));
     }

@@ -262,7 +262,9 @@ fn write_sideband(
 pub const CHECKPOINT: u64 = 1 << 16;
 
 /// Runs `source` through the simulator. `progress(instructions)` is called
-/// at every checkpoint ([`CHECKPOINT`] instructions).
+/// at every checkpoint ([`CHECKPOINT`] instructions). Kernel tracing (OS = 1)
+/// needs a source that [shows the kernel](ExecutionSource::shows_kernel);
+/// others are refused ([`PtError::KernelTracing`]).
 pub fn record_sim(
     source: &mut dyn ExecutionSource,
     rec: &SimRecording,

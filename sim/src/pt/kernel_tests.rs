@@ -314,6 +314,82 @@ fn cfg(os: bool, user: bool) -> TraceConfig {
 }
 
 #[test]
+fn sysret_to_compatibility_mode_reports_the_mode() {
+    // Hand-made items: a far CALL through a call gate from 32-bit user code
+    // (compatibility mode) into the 64-bit kernel, SYSRETL back; MODE.Exec
+    // goes with the TIP or TIP.PGE of a transfer to a mode other than the
+    // last one sent, never with a TIP.PGD.
+    let mem = CodeMemory::new();
+    let r = |ip, next_ip, class, mode, kernel| {
+        ExecItem::Insn(Retired {
+            ip,
+            next_ip,
+            len: 2,
+            class,
+            mode,
+            kernel,
+        })
+    };
+    let items = [
+        r(0x1000, K, InsnClass::FarBranch, ExecMode::Bit32, false),
+        r(K, K + 2, InsnClass::Other, ExecMode::Bit64, true),
+        r(K + 2, 0x1002, InsnClass::FarBranch, ExecMode::Bit64, true),
+        r(0x1002, 0x1004, InsnClass::Other, ExecMode::Bit32, false),
+    ];
+    let m32 = "mode Bit32";
+    let m64 = "mode Bit64";
+    for (os, user, expect) in [
+        (
+            true,
+            true,
+            vec![m32, "pge 1000", m64, "tip K+0", m32, "tip 1002"],
+        ),
+        (true, false, vec![m64, "pge K+0", "pgd"]),
+        (false, true, vec![m32, "pge 1000", "pgd", "pge 1002"]),
+    ] {
+        let mut l = PtLogic::new(cfg(os, user), SimParams::default()).unwrap();
+        l.enable();
+        for it in &items {
+            l.item(it, &mem);
+        }
+        let mut bytes = Vec::new();
+        l.drain_into(&mut bytes);
+        let f = flow(&bytes);
+        let start = f.iter().position(|p| p == "psbend").unwrap() + 1;
+        assert_eq!(f[start..], want(&expect)[..], "os={os} user={user}");
+        assert_eq!(l.stats().unseen_kernel_entries, 0);
+    }
+}
+
+#[test]
+fn unseen_kernel_entries_are_counted() {
+    // A user-mode-only execution: the kernel runs unseen at each SYSCALL.
+    let s = Script::new(0x1000, ExecMode::Bit64)
+        .code(0x1000, &[0x0f, 0x05, 0x0f, 0x05])
+        .directives([
+            Directive::Syscall {
+                nr: 0,
+                ret: 0,
+                resume: None,
+            },
+            Directive::ExitGroup(0),
+        ]);
+    let mut s = s;
+    assert!(!s.shows_kernel());
+    let items = collect(&mut s).unwrap();
+    let mut l = PtLogic::new(cfg(false, true), SimParams::default()).unwrap();
+    l.enable();
+    for it in &items {
+        l.item(it, s.memory());
+    }
+    l.finish();
+    assert_eq!(l.stats().unseen_kernel_entries, 2);
+    // The little OS shows its kernel: none unseen.
+    let r = run(little_os(), cfg(true, true));
+    assert_eq!(r.stats.unseen_kernel_entries, 0);
+}
+
+#[test]
 fn script_yields_kernel_code() {
     let mut s = little_os();
     let items = collect(&mut s).unwrap();
