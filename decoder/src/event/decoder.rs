@@ -591,7 +591,7 @@ impl<'a> EventDecoder<'a> {
     /// Otherwise changes nothing and returns `false`, so that the caller can leave
     /// the last block to its general path. One pass over the packets, no look-ahead
     /// kept.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn next_branch_into(&mut self, out: &mut Event) -> bool {
         if !self.enabled || !self.evq.is_empty() || self.options.tick_events {
             return false;
@@ -638,7 +638,7 @@ impl<'a> EventDecoder<'a> {
     }
 
     /// Report the TNT packet at `offset` (the current packet) as `next_into` does.
-    #[inline]
+    #[inline(always)]
     fn take_tnt(&mut self, out: &mut Event, offset: u64, t: Tnt) {
         out.kind = EventKind::Tnt {
             bits: t.bits(),
@@ -654,7 +654,7 @@ impl<'a> EventDecoder<'a> {
     }
 
     /// Report the TIP at `offset` (the current packet, with an IP) as `next_into` does.
-    #[inline]
+    #[inline(always)]
     fn take_tip(&mut self, out: &mut Event, offset: u64, payload: IpPayload) {
         let ip = self.ip.update(payload).unwrap_or(0);
         out.kind = EventKind::Tip { ip };

@@ -1962,7 +1962,7 @@ impl<'a> BlockDecoder<'a> {
     /// Moves on from the TNT or TIP event that the block just skipped used up, if
     /// the next event is a TNT or TIP too (else nothing changes): as
     /// [`Self::fetch_event`] would.
-    #[inline]
+    #[inline(always)]
     fn next_branch_event(&mut self) -> bool {
         let t = self.event.time;
         if !self.evdec.next_branch_into(&mut self.event) {
