@@ -36,6 +36,37 @@ fn decode_with(buf: &[u8]) -> u64 {
     acc
 }
 
+/// Internal iteration over flat records: `decode_records_with`.
+fn records(buf: &[u8]) -> u64 {
+    let mut d = PacketDecoder::new(buf, &Config::default());
+    d.sync_forward().expect("trace starts with a PSB");
+    let mut acc = 0u64;
+    let done = d
+        .decode_records_with(|off, r| {
+            black_box(&r);
+            acc = acc.wrapping_add(off);
+            ControlFlow::Continue(())
+        })
+        .expect("valid trace");
+    assert!(done);
+    acc
+}
+
+/// Records, the trace split at PSBs into two pieces per thread, decoded in turn.
+fn records_paired(buf: &[u8], threads: usize) -> u64 {
+    let pieces = pt_decoder::parallel::par_fold_records(
+        buf,
+        &Config::default(),
+        threads,
+        || 0u64,
+        |acc, off, r| {
+            black_box(&r);
+            *acc = acc.wrapping_add(off);
+        },
+    );
+    pieces.iter().map(|p| p.value).fold(0, u64::wrapping_add)
+}
+
 /// Both cores: the trace split at PSBs.
 fn parallel(buf: &[u8]) -> u64 {
     let pieces = pt_decoder::parallel::par_fold(
@@ -68,6 +99,15 @@ fn packet_iterator(c: &mut Criterion) {
         });
         g.bench_function(format!("{name}/parallel2"), |b| {
             b.iter(|| black_box(parallel(black_box(&trace))))
+        });
+        g.bench_function(format!("{name}/records"), |b| {
+            b.iter(|| black_box(records(black_box(&trace))))
+        });
+        g.bench_function(format!("{name}/records_paired1"), |b| {
+            b.iter(|| black_box(records_paired(black_box(&trace), 1)))
+        });
+        g.bench_function(format!("{name}/records_paired2"), |b| {
+            b.iter(|| black_box(records_paired(black_box(&trace), 2)))
         });
     }
     g.finish();

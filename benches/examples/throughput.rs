@@ -36,6 +36,25 @@ fn main() {
                     },
                 );
                 packets = pieces.iter().map(|p| p.value).sum();
+            } else if let Some(t) = std::env::var("PAIRS").ok().and_then(|t| t.parse().ok()) {
+                let pieces = pt_decoder::parallel::par_fold_records(
+                    &trace,
+                    &Config::default(),
+                    t,
+                    || 0u64,
+                    |n, off, r| {
+                        std::hint::black_box((off, &r));
+                        *n += 1;
+                    },
+                );
+                packets = pieces.iter().map(|p| p.value).sum();
+            } else if std::env::var_os("RECORDS").is_some() {
+                d.decode_records_with(|off, r| {
+                    std::hint::black_box((off, &r));
+                    packets += 1;
+                    std::ops::ControlFlow::Continue(())
+                })
+                .expect("valid");
             } else if std::env::var_os("VIA_WITH").is_some() {
                 d.decode_with(|off, p| {
                     std::hint::black_box((off, &p));

@@ -9,6 +9,9 @@ use pt_encoder::packet::opcode::{self, ext, FirstByte};
 use pt_encoder::packet::{IpCompression, IpPacketKind, IpPayload, PSB_SIZE};
 use pt_encoder::{ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
 
+mod record;
+pub use record::{PacketKind, PacketRecord};
+
 const FIRST_BYTE: [FirstByte; 256] = {
     let mut t = [FirstByte::Undefined; 256];
     let mut i = 0;
@@ -64,7 +67,7 @@ const fn all_tnt8(w: u64) -> bool {
     let upper = w & 0xfcfc_fcfc_fcfc_fcfc;
     // The classic "has a zero byte" test on the bits that must not all be clear.
     let has_zero = upper.wrapping_sub(ONES) & !upper & HIGHS;
-    w & ONES == 0 && has_zero == 0
+    (w & ONES) | has_zero == 0
 }
 
 /// For an odd first byte with bit 1 clear, bits 4:2 say which IP packet it is, if any.
@@ -79,6 +82,100 @@ const IP_KIND: [Option<IpPacketKind>; 8] = {
     }
     t
 };
+
+/// The little-endian words at offsets 0 and 1 of a window of at least 9 bytes (zero
+/// otherwise, which no caller passes).
+#[inline(always)]
+fn window_words(win: &[u8]) -> (u64, u64) {
+    let word = |at: usize| {
+        win.get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    (word(0), word(1))
+}
+
+/// How the record decoder reads a packet that starts with a given byte: its kind and size,
+/// and where its payload sits: `(bytes 0..8 >> 1) & low` (TNT-8) or `bytes 1..9 & mask`.
+/// CYC adds its second byte by hand; `slow` sends everything else to the general decoder.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct FastEntry {
+    mask: u64,
+    kind: PacketKind,
+    size: u8,
+    low: u8,
+    aux: u8,
+    cyc: u8,
+    slow: u8,
+}
+
+const FAST: [FastEntry; 256] = {
+    let slow = FastEntry {
+        mask: 0,
+        kind: PacketKind::Invalid,
+        size: 0,
+        low: 0,
+        aux: 0,
+        cyc: 0,
+        slow: 1,
+    };
+    let mut t = [slow; 256];
+    let mut i = 0;
+    while i < 256 {
+        let (kind, size, low, mask) = match FIRST_BYTE[i] {
+            FirstByte::Pad => (PacketKind::Pad, 1, 0, 0),
+            FirstByte::Tnt8 => (PacketKind::Tnt8, 1, 0x7f, 0),
+            FirstByte::Cyc => (PacketKind::Cyc, 1, 0, 0),
+            FirstByte::Tsc => (PacketKind::Tsc, 8, 0, 0x00ff_ffff_ffff_ffff),
+            FirstByte::Mtc => (PacketKind::Mtc, 2, 0, 0xff),
+            FirstByte::Tip(k) => match IP_FORMS[i >> 5] {
+                Some((c, size, mask)) => {
+                    t[i].aux = c as u8;
+                    (PacketKind::of_ip(k), size as u8, 0, mask)
+                }
+                None => (PacketKind::Invalid, 0, 0, 0),
+            },
+            _ => (PacketKind::Invalid, 0, 0, 0),
+        };
+        if size != 0 {
+            t[i].kind = kind;
+            t[i].size = size;
+            t[i].low = low;
+            t[i].mask = mask;
+            t[i].slow = 0;
+            t[i].cyc = matches!(kind, PacketKind::Cyc) as u8;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// [`decode_common`] into a [`PacketRecord`], without a branch per packet kind: the table
+/// entry of the first byte says everything but a CYC's second byte, which is folded in
+/// with masks. `word0`/`word1` are the little-endian words at the packet and one byte
+/// later (both within a 16-byte window). `None`: use the general decoder.
+#[inline(always)]
+fn decode_record_common(word0: u64, word1: u64, skd007: bool) -> Option<PacketRecord> {
+    let (b0, b1) = (word0 as u8, word1 as u8);
+    let e = FAST[b0 as usize];
+    // A CYC with bit 2 set continues into the next byte (e.cyc is 0 or 1).
+    let has2 = e.cyc & (b0 >> 2) & 1;
+    // A third CYC byte, or (SKD007) an OVF behind the first one: the general decoder.
+    let beyond = has2 & (b1 | u8::from(skd007 && b1 == opcode::EXT));
+    if (e.slow | beyond) & 1 != 0 {
+        return None;
+    }
+    let high = ((b1 >> 1) as u64) << 5 & u64::from(has2).wrapping_neg();
+    let cyc = ((b0 >> 3) as u64 | high) & u64::from(e.cyc).wrapping_neg();
+    let payload = (word0 >> 1 & u64::from(e.low)) | (word1 & e.mask) | cyc;
+    Some(PacketRecord::new(
+        e.kind,
+        e.size + has2,
+        payload,
+        e.aux as u16,
+    ))
+}
 
 /// The hot subset of [`decode_packet`]: TNT-8, PAD, the IP packets, short CYC, TSC and MTC,
 /// decoded from a window of at least 16 bytes (so no bounds checks). `None` means "use
@@ -565,7 +662,7 @@ impl<'a> PacketDecoder<'a> {
                     // byte. Only worth a look when the first one is a TNT-8.
                     let w =
                         u64::from_le_bytes(win[..8].try_into().map_err(|_| self.internal(pos))?);
-                    if w & 1 == 0 && all_tnt8(w) {
+                    if all_tnt8(w) {
                         for i in 0..8 {
                             let b0 = (w >> (8 * i)) as u8;
                             let off = (pos + i) as u64;
@@ -596,6 +693,84 @@ impl<'a> PacketDecoder<'a> {
             if f(off, p).is_break() {
                 return Ok(false);
             }
+        }
+    }
+
+    /// [`decode_with`](Self::decode_with), handing out each packet as a flat
+    /// [`PacketRecord`]. The common packets decode without a branch per kind, so this is
+    /// the fastest way through a trace when the consumer looks at few packet kinds (or
+    /// stores records).
+    #[inline]
+    pub fn decode_records_with<F>(&mut self, mut f: F) -> Result<bool, DecodeError>
+    where
+        F: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
+    {
+        let buf = self.buf;
+        loop {
+            let Some(mut pos) = self.pos else {
+                return Err(DecodeError {
+                    code: ErrorCode::NoSync,
+                    offset: 0,
+                });
+            };
+            if self.ctx.pebs.is_none() {
+                while let Some(win) = buf.get(pos..pos + 16) {
+                    let (word0, word1) = window_words(win);
+                    if all_tnt8(word0) {
+                        for i in 0..8 {
+                            let b0 = (word0 >> (8 * i)) as u8;
+                            let r = PacketRecord::new(PacketKind::Tnt8, 1, u64::from(b0 >> 1), 0);
+                            if f((pos + i) as u64, r).is_break() {
+                                self.pos = Some(pos + i + 1);
+                                return Ok(false);
+                            }
+                        }
+                        pos += 8;
+                        continue;
+                    }
+                    let Some(r) = decode_record_common(word0, word1, self.errata.skd007) else {
+                        break;
+                    };
+                    let off = pos as u64;
+                    pos += r.size();
+                    if f(off, r).is_break() {
+                        self.pos = Some(pos);
+                        return Ok(false);
+                    }
+                }
+                self.pos = Some(pos);
+            }
+            if pos >= buf.len() {
+                return Ok(true);
+            }
+            let (off, p) = self.next_packet_general()?;
+            if f(off, self.general_to_record(off, p)).is_break() {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// The record of a packet the general decoder just read at `off` (its size is where
+    /// the decoder went on, which for an unusual encoding is not the packet's usual size).
+    fn general_to_record(&self, off: u64, p: Packet) -> PacketRecord {
+        let end = self.pos.map_or(off, |pos| pos as u64);
+        PacketRecord::from(p).with_size(end.saturating_sub(off) as usize)
+    }
+
+    /// One packet through the general decoder, for the pair loop below: `Some` when
+    /// decoding stops here (end of trace, `f` broke off, or an error).
+    fn general_record<F>(&mut self, f: &mut F) -> Option<Result<bool, DecodeError>>
+    where
+        F: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
+    {
+        if self.pos.is_some_and(|pos| pos >= self.buf.len()) {
+            return Some(Ok(true));
+        }
+        match self.next_packet_general() {
+            Ok((off, p)) => f(off, self.general_to_record(off, p))
+                .is_break()
+                .then_some(Ok(false)),
+            Err(e) => Some(Err(e)),
         }
     }
 
@@ -705,6 +880,101 @@ impl PacketDecoder<'_> {
                 self.stalled = true;
                 Some(Err(e))
             }
+        }
+    }
+}
+
+/// Which of two decoders stopped [`decode_records_pair`], and how (as
+/// [`PacketDecoder::decode_records_with`] would have returned).
+#[derive(Debug)]
+pub(crate) enum PairStop {
+    /// The first decoder.
+    First(Result<bool, DecodeError>),
+    /// The second decoder.
+    Second(Result<bool, DecodeError>),
+}
+
+/// [`PacketDecoder::decode_records_with`] for two decoders at once (two stretches of a
+/// trace), stepping them in turn until one of them stops; the other keeps its place.
+///
+/// Finding where a packet ends takes a chain of dependent loads, one packet after the
+/// other; two independent chains keep the core busy while each waits.
+pub(crate) fn decode_records_pair<FA, FB>(
+    a: &mut PacketDecoder<'_>,
+    fa: &mut FA,
+    b: &mut PacketDecoder<'_>,
+    fb: &mut FB,
+) -> PairStop
+where
+    FA: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
+    FB: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
+{
+    let no_sync = Err(DecodeError {
+        code: ErrorCode::NoSync,
+        offset: 0,
+    });
+    let (buf_a, buf_b) = (a.buf, b.buf);
+    let (skd_a, skd_b) = (a.errata.skd007, b.errata.skd007);
+    loop {
+        let Some(mut pa) = a.pos else {
+            return PairStop::First(no_sync);
+        };
+        let Some(mut pb) = b.pos else {
+            return PairStop::Second(no_sync);
+        };
+        if a.ctx.pebs.is_none() && b.ctx.pebs.is_none() {
+            while let (Some(wa), Some(wb)) = (buf_a.get(pa..pa + 16), buf_b.get(pb..pb + 16)) {
+                let (a0, a1) = window_words(wa);
+                let (b0, b1) = window_words(wb);
+                if all_tnt8(a0) {
+                    for i in 0..8 {
+                        let r = PacketRecord::new(PacketKind::Tnt8, 1, a0 >> (8 * i + 1) & 0x7f, 0);
+                        if fa((pa + i) as u64, r).is_break() {
+                            (a.pos, b.pos) = (Some(pa + i + 1), Some(pb));
+                            return PairStop::First(Ok(false));
+                        }
+                    }
+                    pa += 8;
+                    continue;
+                }
+                if all_tnt8(b0) {
+                    for i in 0..8 {
+                        let r = PacketRecord::new(PacketKind::Tnt8, 1, b0 >> (8 * i + 1) & 0x7f, 0);
+                        if fb((pb + i) as u64, r).is_break() {
+                            (a.pos, b.pos) = (Some(pa), Some(pb + i + 1));
+                            return PairStop::Second(Ok(false));
+                        }
+                    }
+                    pb += 8;
+                    continue;
+                }
+                let (Some(x), Some(y)) = (
+                    decode_record_common(a0, a1, skd_a),
+                    decode_record_common(b0, b1, skd_b),
+                ) else {
+                    break;
+                };
+                if fa(pa as u64, x).is_break() {
+                    (a.pos, b.pos) = (Some(pa + x.size()), Some(pb));
+                    return PairStop::First(Ok(false));
+                }
+                pa += x.size();
+                if fb(pb as u64, y).is_break() {
+                    (a.pos, b.pos) = (Some(pa), Some(pb + y.size()));
+                    return PairStop::Second(Ok(false));
+                }
+                pb += y.size();
+            }
+            (a.pos, b.pos) = (Some(pa), Some(pb));
+        }
+        // The packet one of them stopped at (outside the fast set, near the end of the
+        // trace, in a PEBS block) goes through the general decoder; so does the other's
+        // next one, which costs nothing but time.
+        if let Some(stop) = a.general_record(fa) {
+            return PairStop::First(stop);
+        }
+        if let Some(stop) = b.general_record(fb) {
+            return PairStop::Second(stop);
         }
     }
 }
@@ -932,6 +1202,72 @@ mod tests {
             }
         );
         assert!(matches!(r[3], Packet::Tnt8(_)));
+    }
+
+    fn records(buf: &[u8], cfg: &Config) -> Vec<(u64, PacketRecord)> {
+        let mut d = PacketDecoder::new(buf, cfg);
+        d.sync_set(0).unwrap();
+        let mut v = Vec::new();
+        d.decode_records_with(|off, r| {
+            v.push((off, r));
+            core::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+        v
+    }
+
+    #[test]
+    fn records_follow_skd007_and_the_pebs_context() {
+        // Long enough that the windowed fast path runs.
+        let mut buf = vec![0x07, 0x02, 0xf3];
+        buf.extend([0u8; 20]);
+        let cfg = Config {
+            errata: Errata {
+                skd007: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let r = records(&buf, &cfg);
+        assert_eq!(
+            (r[0].0, r[0].1.packet(), r[0].1.size()),
+            (1, Packet::Ovf, 2)
+        );
+        assert_eq!((r[1].0, r[1].1.kind()), (3, PacketKind::Pad));
+        let r = records(&buf, &Config::default());
+        assert_eq!(r[0].1.packet(), Packet::Cyc { value: 0x20 });
+        assert_eq!((r[1].0, r[1].1.packet()), (2, Packet::Cyc { value: 0x1e }));
+
+        let mut buf = vec![0x02, 0x63, 0x81, 0x0c, 1, 2, 3, 4, 0x02, 0x33, 0x0c];
+        buf.extend([0x0c; 20]);
+        let r = records(&buf, &Config::default());
+        assert_eq!(r[1].1.kind(), PacketKind::Bip);
+        assert_eq!(r[1].1.payload(), 0x04030201);
+        assert!(r[3..].iter().all(|(_, r)| r.kind() == PacketKind::Tnt8));
+        assert_eq!(r.len(), 3 + 21);
+    }
+
+    #[test]
+    fn records_stop_where_the_consumer_breaks() {
+        let mut buf = vec![0x0c; 40];
+        buf.extend([0x19, 1, 2, 3, 4, 5, 6, 7, 0x59, 9]);
+        buf.extend([0u8; 16]);
+        for stop in [3usize, 39, 40, 41] {
+            let mut d = PacketDecoder::new(&buf, &Config::default());
+            d.sync_set(0).unwrap();
+            let mut n = 0;
+            let r = d.decode_records_with(|_, _| {
+                n += 1;
+                if n == stop {
+                    core::ops::ControlFlow::Break(())
+                } else {
+                    core::ops::ControlFlow::Continue(())
+                }
+            });
+            assert_eq!(r, Ok(false));
+            let rest: Vec<_> = d.map(|r| r.unwrap().1).collect();
+            assert_eq!(rest.len(), 40 + 2 + 16 - stop, "stop after {stop}");
+        }
     }
 
     #[test]

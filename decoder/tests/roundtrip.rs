@@ -187,3 +187,132 @@ fn pwre_hw_flag_from_either_bit() {
         }
     ));
 }
+
+/// Everything a decoder hands out while walking `buf` with resyncs, typed.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Packet(u64, Packet),
+    Error(u64, pt_decoder::ErrorCode),
+}
+
+fn walk_typed(buf: &[u8], config: &Config) -> Vec<Seen> {
+    let mut d = PacketDecoder::new(buf, config);
+    let mut seen = Vec::new();
+    if d.sync_set(0).is_err() {
+        return seen;
+    }
+    loop {
+        match d.decode_with(|off, p| {
+            seen.push(Seen::Packet(off, p));
+            std::ops::ControlFlow::Continue(())
+        }) {
+            Ok(_) => return seen,
+            Err(e) => {
+                seen.push(Seen::Error(e.offset, e.code));
+                if d.sync_forward().is_err() {
+                    return seen;
+                }
+            }
+        }
+    }
+}
+
+/// As [`walk_typed`] through the record decoder; also checks that every record's size
+/// reaches to where the next packet (or error, or the end) starts.
+fn walk_records(buf: &[u8], config: &Config) -> Vec<Seen> {
+    let mut d = PacketDecoder::new(buf, config);
+    let mut seen = Vec::new();
+    if d.sync_set(0).is_err() {
+        return seen;
+    }
+    loop {
+        let mut end: Option<u64> = None;
+        let r = d.decode_records_with(|off, r| {
+            if let Some(end) = end {
+                // SKD007: an OVF starts one byte into what looked like a CYC.
+                let skipped = u64::from(r.kind() == pt_decoder::packet::PacketKind::Ovf);
+                assert!(
+                    off == end || off == end + skipped,
+                    "a record's size does not reach the next packet"
+                );
+            }
+            end = Some(off + r.size() as u64);
+            seen.push(Seen::Packet(off, r.packet()));
+            std::ops::ControlFlow::Continue(())
+        });
+        match r {
+            Ok(_) => {
+                assert!(end.is_none_or(|e| e == buf.len() as u64));
+                return seen;
+            }
+            Err(e) => {
+                assert!(end.is_none_or(|end| end == e.offset));
+                seen.push(Seen::Error(e.offset, e.code));
+                if d.sync_forward().is_err() {
+                    return seen;
+                }
+            }
+        }
+    }
+}
+
+/// A stream with PSBs in it, then `flips` random bytes overwritten.
+fn mangled(ps: &[Packet], flips: &[(usize, u8)]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for (i, p) in ps.iter().enumerate() {
+        if i % 16 == 0 {
+            encode_to_vec(&Packet::Psb, &mut buf).unwrap();
+        }
+        encode_to_vec(p, &mut buf).unwrap();
+    }
+    let n = buf.len();
+    for &(at, b) in flips {
+        if n > 0 {
+            buf[at % n] = b;
+        }
+    }
+    buf
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    #[test]
+    fn record_roundtrip(p in packet()) {
+        let r = pt_decoder::packet::PacketRecord::from(p);
+        prop_assert_eq!(r.packet(), p);
+        prop_assert_eq!(r.size(), p.size());
+    }
+
+    /// The record decoder sees exactly what the typed decoder sees, errors included, with
+    /// and without the SKD007 workaround (which changes what a CYC may be followed by).
+    #[test]
+    fn records_match_packets(ps in prop::collection::vec(packet(), 1..96),
+                             flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+                             skd007 in any::<bool>()) {
+        let buf = mangled(&ps, &flips);
+        let mut config = Config::default();
+        config.errata.skd007 = skd007;
+        prop_assert_eq!(walk_records(&buf, &config), walk_typed(&buf, &config));
+    }
+
+    /// Two pieces per thread, decoded in turn, give the same packets and errors as the
+    /// typed parallel fold over the same split.
+    #[test]
+    fn paired_record_fold_matches(ps in prop::collection::vec(packet(), 1..300),
+                                  flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+                                  threads in 1usize..4) {
+        let buf = mangled(&ps, &flips);
+        let config = Config::default();
+        let records = pt_decoder::parallel::par_fold_records(&buf, &config, threads, Vec::new, |v, off, r| {
+            v.push((off, r.packet()))
+        });
+        let typed = pt_decoder::parallel::par_fold(&buf, &config, threads * 2, Vec::new, |v, off, p| {
+            v.push((off, p))
+        });
+        let flat = |pieces: &[pt_decoder::parallel::Piece<Vec<(u64, Packet)>>]| {
+            pieces.iter().map(|p| (p.range.clone(), p.value.clone(), p.errors.clone())).collect::<Vec<_>>()
+        };
+        prop_assert_eq!(flat(&records), flat(&typed));
+    }
+}
