@@ -168,21 +168,21 @@ impl IpPacketKind {
     }
 }
 
-/// IP compression (the IPBytes field, B0[7:5], of TIP/TIP.PGE/TIP.PGD/FUP).
+/// IP compression (the IPBytes field, B0\[7:5\], of TIP/TIP.PGE/TIP.PGD/FUP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum IpCompression {
     /// No payload: IP out of context or unknown.
     Suppressed = 0,
-    /// IP[15:0]; upper bits from the last IP.
+    /// IP\[15:0\]; upper bits from the last IP.
     Update16 = 1,
-    /// IP[31:0]; upper bits from the last IP.
+    /// IP\[31:0\]; upper bits from the last IP.
     Update32 = 2,
-    /// IP[47:0], sign-extended from bit 47.
+    /// IP\[47:0\], sign-extended from bit 47.
     Sext48 = 3,
-    /// IP[47:0]; upper bits from the last IP.
+    /// IP\[47:0\]; upper bits from the last IP.
     Update48 = 4,
-    /// IP[63:0].
+    /// IP\[63:0\].
     Full = 6,
 }
 
@@ -502,7 +502,7 @@ pub struct ModeTsx {
     pub abrt: bool,
 }
 
-/// PTW payload size (B1[6:5], "PayloadBytes").
+/// PTW payload size (B1\[6:5\], "PayloadBytes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PtwSize {
     /// Four bytes (encoding 0).
@@ -567,7 +567,7 @@ pub enum Packet {
     ModeTsx(ModeTsx),
     /// PIP: paging information (CR3).
     Pip {
-        /// CR3[51:5] (bits 4:0 are zero).
+        /// CR3\[51:5\] (bits 4:0 are zero).
         cr3: u64,
         /// VMX non-root.
         nr: bool,
@@ -579,7 +579,7 @@ pub enum Packet {
     },
     /// TSC: time-stamp counter, 56 bits.
     Tsc {
-        /// TSC[55:0].
+        /// TSC\[55:0\].
         tsc: u64,
     },
     /// MTC: mini time counter, CTC[N+7:N].
@@ -589,9 +589,9 @@ pub enum Packet {
     },
     /// TMA: CTC and fast counter at the preceding TSC.
     Tma {
-        /// CTC[15:0].
+        /// CTC\[15:0\].
         ctc: u16,
-        /// FastCounter[8:0].
+        /// FastCounter\[8:0\].
         fc: u16,
     },
     /// CYC: core cycles since the previous CYC.

@@ -4,7 +4,7 @@
 //! the `cpuid` instruction through raw-cpuid) or a recorded text file, so the
 //! capabilities of any CPU can be loaded and tested. Decoding of the leaves
 //! goes through raw-cpuid's typed views, with the bits raw-cpuid does not name
-//! (EBX[8:6] of leaf 0x14) taken from the registers directly.
+//! (EBX\[8:6\] of leaf 0x14) taken from the registers directly.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -270,11 +270,11 @@ pub struct CpuIdentity {
     pub stepping: u8,
     /// Highest basic leaf (leaf 0 EAX).
     pub max_basic_leaf: u32,
-    /// CPUID.1:ECX[31], set when running under a hypervisor.
+    /// CPUID.1:ECX\[31\], set when running under a hypervisor.
     pub under_hypervisor: bool,
     /// Hypervisor signature of leaf 0x4000_0000 (e.g. "KVMKVMKVM").
     pub hypervisor: Option<String>,
-    /// CPUID.(EAX=07H,ECX=0):EBX[25]: Intel PT supported.
+    /// CPUID.(EAX=07H,ECX=0):EBX\[25\]: Intel PT supported.
     pub pt_supported: bool,
 }
 
@@ -285,41 +285,41 @@ pub struct CpuIdentity {
 pub struct Capabilities {
     /// 14H.0 EAX: highest sub-leaf (`max_subleaf`).
     pub max_subleaf: u32,
-    /// 14H.0 EBX[0]: CR3 filtering (`cr3_filtering`).
+    /// 14H.0 EBX\[0\]: CR3 filtering (`cr3_filtering`).
     pub cr3_filtering: bool,
-    /// 14H.0 EBX[1]: configurable PSB and cycle-accurate mode (`psb_cyc`).
+    /// 14H.0 EBX\[1\]: configurable PSB and cycle-accurate mode (`psb_cyc`).
     pub psb_cyc: bool,
-    /// 14H.0 EBX[2]: IP filtering, TraceStop, MSRs kept across warm reset (`ip_filtering`).
+    /// 14H.0 EBX\[2\]: IP filtering, TraceStop, MSRs kept across warm reset (`ip_filtering`).
     pub ip_filtering: bool,
-    /// 14H.0 EBX[3]: MTC and COFI suppression, i.e. BranchEn=0 allowed (`mtc`).
+    /// 14H.0 EBX\[3\]: MTC and COFI suppression, i.e. BranchEn=0 allowed (`mtc`).
     pub mtc: bool,
-    /// 14H.0 EBX[4]: PTWRITE (`ptwrite`).
+    /// 14H.0 EBX\[4\]: PTWRITE (`ptwrite`).
     pub ptwrite: bool,
-    /// 14H.0 EBX[5]: power event trace (`power_event_trace`).
+    /// 14H.0 EBX\[5\]: power event trace (`power_event_trace`).
     pub power_event_trace: bool,
-    /// 14H.0 EBX[6]: PSB and PMI preservation (InjectPsbPmiOnEnable).
+    /// 14H.0 EBX\[6\]: PSB and PMI preservation (InjectPsbPmiOnEnable).
     pub psb_pmi_preservation: bool,
-    /// 14H.0 EBX[7]: event trace (`event_trace`).
+    /// 14H.0 EBX\[7\]: event trace (`event_trace`).
     pub event_trace: bool,
-    /// 14H.0 EBX[8]: TNT disable (`tnt_disable`).
+    /// 14H.0 EBX\[8\]: TNT disable (`tnt_disable`).
     pub tnt_disable: bool,
-    /// 14H.0 ECX[0]: ToPA output (`topa_output`).
+    /// 14H.0 ECX\[0\]: ToPA output (`topa_output`).
     pub topa_output: bool,
-    /// 14H.0 ECX[1]: ToPA tables with many output entries (`topa_multiple_entries`).
+    /// 14H.0 ECX\[1\]: ToPA tables with many output entries (`topa_multiple_entries`).
     pub topa_multiple_entries: bool,
-    /// 14H.0 ECX[2]: single-range output (`single_range_output`).
+    /// 14H.0 ECX\[2\]: single-range output (`single_range_output`).
     pub single_range_output: bool,
-    /// 14H.0 ECX[3]: output to the trace transport subsystem (`output_subsys`).
+    /// 14H.0 ECX\[3\]: output to the trace transport subsystem (`output_subsys`).
     pub trace_transport: bool,
-    /// 14H.0 ECX[31]: IP payloads are LIPs, including the CS base (`payloads_lip`).
+    /// 14H.0 ECX\[31\]: IP payloads are LIPs, including the CS base (`payloads_lip`).
     pub lip: bool,
-    /// 14H.1 EAX[2:0]: number of ADDRn range pairs (`num_address_ranges`).
+    /// 14H.1 EAX\[2:0\]: number of ADDRn range pairs (`num_address_ranges`).
     pub num_address_ranges: u8,
-    /// 14H.1 EAX[31:16]: bitmap of supported MTCFreq encodings (`mtc_periods`).
+    /// 14H.1 EAX\[31:16\]: bitmap of supported MTCFreq encodings (`mtc_periods`).
     pub mtc_periods: u16,
-    /// 14H.1 EBX[15:0]: bitmap of supported CycThresh encodings (`cycle_thresholds`).
+    /// 14H.1 EBX\[15:0\]: bitmap of supported CycThresh encodings (`cycle_thresholds`).
     pub cycle_thresholds: u16,
-    /// 14H.1 EBX[31:16]: bitmap of supported PSBFreq encodings (`psb_periods`).
+    /// 14H.1 EBX\[31:16\]: bitmap of supported PSBFreq encodings (`psb_periods`).
     pub psb_periods: u16,
     /// 15H: TSC / core crystal clock ratio, when enumerated.
     pub tsc_ratio: Option<TscRatio>,
@@ -462,7 +462,7 @@ fn bitmap_list(bits: u16) -> String {
 pub struct CpuidProbe {
     /// Vendor, family/model and the PT feature bit.
     pub identity: CpuIdentity,
-    /// Leaf 14H capabilities, present when CPUID.07H:EBX[25] is set and
+    /// Leaf 14H capabilities, present when CPUID.07H:EBX\[25\] is set and
     /// the maximum basic leaf reaches 14H.
     pub caps: Option<Capabilities>,
 }

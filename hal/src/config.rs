@@ -18,55 +18,55 @@ pub enum ConfigError {
         /// The offending bits.
         bits: u64,
     },
-    /// CYCEn or CycThresh without CPUID 14H EBX[1].
+    /// CYCEn or CycThresh without CPUID 14H EBX\[1\].
     #[error("CYC packets need CPUID 14H EBX[1] (configurable PSB and cycle-accurate mode)")]
     CycNotSupported,
-    /// CycThresh encoding not in CPUID 14H.1 EBX[15:0].
+    /// CycThresh encoding not in CPUID 14H.1 EBX\[15:0\].
     #[error("CycThresh {value} is not in the supported bitmap (CPUID 14H.1 EBX[15:0])")]
     CycThreshNotSupported {
         /// The encoding.
         value: u8,
     },
-    /// PSBFreq ≠ 0 without CPUID 14H EBX[1].
+    /// PSBFreq ≠ 0 without CPUID 14H EBX\[1\].
     #[error("PSBFreq needs CPUID 14H EBX[1] (configurable PSB and cycle-accurate mode)")]
     PsbFreqNotConfigurable,
-    /// PSBFreq encoding not in CPUID 14H.1 EBX[31:16].
+    /// PSBFreq encoding not in CPUID 14H.1 EBX\[31:16\].
     #[error("PSBFreq {value} is not in the supported bitmap (CPUID 14H.1 EBX[31:16])")]
     PsbFreqNotSupported {
         /// The encoding.
         value: u8,
     },
-    /// MTCEn or MTCFreq without CPUID 14H EBX[3].
+    /// MTCEn or MTCFreq without CPUID 14H EBX\[3\].
     #[error("MTC packets need CPUID 14H EBX[3]")]
     MtcNotSupported,
-    /// MTCFreq encoding not in CPUID 14H.1 EAX[31:16].
+    /// MTCFreq encoding not in CPUID 14H.1 EAX\[31:16\].
     #[error("MTCFreq {value} is not in the supported bitmap (CPUID 14H.1 EAX[31:16])")]
     MtcFreqNotSupported {
         /// The encoding.
         value: u8,
     },
-    /// BranchEn = 0 without CPUID 14H EBX[3] (COFI suppression).
+    /// BranchEn = 0 without CPUID 14H EBX\[3\] (COFI suppression).
     #[error("BranchEn = 0 needs CPUID 14H EBX[3] (COFI packet suppression)")]
     BranchEnRequired,
-    /// PTWEn without CPUID 14H EBX[4].
+    /// PTWEn without CPUID 14H EBX\[4\].
     #[error("PTWEn needs CPUID 14H EBX[4] (PTWRITE)")]
     PtwriteNotSupported,
-    /// FUPonPTW without CPUID 14H EBX[4].
+    /// FUPonPTW without CPUID 14H EBX\[4\].
     #[error("FUPonPTW needs CPUID 14H EBX[4] (PTWRITE)")]
     FupOnPtwNotSupported,
-    /// PwrEvtEn without CPUID 14H EBX[5].
+    /// PwrEvtEn without CPUID 14H EBX\[5\].
     #[error("PwrEvtEn needs CPUID 14H EBX[5] (power event trace)")]
     PowerEventsNotSupported,
-    /// EventEn without CPUID 14H EBX[7].
+    /// EventEn without CPUID 14H EBX\[7\].
     #[error("EventEn needs CPUID 14H EBX[7] (event trace)")]
     EventTraceNotSupported,
-    /// DisTNT without CPUID 14H EBX[8].
+    /// DisTNT without CPUID 14H EBX\[8\].
     #[error("DisTNT needs CPUID 14H EBX[8] (TNT disable)")]
     TntDisableNotSupported,
-    /// InjectPsbPmiOnEnable without CPUID 14H EBX[6].
+    /// InjectPsbPmiOnEnable without CPUID 14H EBX\[6\].
     #[error("InjectPsbPmiOnEnable needs CPUID 14H EBX[6] (PSB and PMI preservation)")]
     InjectPsbPmiNotSupported,
-    /// CR3Filter without CPUID 14H EBX[0].
+    /// CR3Filter without CPUID 14H EBX\[0\].
     #[error("CR3Filter needs CPUID 14H EBX[0]")]
     Cr3FilterNotSupported,
     /// IA32_RTIT_CR3_MATCH bits 4:0 set.
@@ -75,13 +75,13 @@ pub enum ConfigError {
         /// The value.
         value: u64,
     },
-    /// FabricEn without CPUID 14H ECX[3].
+    /// FabricEn without CPUID 14H ECX\[3\].
     #[error("FabricEn needs CPUID 14H ECX[3] (trace transport output)")]
     FabricNotSupported,
-    /// ToPA = 1 without CPUID 14H ECX[0].
+    /// ToPA = 1 without CPUID 14H ECX\[0\].
     #[error("ToPA output needs CPUID 14H ECX[0]")]
     TopaNotSupported,
-    /// ToPA = 0 (single range) without CPUID 14H ECX[2].
+    /// ToPA = 0 (single range) without CPUID 14H ECX\[2\].
     #[error("single-range output needs CPUID 14H ECX[2]")]
     SingleRangeNotSupported,
     /// ADDRn in use (or written) but the CPU has fewer range pairs.

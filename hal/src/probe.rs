@@ -22,9 +22,9 @@ pub enum Blocker {
         /// The vendor found.
         vendor: String,
     },
-    /// CPUID.(EAX=07H,ECX=0):EBX[25] is clear on bare metal.
+    /// CPUID.(EAX=07H,ECX=0):EBX\[25\] is clear on bare metal.
     NoPtInCpuid,
-    /// CPUID.07H:EBX[25] is clear under a hypervisor, which may hide PT.
+    /// CPUID.07H:EBX\[25\] is clear under a hypervisor, which may hide PT.
     HiddenByHypervisor {
         /// The hypervisor signature, when leaf 0x4000_0000 has one.
         hypervisor: Option<String>,

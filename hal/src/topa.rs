@@ -126,10 +126,10 @@ impl TopaEntry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OutputError {
-    /// ToPA=1 without CPUID 14H ECX[0].
+    /// ToPA=1 without CPUID 14H ECX\[0\].
     #[error("ToPA output is not supported (CPUID 14H ECX[0] = 0)")]
     TopaNotSupported,
-    /// ToPA=0 without CPUID 14H ECX[2].
+    /// ToPA=0 without CPUID 14H ECX\[2\].
     #[error("single-range output is not supported (CPUID 14H ECX[2] = 0)")]
     SingleRangeNotSupported,
     /// The table has no entries.
@@ -165,7 +165,7 @@ pub enum OutputError {
         /// Index of the last entry.
         index: usize,
     },
-    /// Without CPUID 14H ECX[1] a table holds one output entry then an END to itself.
+    /// Without CPUID 14H ECX\[1\] a table holds one output entry then an END to itself.
     #[error("ToPA tables with multiple output entries are not supported (CPUID 14H ECX[1] = 0)")]
     MultipleEntriesNotSupported,
     /// Single range: the size is not a power of two in 128 B … 4 GiB.
@@ -327,7 +327,7 @@ impl SingleRange {
         Ok(())
     }
 
-    /// OUTPUT_BASE and OUTPUT_MASK_PTRS (MASK[31:0] = size − 1, offset 0).
+    /// OUTPUT_BASE and OUTPUT_MASK_PTRS (MASK\[31:0\] = size − 1, offset 0).
     pub fn to_msrs(&self) -> (RtitOutputBase, RtitOutputMaskPtrs) {
         let mut base = RtitOutputBase(0);
         base.set_base(self.base);
