@@ -924,7 +924,9 @@ impl PtLogic {
     /// An event between instructions.
     pub fn event(&mut self, e: &Event) {
         if let Some(t) = self.pending_entry.take() {
-            self.settle_entry(t, false);
+            // Only sources that show the kernel report interrupts: one here
+            // came before the first instruction of the kernel code entered.
+            self.settle_entry(t, matches!(e, Event::Interrupt { .. }));
         }
         match e {
             Event::Exec { pid, .. } => self.cr3 = cr3_of_pid(*pid),

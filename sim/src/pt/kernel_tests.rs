@@ -390,6 +390,42 @@ fn unseen_kernel_entries_are_counted() {
 }
 
 #[test]
+fn interrupt_before_the_first_kernel_instruction() {
+    // SYSCALL, then an interrupt before the entry point's first instruction.
+    let s = Script::new(A, ExecMode::Bit64)
+        .kernel_from(K)
+        .code(A, &[0x0f, 0x05, 0x90, 0xcc])
+        .code(K, &[0x90, 0x48, 0x0f, 0x07]) // nop; sysretq
+        .code(K + 0x80, &[0x48, 0xcf]) // iretq
+        .directives([
+            Directive::Event(Event::Exec {
+                pid: PID_A,
+                path: "/a".into(),
+            }),
+            Directive::Target(K),
+            Directive::IntoKernel {
+                at: K,
+                vector: 32,
+                handler: K + 0x80,
+            },
+            Directive::Target(K),
+            Directive::Target(A + 2),
+        ]);
+    let c = cfg(true, true);
+    let r = run(s, c);
+    #[rustfmt::skip]
+    let w = want(&[
+        "psb", "pip 1000", "psbend",
+        "mode Bit64", "pge 401000",
+        "tip K+0", "fup K+0", "tip K+80", "tip K+0", "tip 401002",
+        "fup 401003", "pgd",
+    ]);
+    assert_eq!(flow(&r.bytes), w);
+    check_decodes(&r, &c);
+    assert_eq!(r.stats.unseen_kernel_entries, 0);
+}
+
+#[test]
 fn script_yields_kernel_code() {
     let mut s = little_os();
     let items = collect(&mut s).unwrap();
