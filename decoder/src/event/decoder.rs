@@ -676,33 +676,29 @@ impl<'a> EventDecoder<'a> {
         else {
             return false;
         };
-        // A copy of the packet decoder once it has to move past `cur` (so that
-        // failing changes nothing).
-        let mut ahead: Option<PacketDecoder<'a>> = None;
+        // Copies of the packet decoder and the time model move on (so that failing
+        // changes nothing).
+        let mut pkt = self.pkt.clone();
         if self.bound {
             // A TIP was reported and is still current: the packets after it.
             if !matches!(packet, Packet::Ip(IpPacketKind::Tip, _)) {
                 return false;
             }
-            let (pkt, first) = match &self.peeked {
-                Some((p, o, pk)) => (p.clone(), (*o, *pk)),
-                None => {
-                    let mut p = self.pkt.clone();
-                    match p.next_packet() {
-                        Ok(first) => (p, first),
-                        Err(_) => return false,
-                    }
+            if let Some((p, o, pk)) = &self.peeked {
+                pkt = p.clone();
+                (offset, packet) = (*o, *pk);
+            } else {
+                match pkt.next_packet() {
+                    Ok(first) => (offset, packet) = first,
+                    Err(_) => return false,
                 }
-            };
-            (offset, packet) = first;
-            ahead = Some(pkt);
+            }
         }
         enum Branch {
             Tnt(Tnt),
             Tip(IpPayload),
         }
-        // Timing packets apply to copies until the branch is found.
-        let mut timing: Option<(Time, TimeCal)> = None;
+        let (mut time, mut tcal) = (self.time, self.tcal);
         let branch = loop {
             match packet {
                 Packet::Tnt8(t) | Packet::Tnt64(t) => {
@@ -719,26 +715,20 @@ impl<'a> EventDecoder<'a> {
                 }
                 Packet::Pad => {}
                 Packet::Mtc { .. } | Packet::Cyc { .. } => {
-                    let (time, tcal) = timing.get_or_insert((self.time, self.tcal));
-                    if apply_timing(time, tcal, &self.config, &packet, false).is_err() {
+                    if apply_timing(&mut time, &mut tcal, &self.config, &packet, false).is_err() {
                         return false;
                     }
                 }
                 _ => return false,
             }
-            let pkt = ahead.get_or_insert_with(|| self.pkt.clone());
             match pkt.next_packet() {
                 Ok(p) => (offset, packet) = p,
                 Err(_) => return false,
             }
         };
-        if let Some(pkt) = ahead {
-            self.pkt = pkt;
-        }
-        if let Some((time, tcal)) = timing {
-            self.time = time;
-            self.tcal = tcal;
-        }
+        self.pkt = pkt;
+        self.time = time;
+        self.tcal = tcal;
         self.cur = Current::Packet { offset, packet };
         match branch {
             Branch::Tnt(t) => self.take_tnt(out, offset, t),
