@@ -95,86 +95,119 @@ fn window_words(win: &[u8]) -> (u64, u64) {
     (word(0), word(1))
 }
 
-/// How the record decoder reads a packet that starts with a given byte: its kind and size,
-/// and where its payload sits: `(bytes 0..8 >> 1) & low` (TNT-8) or `bytes 1..9 & mask`.
-/// CYC adds its second byte by hand; `slow` sends everything else to the general decoder.
+/// How the record decoder reads a packet that starts with a given byte: its kind and
+/// size, and where its payload sits. With `word0`/`word1` the little-endian words at the
+/// packet and one byte later, the payload is
+/// `(word0 >> shift) & low | (word0 >> 4) & high | word1 & mask`: TNT-8 is bits 7:1 of
+/// the first byte, a CYC bits 7:3 of the first and (two-byte CYC) 7:1 of the second, the
+/// other fast packets bytes after the first.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
 struct FastEntry {
     mask: u64,
+    high: u16,
+    low: u8,
+    shift: u8,
     kind: PacketKind,
     size: u8,
-    low: u8,
     aux: u8,
-    cyc: u8,
-    slow: u8,
+    /// Bit 0: not a fast packet. Bit 1: a two-byte CYC, unless the second byte says
+    /// otherwise (it continues, or SKD007 applies).
+    flags: u8,
 }
+
+const SLOW: u8 = 1;
+const CYC2: u8 = 2;
 
 const FAST: [FastEntry; 256] = {
     let slow = FastEntry {
         mask: 0,
+        high: 0,
+        low: 0,
+        shift: 0,
         kind: PacketKind::Invalid,
         size: 0,
-        low: 0,
         aux: 0,
-        cyc: 0,
-        slow: 1,
+        flags: SLOW,
     };
     let mut t = [slow; 256];
     let mut i = 0;
     while i < 256 {
-        let (kind, size, low, mask) = match FIRST_BYTE[i] {
-            FirstByte::Pad => (PacketKind::Pad, 1, 0, 0),
-            FirstByte::Tnt8 => (PacketKind::Tnt8, 1, 0x7f, 0),
-            FirstByte::Cyc => (PacketKind::Cyc, 1, 0, 0),
-            FirstByte::Tsc => (PacketKind::Tsc, 8, 0, 0x00ff_ffff_ffff_ffff),
-            FirstByte::Mtc => (PacketKind::Mtc, 2, 0, 0xff),
-            FirstByte::Tip(k) => match IP_FORMS[i >> 5] {
-                Some((c, size, mask)) => {
-                    t[i].aux = c as u8;
-                    (PacketKind::of_ip(k), size as u8, 0, mask)
-                }
-                None => (PacketKind::Invalid, 0, 0, 0),
+        let fast = FastEntry { flags: 0, ..slow };
+        t[i] = match FIRST_BYTE[i] {
+            FirstByte::Pad => FastEntry {
+                kind: PacketKind::Pad,
+                size: 1,
+                ..fast
             },
-            _ => (PacketKind::Invalid, 0, 0, 0),
+            FirstByte::Tnt8 => FastEntry {
+                kind: PacketKind::Tnt8,
+                size: 1,
+                shift: 1,
+                low: 0x7f,
+                ..fast
+            },
+            FirstByte::Cyc if i & 4 == 0 => FastEntry {
+                kind: PacketKind::Cyc,
+                size: 1,
+                shift: 3,
+                low: 0x1f,
+                ..fast
+            },
+            FirstByte::Cyc => FastEntry {
+                kind: PacketKind::Cyc,
+                size: 2,
+                shift: 3,
+                low: 0x1f,
+                high: 0x7f << 5,
+                flags: CYC2,
+                ..fast
+            },
+            FirstByte::Tsc => FastEntry {
+                kind: PacketKind::Tsc,
+                size: 8,
+                mask: 0x00ff_ffff_ffff_ffff,
+                ..fast
+            },
+            FirstByte::Mtc => FastEntry {
+                kind: PacketKind::Mtc,
+                size: 2,
+                mask: 0xff,
+                ..fast
+            },
+            FirstByte::Tip(k) => match IP_FORMS[i >> 5] {
+                Some((c, size, mask)) => FastEntry {
+                    kind: PacketKind::of_ip(k),
+                    size: size as u8,
+                    mask,
+                    aux: c as u8,
+                    ..fast
+                },
+                None => slow,
+            },
+            _ => slow,
         };
-        if size != 0 {
-            t[i].kind = kind;
-            t[i].size = size;
-            t[i].low = low;
-            t[i].mask = mask;
-            t[i].slow = 0;
-            t[i].cyc = matches!(kind, PacketKind::Cyc) as u8;
-        }
         i += 1;
     }
     t
 };
 
 /// [`decode_common`] into a [`PacketRecord`], without a branch per packet kind: the table
-/// entry of the first byte says everything but a CYC's second byte, which is folded in
-/// with masks. `word0`/`word1` are the little-endian words at the packet and one byte
-/// later (both within a 16-byte window). `None`: use the general decoder.
+/// entry of the first byte says it all, but for whether a two-byte CYC really is one.
+/// `word0`/`word1` are the little-endian words at the packet and one byte later (both
+/// within a 16-byte window). `None`: use the general decoder.
 #[inline(always)]
 fn decode_record_common(word0: u64, word1: u64, skd007: bool) -> Option<PacketRecord> {
-    let (b0, b1) = (word0 as u8, word1 as u8);
-    let e = FAST[b0 as usize];
-    // A CYC with bit 2 set continues into the next byte (e.cyc is 0 or 1).
-    let has2 = e.cyc & (b0 >> 2) & 1;
+    let b1 = word1 as u8;
+    let e = FAST[word0 as u8 as usize];
     // A third CYC byte, or (SKD007) an OVF behind the first one: the general decoder.
-    let beyond = has2 & (b1 | u8::from(skd007 && b1 == opcode::EXT));
-    if (e.slow | beyond) & 1 != 0 {
+    let beyond = e.flags >> 1 & (b1 | u8::from(skd007 && b1 == opcode::EXT));
+    if (e.flags | beyond) & 1 != 0 {
         return None;
     }
-    let high = ((b1 >> 1) as u64) << 5 & u64::from(has2).wrapping_neg();
-    let cyc = ((b0 >> 3) as u64 | high) & u64::from(e.cyc).wrapping_neg();
-    let payload = (word0 >> 1 & u64::from(e.low)) | (word1 & e.mask) | cyc;
-    Some(PacketRecord::new(
-        e.kind,
-        e.size + has2,
-        payload,
-        e.aux as u16,
-    ))
+    let payload =
+        (word0 >> e.shift & u64::from(e.low)) | (word0 >> 4 & u64::from(e.high)) | (word1 & e.mask);
+    Some(PacketRecord::new(e.kind, e.size, payload, e.aux as u16))
 }
 
 /// The hot subset of [`decode_packet`]: TNT-8, PAD, the IP packets, short CYC, TSC and MTC,
