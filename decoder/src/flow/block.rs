@@ -1906,11 +1906,10 @@ impl<'a> BlockDecoder<'a> {
 
     /// The chain of warm cache blocks that [`next`](Self::next) would take as one
     /// block from cache block `start` on, up to the first instruction that needs
-    /// trace (memoized per start block in `chains`: warm code does not change), found
-    /// by [`Self::proceed_no_event`]'s walk over warm blocks, where it ends in an
-    /// instruction that needs trace. `None` where that
-    /// walk would end the block otherwise (another section, the instruction limit, a
-    /// truncated instruction, `end_on_call`/`end_on_jump`) or meet code that is not
+    /// trace: [`Self::proceed_no_event`]'s walk over warm blocks (memoized per start
+    /// block in `chains`, since warm code does not change). `None` where that walk
+    /// would end the block otherwise (another section, the instruction limit, a
+    /// truncated instruction, `end_on_call`/`end_on_jump`) or meets code that is not
     /// warm yet.
     fn build_chain(&mut self, start: BlockId) -> Option<Chain> {
         let first = self.chain_pushes.len();
