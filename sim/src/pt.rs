@@ -834,11 +834,9 @@ impl PtLogic {
     /// user mode: INT n and the like report their IP now (FUP(CLIP)); the
     /// rest waits for the next item, which tells where the entry went.
     fn enter_kernel(&mut self, r: &Retired, mem: &CodeMemory) {
+        // (begin() resolved any far transfer before this instruction.)
         if self.packet_en {
             self.flush_tnt();
-            if let Some(far) = self.pending_far.take() {
-                self.ip_packet(IpPacketKind::Tip, Some(far));
-            }
             if !is_syscall(r, mem) {
                 self.ip_packet(IpPacketKind::Fup, Some(r.ip));
             }
@@ -889,15 +887,25 @@ impl PtLogic {
         });
     }
 
-    /// An interrupt or exception before the instruction at `from_ip`, into
-    /// kernel code at `handler`: FUP(from_ip), then the handler's context
-    /// decides between TIP and TIP.PGD.
-    fn interrupt(&mut self, from_ip: u64, handler: u64) {
+    /// An interrupt or exception before the instruction at `from_ip` (CPL 0
+    /// if `from_kernel`), into kernel code at `handler`: FUP(from_ip), then
+    /// the handler's context decides between TIP and TIP.PGD.
+    fn interrupt(&mut self, from_ip: u64, from_kernel: bool, handler: u64) {
+        self.in_kernel = from_kernel;
+        if let Some(far) = self.pending_far.take() {
+            // A far transfer whose target was interrupted before it ran: its
+            // packet as the target's context says (the mode is not known).
+            self.flush_tnt();
+            if self.want_packet_en(from_ip) {
+                self.ip_packet(IpPacketKind::Tip, Some(far));
+            } else {
+                let ip = self.context_en().then_some(far);
+                self.ip_packet(IpPacketKind::TipPgd, ip);
+                self.packet_en = false;
+            }
+        }
         if self.packet_en {
             self.flush_tnt();
-            if let Some(far) = self.pending_far.take() {
-                self.ip_packet(IpPacketKind::Tip, Some(far));
-            }
             self.ip_packet(IpPacketKind::Fup, Some(from_ip));
             self.pending_far = Some(handler);
         }
@@ -953,8 +961,11 @@ impl PtLogic {
             Event::Stopped(_) => {}
             Event::MovCr3 { cr3 } => self.mov_cr3(*cr3),
             Event::Interrupt {
-                from_ip, handler, ..
-            } => self.interrupt(*from_ip, *handler),
+                from_ip,
+                from_kernel,
+                handler,
+                ..
+            } => self.interrupt(*from_ip, *from_kernel, *handler),
         }
     }
 

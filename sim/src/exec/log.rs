@@ -25,7 +25,7 @@
 //! | 0x15 | exit        | u8 kind (0 exited, 1 killed), `z` value |
 //! | 0x16 | stopped     | u8 reason (0 step limit, 1 interrupted) |
 //! | 0x17 | MOV CR3     | `v` new CR3 |
-//! | 0x18 | interrupt   | u8 vector, `v` from, `v` handler |
+//! | 0x18 | interrupt   | u8 vector, u8 1 if from CPL 0 else 0, `v` from, `v` handler |
 //!
 //! Version 1 is version 2 without the flags and records 0x07, 0x17 and
 //! 0x18; the reader takes both.
@@ -379,10 +379,12 @@ impl<W: Write> LogWriter<W> {
             Event::Interrupt {
                 vector,
                 from_ip,
+                from_kernel,
                 handler,
             } => {
                 b.push(TAG_INTERRUPT);
                 b.push(*vector);
+                b.push(u8::from(*from_kernel));
                 put_v(b, *from_ip);
                 put_v(b, *handler);
             }
@@ -738,10 +740,16 @@ fn parse_one(
         TAG_MOV_CR3 => Event::MovCr3 { cr3: v!() },
         TAG_INTERRUPT => {
             let vector = c.u8()?;
+            let from_kernel = match c.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Ok(Err("bad privilege flag")),
+            };
             let from_ip = v!();
             Event::Interrupt {
                 vector,
                 from_ip,
+                from_kernel,
                 handler: v!(),
             }
         }
@@ -1004,6 +1012,7 @@ mod tests {
             ExecItem::Event(Event::Interrupt {
                 vector: 32,
                 from_ip: 0x1003,
+                from_kernel: false,
                 handler: K + 0x10,
             }),
             k(K + 0x10, 2, InsnClass::FarBranch, 0x1003),

@@ -170,6 +170,8 @@ pub enum Event {
         vector: u8,
         /// Where the interrupted context resumes.
         from_ip: u64,
+        /// Whether the interrupted context is kernel code (CPL 0).
+        from_kernel: bool,
         /// The first instruction of the handler (CPL 0).
         handler: u64,
     },

@@ -222,6 +222,7 @@ impl Script {
                 let item = Event::Interrupt {
                     vector: *vector,
                     from_ip: self.ip,
+                    from_kernel: self.is_kernel(self.ip),
                     handler: *handler,
                 };
                 self.ip = *handler;

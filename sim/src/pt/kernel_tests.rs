@@ -426,6 +426,53 @@ fn interrupt_before_the_first_kernel_instruction() {
 }
 
 #[test]
+fn interrupt_before_a_far_transfer_target_runs() {
+    // SYSRETQ to A+2, where an interrupt comes before the first instruction.
+    let s = Script::new(A, ExecMode::Bit64)
+        .kernel_from(K)
+        .code(A, &[0x0f, 0x05, 0x90, 0xcc])
+        .code(K, &[0x48, 0x0f, 0x07]) // sysretq
+        .code(K + 0x80, &[0x48, 0xcf]) // iretq
+        .directives([
+            Directive::Event(Event::Exec {
+                pid: PID_A,
+                path: "/a".into(),
+            }),
+            Directive::Target(K),
+            Directive::Target(A + 2),
+            Directive::IntoKernel {
+                at: A + 2,
+                vector: 32,
+                handler: K + 0x80,
+            },
+            Directive::Target(A + 2),
+        ]);
+    #[rustfmt::skip]
+    let cases = [
+        (true, true, vec![
+            "mode Bit64", "pge 401000", "tip K+0",
+            // The SYSRETQ's TIP, then the interrupt at its target.
+            "tip 401002", "fup 401002", "tip K+80", "tip 401002",
+            "fup 401003", "pgd",
+        ]),
+        // The SYSRETQ leaves ContextEn: TIP.PGD(), then TIP.PGE at the handler.
+        (true, false, vec!["mode Bit64", "pge K+0", "pgd", "pge K+80", "pgd"]),
+        (false, true, vec![
+            "mode Bit64", "pge 401000", "pgd", "pge 401002",
+            "fup 401003", "pgd",
+        ]),
+    ];
+    for (os, user, expect) in cases {
+        let c = cfg(os, user);
+        let r = run(s.clone(), c);
+        let f = flow(&r.bytes);
+        let start = f.iter().position(|p| p == "psbend").unwrap() + 1;
+        assert_eq!(f[start..], want(&expect)[..], "os={os} user={user}");
+        check_decodes(&r, &c);
+    }
+}
+
+#[test]
 fn script_yields_kernel_code() {
     let mut s = little_os();
     let items = collect(&mut s).unwrap();
@@ -447,6 +494,7 @@ fn script_yields_kernel_code() {
     assert!(items.contains(&ExecItem::Event(Event::Interrupt {
         vector: 32,
         from_ip: B + 1,
+        from_kernel: false,
         handler: K + 0x80
     })));
     // The log keeps it all.
