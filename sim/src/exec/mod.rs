@@ -16,7 +16,8 @@
 //! - [`ptrace::Tracer`] (Linux x86-64): single-steps a real process.
 //! - [`log::LogReader`]: replays a compact execution log written by
 //!   [`log::LogWriter`] (record once, replay fast and often).
-//! - [`script::Script`]: a small program plus its branch outcomes, for unit tests.
+//! - [`script::Script`]: a small program plus its branch outcomes, for unit tests
+//!   (it can show kernel code too).
 //! - [`valgrind::ValgrindSource`] (Linux x86-64): a program run under
 //!   valgrind, some forty times faster than single-stepping on long programs.
 //!

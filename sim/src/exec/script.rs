@@ -499,6 +499,59 @@ mod tests {
     }
 
     #[test]
+    fn kernel_script_errors() {
+        const K: u64 = 0xffff_ffff_8100_0000;
+        let base = || {
+            Script::new(0x1000, ExecMode::Bit64)
+                .kernel_from(K)
+                .code(0x1000, &[0x0f, 0x05, 0x90])
+                .code(K, &[0x0f, 0x22, 0xd8, 0x48, 0x0f, 0x07])
+        };
+        let what = |s: Script| match collect(&mut s.clone()) {
+            Err(ExecError::Script { what, .. }) => what,
+            r => panic!("{r:?}"),
+        };
+        // A kernel entry to user code, a MOV CR3 without its value, an
+        // interrupt handler in user code.
+        assert!(what(base().directives([Directive::Target(0x1002)])).contains("kernel Target"));
+        assert_eq!(
+            what(base().directives([Directive::Target(K), Directive::Taken])),
+            "MOV CR3 needs Cr3"
+        );
+        assert!(what(base().directives([Directive::IntoKernel {
+            at: 0x1000,
+            vector: 3,
+            handler: 0x1002,
+        }]))
+        .contains("kernel code"));
+        // Without kernel_from no address is kernel code.
+        let user = Script::new(0x1000, ExecMode::Bit64)
+            .code(0x1000, &[0x0f, 0x05])
+            .directives([Directive::Target(K)]);
+        assert!(!user.shows_kernel());
+        assert!(matches!(
+            collect(&mut user.clone()),
+            Err(ExecError::Script { .. })
+        ));
+        // The happy path: CPL follows the address.
+        let items = collect(&mut base().directives([
+            Directive::Target(K),
+            Directive::Cr3(0x5000),
+            Directive::Target(0x1002),
+        ]))
+        .unwrap();
+        let cpl: Vec<bool> = items
+            .iter()
+            .filter_map(|i| match i {
+                ExecItem::Insn(r) => Some(r.kernel),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(cpl, [false, true, true, false]);
+        assert_eq!(items[2], ExecItem::Event(Event::MovCr3 { cr3: 0x5000 }));
+    }
+
+    #[test]
     fn script_errors() {
         let (base, code, _, _) = program();
         let mut s = Script::new(base, ExecMode::Bit64)
