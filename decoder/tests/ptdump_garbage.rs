@@ -199,3 +199,40 @@ fn garbage_never_panics_and_terminates() {
     // The corpus is not all noise: plenty of packets were printed.
     assert!(total_lines > 10_000, "only {total_lines} lines");
 }
+
+/// `--quiet` decodes through flat records, the full dump through typed packets: both must
+/// meet the same errors at the same offsets.
+#[test]
+fn quiet_prints_exactly_the_diagnostics_of_the_full_dump() {
+    let mut rng = Rng(0x0dd_ba11_5eed);
+    let skl = Config {
+        errata: Errata::for_cpu("6/94".parse().unwrap()).unwrap(),
+        ..Default::default()
+    };
+    let mut diagnostics = 0;
+    for i in 0..3000 {
+        let mut trace = plausible(&mut rng);
+        // Long enough stretches for the windowed fast paths.
+        trace.extend(plausible(&mut rng));
+        let trace = mutate(&mut rng, trace);
+        let config = if i % 2 == 0 { Config::default() } else { skl };
+        let run = |quiet: bool| {
+            let opts = DumpOptions {
+                quiet,
+                ..DumpOptions::default()
+            };
+            let mut out = Vec::new();
+            dump(&trace, &config, &opts, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let full: Vec<String> = run(false)
+            .lines()
+            .filter(|l| l.starts_with('['))
+            .map(str::to_owned)
+            .collect();
+        let quiet: Vec<String> = run(true).lines().map(str::to_owned).collect();
+        assert_eq!(quiet, full, "trace {trace:02x?}");
+        diagnostics += quiet.len();
+    }
+    assert!(diagnostics > 500, "only {diagnostics} diagnostics");
+}

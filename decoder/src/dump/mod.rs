@@ -16,7 +16,7 @@ use std::ops::ControlFlow;
 
 use crate::config::Config;
 use crate::error::{DecodeError, ErrorCode};
-use crate::packet::PacketDecoder;
+use crate::packet::{PacketDecoder, PacketKind};
 use crate::time::{Time, TimeCal, FCR_SHIFT};
 use field::{hex16_padded, pad16, push_hex, put, put_spaces, Field};
 use pt_encoder::packet::{sext48, ExecMode, IpCompression, IpPacketKind, LastIpError};
@@ -280,6 +280,20 @@ impl<W: Write> Dumper<'_, W> {
         let mut io_err = None;
         let mut unknown = None;
         let mut bad_size = None;
+        if silent {
+            // Flat records decode fastest; all that matters is where an error is.
+            let r = decoder.decode_records_with(|off, r| {
+                if matches!(
+                    r.kind(),
+                    PacketKind::Bbp | PacketKind::Bip | PacketKind::Bep
+                ) {
+                    unknown = Some(off);
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            });
+            return Ok(self.outcome(r, None, unknown));
+        }
         let r = decoder.decode_with(|off, p| {
             if matches!(
                 p,
@@ -308,23 +322,35 @@ impl<W: Write> Dumper<'_, W> {
         if let Some(e) = io_err {
             return Err(e);
         }
+        Ok(self.outcome(r, bad_size, unknown))
+    }
+
+    /// How a run of [`Self::dump_packets`] ended: the diagnostic to print for a packet
+    /// with a bad size, a PEBS packet (unknown to libipt) or a decode error, and whether
+    /// to resync (`true`) or stop at the end of the trace (`false`).
+    fn outcome(
+        &mut self,
+        r: Result<bool, DecodeError>,
+        bad_size: Option<u64>,
+        unknown: Option<u64>,
+    ) -> bool {
         if let Some(off) = bad_size {
             self.diag(off, "bad packet size", Some(ErrorCode::BadPacket));
-            return Ok(true);
+            return true;
         }
         if let Some(off) = unknown {
             self.diag(off, "error decoding packet", Some(ErrorCode::BadOpcode));
-            return Ok(true);
+            return true;
         }
         match r {
-            Ok(_) => Ok(false),
+            Ok(_) => false,
             Err(DecodeError {
                 code: ErrorCode::Eos,
                 ..
-            }) => Ok(false),
+            }) => false,
             Err(e) => {
                 self.diag(e.offset, "error decoding packet", Some(e.code));
-                Ok(true)
+                true
             }
         }
     }
