@@ -917,6 +917,68 @@ impl PacketDecoder<'_> {
     }
 }
 
+/// The packets of a [`PacketDecoder`] as flat [`PacketRecord`]s, from
+/// [`PacketDecoder::records`]. Ends like the decoder's own iterator: an error is reported
+/// once, then nothing until the decoder is synchronized again.
+#[derive(Debug)]
+pub struct Records<'d, 'a> {
+    dec: &'d mut PacketDecoder<'a>,
+}
+
+impl<'a> PacketDecoder<'a> {
+    /// Iterate over the packets as flat [`PacketRecord`]s (see
+    /// [`decode_records_with`](Self::decode_records_with) for the internal-iteration
+    /// form, which `fold` and `for_each` use).
+    pub fn records(&mut self) -> Records<'_, 'a> {
+        Records { dec: self }
+    }
+}
+
+impl Iterator for Records<'_, '_> {
+    type Item = Result<(u64, PacketRecord), DecodeError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let d = &mut *self.dec;
+        if let (Some(pos), None, false) = (d.pos, d.ctx.pebs, d.stalled) {
+            if let Some(win) = d.buf.get(pos..pos + 16) {
+                let (word0, word1) = window_words(win);
+                if let Some(r) = decode_record_common(word0, word1, d.errata.skd007) {
+                    d.pos = Some(pos + r.size());
+                    return Some(Ok((pos as u64, r)));
+                }
+            }
+        }
+        let item = d.next_uncommon()?;
+        Some(item.map(|(off, p)| (off, d.general_to_record(off, p))))
+    }
+
+    fn fold<B, G>(self, init: B, mut g: G) -> B
+    where
+        G: FnMut(B, Self::Item) -> B,
+    {
+        let d = self.dec;
+        if d.stalled {
+            return init;
+        }
+        let mut acc = Some(init);
+        let r = d.decode_records_with(|off, r| {
+            acc = acc.take().map(|a| g(a, Ok((off, r))));
+            core::ops::ControlFlow::Continue(())
+        });
+        let Some(acc) = acc else {
+            unreachable!("the accumulator is put back after every packet")
+        };
+        match r {
+            Ok(_) => acc,
+            Err(e) => {
+                d.stalled = true;
+                g(acc, Err(e))
+            }
+        }
+    }
+}
+
 /// Which of two decoders stopped [`decode_records_pair`], and how (as
 /// [`PacketDecoder::decode_records_with`] would have returned).
 #[derive(Debug)]

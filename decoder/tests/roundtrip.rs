@@ -315,4 +315,32 @@ proptest! {
         };
         prop_assert_eq!(flat(&records), flat(&typed));
     }
+
+    /// The record iterator, stepped with `next` and run with `fold`, matches the typed
+    /// iterator packet for packet, error for error.
+    #[test]
+    fn record_iterator_matches_packet_iterator(ps in prop::collection::vec(packet(), 1..96),
+                                               flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4)) {
+        let buf = mangled(&ps, &flips);
+        let config = Config::default();
+        let fresh = || {
+            let mut d = PacketDecoder::new(&buf, &config);
+            d.sync_set(0).unwrap();
+            d
+        };
+        let typed: Vec<_> = fresh().collect();
+        let mut d = fresh();
+        let mut stepped = Vec::new();
+        // A `for` loop steps with `next`.
+        for r in d.records() {
+            stepped.push(r.map(|(off, r)| (off, r.packet())));
+        }
+        prop_assert_eq!(&stepped, &typed);
+        let mut d = fresh();
+        let folded = d.records().fold(Vec::new(), |mut v, r| {
+            v.push(r.map(|(off, r)| (off, r.packet())));
+            v
+        });
+        prop_assert_eq!(&folded, &typed);
+    }
 }
