@@ -1,4 +1,9 @@
 //! One-shot throughput check of the packet iterator (criterion gives the real figures).
+//!
+//! `throughput [MiB]`; the environment picks the loop: default `next_packet`, `VIA_ITER`
+//! (the `Iterator`), `VIA_WITH` (`decode_with`), `RECORDS` (`decode_records_with`),
+//! `RECORDS_NEXT` (`records()`), `PARALLEL` (`par_fold`, 2 threads), `RECORDS_THREADS=N`
+//! (`par_fold_records`); `ONLY=tnt_heavy|mixed|random_mix` picks one trace.
 
 use pt_decoder::{Config, PacketDecoder};
 use std::time::Instant;
@@ -36,7 +41,10 @@ fn main() {
                     },
                 );
                 packets = pieces.iter().map(|p| p.value).sum();
-            } else if let Some(t) = std::env::var("PAIRS").ok().and_then(|t| t.parse().ok()) {
+            } else if let Some(t) = std::env::var("RECORDS_THREADS")
+                .ok()
+                .and_then(|t| t.parse().ok())
+            {
                 let pieces = pt_decoder::parallel::par_fold_records(
                     &trace,
                     &Config::default(),
@@ -48,6 +56,12 @@ fn main() {
                     },
                 );
                 packets = pieces.iter().map(|p| p.value).sum();
+            } else if std::env::var_os("RECORDS_NEXT").is_some() {
+                for r in d.records() {
+                    let (off, r) = r.expect("valid");
+                    std::hint::black_box((off, &r));
+                    packets += 1;
+                }
             } else if std::env::var_os("RECORDS").is_some() {
                 d.decode_records_with(|off, r| {
                     std::hint::black_box((off, &r));

@@ -790,23 +790,6 @@ impl<'a> PacketDecoder<'a> {
         PacketRecord::from(p).with_size(end.saturating_sub(off) as usize)
     }
 
-    /// One packet through the general decoder, for the pair loop below: `Some` when
-    /// decoding stops here (end of trace, `f` broke off, or an error).
-    fn general_record<F>(&mut self, f: &mut F) -> Option<Result<bool, DecodeError>>
-    where
-        F: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
-    {
-        if self.pos.is_some_and(|pos| pos >= self.buf.len()) {
-            return Some(Ok(true));
-        }
-        match self.next_packet_general() {
-            Ok((off, p)) => f(off, self.general_to_record(off, p))
-                .is_break()
-                .then_some(Ok(false)),
-            Err(e) => Some(Err(e)),
-        }
-    }
-
     fn internal(&self, pos: usize) -> DecodeError {
         DecodeError {
             code: ErrorCode::Internal,
@@ -975,101 +958,6 @@ impl Iterator for Records<'_, '_> {
                 d.stalled = true;
                 g(acc, Err(e))
             }
-        }
-    }
-}
-
-/// Which of two decoders stopped [`decode_records_pair`], and how (as
-/// [`PacketDecoder::decode_records_with`] would have returned).
-#[derive(Debug)]
-pub(crate) enum PairStop {
-    /// The first decoder.
-    First(Result<bool, DecodeError>),
-    /// The second decoder.
-    Second(Result<bool, DecodeError>),
-}
-
-/// [`PacketDecoder::decode_records_with`] for two decoders at once (two stretches of a
-/// trace), stepping them in turn until one of them stops; the other keeps its place.
-///
-/// Finding where a packet ends takes a chain of dependent loads, one packet after the
-/// other; two independent chains keep the core busy while each waits.
-pub(crate) fn decode_records_pair<FA, FB>(
-    a: &mut PacketDecoder<'_>,
-    fa: &mut FA,
-    b: &mut PacketDecoder<'_>,
-    fb: &mut FB,
-) -> PairStop
-where
-    FA: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
-    FB: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
-{
-    let no_sync = Err(DecodeError {
-        code: ErrorCode::NoSync,
-        offset: 0,
-    });
-    let (buf_a, buf_b) = (a.buf, b.buf);
-    let (skd_a, skd_b) = (a.errata.skd007, b.errata.skd007);
-    loop {
-        let Some(mut pa) = a.pos else {
-            return PairStop::First(no_sync);
-        };
-        let Some(mut pb) = b.pos else {
-            return PairStop::Second(no_sync);
-        };
-        if a.ctx.pebs.is_none() && b.ctx.pebs.is_none() {
-            while let (Some(wa), Some(wb)) = (buf_a.get(pa..pa + 16), buf_b.get(pb..pb + 16)) {
-                let (a0, a1) = window_words(wa);
-                let (b0, b1) = window_words(wb);
-                if all_tnt8(a0) {
-                    for i in 0..8 {
-                        let r = PacketRecord::new(PacketKind::Tnt8, 1, a0 >> (8 * i + 1) & 0x7f, 0);
-                        if fa((pa + i) as u64, r).is_break() {
-                            (a.pos, b.pos) = (Some(pa + i + 1), Some(pb));
-                            return PairStop::First(Ok(false));
-                        }
-                    }
-                    pa += 8;
-                    continue;
-                }
-                if all_tnt8(b0) {
-                    for i in 0..8 {
-                        let r = PacketRecord::new(PacketKind::Tnt8, 1, b0 >> (8 * i + 1) & 0x7f, 0);
-                        if fb((pb + i) as u64, r).is_break() {
-                            (a.pos, b.pos) = (Some(pa), Some(pb + i + 1));
-                            return PairStop::Second(Ok(false));
-                        }
-                    }
-                    pb += 8;
-                    continue;
-                }
-                let (Some(x), Some(y)) = (
-                    decode_record_common(a0, a1, skd_a),
-                    decode_record_common(b0, b1, skd_b),
-                ) else {
-                    break;
-                };
-                if fa(pa as u64, x).is_break() {
-                    (a.pos, b.pos) = (Some(pa + x.size()), Some(pb));
-                    return PairStop::First(Ok(false));
-                }
-                pa += x.size();
-                if fb(pb as u64, y).is_break() {
-                    (a.pos, b.pos) = (Some(pa), Some(pb + y.size()));
-                    return PairStop::Second(Ok(false));
-                }
-                pb += y.size();
-            }
-            (a.pos, b.pos) = (Some(pa), Some(pb));
-        }
-        // The packet one of them stopped at (outside the fast set, near the end of the
-        // trace, in a PEBS block) goes through the general decoder; so does the other's
-        // next one, which costs nothing but time.
-        if let Some(stop) = a.general_record(fa) {
-            return PairStop::First(stop);
-        }
-        if let Some(stop) = b.general_record(fb) {
-            return PairStop::Second(stop);
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use crate::error::DecodeError;
-use crate::packet::{decode_records_pair, find_psb_forward, PacketDecoder, PacketRecord, PairStop};
+use crate::packet::{find_psb_forward, PacketDecoder, PacketRecord};
 use core::ops::{ControlFlow, Range};
 use pt_encoder::Packet;
 
@@ -54,41 +54,77 @@ where
     I: Fn() -> T + Sync,
     F: Fn(&mut T, u64, Packet) + Sync,
 {
-    let ranges = split_at_psbs(trace, threads);
+    fold_pieces(trace, config, threads, init, |d, value, end| {
+        d.decode_with(|off, p| {
+            if off >= end {
+                return ControlFlow::Break(());
+            }
+            f(value, off, p);
+            ControlFlow::Continue(())
+        })
+    })
+}
+
+/// [`par_fold`] over flat [`PacketRecord`]s (decoded by
+/// [`PacketDecoder::decode_records_with`]), the fastest way through a whole trace.
+pub fn par_fold_records<T, I, F>(
+    trace: &[u8],
+    config: &Config,
+    threads: usize,
+    init: I,
+    f: F,
+) -> Vec<Piece<T>>
+where
+    T: Send,
+    I: Fn() -> T + Sync,
+    F: Fn(&mut T, u64, PacketRecord) + Sync,
+{
+    fold_pieces(trace, config, threads, init, |d, value, end| {
+        d.decode_records_with(|off, r| {
+            if off >= end {
+                return ControlFlow::Break(());
+            }
+            f(value, off, r);
+            ControlFlow::Continue(())
+        })
+    })
+}
+
+/// The trace split at PSBs, each piece on its own thread: `decode(decoder, value, end)`
+/// folds packets into `value` until the piece's end or an error; after an error the
+/// piece resyncs at its next PSB, if it has one.
+fn fold_pieces<T, I, D>(
+    trace: &[u8],
+    config: &Config,
+    threads: usize,
+    init: I,
+    decode: D,
+) -> Vec<Piece<T>>
+where
+    T: Send,
+    I: Fn() -> T + Sync,
+    D: Fn(&mut PacketDecoder<'_>, &mut T, u64) -> Result<bool, DecodeError> + Sync,
+{
     let run = |range: Range<usize>| {
         let mut value = init();
         let mut errors = Vec::new();
         let mut d = PacketDecoder::new(trace, config);
-        let started = if range.start == 0 {
-            // Like ptdump: bytes before the first PSB are skipped.
+        let end = range.end as u64;
+        // Like ptdump: bytes before the first PSB are skipped.
+        let mut live = if range.start == 0 {
             d.sync_forward().is_ok()
         } else {
             d.sync_set(range.start as u64).is_ok()
         };
-        let end = range.end as u64;
-        if started {
-            loop {
-                let r = d.decode_with(|off, p| {
-                    if off >= end {
-                        return ControlFlow::Break(());
-                    }
-                    f(&mut value, off, p);
-                    ControlFlow::Continue(())
-                });
-                match r {
-                    Ok(_) => break,
-                    Err(e) => {
-                        if e.offset >= end {
-                            break;
-                        }
-                        errors.push(e);
-                        match d.sync_forward() {
-                            Ok(at) if at < end => {}
-                            _ => break,
-                        }
-                    }
+        while live {
+            live = match decode(&mut d, &mut value, end) {
+                Ok(_) => false,
+                Err(e) if e.offset >= end => false,
+                Err(e) => {
+                    errors.push(e);
+                    matches!(d.sync_forward(), Ok(at) if at < end)
                 }
-            }
+            };
         }
         Piece {
             range,
@@ -96,6 +132,7 @@ where
             errors,
         }
     };
+    let ranges = split_at_psbs(trace, threads);
     if ranges.len() == 1 {
         return ranges.into_iter().map(run).collect();
     }
@@ -111,154 +148,6 @@ where
             .into_iter()
             .map(|h| match h.join() {
                 Ok(piece) => piece,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
-}
-
-/// One piece of a record fold in progress.
-struct Chain<'a, T> {
-    dec: PacketDecoder<'a>,
-    range: Range<usize>,
-    value: T,
-    errors: Vec<DecodeError>,
-    live: bool,
-}
-
-impl<'a, T> Chain<'a, T> {
-    fn new(trace: &'a [u8], config: &Config, range: Range<usize>, value: T) -> Self {
-        let mut dec = PacketDecoder::new(trace, config);
-        let live = if range.start == 0 {
-            dec.sync_forward().is_ok()
-        } else {
-            dec.sync_set(range.start as u64).is_ok()
-        };
-        Self {
-            dec,
-            range,
-            value,
-            errors: Vec::new(),
-            live,
-        }
-    }
-
-    /// Decoding stopped with `r`: the end of the piece, or an error to note and resync
-    /// after (if another PSB starts inside the piece).
-    fn stopped(&mut self, r: Result<bool, DecodeError>) {
-        match r {
-            Ok(_) => self.live = false,
-            Err(e) if e.offset >= self.range.end as u64 => self.live = false,
-            Err(e) => {
-                self.errors.push(e);
-                self.live = matches!(self.dec.sync_forward(), Ok(at) if at < self.range.end as u64);
-            }
-        }
-    }
-
-    /// The rest of the piece on its own.
-    fn finish<F: Fn(&mut T, u64, PacketRecord)>(&mut self, f: &F) {
-        let end = self.range.end as u64;
-        while self.live {
-            let value = &mut self.value;
-            let r = self.dec.decode_records_with(|off, r| {
-                if off >= end {
-                    return ControlFlow::Break(());
-                }
-                f(value, off, r);
-                ControlFlow::Continue(())
-            });
-            self.stopped(r);
-        }
-    }
-
-    fn into_piece(self) -> Piece<T> {
-        Piece {
-            range: self.range,
-            value: self.value,
-            errors: self.errors,
-        }
-    }
-}
-
-/// Two adjacent pieces, decoded in turn on one thread (see [`decode_records_pair`]).
-fn fold_pair<T, F: Fn(&mut T, u64, PacketRecord)>(
-    a: &mut Chain<'_, T>,
-    b: &mut Chain<'_, T>,
-    f: &F,
-) {
-    let (end_a, end_b) = (a.range.end as u64, b.range.end as u64);
-    while a.live && b.live {
-        let (va, vb) = (&mut a.value, &mut b.value);
-        let mut fa = |off, r| {
-            if off >= end_a {
-                return ControlFlow::Break(());
-            }
-            f(va, off, r);
-            ControlFlow::Continue(())
-        };
-        let mut fb = |off, r| {
-            if off >= end_b {
-                return ControlFlow::Break(());
-            }
-            f(vb, off, r);
-            ControlFlow::Continue(())
-        };
-        match decode_records_pair(&mut a.dec, &mut fa, &mut b.dec, &mut fb) {
-            PairStop::First(r) => a.stopped(r),
-            PairStop::Second(r) => b.stopped(r),
-        }
-    }
-    a.finish(f);
-    b.finish(f);
-}
-
-/// [`par_fold`] over [`PacketRecord`]s, the fastest way through a whole trace: the
-/// trace is split at PSBs into two pieces per thread, and each thread decodes its two
-/// pieces in turn, packet by packet, so that the core works on one while the other
-/// waits for memory. Pieces come back in trace order, each folded in its own order.
-pub fn par_fold_records<T, I, F>(
-    trace: &[u8],
-    config: &Config,
-    threads: usize,
-    init: I,
-    f: F,
-) -> Vec<Piece<T>>
-where
-    T: Send,
-    I: Fn() -> T + Sync,
-    F: Fn(&mut T, u64, PacketRecord) + Sync,
-{
-    let threads = threads.max(1);
-    let ranges = split_at_psbs(trace, threads * 2);
-    let run = |pair: &[Range<usize>]| -> Vec<Piece<T>> {
-        let mut chains: Vec<Chain<'_, T>> = pair
-            .iter()
-            .map(|r| Chain::new(trace, config, r.clone(), init()))
-            .collect();
-        match chains.as_mut_slice() {
-            [a, b] => fold_pair(a, b, &f),
-            [a] => a.finish(&f),
-            _ => {}
-        }
-        chains.into_iter().map(Chain::into_piece).collect()
-    };
-    let pairs: Vec<&[Range<usize>]> = ranges.chunks(2).collect();
-    if pairs.len() == 1 {
-        return run(pairs[0]);
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = pairs
-            .into_iter()
-            .map(|pair| {
-                let run = &run;
-                s.spawn(move || run(pair))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(pieces) => pieces,
                 Err(panic) => std::panic::resume_unwind(panic),
             })
             .collect()
@@ -316,7 +205,7 @@ mod tests {
                 par_fold_records(&t, &Config::default(), threads, Vec::new, |v, off, r| {
                     v.push((off, r.packet()))
                 });
-            assert!(pieces.len() <= 2 * threads);
+            assert!(pieces.len() <= threads);
             assert!(pieces
                 .windows(2)
                 .all(|w| w[0].range.end == w[1].range.start));

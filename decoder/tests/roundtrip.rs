@@ -296,18 +296,18 @@ proptest! {
         prop_assert_eq!(walk_records(&buf, &config), walk_typed(&buf, &config));
     }
 
-    /// Two pieces per thread, decoded in turn, give the same packets and errors as the
-    /// typed parallel fold over the same split.
+    /// The parallel record fold gives the same pieces, packets and errors as the typed
+    /// parallel fold.
     #[test]
     fn paired_record_fold_matches(ps in prop::collection::vec(packet(), 1..300),
                                   flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
-                                  threads in 1usize..4) {
+                                  threads in 1usize..6) {
         let buf = mangled(&ps, &flips);
         let config = Config::default();
         let records = pt_decoder::parallel::par_fold_records(&buf, &config, threads, Vec::new, |v, off, r| {
             v.push((off, r.packet()))
         });
-        let typed = pt_decoder::parallel::par_fold(&buf, &config, threads * 2, Vec::new, |v, off, p| {
+        let typed = pt_decoder::parallel::par_fold(&buf, &config, threads, Vec::new, |v, off, p| {
             v.push((off, p))
         });
         let flat = |pieces: &[pt_decoder::parallel::Piece<Vec<(u64, Packet)>>]| {
