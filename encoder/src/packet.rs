@@ -294,18 +294,21 @@ impl LastIp {
     }
 
     /// Apply an IP packet's payload; returns the reconstructed IP, if any.
-    #[inline]
+    // Decoders call this once per TIP: always inline, and pick the result by mask rather
+    // than by a branch per compression.
+    #[inline(always)]
     pub fn update(&mut self, p: IpPayload) -> Option<u64> {
-        let ip = match p.compression {
-            IpCompression::Suppressed => {
-                self.suppressed = true;
-                return None;
-            }
-            IpCompression::Update16 => (self.ip & !0xffff) | (p.ip & 0xffff),
-            IpCompression::Update32 => (self.ip & !0xffff_ffff) | (p.ip & 0xffff_ffff),
-            IpCompression::Sext48 => sext48(p.ip),
-            IpCompression::Update48 => (self.ip & !0xffff_ffff_ffff) | (p.ip & 0xffff_ffff_ffff),
-            IpCompression::Full => p.ip,
+        if p.compression == IpCompression::Suppressed {
+            self.suppressed = true;
+            return None;
+        }
+        // The payload's bits replace the last IP's; the rest stay.
+        let payload = p.compression.payload_mask();
+        let merged = (self.ip & !payload) | (p.ip & payload);
+        let ip = if p.compression == IpCompression::Sext48 {
+            sext48(p.ip)
+        } else {
+            merged
         };
         self.ip = ip;
         self.have_ip = true;
@@ -845,6 +848,32 @@ mod tests {
             l.update(IpPayload::new(IpCompression::Update16, 0x3)),
             Some(0xffff_ffff_ffff_0003)
         );
+    }
+
+    #[test]
+    fn last_ip_update_per_compression() {
+        let last = 0x1234_5678_9abc_def0;
+        let payload = 0xfedc_ba98_7654_3210;
+        let want = [
+            (IpCompression::Update16, 0x1234_5678_9abc_3210),
+            (IpCompression::Update32, 0x1234_5678_7654_3210),
+            (IpCompression::Update48, 0x1234_ba98_7654_3210),
+            (IpCompression::Sext48, 0xffff_ba98_7654_3210),
+            (IpCompression::Full, payload),
+        ];
+        for (c, ip) in want {
+            let mut l = LastIp::new();
+            l.update(IpPayload::new(IpCompression::Full, last));
+            assert_eq!(
+                l.update(IpPayload {
+                    compression: c,
+                    ip: payload
+                }),
+                Some(ip),
+                "{c:?}"
+            );
+            assert_eq!(l.query(), Ok(ip));
+        }
     }
 
     #[test]
