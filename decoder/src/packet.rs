@@ -667,6 +667,38 @@ impl<'a> PacketDecoder<'a> {
         self.next_packet_general()
     }
 
+    /// The packet [`next_packet`](Self::next_packet) would return, without moving on
+    /// (nor taking in its effects: a PSB does not become the sync point, a BBP does not
+    /// open a PEBS block).
+    #[inline]
+    pub fn peek_packet(&self) -> Result<(u64, Packet), DecodeError> {
+        let Some(pos) = self.pos else {
+            return Err(DecodeError {
+                code: ErrorCode::NoSync,
+                offset: 0,
+            });
+        };
+        if self.ctx.pebs.is_none() {
+            if let Some((p, _)) = self
+                .buf
+                .get(pos..pos + 16)
+                .and_then(|win| decode_common(win, self.errata.skd007))
+            {
+                return Ok((pos as u64, p));
+            }
+        }
+        let rest = self.buf.get(pos..).unwrap_or(&[]);
+        match decode_packet(rest, &self.errata, self.ctx) {
+            Ok((p, _)) => Ok((pos as u64, p)),
+            // SKD007: the OVF starts one byte into the apparent CYC.
+            Err(ErrorCode::Overflow) => Ok((pos as u64 + 1, Packet::Ovf)),
+            Err(code) => Err(DecodeError {
+                code,
+                offset: pos as u64,
+            }),
+        }
+    }
+
     /// Decode packets until the end of the trace, handing each to `f` with its offset.
     ///
     /// This is the fast way to walk a trace: the decoder loops internally, so each packet

@@ -343,4 +343,25 @@ proptest! {
         });
         prop_assert_eq!(&folded, &typed);
     }
+
+    /// `peek_packet` says what `next_packet` will return, and changes nothing.
+    #[test]
+    fn peek_matches_next(ps in prop::collection::vec(packet(), 1..64),
+                         flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+                         skd007 in any::<bool>()) {
+        let buf = mangled(&ps, &flips);
+        let mut config = Config::default();
+        config.errata.skd007 = skd007;
+        let mut d = PacketDecoder::new(&buf, &config);
+        d.sync_set(0).unwrap();
+        for _ in 0..buf.len() + 1 {
+            let peeked = d.peek_packet();
+            prop_assert_eq!(d.peek_packet(), peeked);
+            let next = d.next_packet();
+            prop_assert_eq!(&peeked, &next);
+            if next.is_err() && d.sync_forward().is_err() {
+                break;
+            }
+        }
+    }
 }
