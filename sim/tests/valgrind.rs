@@ -172,3 +172,36 @@ fn refusals_are_clear() {
         assert!(matches!(e, Some(ExecError::Unsupported(_))), "{e:?}");
     }
 }
+
+/// A script starts in its interpreter's mode (as the kernel runs it); a file that is
+/// neither ELF nor a script is refused as the kernel would refuse it.
+#[test]
+fn scripts_run_under_their_interpreter() {
+    if !valgrind_available() {
+        eprintln!("valgrind not installed: skipped");
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let script = dir.join("pt-sim-vg-script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 3\n").unwrap();
+    let junk = dir.join("pt-sim-vg-junk");
+    std::fs::write(&junk, "not a program\n").unwrap();
+    for p in [&script, &junk] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut v =
+        ValgrindSource::record(&script, Vec::<String>::new(), ValgrindOptions::default()).unwrap();
+    let items = collect(&mut v).unwrap();
+    check_continuity(&items).unwrap();
+    assert!(insns(&items).len() > 10_000);
+    assert_eq!(
+        items.last(),
+        Some(&ExecItem::Event(Event::Exit(ExitKind::Exited(3))))
+    );
+    let e = ValgrindSource::record(&junk, Vec::<String>::new(), ValgrindOptions::default()).err();
+    assert!(
+        matches!(&e, Some(ExecError::ExecFailed { source, .. }) if source.raw_os_error() == Some(libc::ENOEXEC)),
+        "{e:?}"
+    );
+}

@@ -239,20 +239,39 @@ impl RawTrace {
     }
 }
 
-/// The mode of an ELF program from its class byte.
+/// The mode of an ELF program from its class byte. A script (`#!interpreter`) runs in
+/// the mode of its interpreter, as the kernel would start it; interpreters may be
+/// scripts themselves, up to the kernel's own limit of a few levels.
 fn elf_mode(path: &std::path::Path) -> Result<ExecMode, ExecError> {
-    let mut head = [0u8; 5];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-        .map_err(ExecError::Io)?;
-    match (n, &head[..4], head[4]) {
-        (5, b"\x7fELF", 1) => Ok(ExecMode::Bit32),
-        (5, b"\x7fELF", 2) => Ok(ExecMode::Bit64),
-        _ => Err(ExecError::ExecFailed {
-            command: path.to_string_lossy().into_owned(),
-            source: std::io::Error::from_raw_os_error(libc::ENOEXEC),
-        }),
+    let mut path = path.to_path_buf();
+    for _ in 0..5 {
+        let mut head = [0u8; 256];
+        let n = std::fs::File::open(&path)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+            .map_err(ExecError::Io)?;
+        let head = &head[..n];
+        match head {
+            [0x7f, b'E', b'L', b'F', 1, ..] => return Ok(ExecMode::Bit32),
+            [0x7f, b'E', b'L', b'F', 2, ..] => return Ok(ExecMode::Bit64),
+            [b'#', b'!', rest @ ..] => {
+                // The interpreter is the first word of the first line.
+                let line = rest.split(|&b| b == b'\n').next().unwrap_or(&[]);
+                let word = line
+                    .split(|b| b.is_ascii_whitespace())
+                    .find(|w| !w.is_empty())
+                    .unwrap_or(&[]);
+                if word.is_empty() {
+                    break;
+                }
+                path = std::path::PathBuf::from(String::from_utf8_lossy(word).into_owned());
+            }
+            _ => break,
+        }
     }
+    Err(ExecError::ExecFailed {
+        command: path.to_string_lossy().into_owned(),
+        source: std::io::Error::from_raw_os_error(libc::ENOEXEC),
+    })
 }
 
 /// Reads everything available from a non-blocking fd.
