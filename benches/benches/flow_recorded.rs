@@ -1,0 +1,248 @@
+//! Flow decoding (ptxed `--quiet`) of real programs, in instructions per second.
+//!
+//! The programs run on the simulated PT CPU (valgrind execution source) with cycle-accurate
+//! timing, MTC, TSC and a PSB every 4 KiB: `sort` of 20,000 random words (library calls
+//! through the PLT, qsort-style comparisons through a function pointer) and CPython
+//! serializing a list to JSON (an interpreter: indirect jumps and calls everywhere). The
+//! recordings are kept in `target/flow-recorded/` and reused; delete them to record anew.
+//!
+//! Where valgrind or a program is missing, the benchmark says so and skips that program.
+//! To time libipt on the same input: `ptxed --block-decoder --quiet
+//! $(ptrec --ptxed-args target/flow-recorded/NAME.pt)`.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use pt_decoder::config::Config;
+use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo};
+use pt_decoder::image::Image;
+use pt_decoder::sideband::{Explicit, Sideband};
+use pt_encoder::packet::ExecMode;
+use pt_hal::config::TraceConfig;
+use pt_sim::backend::SimOutput;
+use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
+use pt_sim::pt::SimParams;
+use pt_sim::record::{record_sim, sideband_path, SimRecording};
+
+/// A recorded program, ready to decode.
+struct Recorded {
+    trace: Vec<u8>,
+    image: Image,
+    config: Config,
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/flow-recorded")
+}
+
+/// 20,000 random lowercase words, one per line (the same every time).
+fn words(path: &Path) -> std::io::Result<()> {
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let mut text = String::new();
+    for _ in 0..20_000 {
+        let len = 3 + next() % 10;
+        for _ in 0..len {
+            text.push(char::from(b'a' + (next() % 26) as u8));
+        }
+        text.push('\n');
+    }
+    std::fs::write(path, text)
+}
+
+/// Records `cmd` (or reuses the recording) and loads its image; `Err` says why not.
+fn recorded(name: &str, cmd: &[String]) -> Result<Recorded, String> {
+    let dir = dir();
+    let trace = dir.join(format!("{name}.pt"));
+    let sideband = sideband_path(&trace);
+    if !sideband.exists() {
+        let have_valgrind = Command::new("valgrind")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !have_valgrind {
+            return Err("valgrind is not installed".into());
+        }
+        let mut source = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())
+            .map_err(|e| e.to_string())?;
+        let rec = SimRecording {
+            config: TraceConfig {
+                tsc: true,
+                mtc: Some(3),
+                cyc: Some(0),
+                // 2^(1+11) bytes: a PSB every 4 KiB.
+                psb_freq: 1,
+                ..TraceConfig::perf_default()
+            },
+            filters: Vec::new(),
+            params: SimParams::default(),
+            output: SimOutput::default(),
+            trace: trace.clone(),
+            log: None,
+        };
+        eprintln!("recording {name} on the simulator: {}", cmd.join(" "));
+        let summary = record_sim(&mut source, &rec, |_| {})?;
+        eprintln!(
+            "recorded {name}: {} instructions, {} trace bytes",
+            summary.instructions, summary.trace_bytes
+        );
+    }
+    let sb = Sideband::read(&sideband).map_err(|e| e.to_string())?;
+    let mut image = Image::new();
+    sb.load(&mut image).map_err(|e| e.to_string())?;
+    let mut config = Config::default();
+    // An unknown CPU keeps the default errata, as ptxed does.
+    let _ = sb.configure(&mut config, Explicit::default());
+    let trace = std::fs::read(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+    Ok(Recorded {
+        trace,
+        image,
+        config,
+    })
+}
+
+/// The block decoder as ptxed `--quiet` drives it; returns the instructions it saw.
+fn blocks(r: &Recorded) -> u64 {
+    let mut dec = BlockDecoder::new(&r.trace, &r.image, &r.config, FlowOptions::default());
+    let mut block = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    let mut insns = 0;
+    let Ok(mut status) = dec.sync_forward() else {
+        return 0;
+    };
+    loop {
+        while status.event_pending {
+            match dec.event() {
+                Ok((_, s)) => status = s,
+                Err(_) => return insns,
+            }
+        }
+        if status.eos {
+            return insns;
+        }
+        insns += dec.skip_blocks().0;
+        let r = dec.next(&mut block);
+        insns += u64::from(block.ninsn);
+        match r {
+            Ok(s) => status = s,
+            Err(_) => match dec.sync_forward() {
+                Ok(s) => status = s,
+                Err(_) => return insns,
+            },
+        }
+    }
+}
+
+/// The instruction decoder as ptxed `--quiet --insn-decoder` drives it.
+fn insns(r: &Recorded) -> u64 {
+    let mut dec = InsnDecoder::new(&r.trace, &r.image, &r.config, FlowOptions::default());
+    let mut insn = InsnInfo {
+        ip: 0,
+        size: 0,
+        mode: ExecMode::Unknown,
+        speculative: false,
+        isid: 0,
+        class: None,
+    };
+    let mut insns = 0;
+    let Ok(mut status) = dec.sync_forward() else {
+        return 0;
+    };
+    loop {
+        while status.event_pending {
+            match dec.event() {
+                Ok((_, s)) => status = s,
+                Err(_) => return insns,
+            }
+        }
+        if status.eos {
+            return insns;
+        }
+        insns += dec.skip_blocks();
+        match dec.next(&mut insn) {
+            Ok(s) => {
+                insns += 1;
+                status = s;
+            }
+            Err(pt_decoder::ErrorCode::EventIgnored) => status.event_pending = true,
+            Err(_) => match dec.sync_forward() {
+                Ok(s) => status = s,
+                Err(_) => return insns + u64::from(insn.class.is_some()),
+            },
+        }
+    }
+}
+
+fn flow_recorded(c: &mut Criterion) {
+    let dir = dir();
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("flow_recorded: skipped: {}: {e}", dir.display());
+        return;
+    }
+    let input = dir.join("words.txt");
+    if let Err(e) = words(&input) {
+        eprintln!("flow_recorded: skipped: {}: {e}", input.display());
+        return;
+    }
+    let programs: [(&str, Vec<String>); 2] = [
+        (
+            "sort",
+            vec![
+                "sort".into(),
+                "-o".into(),
+                dir.join("sorted.txt").display().to_string(),
+                input.display().to_string(),
+            ],
+        ),
+        (
+            "python_json",
+            vec![
+                "/usr/bin/python3".into(),
+                "-S".into(),
+                "-c".into(),
+                "import json; json.dumps([{'a': i, 'b': str(i)} for i in range(3000)])".into(),
+            ],
+        ),
+    ];
+    let mut g = c.benchmark_group("flow_recorded");
+    g.sample_size(10);
+    for (name, cmd) in programs {
+        let r = match recorded(name, &cmd) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("flow_recorded: {name} skipped: {e}");
+                continue;
+            }
+        };
+        let n = blocks(&r);
+        // Both decoders must see the same flow, or the figure means nothing.
+        assert_eq!(insns(&r), n, "{name}: the decoders disagree");
+        eprintln!("{name}: {n} instructions, {} trace bytes", r.trace.len());
+        g.throughput(Throughput::Elements(n));
+        g.bench_function(format!("{name}/block_quiet"), |b| {
+            b.iter(|| blocks(black_box(&r)))
+        });
+        g.bench_function(format!("{name}/insn_quiet"), |b| {
+            b.iter(|| insns(black_box(&r)))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, flow_recorded);
+criterion_main!(benches);
