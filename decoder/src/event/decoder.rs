@@ -620,7 +620,7 @@ impl<'a> EventDecoder<'a> {
                     self.take_tip(out, offset, p);
                     true
                 }
-                _ => self.next_branch_slow(out),
+                _ => self.next_branch_from(out, pkt, offset, packet),
             }
         } else {
             match packet {
@@ -632,7 +632,7 @@ impl<'a> EventDecoder<'a> {
                     self.take_tip(out, offset, p);
                     true
                 }
-                _ => self.next_branch_slow(out),
+                _ => self.next_branch_from(out, self.pkt.clone(), offset, packet),
             }
         }
     }
@@ -666,34 +666,33 @@ impl<'a> EventDecoder<'a> {
         self.bound = true;
     }
 
-    /// [`Self::next_branch_into`] past PAD and timing packets.
+    /// [`Self::next_branch_into`] after a TIP with a packet peeked after it.
     #[inline(never)]
     fn next_branch_slow(&mut self, out: &mut Event) -> bool {
         let Current::Packet {
-            mut offset,
-            mut packet,
+            packet: Packet::Ip(IpPacketKind::Tip, _),
+            ..
         } = self.cur
         else {
             return false;
         };
-        // Copies of the packet decoder and the time model move on (so that failing
-        // changes nothing).
-        let mut pkt = self.pkt.clone();
-        if self.bound {
-            // A TIP was reported and is still current: the packets after it.
-            if !matches!(packet, Packet::Ip(IpPacketKind::Tip, _)) {
-                return false;
-            }
-            if let Some((p, o, pk)) = &self.peeked {
-                pkt = p.clone();
-                (offset, packet) = (*o, *pk);
-            } else {
-                match pkt.next_packet() {
-                    Ok(first) => (offset, packet) = first,
-                    Err(_) => return false,
-                }
-            }
-        }
+        let Some((pkt, offset, packet)) = self.peeked.clone() else {
+            return false;
+        };
+        self.next_branch_from(out, pkt, offset, packet)
+    }
+
+    /// [`Self::next_branch_into`] past PAD and timing packets: `packet` at `offset` is
+    /// the first packet after the current branch (or the current one, if not yet
+    /// reported), and `pkt` the packet decoder just past it. Moves on only on success.
+    #[inline(never)]
+    fn next_branch_from(
+        &mut self,
+        out: &mut Event,
+        mut pkt: PacketDecoder<'a>,
+        mut offset: u64,
+        mut packet: Packet,
+    ) -> bool {
         enum Branch {
             Tnt(Tnt),
             Tip(IpPayload),
