@@ -2096,18 +2096,27 @@ impl<'a> BlockDecoder<'a> {
                     *size -= 1;
                     self.icnt = icnt;
                 }
-                for &ip in self.chain_pushes.get(pushes).unwrap_or_default() {
-                    self.retstack.push(ip);
-                }
+                let pushed = self.chain_pushes.get(pushes).unwrap_or_default();
                 if ret {
-                    // Not empty: checked above, and pushes leave an entry.
-                    if let Ok(ip) = self.retstack.pop() {
+                    if let Some((&own, older)) = pushed.split_last() {
+                        // The return goes back to the chain's own last call: no need
+                        // to go through the stack for it.
+                        for &ip in older {
+                            self.retstack.push(ip);
+                        }
+                        self.retstack.push_pop();
+                        self.ip = own;
+                    } else if let Ok(ip) = self.retstack.pop() {
+                        // Not empty: checked above.
                         self.ip = ip;
                     }
                     self.link = None;
                     self.came_from = Some(c.end);
                     self.hinted_block_at(self.ip)
                 } else {
+                    for &ip in pushed {
+                        self.retstack.push(ip);
+                    }
                     self.ip = match (taken, last.target) {
                         (true, Some(t)) => t,
                         _ => last.next_ip(),

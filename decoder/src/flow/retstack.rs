@@ -62,6 +62,22 @@ impl RetStack {
         }
     }
 
+    /// What pushing an address and popping it right away leaves behind: on a full
+    /// stack the push dropped the oldest entry, so that one is gone; otherwise
+    /// nothing changes. (A call whose return is the next branch.)
+    #[inline]
+    pub fn push_pop(&mut self) {
+        // Full: the slot after the top is the bottom.
+        let next = if self.top == LAST { 0 } else { self.top + 1 };
+        if next == self.bottom {
+            self.bottom = if self.bottom == LAST {
+                0
+            } else {
+                self.bottom + 1
+            };
+        }
+    }
+
     /// Pops the youngest return address; [`ErrorCode::RetstackEmpty`] if there is none.
     #[inline]
     pub fn pop(&mut self) -> Result<u64, ErrorCode> {
@@ -102,6 +118,29 @@ mod tests {
             assert_eq!(s.pop(), Ok(i));
         }
         assert_eq!(s.pop(), Err(ErrorCode::RetstackEmpty));
+    }
+
+    #[test]
+    fn push_pop_is_push_then_pop() {
+        // At every fill level (empty to full, and wrapped around the ring).
+        for start in 0..3 * RETSTACK_SIZE as u64 {
+            let mut a = RetStack::new();
+            for i in 0..start {
+                a.push(i);
+                if i % 3 == 0 {
+                    let _ = a.pop();
+                }
+            }
+            let mut b = a.clone();
+            a.push(u64::MAX);
+            assert_eq!(a.pop(), Ok(u64::MAX));
+            b.push_pop();
+            assert_eq!(a.len(), b.len(), "after {start}");
+            while !a.is_empty() {
+                assert_eq!(a.pop(), b.pop());
+            }
+            assert!(b.is_empty());
+        }
     }
 
     #[test]
