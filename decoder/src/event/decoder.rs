@@ -604,23 +604,40 @@ impl<'a> EventDecoder<'a> {
             if !matches!(packet, Packet::Ip(IpPacketKind::Tip, _)) || self.peeked.is_some() {
                 return self.next_branch_slow(out);
             }
-            let mut pkt = self.pkt.clone();
-            let Ok((offset, packet)) = pkt.next_packet() else {
+            // The decoder moves on in place, a copy kept to undo that: copying it back
+            // after `next_packet` would wait for that call's stores to reach the cache
+            // (they do not forward to the wider loads of a copy).
+            let saved = self.pkt.clone();
+            // The result is read field by field, in place, for the same reason.
+            let r = self.pkt.next_packet();
+            let Ok((offset, packet)) = &r else {
+                self.pkt = saved;
                 return false;
             };
+            let offset = *offset;
             match packet {
                 Packet::Tnt8(t) | Packet::Tnt64(t) if !t.is_empty() => {
-                    self.pkt = pkt;
+                    let t = *t;
                     self.take_tnt(out, offset, t);
                     true
                 }
                 Packet::Ip(IpPacketKind::Tip, p) if p.compression != IpCompression::Suppressed => {
-                    self.pkt = pkt;
-                    self.cur = Current::Packet { offset, packet };
+                    let p = IpPayload {
+                        compression: p.compression,
+                        ip: p.ip,
+                    };
+                    self.cur = Current::Packet {
+                        offset,
+                        packet: Packet::Ip(IpPacketKind::Tip, p),
+                    };
                     self.take_tip(out, offset, p);
                     true
                 }
-                _ => self.next_branch_from(out, pkt, offset, packet),
+                _ => {
+                    let packet = *packet;
+                    let pkt = std::mem::replace(&mut self.pkt, saved);
+                    self.next_branch_from(out, pkt, offset, packet)
+                }
             }
         } else {
             match packet {
