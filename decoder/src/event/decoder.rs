@@ -635,8 +635,7 @@ impl<'a> EventDecoder<'a> {
                 }
                 _ => {
                     let packet = *packet;
-                    let pkt = std::mem::replace(&mut self.pkt, saved);
-                    self.next_branch_from(out, pkt, offset, packet)
+                    self.next_branch_from(out, saved, offset, packet)
                 }
             }
         } else {
@@ -696,17 +695,23 @@ impl<'a> EventDecoder<'a> {
         let Some((pkt, offset, packet)) = self.peeked.clone() else {
             return false;
         };
-        self.next_branch_from(out, pkt, offset, packet)
+        let saved = std::mem::replace(&mut self.pkt, pkt);
+        self.next_branch_from(out, saved, offset, packet)
     }
 
     /// [`Self::next_branch_into`] past PAD and timing packets: `packet` at `offset` is
     /// the first packet after the current branch (or the current one, if not yet
-    /// reported), and `pkt` the packet decoder just past it. Moves on only on success.
+    /// reported), the packet decoder is just past it, and `saved` is the packet
+    /// decoder to go back to on failure. Moves on only on success.
+    ///
+    /// The packet decoder and the time model change in place, with copies kept to
+    /// undo that: copying them back after the changes would wait for the changes'
+    /// narrower stores to reach the cache (no store forwarding to wider loads).
     #[inline(never)]
     fn next_branch_from(
         &mut self,
         out: &mut Event,
-        mut pkt: PacketDecoder<'a>,
+        saved: PacketDecoder<'a>,
         mut offset: u64,
         mut packet: Packet,
     ) -> bool {
@@ -714,37 +719,47 @@ impl<'a> EventDecoder<'a> {
             Tnt(Tnt),
             Tip(IpPayload),
         }
-        let (mut time, mut tcal) = (self.time, self.tcal);
+        let (time, tcal) = (self.time, self.tcal);
         let branch = loop {
             match packet {
-                Packet::Tnt8(t) | Packet::Tnt64(t) => {
-                    if t.is_empty() {
-                        return false;
-                    }
-                    break Branch::Tnt(t);
-                }
-                Packet::Ip(IpPacketKind::Tip, p) => {
-                    if p.compression == IpCompression::Suppressed {
-                        return false;
-                    }
-                    break Branch::Tip(p);
+                Packet::Tnt8(t) | Packet::Tnt64(t) if !t.is_empty() => break Branch::Tnt(t),
+                Packet::Ip(IpPacketKind::Tip, p) if p.compression != IpCompression::Suppressed => {
+                    break Branch::Tip(p)
                 }
                 Packet::Pad => {}
-                Packet::Mtc { .. } | Packet::Cyc { .. } => {
-                    if apply_timing(&mut time, &mut tcal, &self.config, &packet, false).is_err() {
-                        return false;
-                    }
+                Packet::Mtc { .. } | Packet::Cyc { .. }
+                    if apply_timing(
+                        &mut self.time,
+                        &mut self.tcal,
+                        &self.config,
+                        &packet,
+                        false,
+                    )
+                    .is_ok() => {}
+                _ => {
+                    (self.pkt, self.time, self.tcal) = (saved, time, tcal);
+                    return false;
                 }
-                _ => return false,
             }
-            match pkt.next_packet() {
-                Ok(p) => (offset, packet) = p,
-                Err(_) => return false,
-            }
+            let r = self.pkt.next_packet();
+            let Ok((o, p)) = &r else {
+                (self.pkt, self.time, self.tcal) = (saved, time, tcal);
+                return false;
+            };
+            offset = *o;
+            // Field by field for the common kinds (see above).
+            packet = match p {
+                Packet::Tnt8(t) => Packet::Tnt8(*t),
+                Packet::Ip(kind, p) => Packet::Ip(
+                    *kind,
+                    IpPayload {
+                        compression: p.compression,
+                        ip: p.ip,
+                    },
+                ),
+                p => *p,
+            };
         };
-        self.pkt = pkt;
-        self.time = time;
-        self.tcal = tcal;
         self.cur = Current::Packet { offset, packet };
         match branch {
             Branch::Tnt(t) => self.take_tnt(out, offset, t),
