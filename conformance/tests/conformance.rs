@@ -107,12 +107,21 @@ fn corpus_against_baseline() {
         eprintln!("PT_CONFORMANCE_CORPUS not set: corpus run skipped");
         return;
     };
-    let files = list_ptt_files(Path::new(&corpus)).expect("PT_CONFORMANCE_CORPUS is listable");
-    assert!(
-        !files.is_empty(),
-        "no .ptt files in {}",
-        Path::new(&corpus).display()
-    );
+    // A relative path is meant from the workspace root (where CI and the README run
+    // cargo), not from this crate's directory, which is where tests run.
+    let mut corpus = std::path::PathBuf::from(corpus);
+    if corpus.is_relative() && !corpus.is_dir() {
+        corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(corpus);
+    }
+    let files = list_ptt_files(&corpus).unwrap_or_else(|e| {
+        panic!(
+            "PT_CONFORMANCE_CORPUS={} cannot be listed: {e}",
+            corpus.display()
+        )
+    });
+    assert!(!files.is_empty(), "no .ptt files in {}", corpus.display());
     let results = run(&files);
     println!("{}", table(&results, false));
     print!("{}", totals_text(&results));
