@@ -83,6 +83,48 @@ const IP_KIND: [Option<IpPacketKind>; 8] = {
     t
 };
 
+/// A form the decode loop hands packets out in: the typed [`Packet`] or the flat
+/// [`PacketRecord`].
+trait Decoded: Sized {
+    /// A TNT-8 byte.
+    fn tnt8(b0: u8) -> Self;
+    /// A common packet from a 16-byte window (`word0`/`word1`: its words at offsets 0
+    /// and 1) and its size; `None` for the general decoder.
+    fn common(win: &[u8], word0: u64, word1: u64, skd007: bool) -> Option<(Self, usize)>;
+    /// A packet the general decoder read, `size` bytes on the wire.
+    fn general(p: Packet, size: usize) -> Self;
+}
+
+impl Decoded for Packet {
+    #[inline(always)]
+    fn tnt8(b0: u8) -> Self {
+        Packet::Tnt8(Tnt::from_tnt8_byte(b0))
+    }
+    #[inline(always)]
+    fn common(win: &[u8], _: u64, _: u64, skd007: bool) -> Option<(Self, usize)> {
+        decode_common(win, skd007)
+    }
+    #[inline(always)]
+    fn general(p: Packet, _: usize) -> Self {
+        p
+    }
+}
+
+impl Decoded for PacketRecord {
+    #[inline(always)]
+    fn tnt8(b0: u8) -> Self {
+        PacketRecord::new(PacketKind::Tnt8, 1, u64::from(b0 >> 1), 0)
+    }
+    #[inline(always)]
+    fn common(_: &[u8], word0: u64, word1: u64, skd007: bool) -> Option<(Self, usize)> {
+        decode_record_common(word0, word1, skd007).map(|r| (r, r.size()))
+    }
+    #[inline(always)]
+    fn general(p: Packet, size: usize) -> Self {
+        PacketRecord::from(p).with_size(size)
+    }
+}
+
 /// The little-endian words at offsets 0 and 1 of a window of at least 9 bytes (zero
 /// otherwise, which no caller passes).
 #[inline(always)]
@@ -672,13 +714,7 @@ impl<'a> PacketDecoder<'a> {
     /// open a PEBS block).
     #[inline]
     pub fn peek_packet(&self) -> Result<(u64, Packet), DecodeError> {
-        let Some(pos) = self.pos else {
-            return Err(DecodeError {
-                code: ErrorCode::NoSync,
-                offset: 0,
-            });
-        };
-        if self.ctx.pebs.is_none() {
+        if let (Some(pos), None) = (self.pos, self.ctx.pebs) {
             if let Some((p, _)) = self
                 .buf
                 .get(pos..pos + 16)
@@ -687,16 +723,7 @@ impl<'a> PacketDecoder<'a> {
                 return Ok((pos as u64, p));
             }
         }
-        let rest = self.buf.get(pos..).unwrap_or(&[]);
-        match decode_packet(rest, &self.errata, self.ctx) {
-            Ok((p, _)) => Ok((pos as u64, p)),
-            // SKD007: the OVF starts one byte into the apparent CYC.
-            Err(ErrorCode::Overflow) => Ok((pos as u64 + 1, Packet::Ovf)),
-            Err(code) => Err(DecodeError {
-                code,
-                offset: pos as u64,
-            }),
-        }
+        self.decode_general().map(|(offset, p, _)| (offset, p))
     }
 
     /// Decode packets until the end of the trace, handing each to `f` with its offset.
@@ -706,9 +733,32 @@ impl<'a> PacketDecoder<'a> {
     /// trace, `Ok(false)` if `f` broke off, and the error (the decoder stays at the failing
     /// packet) otherwise.
     #[inline]
-    pub fn decode_with<F>(&mut self, mut f: F) -> Result<bool, DecodeError>
+    pub fn decode_with<F>(&mut self, f: F) -> Result<bool, DecodeError>
     where
         F: FnMut(u64, Packet) -> core::ops::ControlFlow<()>,
+    {
+        self.decode_loop(f)
+    }
+
+    /// [`decode_with`](Self::decode_with), handing out each packet as a flat
+    /// [`PacketRecord`]. The common packets decode without a branch per kind, so this is
+    /// the fastest way through a trace when the consumer looks at few packet kinds (or
+    /// stores records).
+    #[inline]
+    pub fn decode_records_with<F>(&mut self, f: F) -> Result<bool, DecodeError>
+    where
+        F: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
+    {
+        self.decode_loop(f)
+    }
+
+    /// The loop behind [`decode_with`](Self::decode_with) and
+    /// [`decode_records_with`](Self::decode_records_with), for either form of packet.
+    #[inline(always)]
+    fn decode_loop<T, F>(&mut self, mut f: F) -> Result<bool, DecodeError>
+    where
+        T: Decoded,
+        F: FnMut(u64, T) -> core::ops::ControlFlow<()>,
     {
         let buf = self.buf;
         loop {
@@ -723,15 +773,13 @@ impl<'a> PacketDecoder<'a> {
             // updates. Anything else takes the general path below.
             if self.ctx.pebs.is_none() {
                 while let Some(win) = buf.get(pos..pos + 16) {
+                    let (word0, word1) = window_words(win);
                     // Eight TNT-8 bytes in a row (tight loops) go out without a test per
-                    // byte. Only worth a look when the first one is a TNT-8.
-                    let w =
-                        u64::from_le_bytes(win[..8].try_into().map_err(|_| self.internal(pos))?);
-                    if all_tnt8(w) {
+                    // byte.
+                    if all_tnt8(word0) {
                         for i in 0..8 {
-                            let b0 = (w >> (8 * i)) as u8;
-                            let off = (pos + i) as u64;
-                            if f(off, Packet::Tnt8(Tnt::from_tnt8_byte(b0))).is_break() {
+                            let b0 = (word0 >> (8 * i)) as u8;
+                            if f((pos + i) as u64, T::tnt8(b0)).is_break() {
                                 self.pos = Some(pos + i + 1);
                                 return Ok(false);
                             }
@@ -739,7 +787,7 @@ impl<'a> PacketDecoder<'a> {
                         pos += 8;
                         continue;
                     }
-                    let Some((p, n)) = decode_common(win, self.errata.skd007) else {
+                    let Some((p, n)) = T::common(win, word0, word1, self.errata.skd007) else {
                         break;
                     };
                     let off = pos as u64;
@@ -755,82 +803,35 @@ impl<'a> PacketDecoder<'a> {
                 return Ok(true);
             }
             let (off, p) = self.next_packet_general()?;
-            if f(off, p).is_break() {
+            if f(off, T::general(p, self.general_size(off))).is_break() {
                 return Ok(false);
             }
         }
     }
 
-    /// [`decode_with`](Self::decode_with), handing out each packet as a flat
-    /// [`PacketRecord`]. The common packets decode without a branch per kind, so this is
-    /// the fastest way through a trace when the consumer looks at few packet kinds (or
-    /// stores records).
-    #[inline]
-    pub fn decode_records_with<F>(&mut self, mut f: F) -> Result<bool, DecodeError>
-    where
-        F: FnMut(u64, PacketRecord) -> core::ops::ControlFlow<()>,
-    {
-        let buf = self.buf;
-        loop {
-            let Some(mut pos) = self.pos else {
-                return Err(DecodeError {
-                    code: ErrorCode::NoSync,
-                    offset: 0,
-                });
-            };
-            if self.ctx.pebs.is_none() {
-                while let Some(win) = buf.get(pos..pos + 16) {
-                    let (word0, word1) = window_words(win);
-                    if all_tnt8(word0) {
-                        for i in 0..8 {
-                            let b0 = (word0 >> (8 * i)) as u8;
-                            let r = PacketRecord::new(PacketKind::Tnt8, 1, u64::from(b0 >> 1), 0);
-                            if f((pos + i) as u64, r).is_break() {
-                                self.pos = Some(pos + i + 1);
-                                return Ok(false);
-                            }
-                        }
-                        pos += 8;
-                        continue;
-                    }
-                    let Some(r) = decode_record_common(word0, word1, self.errata.skd007) else {
-                        break;
-                    };
-                    let off = pos as u64;
-                    pos += r.size();
-                    if f(off, r).is_break() {
-                        self.pos = Some(pos);
-                        return Ok(false);
-                    }
-                }
-                self.pos = Some(pos);
-            }
-            if pos >= buf.len() {
-                return Ok(true);
-            }
-            let (off, p) = self.next_packet_general()?;
-            if f(off, self.general_to_record(off, p)).is_break() {
-                return Ok(false);
-            }
-        }
-    }
-
-    /// The record of a packet the general decoder just read at `off` (its size is where
-    /// the decoder went on, which for an unusual encoding is not the packet's usual size).
-    fn general_to_record(&self, off: u64, p: Packet) -> PacketRecord {
+    /// The wire size of a packet the general decoder just read at `off`: where the
+    /// decoder went on, which for an unusual encoding is not the packet's usual size.
+    fn general_size(&self, off: u64) -> usize {
         let end = self.pos.map_or(off, |pos| pos as u64);
-        PacketRecord::from(p).with_size(end.saturating_sub(off) as usize)
-    }
-
-    fn internal(&self, pos: usize) -> DecodeError {
-        DecodeError {
-            code: ErrorCode::Internal,
-            offset: pos as u64,
-        }
+        end.saturating_sub(off) as usize
     }
 
     #[inline(never)]
     fn next_packet_general(&mut self) -> Result<(u64, Packet), DecodeError> {
+        let (offset, packet, next) = self.decode_general()?;
+        self.pos = Some(next);
+        match packet {
+            Packet::Psb => self.sync = Some(offset as usize),
+            Packet::Bbp { sz4, .. } => self.ctx.pebs = Some(sz4),
+            Packet::Bep { .. } | Packet::Ovf => self.ctx.pebs = None,
+            _ => {}
+        }
+        Ok((offset, packet))
+    }
+
+    /// The packet at the decoder's position through the general decoder: its offset,
+    /// the packet and where the next one starts. Changes nothing.
+    fn decode_general(&self) -> Result<(u64, Packet, usize), DecodeError> {
         let Some(pos) = self.pos else {
             return Err(DecodeError {
                 code: ErrorCode::NoSync,
@@ -839,22 +840,9 @@ impl<'a> PacketDecoder<'a> {
         };
         let rest = self.buf.get(pos..).unwrap_or(&[]);
         match decode_packet(rest, &self.errata, self.ctx) {
-            Ok((packet, size)) => {
-                self.pos = Some(pos + size);
-                match packet {
-                    Packet::Psb => self.sync = Some(pos),
-                    Packet::Bbp { sz4, .. } => self.ctx.pebs = Some(sz4),
-                    Packet::Bep { .. } | Packet::Ovf => self.ctx.pebs = None,
-                    _ => {}
-                }
-                Ok((pos as u64, packet))
-            }
+            Ok((packet, size)) => Ok((pos as u64, packet, pos + size)),
             // SKD007: the OVF starts one byte into the apparent CYC.
-            Err(ErrorCode::Overflow) => {
-                self.pos = Some(pos + 3);
-                self.ctx.pebs = None;
-                Ok((pos as u64 + 1, Packet::Ovf))
-            }
+            Err(ErrorCode::Overflow) => Ok((pos as u64 + 1, Packet::Ovf, pos + 3)),
             Err(code) => Err(DecodeError {
                 code,
                 offset: pos as u64,
@@ -965,7 +953,7 @@ impl Iterator for Records<'_, '_> {
             }
         }
         let item = d.next_uncommon()?;
-        Some(item.map(|(off, p)| (off, d.general_to_record(off, p))))
+        Some(item.map(|(off, p)| (off, PacketRecord::general(p, d.general_size(off)))))
     }
 
     fn fold<B, G>(self, init: B, mut g: G) -> B
