@@ -15,11 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use pt_benches::flow::{quiet_blocks, quiet_insns};
 use pt_decoder::config::Config;
-use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo};
 use pt_decoder::image::Image;
 use pt_decoder::sideband::{Explicit, Sideband};
-use pt_encoder::packet::ExecMode;
 use pt_hal::config::TraceConfig;
 use pt_sim::backend::SimOutput;
 use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
@@ -108,86 +107,6 @@ fn recorded(name: &str, cmd: &[String]) -> Result<Recorded, String> {
     })
 }
 
-/// The block decoder as ptxed `--quiet` drives it; returns the instructions it saw.
-fn blocks(r: &Recorded) -> u64 {
-    let mut dec = BlockDecoder::new(&r.trace, &r.image, &r.config, FlowOptions::default());
-    let mut block = Block {
-        ip: 0,
-        end_ip: 0,
-        mode: ExecMode::Unknown,
-        ninsn: 0,
-        speculative: false,
-        truncated: false,
-        isid: 0,
-        class: None,
-    };
-    let mut insns = 0;
-    let Ok(mut status) = dec.sync_forward() else {
-        return 0;
-    };
-    loop {
-        while status.event_pending {
-            match dec.event() {
-                Ok((_, s)) => status = s,
-                Err(_) => return insns,
-            }
-        }
-        if status.eos {
-            return insns;
-        }
-        insns += dec.skip_blocks().0;
-        let r = dec.next(&mut block);
-        insns += u64::from(block.ninsn);
-        match r {
-            Ok(s) => status = s,
-            Err(_) => match dec.sync_forward() {
-                Ok(s) => status = s,
-                Err(_) => return insns,
-            },
-        }
-    }
-}
-
-/// The instruction decoder as ptxed `--quiet --insn-decoder` drives it.
-fn insns(r: &Recorded) -> u64 {
-    let mut dec = InsnDecoder::new(&r.trace, &r.image, &r.config, FlowOptions::default());
-    let mut insn = InsnInfo {
-        ip: 0,
-        size: 0,
-        mode: ExecMode::Unknown,
-        speculative: false,
-        isid: 0,
-        class: None,
-    };
-    let mut insns = 0;
-    let Ok(mut status) = dec.sync_forward() else {
-        return 0;
-    };
-    loop {
-        while status.event_pending {
-            match dec.event() {
-                Ok((_, s)) => status = s,
-                Err(_) => return insns,
-            }
-        }
-        if status.eos {
-            return insns;
-        }
-        insns += dec.skip_blocks();
-        match dec.next(&mut insn) {
-            Ok(s) => {
-                insns += 1;
-                status = s;
-            }
-            Err(pt_decoder::ErrorCode::EventIgnored) => status.event_pending = true,
-            Err(_) => match dec.sync_forward() {
-                Ok(s) => status = s,
-                Err(_) => return insns + u64::from(insn.class.is_some()),
-            },
-        }
-    }
-}
-
 fn flow_recorded(c: &mut Criterion) {
     let dir = dir();
     if let Err(e) = std::fs::create_dir_all(&dir) {
@@ -229,16 +148,20 @@ fn flow_recorded(c: &mut Criterion) {
                 continue;
             }
         };
-        let n = blocks(&r);
+        let n = quiet_blocks(&r.trace, &r.image, &r.config);
         // Both decoders must see the same flow, or the figure means nothing.
-        assert_eq!(insns(&r), n, "{name}: the decoders disagree");
+        assert_eq!(
+            quiet_insns(&r.trace, &r.image, &r.config),
+            n,
+            "{name}: the decoders disagree"
+        );
         eprintln!("{name}: {n} instructions, {} trace bytes", r.trace.len());
         g.throughput(Throughput::Elements(n));
         g.bench_function(format!("{name}/block_quiet"), |b| {
-            b.iter(|| blocks(black_box(&r)))
+            b.iter(|| quiet_blocks(black_box(&r.trace), &r.image, &r.config))
         });
         g.bench_function(format!("{name}/insn_quiet"), |b| {
-            b.iter(|| insns(black_box(&r)))
+            b.iter(|| quiet_insns(black_box(&r.trace), &r.image, &r.config))
         });
     }
     g.finish();

@@ -11,6 +11,8 @@
 //! Both know how many instructions their trace executes, so benchmarks can report
 //! instructions per second.
 
+use pt_decoder::config::Config;
+use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo};
 use pt_decoder::image::Image;
 use pt_encoder::packet::{ExecMode, IpCompression, IpPayload, LastIp, ModeExec, Packet, Tnt};
 use pt_encoder::IpPacketKind;
@@ -255,6 +257,87 @@ pub fn calls(insns: u64) -> FlowTrace {
         trace: w.buf,
         sections,
         insns: count,
+    }
+}
+
+/// The block decoder as ptxed `--quiet` drives it (resyncing after errors); returns the
+/// instructions it reconstructed.
+pub fn quiet_blocks(trace: &[u8], image: &Image, config: &Config) -> u64 {
+    let mut dec = BlockDecoder::new(trace, image, config, FlowOptions::default());
+    let mut block = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    let mut insns = 0;
+    let Ok(mut status) = dec.sync_forward() else {
+        return 0;
+    };
+    loop {
+        while status.event_pending {
+            match dec.event() {
+                Ok((_, s)) => status = s,
+                Err(_) => return insns,
+            }
+        }
+        if status.eos {
+            return insns;
+        }
+        insns += dec.skip_blocks().0;
+        let r = dec.next(&mut block);
+        insns += u64::from(block.ninsn);
+        match r {
+            Ok(s) => status = s,
+            Err(_) => match dec.sync_forward() {
+                Ok(s) => status = s,
+                Err(_) => return insns,
+            },
+        }
+    }
+}
+
+/// The instruction decoder as ptxed `--quiet --insn-decoder` drives it.
+pub fn quiet_insns(trace: &[u8], image: &Image, config: &Config) -> u64 {
+    let mut dec = InsnDecoder::new(trace, image, config, FlowOptions::default());
+    let mut insn = InsnInfo {
+        ip: 0,
+        size: 0,
+        mode: ExecMode::Unknown,
+        speculative: false,
+        isid: 0,
+        class: None,
+    };
+    let mut insns = 0;
+    let Ok(mut status) = dec.sync_forward() else {
+        return 0;
+    };
+    loop {
+        while status.event_pending {
+            match dec.event() {
+                Ok((_, s)) => status = s,
+                Err(_) => return insns,
+            }
+        }
+        if status.eos {
+            return insns;
+        }
+        insns += dec.skip_blocks();
+        match dec.next(&mut insn) {
+            Ok(s) => {
+                insns += 1;
+                status = s;
+            }
+            Err(pt_decoder::ErrorCode::EventIgnored) => status.event_pending = true,
+            Err(_) => match dec.sync_forward() {
+                Ok(s) => status = s,
+                Err(_) => return insns + u64::from(insn.class.is_some()),
+            },
+        }
     }
 }
 
