@@ -1035,6 +1035,19 @@ pub fn find_psb_backward(buf: &[u8], end: usize) -> Option<usize> {
     None
 }
 
+/// Comparing two decoders (see `BlockDecoder::checkpoint`).
+impl PacketDecoder<'_> {
+    /// Whether both decode the same trace from the same place in the same way.
+    pub(crate) fn same_position(&self, other: &Self) -> bool {
+        core::ptr::eq(self.buf, other.buf)
+            && self.pos == other.pos
+            && self.sync == other.sync
+            && self.errata == other.errata
+            && self.ctx == other.ctx
+            && self.stalled == other.stalled
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,6 +48,8 @@ use crate::time::{Time, TimeCal};
 use pt_encoder::packet::LastIpError;
 use pt_encoder::{IpCompression, IpPacketKind, IpPayload, LastIp, ModeTsx, Packet, Tnt};
 
+mod checkpoint;
+
 /// Event decoder options (libipt's `pt_conf_flags` for the event layer).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Options {

@@ -37,6 +37,17 @@ pub struct Event {
     pub offset: u64,
 }
 
+impl Event {
+    /// The event without its time: what decoders that differ only in their time
+    /// calibration have in common (see `BlockDecoder::checkpoint`).
+    pub(crate) fn untimed(self) -> Event {
+        Event {
+            time: Timestamp::default(),
+            ..self
+        }
+    }
+}
+
 /// The kinds of events, with their payloads (named as in libipt's `pt_event`; each
 /// variant's doc says what its fields mean).
 #[allow(missing_docs)]

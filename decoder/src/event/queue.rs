@@ -175,6 +175,23 @@ impl EventQueue {
     }
 }
 
+/// Comparing queues of two decoders (see `BlockDecoder::checkpoint`).
+impl EventQueue {
+    /// Whether both queues hold the same events in the same order, with the same
+    /// bindings, whatever their timestamps.
+    pub(crate) fn same_events(&self, other: &Self) -> bool {
+        self.len == other.len
+            && self.entries[..self.len]
+                .iter()
+                .zip(&other.entries[..other.len])
+                .all(|(a, b)| {
+                    a.ignore == b.ignore
+                        && a.binding == b.binding
+                        && a.event.untimed() == b.event.untimed()
+                })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,6 +94,10 @@ impl Block {
     }
 }
 
+mod checkpoint;
+
+pub use checkpoint::Checkpoint;
+
 /// Events bound to the postponed instruction (at most one of each kind).
 mod bound {
     pub const PAGING: u8 = 1 << 0;

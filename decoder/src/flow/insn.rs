@@ -1,6 +1,6 @@
 //! The instruction-flow decoder: the block decoder's blocks, one instruction at a time.
 
-use super::block::{next_ip, Block, BlockDecoder, FlowOptions, Status};
+use super::block::{next_ip, Block, BlockDecoder, Checkpoint, FlowOptions, Status};
 use crate::block_cache::BlockId;
 use crate::config::Config;
 use crate::error::ErrorCode;
@@ -39,6 +39,14 @@ pub struct InsnDecoder<'a> {
     idx: u32,
 }
 
+/// An instruction decoder's [`Checkpoint`] (see [`InsnDecoder::checkpoint`]).
+#[derive(Clone, Debug)]
+pub struct InsnCheckpoint<'a> {
+    blk: Checkpoint<'a>,
+    block: Block,
+    status: Result<Status, ErrorCode>,
+}
+
 const EMPTY: Block = Block {
     ip: 0,
     end_ip: 0,
@@ -61,6 +69,23 @@ impl<'a> InsnDecoder<'a> {
             seg: 0,
             idx: 0,
         }
+    }
+
+    /// The decoder's state between two blocks, as [`BlockDecoder::checkpoint`] takes
+    /// it; `None` inside a block, where the block decoder underneath is ahead of the
+    /// instructions handed out so far.
+    pub fn checkpoint(&self) -> Option<InsnCheckpoint<'a>> {
+        (self.block.ninsn == 0).then(|| InsnCheckpoint {
+            blk: self.blk.checkpoint(),
+            block: self.block,
+            status: self.status,
+        })
+    }
+
+    /// Whether this decoder is where `c` was taken, in the same state (see
+    /// [`BlockDecoder::reached`]).
+    pub fn reached(&self, c: &InsnCheckpoint<'_>) -> bool {
+        self.block == c.block && self.status == c.status && self.blk.reached(&c.blk)
     }
 
     /// The block decoder underneath.

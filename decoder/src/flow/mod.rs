@@ -60,9 +60,9 @@ pub mod filter;
 pub mod insn;
 pub mod retstack;
 
-pub use block::{Block, BlockDecoder, FlowOptions, Status, MAX_BLOCK_INSNS};
+pub use block::{Block, BlockDecoder, Checkpoint, FlowOptions, Status, MAX_BLOCK_INSNS};
 pub use filter::AddrFilter;
-pub use insn::{InsnDecoder, InsnInfo};
+pub use insn::{InsnCheckpoint, InsnDecoder, InsnInfo};
 pub use retstack::RetStack;
 
 #[cfg(test)]
