@@ -19,7 +19,9 @@ impl EventDecoder<'_> {
             && self.bound == other.bound
             && match (&self.peeked, &other.peeked) {
                 (None, None) => true,
-                (Some((pa, oa, a)), Some((pb, ob, b))) => pa.same_position(pb) && oa == ob && a == b,
+                (Some((pa, oa, a)), Some((pb, ob, b))) => {
+                    pa.same_position(pb) && oa == ob && a == b
+                }
                 _ => false,
             }
     }
