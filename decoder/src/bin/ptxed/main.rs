@@ -4,12 +4,17 @@
 use pt_decoder::config::{Config, Cpu, Errata};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
-use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo, Status};
+use pt_decoder::flow::{
+    Block, BlockDecoder, Checkpoint, FlowOptions, InsnCheckpoint, InsnDecoder, InsnInfo, Status,
+};
 use pt_decoder::image::{Image, LoadError};
 use pt_decoder::insn::{self, Disassembler};
 use pt_decoder::sideband::{Explicit, Sideband, SidebandError};
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
+use std::ops::ControlFlow;
+
+mod parallel;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Options {
@@ -25,6 +30,10 @@ struct Options {
     event_ip: bool,
     resync_on_error: bool,
     insn_decoder: bool,
+    /// Threads for `--quiet` decoding (0: one per core).
+    threads: u64,
+    /// The smallest piece of the trace worth a thread of its own.
+    min_piece: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -58,6 +67,12 @@ options:
                                        collects all statistics unless one or more are selected.
   --stat:insn                          collect number of instructions.
   --stat:blocks                        collect number of blocks.
+  --threads <n>                        with --quiet, decode pieces of the trace between PSBs
+                                       on <n> threads (default: one per core; 1: one thread).
+                                       the output is the same; not with --check, --event:tick
+                                       or block statistics.
+  --threads:min-piece <n>              give each thread at least <n> bytes of the trace
+                                       (default: 256 KiB).
   --pt <file>[:<from>[-<to>]]          load the processor trace data from <file>.
                                        an optional offset or range can be given.
   --elf <<file>[:<base>]               load an ELF from <file> at address <base>.
@@ -296,6 +311,8 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
             "--event:iflags" => flow.iflags_events = true,
             "--check" => opts.check = true,
             "--resync-on-error" => opts.resync_on_error = true,
+            "--threads" => opts.threads = value!("--threads", 1024).max(1),
+            "--threads:min-piece" => opts.min_piece = value!("--threads:min-piece", u64::MAX),
             "--iscache-limit" => {
                 value!(arg, u64::MAX);
             }
@@ -834,6 +851,16 @@ impl<W: Write> Printer<'_, W> {
     }
 }
 
+/// What [`block_error_ip`] looks at in `block`.
+fn blame(block: &Block) -> (bool, u64, ExecMode) {
+    let empty = block.ninsn == 0;
+    (
+        empty,
+        if empty { block.ip } else { block.end_ip },
+        block.mode,
+    )
+}
+
 /// The IP to blame for an error after `block` (ptxed's rules: the instruction after
 /// the last one, unless the trace did not match the last one itself).
 fn block_error_ip(image: &Image, block: &Block, code: ErrorCode) -> u64 {
@@ -855,6 +882,7 @@ trait Driver {
     /// resync (block decoder) or prints offset 0 (instruction decoder), as ptxed does.
     const STRICT_RESYNC_OFFSET: bool;
     fn sync_forward(&mut self) -> Result<Status, ErrorCode>;
+    fn sync_set(&mut self, offset: u64) -> Result<Status, ErrorCode>;
     fn resync(&mut self) -> Result<Status, ErrorCode>;
     fn offset(&self) -> Result<u64, ErrorCode>;
     fn event(&mut self) -> Result<(Event, Status), ErrorCode>;
@@ -862,14 +890,22 @@ trait Driver {
     fn reset(&mut self);
     /// The IP to blame for `code` after the last block or instruction.
     fn error_ip(&self, image: &Image, code: ErrorCode) -> u64;
-    /// Decode, count, print and check one block or instruction.
+    /// Decode, count, print and check one block or instruction; `fast`: skip through
+    /// warm code first where nothing is printed.
     fn step<W: Write>(
         &mut self,
         p: &mut Printer<'_, W>,
         stats: &mut Stats,
         offset: u64,
         time: u64,
+        fast: bool,
     ) -> Result<Status, ErrorCode>;
+    /// The decoder's state between two steps, where the output from here on depends on
+    /// nothing else (see [`BlockDecoder::checkpoint`]); `None` where it cannot be taken.
+    type Mark: Send;
+    fn mark(&self) -> Option<Self::Mark>;
+    /// Whether the decoder is where `mark` was taken, in the same state.
+    fn reached(&self, mark: &Self::Mark) -> bool;
 }
 
 /// The `Driver` calls both drivers pass straight to their flow decoder `dec`.
@@ -877,6 +913,9 @@ macro_rules! forward_to_decoder {
     () => {
         fn sync_forward(&mut self) -> Result<Status, ErrorCode> {
             self.dec.sync_forward()
+        }
+        fn sync_set(&mut self, offset: u64) -> Result<Status, ErrorCode> {
+            self.dec.sync_set(offset)
         }
         fn resync(&mut self) -> Result<Status, ErrorCode> {
             self.dec.resync()
@@ -896,10 +935,21 @@ struct BlockDriver<'a> {
     ips: Vec<u64>,
 }
 
-impl Driver for BlockDriver<'_> {
+impl<'a> Driver for BlockDriver<'a> {
     const STRICT_RESYNC_OFFSET: bool = true;
 
     forward_to_decoder!();
+
+    /// With what an error right after it would blame ([`block_error_ip`]).
+    type Mark = (Checkpoint<'a>, (bool, u64, ExecMode));
+
+    fn mark(&self) -> Option<Self::Mark> {
+        Some((self.dec.checkpoint(), blame(&self.block)))
+    }
+
+    fn reached(&self, mark: &Self::Mark) -> bool {
+        blame(&self.block) == mark.1 && self.dec.reached(&mark.0)
+    }
 
     fn reset(&mut self) {
         self.block.ip = 0;
@@ -917,9 +967,10 @@ impl Driver for BlockDriver<'_> {
         stats: &mut Stats,
         offset: u64,
         time: u64,
+        fast: bool,
     ) -> Result<Status, ErrorCode> {
         let opts = p.opts;
-        if opts.quiet && !opts.check {
+        if opts.quiet && !opts.check && fast {
             let (insns, blocks) = self.dec.skip_blocks();
             stats.insn += insns;
             stats.blocks += blocks;
@@ -947,10 +998,21 @@ struct InsnDriver<'a> {
     insn: InsnInfo,
 }
 
-impl Driver for InsnDriver<'_> {
+impl<'a> Driver for InsnDriver<'a> {
     const STRICT_RESYNC_OFFSET: bool = false;
 
     forward_to_decoder!();
+
+    /// With the last instruction, which an error right after it would blame.
+    type Mark = (InsnCheckpoint<'a>, InsnInfo);
+
+    fn mark(&self) -> Option<Self::Mark> {
+        Some((self.dec.checkpoint()?, self.insn))
+    }
+
+    fn reached(&self, mark: &Self::Mark) -> bool {
+        self.insn == mark.1 && self.dec.reached(&mark.0)
+    }
 
     fn reset(&mut self) {
         self.insn.ip = 0;
@@ -968,9 +1030,10 @@ impl Driver for InsnDriver<'_> {
         stats: &mut Stats,
         offset: u64,
         time: u64,
+        fast: bool,
     ) -> Result<Status, ErrorCode> {
         let opts = p.opts;
-        if opts.quiet && !opts.check {
+        if opts.quiet && !opts.check && fast {
             stats.insn += self.dec.skip_blocks();
         }
         let r = match self.dec.next(&mut self.insn) {
@@ -1015,23 +1078,72 @@ fn take_event<D: Driver, W: Write>(
     Ok(status)
 }
 
+/// Where a decode starts, and what it sees of its progress: the whole trace, or one
+/// piece of a parallel decode ([`parallel`]).
+trait Watch<D: Driver> {
+    /// Whether steps may skip through warm code (nothing is printed there).
+    fn fast(&self) -> bool {
+        true
+    }
+    /// The first synchronization.
+    fn first_sync(&mut self, dec: &mut D) -> Result<Status, ErrorCode> {
+        dec.sync_forward()
+    }
+    /// Between two steps, with `written` bytes of output so far; `Break` ends the
+    /// decode here.
+    fn between_steps(&mut self, _dec: &D, _written: usize, _stats: &Stats) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+    /// An error was reported.
+    fn error(&mut self, _code: ErrorCode) {}
+}
+
+/// The whole trace on one thread.
+struct Whole;
+
+impl<D: Driver> Watch<D> for Whole {}
+
+/// How much output a sink took so far (only pieces of a parallel decode ask).
+trait Sink: Write {
+    fn written(&self) -> usize {
+        0
+    }
+}
+
+impl<W: Write> Sink for io::BufWriter<W> {}
+
+impl Sink for Vec<u8> {
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
+
 /// Decode the whole trace with `dec`: sync, then alternate events and steps until
 /// the end, reporting errors and (with `--resync-on-error`) resyncing after them.
-fn run_decoder<D: Driver, W: Write>(
+fn run_decoder<D: Driver, W: Sink, T: Watch<D>>(
     mut dec: D,
     image: &Image,
     p: &mut Printer<'_, W>,
     stats: &mut Stats,
+    watch: &mut T,
 ) {
     let opts = p.opts;
     let mut sync = 0u64;
     let mut time = 0u64;
+    let mut first = true;
     loop {
         dec.reset();
-        let mut status = match dec.sync_forward() {
+        let synced = if first {
+            first = false;
+            watch.first_sync(&mut dec)
+        } else {
+            dec.sync_forward()
+        };
+        let mut status = match synced {
             Ok(s) => s,
             Err(ErrorCode::Eos) => break,
             Err(e) => {
+                watch.error(e);
                 p.diagnose(dec.offset(), dec.error_ip(image, e), "sync error", e);
                 match dec.offset() {
                     Ok(new) if new > sync => {
@@ -1063,6 +1175,9 @@ fn run_decoder<D: Driver, W: Write>(
                     }
                     return;
                 }
+                if watch.between_steps(&dec, p.out.written(), stats).is_break() {
+                    return;
+                }
                 let offset = if opts.print_offset || opts.check {
                     match dec.offset() {
                         Ok(o) => o,
@@ -1071,7 +1186,7 @@ fn run_decoder<D: Driver, W: Write>(
                 } else {
                     0
                 };
-                match dec.step(p, stats, offset, time) {
+                match dec.step(p, stats, offset, time, watch.fast()) {
                     Ok(s) => status = s,
                     Err(e) => break 'inner e,
                 }
@@ -1079,6 +1194,7 @@ fn run_decoder<D: Driver, W: Write>(
             if err == ErrorCode::Eos {
                 return;
             }
+            watch.error(err);
             p.diagnose(dec.offset(), dec.error_ip(image, err), "error", err);
             if !opts.resync_on_error {
                 break;
@@ -1086,6 +1202,7 @@ fn run_decoder<D: Driver, W: Write>(
             match resync(&mut dec, p, &mut time) {
                 Ok(s) => status = s,
                 Err(e) => {
+                    watch.error(e);
                     p.diagnose(dec.offset(), dec.error_ip(image, e), "resync error", e);
                     break;
                 }
@@ -1255,6 +1372,13 @@ fn insn_error_ip(image: &Image, insn: &InsnInfo, code: ErrorCode) -> u64 {
     xed_next_ip(image, insn.ip, insn.mode).unwrap_or(insn.ip)
 }
 
+/// Print and count what a parallel decode produced.
+fn take_joined<W: Write>(p: &mut Printer<'_, W>, stats: &mut Stats, j: parallel::Joined) {
+    let _ = p.out.write_all(&j.out);
+    stats.insn = j.insn;
+    stats.blocks = j.blocks;
+}
+
 fn run(prog: &str, args: &[String]) -> i32 {
     let stdout = io::stdout();
     let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
@@ -1276,8 +1400,20 @@ fn run(prog: &str, args: &[String]) -> i32 {
         text: String::with_capacity(128),
     };
     let (trace, image, config) = (&setup.trace, &setup.image, &setup.config);
-    if setup.opts.insn_decoder {
-        let dec = InsnDriver {
+    let opts = setup.opts;
+    let threads = match opts.threads {
+        0 => parallel::default_threads(),
+        n => usize::try_from(n).unwrap_or(1),
+    };
+    // Only where the output cannot depend on where blocks end or on time (see
+    // `parallel`).
+    let share = threads > 1
+        && opts.quiet
+        && !opts.check
+        && !setup.flow.tick_events
+        && (opts.insn_decoder || !stats.want_blocks);
+    if opts.insn_decoder {
+        let make = || InsnDriver {
             dec: InsnDecoder::new(trace, image, config, setup.flow),
             insn: InsnInfo {
                 ip: 0,
@@ -1288,9 +1424,15 @@ fn run(prog: &str, args: &[String]) -> i32 {
                 class: None,
             },
         };
-        run_decoder(dec, image, &mut p, &mut stats);
+        let joined = share
+            .then(|| parallel::decode(trace, threads, make, image, opts, stats))
+            .flatten();
+        match joined {
+            Some(j) => take_joined(&mut p, &mut stats, j),
+            None => run_decoder(make(), image, &mut p, &mut stats, &mut Whole),
+        }
     } else {
-        let dec = BlockDriver {
+        let make = || BlockDriver {
             dec: BlockDecoder::new(trace, image, config, setup.flow),
             block: Block {
                 ip: 0,
@@ -1304,7 +1446,13 @@ fn run(prog: &str, args: &[String]) -> i32 {
             },
             ips: Vec::new(),
         };
-        run_decoder(dec, image, &mut p, &mut stats);
+        let joined = share
+            .then(|| parallel::decode(trace, threads, make, image, opts, stats))
+            .flatten();
+        match joined {
+            Some(j) => take_joined(&mut p, &mut stats, j),
+            None => run_decoder(make(), image, &mut p, &mut stats, &mut Whole),
+        }
     }
     if setup.opts.print_stats {
         if stats.want_insn {
