@@ -139,6 +139,8 @@ struct Writer {
     ctc: u8,
     next_psb: usize,
     rng: Rng,
+    /// One TIP in this many carries the full IP whatever the last IP.
+    full_one_in: u64,
 }
 
 impl Writer {
@@ -172,17 +174,18 @@ impl Writer {
             put(&mut self.buf, &Packet::Mtc { ctc: self.ctc });
         }
         let mut p = self.last.compress(ip);
-        if self.rng.below(8) == 0 {
+        if self.rng.below(self.full_one_in) == 0 {
             p = IpPayload::new(IpCompression::Full, ip);
         }
         self.last.update(p);
         put(&mut self.buf, &Packet::Ip(IpPacketKind::Tip, p));
     }
 
-    /// PSB+ at `ip` if 4 KiB have passed since the last one.
-    fn psb_plus(&mut self, ip: u64) {
+    /// PSB+ at `ip` if 4 KiB have passed since the last one; true if it wrote one
+    /// (which empties the decoder's return stack: later RETs of earlier CALLs need TIPs).
+    fn psb_plus(&mut self, ip: u64) -> bool {
         if self.buf.len() < self.next_psb {
-            return;
+            return false;
         }
         self.flush();
         self.next_psb = self.buf.len() + PSB_PERIOD;
@@ -205,6 +208,7 @@ impl Writer {
         self.last.update(p);
         put(&mut self.buf, &Packet::Ip(IpPacketKind::Fup, p));
         put(&mut self.buf, &Packet::Psbend);
+        true
     }
 }
 
@@ -222,6 +226,7 @@ pub fn calls(insns: u64) -> FlowTrace {
         ctc: 0,
         next_psb: 0,
         rng: Rng::new(4),
+        full_one_in: 8,
     };
     let mut count = 0u64;
     while count < insns {
@@ -257,6 +262,279 @@ pub fn calls(insns: u64) -> FlowTrace {
         trace: w.buf,
         sections,
         insns: count,
+    }
+}
+
+/// A module of code, the same at every address (all branches are relative): a function
+/// `F(outer = edi, inner = esi, g = r9, table = r10)` with a two-level loop that calls a
+/// leaf `H` directly and a library function through a register, then dispatches through a
+/// jump table; and the library function `G(n = edx)`, a counted loop.
+///
+/// ```text
+/// F:  push rbx; push rbp; mov ebx, edi; xor eax, eax
+/// L:  mov ebp, esi
+/// I:  call H                  ; direct; RET compressed
+///     add rax, rdx; mov r8, rax; shl r8, 2; xor rax, r8; test al, 1
+///     jz S                    ; TNT (either way)
+///     lea rax, [rax + rax*2 + 1]
+/// S:  sub ebp, 1; jnz I       ; TNT
+///     call r9                 ; TIP to some region's G
+///     sub ebx, 1; jnz L       ; TNT
+///     and eax, 3
+///     jmp [r10 + rax*8]       ; TIP to C0..C3
+/// C0: add rax, 1;  jmp J
+/// C1: sub rax, 1;  jmp J
+/// C2: xor rax, rbx; jmp J
+/// C3: not rax
+/// J:  pop rbp; pop rbx; ret   ; TNT or TIP
+/// H:  mov rdx, rax; shr rdx, 3; add rdx, 7; ret
+/// G:  mov ecx, edx; xor edx, edx
+/// LG: add rdx, rcx; rol rdx, 5; xor rdx, rcx; sub ecx, 1; jnz LG    ; TNT
+///     mov rax, rdx; ret       ; TNT or TIP
+/// ```
+fn module() -> Vec<u8> {
+    vec![
+        0x53, 0x55, 0x89, 0xfb, 0x31,
+        0xc0, // F: push rbx; push rbp; mov ebx, edi; xor eax, eax
+        0x89, 0xf5, // L: mov ebp, esi
+        0xe8, 0x41, 0x00, 0x00, 0x00, // I: call H
+        0x48, 0x01, 0xd0, // add rax, rdx
+        0x49, 0x89, 0xc0, // mov r8, rax
+        0x49, 0xc1, 0xe0, 0x02, // shl r8, 2
+        0x4c, 0x31, 0xc0, // xor rax, r8
+        0xa8, 0x01, // test al, 1
+        0x74, 0x05, // jz S
+        0x48, 0x8d, 0x44, 0x40, 0x01, // lea rax, [rax + rax*2 + 1]
+        0x83, 0xed, 0x01, // S: sub ebp, 1
+        0x75, 0xe0, // jnz I
+        0x41, 0xff, 0xd1, // call r9
+        0x83, 0xeb, 0x01, // sub ebx, 1
+        0x75, 0xd6, // jnz L
+        0x83, 0xe0, 0x03, // and eax, 3
+        0x41, 0xff, 0x24, 0xc2, // jmp [r10 + rax*8]
+        0x48, 0x83, 0xc0, 0x01, 0xeb, 0x0e, // C0: add rax, 1; jmp J
+        0x48, 0x83, 0xe8, 0x01, 0xeb, 0x08, // C1: sub rax, 1; jmp J
+        0x48, 0x31, 0xd8, 0xeb, 0x03, // C2: xor rax, rbx; jmp J
+        0x48, 0xf7, 0xd0, // C3: not rax
+        0x5d, 0x5b, 0xc3, // J: pop rbp; pop rbx; ret
+        0x48, 0x89, 0xc2, // H: mov rdx, rax
+        0x48, 0xc1, 0xea, 0x03, // shr rdx, 3
+        0x48, 0x83, 0xc2, 0x07, 0xc3, // add rdx, 7; ret
+        0x89, 0xd1, 0x31, 0xd2, // G: mov ecx, edx; xor edx, edx
+        0x48, 0x01, 0xca, // LG: add rdx, rcx
+        0x48, 0xc1, 0xc2, 0x05, // rol rdx, 5
+        0x48, 0x31, 0xca, // xor rdx, rcx
+        0x83, 0xe9, 0x01, // sub ecx, 1
+        0x75, 0xf1, // jnz LG
+        0x48, 0x89, 0xd0, 0xc3, // mov rax, rdx; ret
+    ]
+}
+const MOD_L: u64 = 0x06;
+const MOD_AFTER_CALL_G: u64 = 0x2b;
+/// The jump-table cases C0..C3 and the instructions each runs before J.
+const MOD_CASES: [(u64, u64); 4] = [(0x37, 2), (0x3d, 2), (0x43, 2), (0x48, 1)];
+const MOD_G: u64 = 0x5a;
+const MOD_LG: u64 = 0x5e;
+
+/// The driver: `M: mov rax, [r12 + r15*8]; call rax; add r13, rax; sub r14, 1; jnz M`.
+fn driver() -> Vec<u8> {
+    vec![
+        0x4b, 0x8b, 0x04, 0xfc, // mov rax, [r12 + r15*8]
+        0xff, 0xd0, // call rax
+        0x49, 0x01, 0xc5, // add r13, rax
+        0x49, 0x83, 0xee, 0x01, // sub r14, 1
+        0x75, 0xf1, // jnz M
+    ]
+}
+const DRIVER_AFTER_CALL: u64 = 6;
+
+/// The shape of a [`calls_mixed`] trace.
+#[derive(Clone, Copy, Debug)]
+pub struct CallsMix {
+    /// `F`'s outer loop runs 1 to this many times.
+    pub outer: u64,
+    /// `F`'s inner loop (a direct call and a data-dependent branch) runs 1 to this many times.
+    pub inner: u64,
+    /// `G`'s loop runs 1 to this many times.
+    pub g_loop: u64,
+    /// One `G` return in this many gets a TIP (hardware may send one for any RET); `F`'s
+    /// return then does too, since the decoder's return stack no longer matches.
+    pub ret_tip_one_in: u64,
+    /// One TIP in this many carries the full IP.
+    pub full_one_in: u64,
+}
+
+impl CallsMix {
+    /// The mix of the benchmark: see [`calls_mixed`].
+    pub const DEFAULT: CallsMix = CallsMix {
+        outer: 3,
+        inner: 3,
+        g_loop: 5,
+        ret_tip_one_in: 4,
+        full_one_in: 16,
+    };
+}
+
+/// A program of many direct and indirect calls with loops in the called functions, with
+/// about `insns` instructions: a driver loop in the main region calls, through a register,
+/// `F` (see [`module`]) in one of four regions chosen at random (beside the driver: IP
+/// updates of 16 bits; the low 4 GiB: 32 bits; a shared-library region: 48 bits; the
+/// kernel: sign-extended 48 bits), which calls `G` in a random region through a register
+/// and ends with an indirect jump through a table. Returns are compressed (TNT) except where
+/// a PSB+ came between the CALL and its RET, or where the mix sends a TIP. The trace has
+/// CYC, MTC and TSC packets, and PSB+ (at the driver's loop head, `F`'s outer loop head or
+/// `G`'s loop head) every 4 KiB; now and then a TIP carries the full IP.
+///
+/// With [`CallsMix::DEFAULT`] this is the scale of "many calls" trace the issue quotes
+/// libipt at 80-90 M instructions/s with its block decoder: ...
+pub fn calls_mixed(insns: u64, mix: CallsMix) -> FlowTrace {
+    let mut w = Writer {
+        buf: Vec::with_capacity((insns / 8) as usize + 4096),
+        last: LastIp::new(),
+        bits: 0,
+        nbits: 0,
+        tips: 0,
+        tsc: 0x10_0000,
+        ctc: 0,
+        next_psb: 0,
+        rng: Rng::new(7),
+        full_one_in: mix.full_one_in.max(1),
+    };
+    let pick = |w: &mut Writer| STUBS[w.rng.below(STUBS.len() as u64) as usize];
+    let mut count = 0u64;
+    while count < insns {
+        // The first PSB+ enables tracing at M with its FUP.
+        w.psb_plus(MAIN);
+        // mov rax, [..]; call rax → F.
+        let f = pick(&mut w);
+        w.tip(f);
+        count += 2;
+        // Whether F's RET may be compressed.
+        let mut f_ret_compressed = true;
+        // push; push; mov; xor.
+        count += 4;
+        let outer = 1 + w.rng.below(mix.outer.max(1));
+        for o in 0..outer {
+            if w.psb_plus(f + MOD_L) {
+                f_ret_compressed = false;
+            }
+            // mov ebp, esi.
+            count += 1;
+            let inner = 1 + w.rng.below(mix.inner.max(1));
+            for i in 0..inner {
+                // call H; mov; shr; add; ret (compressed).
+                w.tnt(true);
+                // add; mov; shl; xor; test; jz S (taken: skip the lea).
+                let skip = w.rng.below(2) == 0;
+                w.tnt(skip);
+                // sub; jnz I.
+                w.tnt(i + 1 < inner);
+                count += 5 + 6 + u64::from(!skip) + 2;
+            }
+            // call r9 → G; mov; xor.
+            let g = pick(&mut w);
+            w.tip(g + MOD_G);
+            count += 3;
+            let mut g_ret_compressed = w.rng.below(mix.ret_tip_one_in.max(1)) != 0;
+            let n = 1 + w.rng.below(mix.g_loop.max(1));
+            for k in 0..n {
+                if w.psb_plus(g + MOD_LG) {
+                    g_ret_compressed = false;
+                }
+                // add; rol; xor; sub; jnz LG.
+                w.tnt(k + 1 < n);
+                count += 5;
+            }
+            // mov; ret.
+            count += 2;
+            if g_ret_compressed {
+                w.tnt(true);
+            } else {
+                w.tip(f + MOD_AFTER_CALL_G);
+                f_ret_compressed = false;
+            }
+            // sub; jnz L.
+            w.tnt(o + 1 < outer);
+            count += 2;
+        }
+        // and; jmp [table] → a case; its instructions; pop; pop; ret.
+        let (case, len) = MOD_CASES[w.rng.below(MOD_CASES.len() as u64) as usize];
+        w.tip(f + case);
+        count += 2 + len + 3;
+        if f_ret_compressed {
+            w.tnt(true);
+        } else {
+            w.tip(MAIN + DRIVER_AFTER_CALL);
+        }
+        // add; sub; jnz M.
+        w.tnt(true);
+        count += 3;
+    }
+    // The trace ends before the next call rax: mov and call need its TIP.
+    w.flush();
+    let mut main = driver();
+    main.resize((STUBS[0] - MAIN) as usize, 0xcc);
+    main.extend_from_slice(&module());
+    let mut sections = vec![(MAIN, main)];
+    for &s in &STUBS[1..] {
+        sections.push((s, module()));
+    }
+    FlowTrace {
+        trace: w.buf,
+        sections,
+        insns: count,
+    }
+}
+
+/// What a trace holds: TIPs by IP compression, TNT bits, timing and PSB packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceMix {
+    /// TIPs by IPBytes (index = [`IpCompression`] value).
+    pub tips: [u64; 8],
+    /// Conditional-branch and compressed-return results in TNT packets.
+    pub tnt_bits: u64,
+    /// PSB packets.
+    pub psb: u64,
+    /// MTC packets.
+    pub mtc: u64,
+    /// CYC packets.
+    pub cyc: u64,
+    /// TSC packets.
+    pub tsc: u64,
+}
+
+impl TraceMix {
+    /// Counts the packets of `trace` from its first PSB.
+    pub fn of(trace: &[u8]) -> Result<TraceMix, pt_decoder::DecodeError> {
+        let mut d = pt_decoder::PacketDecoder::new(trace, &Config::default());
+        d.sync_forward()?;
+        let mut m = TraceMix::default();
+        for r in d {
+            match r?.1 {
+                Packet::Ip(IpPacketKind::Tip, p) => {
+                    if let Some(n) = m.tips.get_mut(p.compression as usize) {
+                        *n += 1;
+                    }
+                }
+                Packet::Tnt8(t) | Packet::Tnt64(t) => m.tnt_bits += u64::from(t.len()),
+                Packet::Psb => m.psb += 1,
+                Packet::Mtc { .. } => m.mtc += 1,
+                Packet::Cyc { .. } => m.cyc += 1,
+                Packet::Tsc { .. } => m.tsc += 1,
+                _ => {}
+            }
+        }
+        Ok(m)
+    }
+
+    /// All TIPs.
+    pub fn tip_count(&self) -> u64 {
+        self.tips.iter().sum()
+    }
+
+    /// TIPs with `c`.
+    pub fn tips_with(&self, c: IpCompression) -> u64 {
+        self.tips.get(c as usize).copied().unwrap_or(0)
     }
 }
 
@@ -411,5 +689,49 @@ mod tests {
         }
         assert_eq!(seen.len(), 5, "{seen:?}");
         assert!(psb >= 4 && mtc > 0 && cyc > 0);
+    }
+
+    #[test]
+    fn mixed_call_trace_decodes_to_its_count_with_every_compression() {
+        let t = calls_mixed(300_000, CallsMix::DEFAULT);
+        assert_eq!(decode(&t), t.insns);
+        let (image, config) = (t.image(), Config::default());
+        assert_eq!(quiet_blocks(&t.trace, &image, &config), t.insns);
+        assert_eq!(quiet_insns(&t.trace, &image, &config), t.insns);
+        let m = TraceMix::of(&t.trace).unwrap();
+        for c in [
+            IpCompression::Update16,
+            IpCompression::Update32,
+            IpCompression::Update48,
+            IpCompression::Sext48,
+            IpCompression::Full,
+        ] {
+            assert!(m.tips_with(c) > 0, "no {c:?} TIP: {m:?}");
+        }
+        assert_eq!(m.tips_with(IpCompression::Suppressed), 0);
+        assert!(m.psb as usize >= t.trace.len() / PSB_PERIOD, "{m:?}");
+        assert!(m.mtc > 0 && m.cyc > 0 && m.tsc == m.psb, "{m:?}");
+        // Sparser than `calls`: several instructions per TIP and per TNT bit.
+        assert!(
+            t.insns > 10 * m.tip_count() && t.insns > 2 * m.tnt_bits,
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn mixed_call_trace_has_uncompressed_returns_only_where_needed() {
+        // With no random TIP returns, every RET TIP is one whose CALL came before a PSB+.
+        let mix = CallsMix {
+            ret_tip_one_in: u64::MAX,
+            ..CallsMix::DEFAULT
+        };
+        let t = calls_mixed(300_000, mix);
+        assert_eq!(decode(&t), t.insns);
+        let random = calls_mixed(300_000, CallsMix::DEFAULT);
+        let (m, r) = (
+            TraceMix::of(&t.trace).unwrap(),
+            TraceMix::of(&random.trace).unwrap(),
+        );
+        assert!(r.tip_count() * t.insns > m.tip_count() * random.insns);
     }
 }
