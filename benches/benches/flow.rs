@@ -1,14 +1,16 @@
 //! Flow decoding (ptxed `--quiet`: reconstruct and count, print nothing) in instructions
-//! per second, with the block and the instruction decoder, on two generated programs
-//! ([`pt_benches::flow`]): a TNT-only loop and a call/indirect-jump heavy trace with
-//! every IP compression, timing packets and PSB+ every 4 KiB.
+//! per second, with the block and the instruction decoder, on three generated programs
+//! ([`pt_benches::flow`]): a TNT-only loop, a call/indirect-jump heavy trace (`calls`,
+//! a TIP every 6 instructions) and a sparser one of the density the issue quotes libipt at
+//! (`calls_mixed`: calls with loops in the callees, a TIP every 24 instructions), both
+//! with every IP compression, timing packets and PSB+ every 4 KiB.
 //!
 //! With `PT_FLOW_DUMP=dir`, writes each trace (`<name>.pt`) and its sections
 //! (`<name>-<i>.bin`, with a `<name>.args` line of ptxed `--raw` options) there, to time
 //! other decoders on the same input.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use pt_benches::flow::{self, quiet_blocks, quiet_insns, FlowTrace};
+use pt_benches::flow::{self, quiet_blocks, quiet_insns, CallsMix, FlowTrace};
 use pt_decoder::config::Config;
 use std::hint::black_box;
 
@@ -41,6 +43,7 @@ fn flow(c: &mut Criterion) {
     for (name, t) in [
         ("tnt_loop", flow::tnt_loop(INSNS)),
         ("calls", flow::calls(INSNS)),
+        ("calls_mixed", flow::calls_mixed(INSNS, CallsMix::DEFAULT)),
     ] {
         dump(name, &t);
         let image = t.image();
