@@ -1121,7 +1121,7 @@ impl Sink for Vec<u8> {
 /// Decode the whole trace with `dec`: sync, then alternate events and steps until
 /// the end, reporting errors and (with `--resync-on-error`) resyncing after them.
 fn run_decoder<D: Driver, W: Sink, T: Watch<D>>(
-    mut dec: D,
+    dec: &mut D,
     image: &Image,
     p: &mut Printer<'_, W>,
     stats: &mut Stats,
@@ -1135,7 +1135,7 @@ fn run_decoder<D: Driver, W: Sink, T: Watch<D>>(
         dec.reset();
         let synced = if first {
             first = false;
-            watch.first_sync(&mut dec)
+            watch.first_sync(dec)
         } else {
             dec.sync_forward()
         };
@@ -1163,7 +1163,7 @@ fn run_decoder<D: Driver, W: Sink, T: Watch<D>>(
                     } else {
                         Ok(0)
                     };
-                    let r = offset.and_then(|offset| take_event(&mut dec, p, &mut time, offset));
+                    let r = offset.and_then(|offset| take_event(dec, p, &mut time, offset));
                     match r {
                         Ok(s) => status = s,
                         Err(e) => break 'inner e,
@@ -1175,7 +1175,7 @@ fn run_decoder<D: Driver, W: Sink, T: Watch<D>>(
                     }
                     return;
                 }
-                if watch.between_steps(&dec, p.out.written(), stats).is_break() {
+                if watch.between_steps(dec, p.out.written(), stats).is_break() {
                     return;
                 }
                 let offset = if opts.print_offset || opts.check {
@@ -1199,7 +1199,7 @@ fn run_decoder<D: Driver, W: Sink, T: Watch<D>>(
             if !opts.resync_on_error {
                 break;
             }
-            match resync(&mut dec, p, &mut time) {
+            match resync(dec, p, &mut time) {
                 Ok(s) => status = s,
                 Err(e) => {
                     watch.error(e);
@@ -1429,7 +1429,7 @@ fn run(prog: &str, args: &[String]) -> i32 {
             .flatten();
         match joined {
             Some(j) => take_joined(&mut p, &mut stats, j),
-            None => run_decoder(make(), image, &mut p, &mut stats, &mut Whole),
+            None => run_decoder(&mut make(), image, &mut p, &mut stats, &mut Whole),
         }
     } else {
         let make = || BlockDriver {
@@ -1451,7 +1451,7 @@ fn run(prog: &str, args: &[String]) -> i32 {
             .flatten();
         match joined {
             Some(j) => take_joined(&mut p, &mut stats, j),
-            None => run_decoder(make(), image, &mut p, &mut stats, &mut Whole),
+            None => run_decoder(&mut make(), image, &mut p, &mut stats, &mut Whole),
         }
     }
     if setup.opts.print_stats {

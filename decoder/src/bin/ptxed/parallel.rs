@@ -1,0 +1,331 @@
+//! `--threads`: `ptxed --quiet` on several threads, with the output of one thread.
+//!
+//! The trace is cut at PSBs into one piece per thread, and each piece is decoded from
+//! its PSB on. The decoder of the piece before goes on past that PSB until it meets
+//! one of the piece's first checkpoints (the same place in the trace and the code, in
+//! the same state: see [`BlockDecoder::checkpoint`]). From there on both report the
+//! same, so the earlier decoder stops and the later one's output is taken from that
+//! checkpoint on. Where they do not meet, the earlier decoder decodes the later piece
+//! too, as one thread would have.
+//!
+//! One thing a checkpoint leaves out can change the output: a return compressed to a
+//! call from before the PSB, which hardware does not do, but a broken trace might.
+//! The later decoder then fails with "compressed return without call" where the
+//! earlier one would have gone on; after such an error the whole trace is decoded
+//! again on one thread.
+
+use super::{Driver, Image, Options, Printer, Stats, Watch};
+use pt_decoder::error::ErrorCode;
+use pt_decoder::insn::Disassembler;
+use pt_decoder::parallel::split_at_psbs;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Checkpoints each piece takes for the piece before it to meet. The two usually meet
+/// at the first branch after the PSB+; this leaves room for tracing that is off
+/// around the PSB and for code the later decoder has not seen yet.
+const MARKS: usize = 64;
+
+/// Pieces per thread, at most.
+const PIECES_PER_THREAD: usize = 8;
+
+/// Pieces smaller than this are not worth a thread (by default).
+pub(super) const MIN_PIECE: u64 = 256 << 10;
+
+/// The start of one piece, as the decoders of earlier pieces see it.
+struct Lane<M> {
+    /// The PSB the piece starts at.
+    psb: u64,
+    /// The piece's first checkpoints with the trace offset at each, once known.
+    marks: OnceLock<Vec<(u64, M)>>,
+    /// [`WAITING`], [`TAKEN`] by a thread, or [`TAKEN_OVER`] by the decoder of an
+    /// earlier piece.
+    state: AtomicU8,
+}
+
+const WAITING: u8 = 0;
+const TAKEN: u8 = 1;
+const TAKEN_OVER: u8 = 2;
+
+impl<M> Lane<M> {
+    /// Claim the piece for `how` if nobody has yet.
+    fn claim(&self, how: u8) -> bool {
+        self.state
+            .compare_exchange(WAITING, how, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// What one piece's decoder produced.
+struct Piece {
+    out: Vec<u8>,
+    insn: u64,
+    blocks: u64,
+    /// Output and counts at each of its own checkpoints.
+    at: Vec<(usize, u64, u64)>,
+    /// Checkpoints taken before the last "compressed return without call" (`None`:
+    /// there was none; `usize::MAX`: after the last checkpoint).
+    retstack_error: Option<usize>,
+    /// Where it stopped: at checkpoint `.1` of piece `.0`.
+    met: Option<(usize, usize)>,
+}
+
+/// The [`Watch`] of one piece.
+struct PieceWatch<'s, M> {
+    /// The PSB to start at (`None`: the start of the trace).
+    start: Option<u64>,
+    /// Where this piece's checkpoints go (`None` for the first piece).
+    own: Option<&'s Lane<M>>,
+    marks: Vec<(u64, M)>,
+    recording: bool,
+    at: Vec<(usize, u64, u64)>,
+    /// The pieces after this one; `next` is the one to meet.
+    later: &'s [Lane<M>],
+    next: usize,
+    /// Past the next piece's PSB: looking for its checkpoints.
+    overlap: bool,
+    retstack_error: Option<usize>,
+    met: Option<(usize, usize)>,
+}
+
+impl<M> PieceWatch<'_, M> {
+    fn publish(&mut self) {
+        if self.recording {
+            self.recording = false;
+            if let Some(lane) = self.own {
+                let _ = lane.marks.set(std::mem::take(&mut self.marks));
+            }
+        }
+    }
+}
+
+impl<M> Drop for PieceWatch<'_, M> {
+    /// Also when the decode ends early: the piece before waits for the checkpoints.
+    fn drop(&mut self) {
+        self.publish();
+    }
+}
+
+impl<D: Driver> Watch<D> for PieceWatch<'_, D::Mark> {
+    fn fast(&self) -> bool {
+        !self.recording && !self.overlap
+    }
+
+    fn first_sync(&mut self, dec: &mut D) -> Result<pt_decoder::flow::Status, ErrorCode> {
+        match self.start {
+            Some(psb) => dec.sync_set(psb),
+            None => dec.sync_forward(),
+        }
+    }
+
+    fn between_steps(&mut self, dec: &D, written: usize, stats: &Stats) -> ControlFlow<()> {
+        let Ok(offset) = dec.offset() else {
+            return ControlFlow::Continue(());
+        };
+        if self.recording {
+            let beyond = self.later.first().is_some_and(|l| offset >= l.psb);
+            if !beyond {
+                if let Some(m) = dec.mark() {
+                    self.marks.push((offset, m));
+                    self.at.push((written, stats.insn, stats.blocks));
+                }
+            }
+            if beyond || self.marks.len() == MARKS {
+                self.publish();
+            }
+        }
+        while let Some(lane) = self.later.get(self.next) {
+            if offset < lane.psb {
+                return ControlFlow::Continue(());
+            }
+            // A piece no thread has started yet would keep this one waiting: decode it
+            // here instead.
+            // (It has no checkpoints then, for other decoders that come this far.)
+            if lane.claim(TAKEN_OVER) {
+                let _ = lane.marks.set(Vec::new());
+                self.next += 1;
+                continue;
+            }
+            self.overlap = true;
+            let marks = lane.marks.wait();
+            if let Some(j) = marks
+                .iter()
+                .position(|(o, m)| *o == offset && dec.reached(m))
+            {
+                self.met = Some((self.next, j));
+                return ControlFlow::Break(());
+            }
+            if marks.last().is_some_and(|(o, _)| *o >= offset) {
+                return ControlFlow::Continue(());
+            }
+            // Past all of them: this decoder takes that piece too.
+            self.next += 1;
+            self.overlap = false;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn error(&mut self, code: ErrorCode) {
+        if code == ErrorCode::RetstackEmpty {
+            self.retstack_error = Some(if self.recording {
+                self.marks.len()
+            } else {
+                usize::MAX
+            });
+        }
+    }
+}
+
+/// The threads to use by default: one per core, at most 8.
+pub(super) fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
+/// What the pieces produced together.
+pub(super) struct Joined {
+    pub out: Vec<u8>,
+    pub insn: u64,
+    pub blocks: u64,
+}
+
+/// Decode `trace` on up to `threads` threads with drivers from `make` (one per thread,
+/// kept from piece to piece, so that each thread learns the code once), as
+/// [`super::run_decoder`] would on one. `None` if the trace is too small to share out,
+/// or if the pieces cannot be joined exactly (see the module docs): decode it on one
+/// thread then.
+pub(super) fn decode<D, F>(
+    trace: &[u8],
+    threads: usize,
+    make: F,
+    image: &Image,
+    opts: Options,
+    stats: Stats,
+) -> Option<Joined>
+where
+    D: Driver,
+    D::Mark: Sync,
+    F: Fn() -> D + Sync,
+{
+    let min_piece = match opts.min_piece {
+        0 => MIN_PIECE,
+        n => n,
+    };
+    // Several pieces per thread: how long a piece takes varies a lot (code seen for the
+    // first time is slow), and a thread that is done early takes the next one.
+    let most = threads.saturating_mul(PIECES_PER_THREAD) as u64;
+    let pieces = (trace.len() as u64 / min_piece.max(1)).min(most) as usize;
+    if threads < 2 || pieces < 2 {
+        return None;
+    }
+    let ranges = split_at_psbs(trace, pieces);
+    if ranges.len() < 2 {
+        return None;
+    }
+    let lanes: Vec<Lane<D::Mark>> = ranges
+        .iter()
+        .map(|r| Lane {
+            psb: r.start as u64,
+            marks: OnceLock::new(),
+            state: AtomicU8::new(WAITING),
+        })
+        .collect();
+    let run_piece = |dec: &mut D, k: usize| -> Piece {
+        let mut watch = PieceWatch {
+            start: (k > 0).then_some(lanes[k].psb),
+            own: (k > 0).then(|| &lanes[k]),
+            marks: Vec::new(),
+            recording: k > 0,
+            at: Vec::new(),
+            later: &lanes[k + 1..],
+            next: 0,
+            overlap: false,
+            retstack_error: None,
+            met: None,
+        };
+        let mut p = Printer {
+            out: Vec::new(),
+            opts,
+            image,
+            dis: Disassembler::new(),
+            text: String::new(),
+        };
+        let mut st = Stats {
+            insn: 0,
+            blocks: 0,
+            ..stats
+        };
+        super::run_decoder(dec, image, &mut p, &mut st, &mut watch);
+        watch.publish();
+        Piece {
+            out: p.out,
+            insn: st.insn,
+            blocks: st.blocks,
+            at: std::mem::take(&mut watch.at),
+            retstack_error: watch.retstack_error,
+            // Later pieces' indices count from this one's successor.
+            met: watch.met.map(|(i, j)| (k + 1 + i, j)),
+        }
+    };
+    // A decoder only waits for the checkpoints of a piece another thread has taken,
+    // and every piece publishes its checkpoints before it can wait itself: no thread
+    // waits forever.
+    let taken = AtomicUsize::new(0);
+    let work = || {
+        let mut dec = make();
+        let mut done = Vec::new();
+        loop {
+            let k = taken.fetch_add(1, Ordering::Relaxed);
+            let Some(lane) = lanes.get(k) else {
+                return done;
+            };
+            if lane.claim(TAKEN) {
+                done.push((k, run_piece(&mut dec, k)));
+            }
+        }
+    };
+    let mut results: Vec<Option<Piece>> = (0..lanes.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (1..threads.min(lanes.len()))
+            .map(|_| s.spawn(work))
+            .collect();
+        for (k, piece) in work() {
+            results[k] = Some(piece);
+        }
+        for h in handles {
+            match h.join() {
+                Ok(done) => {
+                    for (k, piece) in done {
+                        results[k] = Some(piece);
+                    }
+                }
+                Err(e) => std::panic::resume_unwind(e),
+            }
+        }
+    });
+    join(results)
+}
+
+/// The output of one decoder over the whole trace, from the pieces: each piece up to
+/// where it met a later one, that one from the checkpoint met on.
+fn join(mut pieces: Vec<Option<Piece>>) -> Option<Joined> {
+    let first = pieces.first_mut()?.take()?;
+    let mut met = first.met;
+    let mut joined = Joined {
+        out: first.out,
+        insn: first.insn,
+        blocks: first.blocks,
+    };
+    while let Some((k, j)) = met {
+        let piece = pieces.get_mut(k)?.take()?;
+        let &(written, insn, blocks) = piece.at.get(j)?;
+        if piece.retstack_error.is_some_and(|m| m > j) {
+            return None;
+        }
+        joined.out.extend_from_slice(piece.out.get(written..)?);
+        joined.insn += piece.insn.checked_sub(insn)?;
+        joined.blocks += piece.blocks.checked_sub(blocks)?;
+        met = piece.met;
+    }
+    Some(joined)
+}
