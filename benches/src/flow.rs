@@ -395,8 +395,9 @@ impl CallsMix {
 /// trace bytes per 100 instructions; of the TIPs 27% update 16 bits, 13% 32 bits, 22% 48
 /// bits, 31% are sign-extended 48 bits and 6% full (see the `flowtrace` example).
 ///
-/// Measured on a 2-core AMD EPYC VM (50 M instructions, best wall time of 5) with libipt
-/// 2.3.0-devel ptxed `--quiet`: 86-88 M/s block, 28.6-29.2 M/s insn.
+/// Measured on a 2-core AMD EPYC VM (best wall time of 3 to 5, traces of 50 M and 200 M
+/// instructions, several sessions) with libipt 2.3.0-devel ptxed `--quiet`: 84-88 M/s
+/// block, 28.4-29.8 M/s insn. Both ptxeds count the same instructions and blocks.
 pub fn calls_mixed(insns: u64, mix: CallsMix) -> FlowTrace {
     let mut w = Writer {
         buf: Vec::with_capacity((insns / 8) as usize + 4096),
