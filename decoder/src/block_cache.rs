@@ -73,6 +73,16 @@ impl BlockId {
     pub fn index(self) -> usize {
         self.0 as usize
     }
+
+    /// The id as stored in compact tables.
+    pub(crate) fn raw(self) -> u32 {
+        self.0
+    }
+
+    /// An id [`Self::raw`] gave.
+    pub(crate) fn from_raw(raw: u32) -> Self {
+        BlockId(raw)
+    }
 }
 
 /// No successor known yet.

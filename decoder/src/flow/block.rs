@@ -298,7 +298,7 @@ pub struct BlockDecoder<'a> {
     /// Scratch return stack of [`Self::walk_tnt_run`].
     run_stack: Vec<u64>,
     /// Per cache block: the chain that starts there, once known.
-    chains: Vec<Option<Chain>>,
+    chains: Vec<Chain>,
     /// Return addresses pushed by the calls of chains.
     chain_pushes: Vec<u64>,
     /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
@@ -335,19 +335,40 @@ struct TntRun {
 const MEMO_MIN_BITS: u8 = 8;
 
 /// A chain of warm cache blocks that make up one block up to an instruction that needs
-/// trace ([`BlockDecoder::build_chain`]).
-#[derive(Clone, Copy, Debug)]
+/// trace ([`BlockDecoder::build_chain`]), in 32 bytes: [`BlockDecoder::skip_chains`]
+/// goes from one to the next, so that each step touches one cache line.
+#[derive(Clone, Copy, Debug, Default)]
 struct Chain {
+    /// The address after the last instruction.
+    fall_through: u64,
+    /// The last instruction's target minus `fall_through` (a conditional jump's).
+    target: i32,
     /// The cache block whose last instruction needs trace.
-    end: BlockId,
-    /// Instructions in the chain.
-    insns: u32,
+    end: u32,
     /// Return addresses its calls push, in order: `chain_pushes[pushes..][..npush]`.
     pushes: u32,
-    npush: u32,
-    /// The instruction that needs trace.
-    last: Insn,
+    /// Instructions in the chain (at most [`MAX_BLOCK_INSNS`]).
+    insns: u16,
+    npush: u8,
+    /// What the last instruction needs: one of the `CHAIN_*` values.
+    kind: u8,
+    /// `end`'s successors as far as known: `[fall-through, taken]`
+    /// ([`BlockCache::linked`]), [`NO_LINK`] if not yet.
+    links: [u32; 2],
 }
+
+/// [`Chain::kind`]: not built (or the walk failed last time).
+const CHAIN_NONE: u8 = 0;
+/// [`Chain::kind`]: ends in a conditional jump.
+const CHAIN_COND: u8 = 1;
+/// [`Chain::kind`]: ends in a near return.
+const CHAIN_RET: u8 = 2;
+/// [`Chain::kind`]: ends in a near indirect jump or call.
+const CHAIN_IND: u8 = 3;
+/// [`Chain::kind`]: ends in an instruction the fast path leaves to `next`.
+const CHAIN_OTHER: u8 = 4;
+/// [`Chain::links`]: not known yet.
+const NO_LINK: u32 = u32::MAX;
 
 /// Most memoized TNT runs before the memo starts anew.
 const MAX_RUNS: usize = 1 << 20;
@@ -1945,13 +1966,33 @@ impl<'a> BlockDecoder<'a> {
                     }
                 }
                 Err(ErrorCode::BadQuery) => {
+                    let fall_through = last.next_ip();
+                    let target = last
+                        .target
+                        .and_then(|t| i32::try_from(t.wrapping_sub(fall_through) as i64).ok());
+                    let kind = match (last.class, target) {
+                        (InsnClass::CondJump, Some(_)) => CHAIN_COND,
+                        (InsnClass::Return, _) => CHAIN_RET,
+                        (InsnClass::Jump | InsnClass::Call, _) if !last.is_direct() => CHAIN_IND,
+                        _ => CHAIN_OTHER,
+                    };
+                    let (Ok(insns), Ok(npush)) = (
+                        u16::try_from(insns),
+                        u8::try_from(self.chain_pushes.len() - first),
+                    ) else {
+                        break None;
+                    };
+                    let link = |taken| self.cache.linked(id, taken).map_or(NO_LINK, BlockId::raw);
                     break Some(Chain {
-                        end: id,
-                        insns,
+                        fall_through,
+                        target: target.unwrap_or(0),
+                        end: id.raw(),
                         pushes: first as u32,
-                        npush: (self.chain_pushes.len() - first) as u32,
-                        last,
-                    })
+                        insns,
+                        npush,
+                        kind,
+                        links: [link(false), link(true)],
+                    });
                 }
                 Err(_) => break None,
             }
@@ -1993,19 +2034,20 @@ impl<'a> BlockDecoder<'a> {
         let Some(mut id) = self.block_for_skip() else {
             return (0, 0);
         };
-        // Out of `self` while in use, so that chains are read in place.
+        // Out of `self` while in use, so that chains are read and updated in place.
         let mut chains = std::mem::take(&mut self.chains);
         loop {
-            if !matches!(chains.get(id.index()), Some(Some(_))) {
+            let at = id.index();
+            if chains.get(at).is_none_or(|c| c.kind == CHAIN_NONE) {
                 let Some(c) = self.build_chain(id) else {
                     break;
                 };
-                if chains.len() <= id.index() {
-                    chains.resize(id.index() + 1, None);
+                if chains.len() <= at {
+                    chains.resize(at + 1, Chain::default());
                 }
-                chains[id.index()] = Some(c);
+                chains[at] = c;
             }
-            let Some(Some(c)) = chains.get(id.index()) else {
+            let Some(c) = chains.get_mut(at) else {
                 break;
             };
             // `take_chain` replaces the hints when it takes the block, and leaves them
@@ -2069,27 +2111,25 @@ impl<'a> BlockDecoder<'a> {
     /// instruction (see [`Self::skip_chains`]). `None` if it does not; else the cache
     /// block where execution goes on, if the hints know it.
     #[inline]
-    fn take_chain(&mut self, c: &Chain) -> Option<Option<BlockId>> {
-        let last = &c.last;
+    fn take_chain(&mut self, c: &mut Chain) -> Option<Option<BlockId>> {
         let icnt = if self.has_icnt {
-            self.icnt.checked_add(c.insns)?
+            self.icnt.checked_add(u32::from(c.insns))?
         } else {
             self.icnt
         };
-        let pushes = c.pushes as usize..(c.pushes + c.npush) as usize;
+        let pushes = c.pushes as usize..c.pushes as usize + usize::from(c.npush);
+        let end = BlockId::from_raw(c.end);
         let next = match self.event.kind {
             EventKind::Tnt { bits, size } => {
                 if size == 0 {
                     return None;
                 }
                 let taken = (bits >> (size - 1)) & 1 != 0;
-                let ret = match last.class {
-                    InsnClass::CondJump => false,
+                let ret = match c.kind {
+                    CHAIN_COND => false,
                     // A compressed return needs a return address (a not-taken bit is
                     // an error `next` reports).
-                    InsnClass::Return if taken && (c.npush > 0 || !self.retstack.is_empty()) => {
-                        true
-                    }
+                    CHAIN_RET if taken && (c.npush > 0 || !self.retstack.is_empty()) => true,
                     _ => return None,
                 };
                 if size == 1 {
@@ -2115,29 +2155,35 @@ impl<'a> BlockDecoder<'a> {
                         self.ip = ip;
                     }
                     self.link = None;
-                    self.came_from = Some(c.end);
+                    self.came_from = Some(end);
                     self.hinted_block_at(self.ip)
                 } else {
                     for &ip in pushed {
                         self.retstack.push(ip);
                     }
-                    self.ip = match (taken, last.target) {
-                        (true, Some(t)) => t,
-                        _ => last.next_ip(),
-                    };
-                    let taken = Some(self.ip) == last.target;
-                    self.link = Some((c.end, taken, self.ip));
+                    let target = c.fall_through.wrapping_add(c.target as i64 as u64);
+                    self.ip = if taken { target } else { c.fall_through };
+                    // A jump to the next instruction goes the taken way either way.
+                    let taken = self.ip == target;
+                    self.link = Some((end, taken, self.ip));
                     self.came_from = None;
-                    self.cache.linked(c.end, taken)
+                    let link = &mut c.links[usize::from(taken)];
+                    if *link != NO_LINK {
+                        Some(BlockId::from_raw(*link))
+                    } else {
+                        let next = self.cache.linked(end, taken);
+                        if let Some(next) = next {
+                            *link = next.raw();
+                        }
+                        next
+                    }
                 }
             }
             EventKind::Tip { ip } => {
-                let ok = match last.class {
-                    InsnClass::Jump | InsnClass::Call => !last.is_direct(),
-                    InsnClass::Return => true,
-                    _ => false,
-                };
-                if !ok || self.event.ip_suppressed || !self.next_branch_event() {
+                if !matches!(c.kind, CHAIN_RET | CHAIN_IND)
+                    || self.event.ip_suppressed
+                    || !self.next_branch_event()
+                {
                     return None;
                 }
                 for &ip in self.chain_pushes.get(pushes).unwrap_or_default() {
@@ -2145,7 +2191,7 @@ impl<'a> BlockDecoder<'a> {
                 }
                 self.ip = ip;
                 self.link = None;
-                self.came_from = Some(c.end);
+                self.came_from = Some(end);
                 self.hinted_block_at(ip)
             }
             _ => return None,
