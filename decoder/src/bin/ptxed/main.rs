@@ -2,6 +2,7 @@
 //! image, compatible with libipt's ptxed (options and output).
 
 use pt_decoder::config::{Config, Cpu, Errata};
+use pt_decoder::dump::cli::{load, Trace};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
 use pt_decoder::flow::{
@@ -138,7 +139,7 @@ struct Setup {
     config: Config,
     flow: FlowOptions,
     image: Image,
-    trace: Vec<u8>,
+    trace: TraceFile,
 }
 
 enum Parsed {
@@ -146,12 +147,27 @@ enum Parsed {
     Exit(i32),
 }
 
-fn load_pt(prog: &str, arg: &str, err: &mut impl Write) -> Result<Vec<u8>, ()> {
+/// The trace file (mapped where possible) and the range of it to decode.
+struct TraceFile {
+    file: Trace,
+    range: std::ops::Range<usize>,
+}
+
+impl TraceFile {
+    fn bytes(&self) -> &[u8] {
+        self.file
+            .bytes()
+            .get(self.range.clone())
+            .unwrap_or_default()
+    }
+}
+
+fn load_pt(prog: &str, arg: &str, err: &mut impl Write) -> Result<TraceFile, ()> {
     let Ok((name, from, to)) = split_range(arg) else {
         let _ = writeln!(err, "{prog}: bad file {arg}: invalid argument.");
         return Err(());
     };
-    let data = match std::fs::read(name) {
+    let data = match load(name) {
         Ok(d) => d,
         Err(e) => {
             let _ = writeln!(
@@ -162,7 +178,7 @@ fn load_pt(prog: &str, arg: &str, err: &mut impl Write) -> Result<Vec<u8>, ()> {
             return Err(());
         }
     };
-    let len = data.len() as u64;
+    let len = data.bytes().len() as u64;
     if from >= len {
         let _ = writeln!(err, "{prog}: bad offset 0x{from:x} into {name}.");
         return Err(());
@@ -175,7 +191,10 @@ fn load_pt(prog: &str, arg: &str, err: &mut impl Write) -> Result<Vec<u8>, ()> {
         Some(to) => to,
         None => len,
     };
-    Ok(data[from as usize..end as usize].to_vec())
+    Ok(TraceFile {
+        file: data,
+        range: from as usize..end as usize,
+    })
 }
 
 fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl Write) -> Parsed {
@@ -185,7 +204,7 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
     let mut flow = FlowOptions::default();
     let (mut keep_tcal_insn, mut keep_tcal_block) = (false, false);
     let mut image = Image::new();
-    let mut trace: Option<Vec<u8>> = None;
+    let mut trace: Option<TraceFile> = None;
     let mut cpu: Option<Cpu> = None;
     let mut explicit = Explicit::default();
     let mut sideband: Option<Sideband> = None;
@@ -1399,7 +1418,7 @@ fn run(prog: &str, args: &[String]) -> i32 {
         dis: Disassembler::new(),
         text: String::with_capacity(128),
     };
-    let (trace, image, config) = (&setup.trace, &setup.image, &setup.config);
+    let (trace, image, config) = (setup.trace.bytes(), &setup.image, &setup.config);
     let opts = setup.opts;
     let threads = match opts.threads {
         0 => parallel::default_threads(),
