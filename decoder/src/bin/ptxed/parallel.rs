@@ -101,7 +101,7 @@ impl<M> PieceWatch<'_, M> {
 }
 
 impl<M> Drop for PieceWatch<'_, M> {
-    /// Also when the decode ends early: the piece before waits for the checkpoints.
+    /// Also when the decode ends early: the piece before looks for the checkpoints.
     fn drop(&mut self) {
         self.publish();
     }
@@ -139,8 +139,7 @@ impl<D: Driver> Watch<D> for PieceWatch<'_, D::Mark> {
             if offset < lane.psb {
                 return ControlFlow::Continue(());
             }
-            // A piece no thread has started yet would keep this one waiting: decode it
-            // here instead.
+            // A piece no thread has started yet is decoded here instead.
             // (It has no checkpoints then, for other decoders that come this far.)
             if lane.claim(TAKEN_OVER) {
                 let _ = lane.marks.set(Vec::new());
@@ -148,7 +147,10 @@ impl<D: Driver> Watch<D> for PieceWatch<'_, D::Mark> {
                 continue;
             }
             self.overlap = true;
-            let marks = lane.marks.wait();
+            // Never wait: go on (step by step) until they are there.
+            let Some(marks) = lane.marks.get() else {
+                return ControlFlow::Continue(());
+            };
             if let Some(j) = marks
                 .iter()
                 .position(|(o, m)| *o == offset && dec.reached(m))
@@ -230,7 +232,7 @@ where
             state: AtomicU8::new(WAITING),
         })
         .collect();
-    let run_piece = |dec: &mut D, k: usize| -> Piece {
+    let run_piece = |dec: &mut D, p: &mut Printer<'_, Vec<u8>>, k: usize| -> Piece {
         let mut watch = PieceWatch {
             start: (k > 0).then_some(lanes[k].psb),
             own: (k > 0).then(|| &lanes[k]),
@@ -243,22 +245,16 @@ where
             retstack_error: None,
             met: None,
         };
-        let mut p = Printer {
-            out: Vec::new(),
-            opts,
-            image,
-            dis: Disassembler::new(),
-            text: String::new(),
-        };
+        p.out = Vec::new();
         let mut st = Stats {
             insn: 0,
             blocks: 0,
             ..stats
         };
-        super::run_decoder(dec, image, &mut p, &mut st, &mut watch);
+        super::run_decoder(dec, image, p, &mut st, &mut watch);
         watch.publish();
         Piece {
-            out: p.out,
+            out: std::mem::take(&mut p.out),
             insn: st.insn,
             blocks: st.blocks,
             at: std::mem::take(&mut watch.at),
@@ -267,12 +263,17 @@ where
             met: watch.met.map(|(i, j)| (k + 1 + i, j)),
         }
     };
-    // A decoder only waits for the checkpoints of a piece another thread has taken,
-    // and every piece publishes its checkpoints before it can wait itself: no thread
-    // waits forever.
+    // No thread ever waits for another (see `between_steps`).
     let taken = AtomicUsize::new(0);
     let work = || {
         let mut dec = make();
+        let mut p = Printer {
+            out: Vec::new(),
+            opts,
+            image,
+            dis: Disassembler::new(),
+            text: String::new(),
+        };
         let mut done = Vec::new();
         loop {
             let k = taken.fetch_add(1, Ordering::Relaxed);
@@ -280,7 +281,7 @@ where
                 return done;
             };
             if lane.claim(TAKEN) {
-                done.push((k, run_piece(&mut dec, k)));
+                done.push((k, run_piece(&mut dec, &mut p, k)));
             }
         }
     };
