@@ -1,12 +1,13 @@
 //! `--threads`: `ptxed --quiet` on several threads, with the output of one thread.
 //!
-//! The trace is cut at PSBs into one piece per thread, and each piece is decoded from
-//! its PSB on. The decoder of the piece before goes on past that PSB until it meets
-//! one of the piece's first checkpoints (the same place in the trace and the code, in
-//! the same state: see [`BlockDecoder::checkpoint`]). From there on both report the
-//! same, so the earlier decoder stops and the later one's output is taken from that
-//! checkpoint on. Where they do not meet, the earlier decoder decodes the later piece
-//! too, as one thread would have.
+//! The trace is cut at PSBs into pieces, a few per thread, which the threads take in
+//! order, each piece decoded from its PSB on. The decoder of the piece before goes on
+//! past that PSB until it meets one of the piece's first checkpoints (the same place in
+//! the trace and the code, in the same state: see `BlockDecoder::checkpoint`). From
+//! there on both report the same, so the earlier decoder stops and the later one's
+//! output is taken from that checkpoint on. Where they do not meet, or where no thread
+//! has started the later piece yet, the earlier decoder decodes that piece too, as one
+//! thread would have. No thread waits for another.
 //!
 //! One thing a checkpoint leaves out can change the output: a return compressed to a
 //! call from before the PSB, which hardware does not do, but a broken trace might.
