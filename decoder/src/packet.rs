@@ -252,6 +252,39 @@ fn decode_record_common(word0: u64, word1: u64, skd007: bool) -> Option<PacketRe
     Some(PacketRecord::new(e.kind, e.size, payload, e.aux as u16))
 }
 
+/// The packets the event decoder's branch hand-over walks, as
+/// [`PacketDecoder::next_hot`] returns them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HotPacket {
+    /// PAD.
+    Pad,
+    /// CYC with its value.
+    Cyc(u64),
+    /// MTC with its CTC payload.
+    Mtc(u8),
+    /// TNT-8 or TNT-64.
+    Tnt(Tnt),
+    /// TIP.
+    Tip(IpPayload),
+    /// Any other packet.
+    Other,
+}
+
+impl HotPacket {
+    /// `packet` as one of these.
+    #[inline(always)]
+    pub(crate) fn of(packet: &Packet) -> Self {
+        match *packet {
+            Packet::Pad => HotPacket::Pad,
+            Packet::Cyc { value } => HotPacket::Cyc(value),
+            Packet::Mtc { ctc } => HotPacket::Mtc(ctc),
+            Packet::Tnt8(t) | Packet::Tnt64(t) => HotPacket::Tnt(t),
+            Packet::Ip(IpPacketKind::Tip, p) => HotPacket::Tip(p),
+            _ => HotPacket::Other,
+        }
+    }
+}
+
 /// The hot subset of [`decode_packet`]: TNT-8, PAD, the IP packets, short CYC, TSC and MTC,
 /// decoded from a window of at least 16 bytes (so no bounds checks). `None` means "use
 /// the general decoder": anything else, including every error.
@@ -707,6 +740,53 @@ impl<'a> PacketDecoder<'a> {
             }
         }
         self.next_packet_general()
+    }
+
+    /// The next packet if it is one of those the event decoder's branch hand-over
+    /// walks (PAD, CYC, MTC, TNT-8, TIP), decoded inline and moved past; else
+    /// [`HotPacket::Other`] without moving (take it with
+    /// [`next_packet`](Self::next_packet)). Inlined, the result stays in registers:
+    /// a [`Packet`] returned from a call is read back from memory, and that waits on
+    /// the callee's narrower stores.
+    #[inline(always)]
+    pub(crate) fn next_hot(&mut self) -> (u64, HotPacket) {
+        let (Some(pos), None) = (self.pos, self.ctx.pebs) else {
+            return (0, HotPacket::Other);
+        };
+        let Some(Ok(w)) = self.buf.get(pos..pos + 16).map(<&[u8; 16]>::try_from) else {
+            return (0, HotPacket::Other);
+        };
+        let b0 = w[0];
+        let (p, n) = if b0 & 1 == 0 && b0 > opcode::EXT {
+            (HotPacket::Tnt(Tnt::from_tnt8_byte(b0)), 1)
+        } else if b0 & 3 == 3 {
+            if b0 & 4 == 0 {
+                (HotPacket::Cyc((b0 >> 3) as u64), 1)
+            } else if w[1] & 1 == 0 && !(self.errata.skd007 && w[1] == opcode::EXT) {
+                let value = (b0 >> 3) as u64 | ((w[1] >> 1) as u64) << 5;
+                (HotPacket::Cyc(value), 2)
+            } else {
+                return (0, HotPacket::Other);
+            }
+        } else if b0 == opcode::PAD {
+            (HotPacket::Pad, 1)
+        } else if b0 == opcode::MTC {
+            (HotPacket::Mtc(w[1]), 2)
+        } else if b0 & 0x1f == opcode::TIP {
+            let Some((compression, size, mask)) = IP_FORMS[(b0 >> 5) as usize] else {
+                return (0, HotPacket::Other);
+            };
+            let word1 = u64::from_le_bytes([w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]]);
+            let ip = IpPayload {
+                compression,
+                ip: word1 & mask,
+            };
+            (HotPacket::Tip(ip), size)
+        } else {
+            return (0, HotPacket::Other);
+        };
+        self.pos = Some(pos + n);
+        (pos as u64, p)
     }
 
     /// The packet [`next_packet`](Self::next_packet) would return, without moving on

@@ -43,6 +43,7 @@ use super::queue::{Binding, EventQueue};
 use super::{Event, EventKind, Timestamp};
 use crate::config::Config;
 use crate::error::{DecodeError, ErrorCode};
+use crate::packet::HotPacket;
 use crate::packet::PacketDecoder;
 use crate::time::{Time, TimeCal};
 use pt_encoder::packet::LastIpError;
@@ -610,24 +611,23 @@ impl<'a> EventDecoder<'a> {
             // after `next_packet` would wait for that call's stores to reach the cache
             // (they do not forward to the wider loads of a copy).
             let saved = self.pkt.clone();
-            // The result is read field by field, in place, for the same reason.
-            let r = self.pkt.next_packet();
-            let Ok((offset, packet)) = &r else {
-                self.pkt = saved;
-                return false;
+            // The common packets are decoded inline, their fields in registers.
+            let (offset, hot) = match self.pkt.next_hot() {
+                (_, HotPacket::Other) => match self.pkt.next_packet() {
+                    Ok((offset, packet)) => (offset, HotPacket::of(&packet)),
+                    Err(_) => {
+                        self.pkt = saved;
+                        return false;
+                    }
+                },
+                r => r,
             };
-            let offset = *offset;
-            match packet {
-                Packet::Tnt8(t) | Packet::Tnt64(t) if !t.is_empty() => {
-                    let t = *t;
+            match hot {
+                HotPacket::Tnt(t) if !t.is_empty() => {
                     self.take_tnt(out, offset, t);
                     true
                 }
-                Packet::Ip(IpPacketKind::Tip, p) if p.compression != IpCompression::Suppressed => {
-                    let p = IpPayload {
-                        compression: p.compression,
-                        ip: p.ip,
-                    };
+                HotPacket::Tip(p) if p.compression != IpCompression::Suppressed => {
                     self.cur = Current::Packet {
                         offset,
                         packet: Packet::Ip(IpPacketKind::Tip, p),
@@ -635,10 +635,7 @@ impl<'a> EventDecoder<'a> {
                     self.take_tip(out, offset, p);
                     true
                 }
-                _ => {
-                    let packet = *packet;
-                    self.next_branch_from(out, saved, offset, packet)
-                }
+                hot => self.next_branch_from(out, saved, offset, hot),
             }
         } else {
             match packet {
@@ -650,7 +647,7 @@ impl<'a> EventDecoder<'a> {
                     self.take_tip(out, offset, p);
                     true
                 }
-                _ => self.next_branch_from(out, self.pkt.clone(), offset, packet),
+                _ => self.next_branch_from(out, self.pkt.clone(), offset, HotPacket::of(&packet)),
             }
         }
     }
@@ -698,7 +695,7 @@ impl<'a> EventDecoder<'a> {
             return false;
         };
         let saved = std::mem::replace(&mut self.pkt, pkt);
-        self.next_branch_from(out, saved, offset, packet)
+        self.next_branch_from(out, saved, offset, HotPacket::of(&packet))
     }
 
     /// [`Self::next_branch_into`] past PAD and timing packets: `packet` at `offset` is
@@ -715,7 +712,7 @@ impl<'a> EventDecoder<'a> {
         out: &mut Event,
         saved: PacketDecoder<'a>,
         mut offset: u64,
-        mut packet: Packet,
+        mut packet: HotPacket,
     ) -> bool {
         enum Branch {
             Tnt(Tnt),
@@ -723,49 +720,46 @@ impl<'a> EventDecoder<'a> {
         }
         let (time, tcal) = (self.time, self.tcal);
         let branch = loop {
-            match packet {
-                Packet::Tnt8(t) | Packet::Tnt64(t) if !t.is_empty() => break Branch::Tnt(t),
-                Packet::Ip(IpPacketKind::Tip, p) if p.compression != IpCompression::Suppressed => {
+            let timing = match packet {
+                HotPacket::Tnt(t) if !t.is_empty() => break Branch::Tnt(t),
+                HotPacket::Tip(p) if p.compression != IpCompression::Suppressed => {
                     break Branch::Tip(p)
                 }
-                Packet::Pad => {}
-                Packet::Mtc { .. } | Packet::Cyc { .. }
-                    if apply_timing(
-                        &mut self.time,
-                        &mut self.tcal,
-                        &self.config,
-                        &packet,
-                        false,
-                    )
-                    .is_ok() => {}
+                HotPacket::Pad => None,
+                HotPacket::Mtc(ctc) => Some(Packet::Mtc { ctc }),
+                HotPacket::Cyc(value) => Some(Packet::Cyc { value }),
                 _ => {
                     (self.pkt, self.time, self.tcal) = (saved, time, tcal);
                     return false;
                 }
-            }
-            let r = self.pkt.next_packet();
-            let Ok((o, p)) = &r else {
-                (self.pkt, self.time, self.tcal) = (saved, time, tcal);
-                return false;
             };
-            offset = *o;
-            // Field by field for the common kinds (see above).
-            packet = match p {
-                Packet::Tnt8(t) => Packet::Tnt8(*t),
-                Packet::Ip(kind, p) => Packet::Ip(
-                    *kind,
-                    IpPayload {
-                        compression: p.compression,
-                        ip: p.ip,
-                    },
-                ),
-                p => *p,
+            if let Some(p) = timing {
+                if apply_timing(&mut self.time, &mut self.tcal, &self.config, &p, false).is_err() {
+                    (self.pkt, self.time, self.tcal) = (saved, time, tcal);
+                    return false;
+                }
+            }
+            (offset, packet) = match self.pkt.next_hot() {
+                (_, HotPacket::Other) => match self.pkt.next_packet() {
+                    Ok((o, p)) => (o, HotPacket::of(&p)),
+                    Err(_) => {
+                        (self.pkt, self.time, self.tcal) = (saved, time, tcal);
+                        return false;
+                    }
+                },
+                r => r,
             };
         };
-        self.cur = Current::Packet { offset, packet };
         match branch {
+            // `take_tnt` moves past the TNT at once.
             Branch::Tnt(t) => self.take_tnt(out, offset, t),
-            Branch::Tip(payload) => self.take_tip(out, offset, payload),
+            Branch::Tip(payload) => {
+                self.cur = Current::Packet {
+                    offset,
+                    packet: Packet::Ip(IpPacketKind::Tip, payload),
+                };
+                self.take_tip(out, offset, payload)
+            }
         }
         true
     }
@@ -801,6 +795,19 @@ impl<'a> EventDecoder<'a> {
                 self.cur = Current::Packet { offset, packet };
                 return;
             }
+        }
+        // The common packets decoded inline, stored field by field.
+        loop {
+            let (offset, packet) = match self.pkt.next_hot() {
+                (_, HotPacket::Pad) => continue,
+                (offset, HotPacket::Tnt(t)) => (offset, Packet::Tnt8(t)),
+                (offset, HotPacket::Cyc(value)) => (offset, Packet::Cyc { value }),
+                (offset, HotPacket::Mtc(ctc)) => (offset, Packet::Mtc { ctc }),
+                (offset, HotPacket::Tip(p)) => (offset, Packet::Ip(IpPacketKind::Tip, p)),
+                (_, HotPacket::Other) => break,
+            };
+            self.cur = Current::Packet { offset, packet };
+            return;
         }
         loop {
             match self.pkt.next_packet() {
