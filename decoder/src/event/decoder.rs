@@ -219,22 +219,40 @@ fn apply_timing(
             tcal.update_tma();
             time_ok(time.update_tma(ctc, fc, config))?;
         }
-        Packet::Mtc { ctc } => {
-            time_ok(tcal.update_mtc(ctc, config))?;
-            time_ok(time.update_mtc(ctc, config))?;
-        }
-        Packet::Cyc { value } => {
-            tcal.update_cyc(value);
-            let fcr = match tcal.fcr() {
-                Ok(f) => f,
-                Err(ErrorCode::NoTime) => 0,
-                Err(e) => return Err(e),
-            };
-            time_ok(time.update_cyc(value, config, fcr))?;
-        }
+        Packet::Mtc { ctc } => apply_mtc(time, tcal, config, ctc)?,
+        Packet::Cyc { value } => apply_cyc(time, tcal, config, value)?,
         _ => {}
     }
     Ok(())
+}
+
+/// [`apply_timing`] for an MTC packet.
+#[inline]
+fn apply_mtc(
+    time: &mut Time,
+    tcal: &mut TimeCal,
+    config: &Config,
+    ctc: u8,
+) -> Result<(), ErrorCode> {
+    time_ok(tcal.update_mtc(ctc, config))?;
+    time_ok(time.update_mtc(ctc, config))
+}
+
+/// [`apply_timing`] for a CYC packet.
+#[inline]
+fn apply_cyc(
+    time: &mut Time,
+    tcal: &mut TimeCal,
+    config: &Config,
+    value: u64,
+) -> Result<(), ErrorCode> {
+    tcal.update_cyc(value);
+    let fcr = match tcal.fcr() {
+        Ok(f) => f,
+        Err(ErrorCode::NoTime) => 0,
+        Err(e) => return Err(e),
+    };
+    time_ok(time.update_cyc(value, config, fcr))
 }
 
 fn stamp(time: &Time) -> Timestamp {
@@ -720,24 +738,23 @@ impl<'a> EventDecoder<'a> {
         }
         let (time, tcal) = (self.time, self.tcal);
         let branch = loop {
-            let timing = match packet {
+            let ok = match packet {
                 HotPacket::Tnt(t) if !t.is_empty() => break Branch::Tnt(t),
                 HotPacket::Tip(p) if p.compression != IpCompression::Suppressed => {
                     break Branch::Tip(p)
                 }
-                HotPacket::Pad => None,
-                HotPacket::Mtc(ctc) => Some(Packet::Mtc { ctc }),
-                HotPacket::Cyc(value) => Some(Packet::Cyc { value }),
-                _ => {
-                    (self.pkt, self.time, self.tcal) = (saved, time, tcal);
-                    return false;
+                HotPacket::Pad => true,
+                HotPacket::Cyc(value) => {
+                    apply_cyc(&mut self.time, &mut self.tcal, &self.config, value).is_ok()
                 }
+                HotPacket::Mtc(ctc) => {
+                    apply_mtc(&mut self.time, &mut self.tcal, &self.config, ctc).is_ok()
+                }
+                _ => false,
             };
-            if let Some(p) = timing {
-                if apply_timing(&mut self.time, &mut self.tcal, &self.config, &p, false).is_err() {
-                    (self.pkt, self.time, self.tcal) = (saved, time, tcal);
-                    return false;
-                }
+            if !ok {
+                (self.pkt, self.time, self.tcal) = (saved, time, tcal);
+                return false;
             }
             (offset, packet) = match self.pkt.next_hot() {
                 (_, HotPacket::Other) => match self.pkt.next_packet() {
