@@ -2037,6 +2037,22 @@ impl<'a> BlockDecoder<'a> {
         // Out of `self` while in use, so that chains are read and updated in place.
         let mut chains = std::mem::take(&mut self.chains);
         loop {
+            if let EventKind::Tnt { bits, size } = self.event.kind {
+                if (2..MEMO_MIN_BITS).contains(&size) {
+                    match self.take_cond_chains(&mut chains, id, bits, size) {
+                        (Some(next), i, b) => {
+                            id = next;
+                            insns += i;
+                            blocks += b;
+                        }
+                        (None, i, b) => {
+                            insns += i;
+                            blocks += b;
+                            break;
+                        }
+                    }
+                }
+            }
             let at = id.index();
             if chains.get(at).is_none_or(|c| c.kind == CHAIN_NONE) {
                 let Some(c) = self.build_chain(id) else {
@@ -2067,6 +2083,76 @@ impl<'a> BlockDecoder<'a> {
         }
         self.chains = chains;
         (insns, blocks)
+    }
+
+    /// [`Self::take_chain`] over a run of chains that end in conditional jumps and make
+    /// no calls, on the bits of the current TNT event (`bits`, `size` of them left)
+    /// other than its last: the state stays in registers and is written back once.
+    /// Returns where to go on (`None`: nowhere known, stop skipping), and the
+    /// instructions and blocks taken.
+    #[inline(always)]
+    fn take_cond_chains(
+        &mut self,
+        chains: &mut [Chain],
+        mut id: BlockId,
+        bits: u64,
+        mut size: u8,
+    ) -> (Option<BlockId>, u64, u64) {
+        let (mut insns, mut blocks) = (0u64, 0u64);
+        let has_icnt = self.has_icnt;
+        let mut icnt = self.icnt;
+        // The last chain taken: its end block, which way it went, and where.
+        let mut last: Option<(u32, bool, u64)> = None;
+        let mut next = Some(id);
+        while size >= 2 {
+            let Some(c) = chains.get_mut(id.index()) else {
+                break;
+            };
+            if c.kind != CHAIN_COND || c.npush != 0 {
+                break;
+            }
+            if has_icnt {
+                match icnt.checked_add(u32::from(c.insns)) {
+                    Some(i) => icnt = i,
+                    None => break,
+                }
+            }
+            let taken = (bits >> (size - 1)) & 1 != 0;
+            size -= 1;
+            let target = c.fall_through.wrapping_add(c.target as i64 as u64);
+            let ip = if taken { target } else { c.fall_through };
+            // A jump to the next instruction goes the taken way either way.
+            let taken = ip == target;
+            last = Some((c.end, taken, ip));
+            insns += u64::from(c.insns);
+            blocks += 1;
+            let link = &mut c.links[usize::from(taken)];
+            next = if *link != NO_LINK {
+                Some(BlockId::from_raw(*link))
+            } else {
+                let n = self.cache.linked(BlockId::from_raw(c.end), taken);
+                if let Some(n) = n {
+                    *link = n.raw();
+                }
+                n
+            };
+            match next {
+                Some(n) => id = n,
+                None => break,
+            }
+        }
+        let Some((end, taken, ip)) = last else {
+            return (Some(id), 0, 0);
+        };
+        if let EventKind::Tnt { size: s, .. } = &mut self.event.kind {
+            *s = size;
+        }
+        self.icnt = icnt;
+        self.ip = ip;
+        self.link = Some((BlockId::from_raw(end), taken, ip));
+        self.came_from = None;
+        let next = next.or_else(|| self.block_for_skip());
+        (next, insns, blocks)
     }
 
     /// The cache block at the current IP for [`Self::skip_chains`], leaving the hints
