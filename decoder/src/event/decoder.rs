@@ -803,9 +803,27 @@ impl<'a> EventDecoder<'a> {
         }
     }
 
-    /// Load the next packet other than PAD into `cur`.
-    #[inline]
+    /// Load the next packet other than PAD into `cur`: the common packets inline,
+    /// the rest through [`Self::fetch_slow`].
+    #[inline(always)]
     fn fetch(&mut self) {
+        if self.peeked.is_none() {
+            let (offset, packet) = match self.pkt.next_hot() {
+                (offset, HotPacket::Tnt(t)) => (offset, Packet::Tnt8(t)),
+                (offset, HotPacket::Cyc(value)) => (offset, Packet::Cyc { value }),
+                (offset, HotPacket::Mtc(ctc)) => (offset, Packet::Mtc { ctc }),
+                (offset, HotPacket::Tip(p)) => (offset, Packet::Ip(IpPacketKind::Tip, p)),
+                (_, HotPacket::Pad | HotPacket::Other) => return self.fetch_slow(),
+            };
+            self.cur = Current::Packet { offset, packet };
+            return;
+        }
+        self.fetch_slow();
+    }
+
+    /// [`Self::fetch`] for the rest: a peeked packet, PAD, the less common packets.
+    #[inline(never)]
+    fn fetch_slow(&mut self) {
         if let Some((pkt, offset, packet)) = self.peeked.take() {
             self.pkt = pkt;
             if !matches!(packet, Packet::Pad) {
