@@ -331,3 +331,49 @@ fn join(mut pieces: Vec<Option<Piece>>) -> Option<Joined> {
     }
     Some(joined)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(out: &str, insn: u64, at: &[(usize, u64)], met: Option<(usize, usize)>) -> Piece {
+        Piece {
+            out: out.as_bytes().to_vec(),
+            insn,
+            blocks: 0,
+            at: at.iter().map(|&(w, i)| (w, i, 0)).collect(),
+            retstack_error: None,
+            met,
+        }
+    }
+
+    #[test]
+    fn pieces_join_at_the_checkpoints_met() {
+        // Piece 0 met piece 1 at its checkpoint 1, which took over piece 2 and met piece
+        // 3 at its checkpoint 0; piece 2's own output is not used.
+        let pieces = vec![
+            Some(piece("a\n", 10, &[], Some((1, 1)))),
+            Some(piece("x\nb\n", 25, &[(0, 0), (2, 5)], Some((3, 0)))),
+            Some(piece("unused\n", 99, &[(0, 0)], None)),
+            Some(piece("c\n", 7, &[(0, 0)], None)),
+        ];
+        let j = join(pieces).expect("joined");
+        assert_eq!(j.out, b"a\nb\nc\n");
+        assert_eq!(j.insn, 10 + (25 - 5) + 7);
+    }
+
+    #[test]
+    fn a_compressed_return_without_call_after_the_meeting_point_undoes_the_join() {
+        let make = |err| {
+            let mut later = piece("", 5, &[(0, 0), (0, 1), (0, 2)], None);
+            later.retstack_error = err;
+            vec![Some(piece("", 1, &[], Some((1, 1)))), Some(later)]
+        };
+        // Before checkpoint 1 (one checkpoint taken): that output is not used.
+        assert!(join(make(Some(1))).is_some());
+        // After it: the later decoder may have parted ways with one thread's.
+        assert!(join(make(Some(2))).is_none());
+        assert!(join(make(Some(usize::MAX))).is_none());
+        assert!(join(make(None)).is_some());
+    }
+}
