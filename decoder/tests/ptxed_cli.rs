@@ -71,6 +71,19 @@ fn argument_errors() {
 
     let o = ptxed(&["--filter:addr4_cfg", "1"]);
     assert_eq!(stderr(&o), "ptxed: unknown option: --filter:addr4_cfg.\n");
+
+    let o = ptxed(&["--threads"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "ptxed: --threads: missing argument.\n");
+
+    let o = ptxed(&["--threads", "2000"]);
+    assert_eq!(stderr(&o), "ptxed: --threads: value too big: 2000.\n");
+
+    let o = ptxed(&["--threads:min-piece", "many"]);
+    assert_eq!(
+        stderr(&o),
+        "ptxed: --threads:min-piece: bad argument: many.\n"
+    );
 }
 
 #[test]
