@@ -1,0 +1,107 @@
+//! Test support shared by the workspace's tests (a dev-dependency only).
+//!
+//! A test that needs an external tool or data set asks for it here. What `.ci/run`
+//! installs (valgrind, yasm, perf, a C compiler, PostgreSQL, …) is required: when it is
+//! missing the test fails with a line naming what to install, so that no test passes by
+//! skipping its work. What no machine of ours can be given (PT hardware, a reference build
+//! of libipt) belongs in tests marked `#[ignore = "needs …"]`, which ask for it here too.
+#![deny(missing_docs)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// The workspace root (the parent of this crate's folder).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Whether the tests run in CI (`CI=true`, as `.ci/run` and most CI services set it).
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| v == "true" || v == "1")
+}
+
+/// Looks `name` up on `PATH` (an absolute or relative path is taken as it is).
+pub fn find_tool(name: impl AsRef<OsStr>) -> Option<PathBuf> {
+    let name = Path::new(name.as_ref());
+    if name.components().count() > 1 {
+        return is_executable(name).then(|| name.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The tool `name` from `PATH`, which the test cannot do without: panics with a line
+/// saying which package provides it (`.ci/run` installs it) when it is missing.
+#[track_caller]
+pub fn tool(name: &str, package: &str) -> PathBuf {
+    match find_tool(name) {
+        Some(p) => p,
+        None => panic!(
+            "this test needs `{name}` on PATH (Debian package `{package}`; .ci/run installs it)"
+        ),
+    }
+}
+
+/// A path given by the environment variable `var` that must exist (for the ignored
+/// tests that compare with a reference build, e.g. `PT_REFERENCE_PTXED`); panics with
+/// `what` when it is unset or names nothing.
+#[track_caller]
+pub fn env_path(var: &str, what: &str) -> PathBuf {
+    match std::env::var_os(var).map(PathBuf::from) {
+        Some(p) if p.exists() => p,
+        Some(p) => panic!("{var}={} does not exist ({what})", p.display()),
+        None => panic!("this test needs {var}: {what}"),
+    }
+}
+
+/// libipt's .ptt corpus: `PT_CONFORMANCE_CORPUS` (relative paths from the workspace root),
+/// else `../shared/conformance/libipt-ptt` beside the workspace. Panics when neither is
+/// there, so that the conformance tests never pass without their corpus.
+#[track_caller]
+pub fn corpus() -> PathBuf {
+    let root = workspace_root();
+    let dir = match std::env::var_os("PT_CONFORMANCE_CORPUS") {
+        Some(v) => root.join(v),
+        None => root.join("../shared/conformance/libipt-ptt"),
+    };
+    if !dir.is_dir() {
+        panic!(
+            "the libipt conformance corpus is not at {} (set PT_CONFORMANCE_CORPUS)",
+            dir.display()
+        );
+    }
+    dir
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_sh_and_not_nonsense() {
+        assert!(find_tool("sh").is_some());
+        assert!(find_tool("no-such-tool-pt-testkit").is_none());
+        assert!(find_tool("/bin/sh").is_some());
+    }
+
+    #[test]
+    #[should_panic(expected = "needs `no-such-tool-pt-testkit`")]
+    fn a_missing_tool_fails() {
+        tool("no-such-tool-pt-testkit", "none");
+    }
+
+    #[test]
+    fn the_corpus_is_found_from_the_workspace() {
+        assert!(corpus().join("bad_cpu.ptt").exists() || corpus().read_dir().is_ok());
+    }
+}
