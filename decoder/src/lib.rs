@@ -4,6 +4,7 @@
 
 pub mod block_cache;
 pub mod config;
+pub mod driver;
 pub mod dump;
 pub mod error;
 pub mod event;
@@ -17,6 +18,13 @@ pub mod sideband;
 pub mod time;
 
 pub use config::{Config, Cpu, Errata};
-pub use error::{DecodeError, ErrorCode};
+pub use driver::{
+    BlockIps, BlockItem, Counts, Decoder, DecoderBuilder, EventItem, FlowError, FlowErrorKind,
+    Granularity, InsnItem, Item, Resync,
+};
+pub use error::{DecodeError, ErrorCode, Status};
+pub use event::{Event, EventKind, Timestamp};
+pub use flow::{Block, FlowOptions, InsnInfo};
+pub use image::Image;
 pub use packet::PacketDecoder;
 pub use pt_encoder::packet::{IpPacketKind, LastIp, Packet};
