@@ -15,7 +15,7 @@
 //! * [`Item::EndOfTrace`], [`Item::Disabled`]: statuses (the trace ended while
 //!   tracing was on; tracing is off after a resync);
 //! * [`Item::Counts`]: in count-only mode, the instructions (and blocks) passed since
-//!   the last item (at least every 65536 steps, so that a caller sees progress).
+//!   the last item (at least every 1024 steps, so that a caller sees progress).
 //!
 //! In count-only mode ([`DecoderBuilder::count_only`]) the driver takes warm code
 //! through the block decoder's counting fast path ([`crate::flow::BlockDecoder::skip_blocks`])
@@ -618,7 +618,7 @@ pub(crate) struct Engine<'a, S> {
 }
 
 /// Count-only mode reports the counts at least every this many steps.
-const COUNTS_EVERY: u32 = 1 << 16;
+const COUNTS_EVERY: u32 = 1 << 10;
 
 impl<'a, S: Step<'a>> Engine<'a, S> {
     fn new(dec: S, image: &'a Image, settings: EngineSettings) -> Self {
