@@ -372,7 +372,10 @@ impl<'a> Decoder<'a> {
     /// A decoder of `trace` with code from `image`, at block granularity, resyncing at
     /// the next PSB after an error, on one thread.
     pub fn new(trace: &'a [u8], image: &'a Image, config: &Config, flow: FlowOptions) -> Self {
-        Self::builder(trace, image).config(config).flow(flow).build()
+        Self::builder(trace, image)
+            .config(config)
+            .flow(flow)
+            .build()
     }
 
     /// A builder for a decoder of `trace` with code from `image`.

@@ -11,41 +11,9 @@ use pt_encoder::encode_to_vec;
 use pt_encoder::packet::{
     ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, ModeTsx, Packet, PtwSize, Tnt,
 };
+use pt_testkit::Rng;
 
-/// xorshift64*: deterministic, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-const BASE: u64 = 0x1000;
-
-/// Code with loops, calls, returns and indirect branches.
-const CODE: &[u8] = &[
-    0x48, 0x83, 0xc0, 0x01, // 00: add rax, 1
-    0xe8, 0x07, 0x00, 0x00, 0x00, // 04: call 0x10
-    0x75, 0xf5, // 09: jnz 0x00
-    0xff, 0xe0, // 0b: jmp rax
-    0x90, 0x90, 0x90, // 0d: nops
-    0x90, // 10: nop
-    0xff, 0xd3, // 11: call rbx
-    0xc3, // 13: ret
-    0x0f, 0x22, 0xd8, // 14: mov cr3, rax
-    0xf3, 0x0f, 0xae, 0xe0, // 17: ptwrite eax
-    0x0f, 0x05, // 1b: syscall
-    0xcf, // 1d: iretd
-    0xeb, 0xe0, // 1e: jmp 0x00
-];
+use pt_testkit::trace::{STEER_BASE as BASE, STEER_CODE as CODE};
 
 fn ip_packet(rng: &mut Rng, kind: IpPacketKind) -> Packet {
     let ip = BASE + rng.below(0x28);
@@ -257,7 +225,14 @@ fn mutated_traces_and_bad_images_never_panic() {
         if run(&trace, &image, &config, options, Granularity::Blocks, quiet) > MAX_ITEMS {
             stuck += 1;
         }
-        run(&trace, &image, &config, options, Granularity::Instructions, !quiet);
+        run(
+            &trace,
+            &image,
+            &config,
+            options,
+            Granularity::Instructions,
+            !quiet,
+        );
     }
     // Random code may loop without needing trace (`jmp $`), which `run` allows;
     // with this seed none does, and nothing else may keep a run from ending.
@@ -282,7 +257,14 @@ fn random_bytes_as_trace_and_code() {
         let _ = image.add_bytes(BASE, code, "random");
         let (config, options) = config(&mut rng);
         run(&trace, &image, &config, options, Granularity::Blocks, true);
-        run(&trace, &image, &config, options, Granularity::Instructions, false);
+        run(
+            &trace,
+            &image,
+            &config,
+            options,
+            Granularity::Instructions,
+            false,
+        );
     }
 }
 
@@ -314,7 +296,14 @@ fn wrong_execution_mode() {
             let _ = image.add_bytes(BASE, CODE.to_vec(), "code");
             let (config, options) = config(&mut rng);
             assert!(run(&v, &image, &config, options, Granularity::Blocks, false) <= MAX_ITEMS + 1);
-            run(&v, &image, &config, options, Granularity::Instructions, true);
+            run(
+                &v,
+                &image,
+                &config,
+                options,
+                Granularity::Instructions,
+                true,
+            );
         }
     }
 }

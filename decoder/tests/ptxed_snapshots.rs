@@ -2,10 +2,10 @@
 //! built here. With `PTXED_REFERENCE=/path/to/libipt/ptxed` each run is also compared
 //! with that tool's output (which is how the snapshots were checked).
 
-use pt_encoder::encode_to_vec;
 use pt_encoder::packet::{
     ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, ModeTsx, Packet, PtwSize, Tnt,
 };
+use pt_testkit::trace::encode as bytes;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -50,14 +50,6 @@ fn ip(kind: IpPacketKind, ip: u64) -> Packet {
 
 fn tnt(bits: &str) -> Tnt {
     Tnt::from_results(bits.chars().map(|c| c == '!')).expect("tnt")
-}
-
-fn bytes(packets: &[Packet]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for p in packets {
-        encode_to_vec(p, &mut v).expect("encode");
-    }
-    v
 }
 
 fn trace() -> Vec<u8> {

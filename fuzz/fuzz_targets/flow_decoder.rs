@@ -10,24 +10,7 @@ use pt_decoder::flow::FlowOptions;
 use pt_decoder::image::Image;
 use pt_decoder::{Decoder, Granularity, Item, Resync};
 
-const BASE: u64 = 0x1000;
-
-/// Code the trace can steer through (all branches relative or through registers).
-const CODE: &[u8] = &[
-    0x48, 0x83, 0xc0, 0x01, // 00: add rax, 1
-    0xe8, 0x07, 0x00, 0x00, 0x00, // 04: call 0x10
-    0x75, 0xf5, // 09: jnz 0x00
-    0xff, 0xe0, // 0b: jmp rax
-    0x90, 0x90, 0x90, // 0d: nops
-    0x90, // 10: nop
-    0xff, 0xd3, // 11: call rbx
-    0xc3, // 13: ret
-    0x0f, 0x22, 0xd8, // 14: mov cr3, rax
-    0xf3, 0x0f, 0xae, 0xe0, // 17: ptwrite eax
-    0x0f, 0x05, // 1b: syscall
-    0xcf, // 1d: iretd
-    0xeb, 0xe0, // 1e: jmp 0x00
-];
+use pt_testkit::trace::{STEER_BASE as BASE, STEER_CODE as CODE};
 
 /// Items taken at most: only code that loops without trace (`jmp $`-like) gets there.
 const MAX_ITEMS: usize = 50_000;

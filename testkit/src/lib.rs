@@ -5,9 +5,49 @@
 //! missing the test fails with a line naming what to install, so that no test passes by
 //! skipping its work. What no machine of ours can be given (PT hardware, a reference build
 //! of libipt) belongs in tests marked `#[ignore = "needs …"]`, which ask for it here too.
+//!
+//! It also holds what tests and fuzz targets would otherwise each copy: a seeded RNG
+//! ([`Rng`]) and trace builders ([`trace`]).
 #![deny(missing_docs)]
 
 use std::ffi::OsStr;
+
+pub mod trace;
+
+/// xorshift64*: a small deterministic generator, so that a failing test reproduces
+/// from its seed.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A generator from `seed` (0 is replaced by a fixed constant: xorshift stays at 0).
+    pub fn new(seed: u64) -> Self {
+        Rng(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
+    }
+
+    /// The next 64 random bits.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform-ish in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A random bit.
+    pub fn bit(&mut self) -> bool {
+        self.next() & 1 == 1
+    }
+}
 use std::path::{Path, PathBuf};
 
 /// The workspace root (the parent of this crate's folder).
@@ -86,6 +126,15 @@ pub fn corpus() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rng_is_xorshift64_star() {
+        let mut r = Rng(1);
+        assert_eq!(r.next(), 0x47e4_ce4b_896c_dd1d);
+        let mut z = Rng::new(0);
+        assert_ne!(z.next(), 0);
+        assert!((0..100).all(|_| r.below(7) < 7));
+    }
 
     #[test]
     fn finds_sh_and_not_nonsense() {

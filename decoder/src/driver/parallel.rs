@@ -391,7 +391,12 @@ mod tests {
         // 3 at its checkpoint 0; piece 2's own items are not used.
         let pieces = vec![
             Some(piece(&[(4, "a")], 10, &[], Some((1, 1)))),
-            Some(piece(&[(1, "x"), (9, "b")], 25, &[(0, 0), (1, 5)], Some((3, 0)))),
+            Some(piece(
+                &[(1, "x"), (9, "b")],
+                25,
+                &[(0, 0), (1, 5)],
+                Some((3, 0)),
+            )),
             Some(piece(&[(0, "unused")], 99, &[(0, 0)], None)),
             Some(piece(&[(3, "c")], 7, &[(0, 0)], None)),
         ];
@@ -430,9 +435,6 @@ mod tests {
                 blocks: None,
             })
         };
-        assert_eq!(
-            j.items(),
-            [c(3), Item::EndOfTrace, Item::Disabled, c(5)]
-        );
+        assert_eq!(j.items(), [c(3), Item::EndOfTrace, Item::Disabled, c(5)]);
     }
 }

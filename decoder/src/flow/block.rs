@@ -13,9 +13,9 @@
 
 use super::filter::AddrFilter;
 use super::retstack::RetStack;
+use super::Progress;
 use crate::block_cache::{BlockCache, BlockId};
 use crate::config::Config;
-use super::Progress;
 use crate::error::{ErrorCode, Status};
 use crate::event::{self, Event, EventDecoder, EventKind, Timestamp};
 use crate::image::Image;
@@ -1225,7 +1225,10 @@ impl<'a> BlockDecoder<'a> {
                         Vmentry { .. } => (Pred::Vmentry, bound::VMENTRY),
                         _ => (Pred::Uiret, bound::UIRET),
                     };
-                    if !self.proceed_past_bound(block, &mut last, &ev, pred)?.reached()? {
+                    if !self
+                        .proceed_past_bound(block, &mut last, &ev, pred)?
+                        .reached()?
+                    {
                         return Ok(Status::default());
                     }
                     self.bound |= flag;

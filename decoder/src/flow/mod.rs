@@ -45,8 +45,8 @@ pub mod filter;
 pub mod insn_decoder;
 pub mod retstack;
 
-pub use block::{Asid, Block, BlockDecoder, Checkpoint, FlowOptions, MAX_BLOCK_INSNS};
 pub use crate::error::Status;
+pub use block::{Asid, Block, BlockDecoder, Checkpoint, FlowOptions, MAX_BLOCK_INSNS};
 
 /// What a flow decoder's call did when it did not fail ([`InsnDecoder::next`],
 /// [`BlockDecoder::resync`]).

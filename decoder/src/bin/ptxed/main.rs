@@ -13,7 +13,6 @@ use pt_decoder::sideband::{Explicit, Sideband, SidebandError};
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
 
-
 #[derive(Clone, Copy, Debug, Default)]
 struct Options {
     no_inst: bool,

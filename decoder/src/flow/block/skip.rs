@@ -30,9 +30,9 @@
 //! nothing to report after the block either.
 
 use super::{next_ip, target_slot, BlockDecoder, Link, MAX_BLOCK_INSNS};
-use crate::flow::retstack::RETSTACK_SIZE;
 use crate::block_cache::BlockId;
 use crate::event::EventKind;
+use crate::flow::retstack::RETSTACK_SIZE;
 use crate::insn::InsnClass;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -222,7 +222,9 @@ impl BlockDecoder<'_> {
                     let kind = match (last.class, target) {
                         (InsnClass::CondJump, Some(_)) => ChainKind::Cond,
                         (InsnClass::Return, _) => ChainKind::Ret,
-                        (InsnClass::Jump | InsnClass::Call, _) if !last.is_direct() => ChainKind::Indirect,
+                        (InsnClass::Jump | InsnClass::Call, _) if !last.is_direct() => {
+                            ChainKind::Indirect
+                        }
                         _ => ChainKind::Other,
                     };
                     let (Ok(insns), Ok(npush)) = (
