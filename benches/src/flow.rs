@@ -16,8 +16,8 @@
 //! instructions per second.
 
 use pt_decoder::config::Config;
-use pt_decoder::{Decoder, Granularity, Item};
 use pt_decoder::image::Image;
+use pt_decoder::{Decoder, Granularity, Item};
 use pt_encoder::packet::{ExecMode, IpCompression, IpPayload, LastIp, ModeExec, Packet, Tnt};
 use pt_encoder::IpPacketKind;
 

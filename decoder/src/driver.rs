@@ -211,10 +211,10 @@ pub enum Item {
     Event(EventItem),
     /// An error; decoding goes on as the [`Resync`] policy says.
     Error(FlowError),
-    /// The trace ended while tracing was enabled (ptxed's "[end of trace]"): the flow
+    /// The trace ended while tracing was enabled (ptxed's `[end of trace]`): the flow
     /// is cut off there, not ended by a disable.
     EndOfTrace,
-    /// After a resynchronization, tracing is disabled (ptxed's "[disabled]").
+    /// After a resynchronization, tracing is disabled (ptxed's `[disabled]`).
     Disabled,
     /// Count-only mode: what was decoded since the last item.
     Counts(Counts),
@@ -751,7 +751,7 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                         // progress (code that loops without needing trace, `jmp $`,
                         // never comes to an end of its own).
                         self.steps = self.steps.wrapping_add(1);
-                        if self.steps % COUNTS_EVERY == 0 {
+                        if self.steps.is_multiple_of(COUNTS_EVERY) {
                             if let Some(counts) = self.take_counts() {
                                 return Some(counts);
                             }

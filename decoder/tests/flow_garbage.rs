@@ -168,7 +168,7 @@ fn run(
     granularity: Granularity,
     count_only: bool,
 ) -> usize {
-    let mut dec = Decoder::builder(trace, image)
+    let dec = Decoder::builder(trace, image)
         .config(config)
         .flow(options)
         .granularity(granularity)
@@ -178,7 +178,7 @@ fn run(
     let len = trace.len() as u64;
     let (mut items, mut spinning) = (0, 0);
     let mut last_offset = None;
-    while let Some(item) = dec.next() {
+    for item in dec {
         items += 1;
         if items > MAX_ITEMS {
             assert!(spinning > 1000, "no progress without a code loop");

@@ -10,6 +10,10 @@
 //! Hot code is decoded once: the walk goes over [`crate::block_cache`] blocks (one hash
 //! lookup or one array access per straight-line run), and conditional branches follow
 //! the cache's successor links.
+//!
+//! The counting fast path ([`BlockDecoder::skip_blocks`]) is a module of its own
+//! (`block/skip.rs`), with its own state; checkpoints for the parallel decode are in
+//! `block/checkpoint.rs`.
 
 use super::filter::AddrFilter;
 use super::retstack::RetStack;

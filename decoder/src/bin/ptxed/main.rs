@@ -1059,15 +1059,11 @@ fn run(prog: &str, args: &[String]) -> i32 {
                 let offset = e.offset.ok_or(ErrorCode::NoSync);
                 p.diagnose(offset, e.ip, error_label(e.kind), e.code);
             }
-            Item::EndOfTrace => {
-                if !opts.quiet {
-                    let _ = p.out.write_all(b"[end of trace]\n");
-                }
+            Item::EndOfTrace if !opts.quiet => {
+                let _ = p.out.write_all(b"[end of trace]\n");
             }
-            Item::Disabled => {
-                if !opts.quiet {
-                    let _ = p.out.write_all(b"[disabled]\n");
-                }
+            Item::Disabled if !opts.quiet => {
+                let _ = p.out.write_all(b"[disabled]\n");
             }
             _ => {}
         }
