@@ -318,8 +318,10 @@ impl<'a> DecoderBuilder<'a> {
     }
 
     /// In count-only mode, decode pieces of the trace between PSBs on up to
-    /// `threads` threads (0: one per core, at most 8; default 1). The items are those
-    /// of one thread, except that [`Counts::blocks`] is `None`. Not with tick events
+    /// `threads` threads (0: one per core, at most 8; default 1). The errors and
+    /// statuses are those of one thread and the counts add up to the same, but they
+    /// come in other portions, and [`Counts::blocks`] is `None` (blocks in code seen
+    /// for the first time end where the decoder's cache says). Not with tick events
     /// (their times depend on what was decoded before).
     pub fn threads(mut self, threads: usize) -> Self {
         self.settings.threads = threads;
