@@ -29,7 +29,8 @@
 //! TNT or TIP right away (past PAD, MTC and CYC), so that `next` would have had
 //! nothing to report after the block either.
 
-use super::{next_ip, target_slot, BlockDecoder, Link, MAX_BLOCK_INSNS};
+use super::code::target_slot;
+use super::{next_ip, BlockDecoder, Link, MAX_BLOCK_INSNS};
 use crate::block_cache::BlockId;
 use crate::event::EventKind;
 use crate::flow::retstack::RETSTACK_SIZE;
