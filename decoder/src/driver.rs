@@ -468,17 +468,16 @@ impl<'a> Decoder<'a> {
                 self.run.insert(run)
             }
         };
-        let item = match run {
-            Run::Blocks(e) => e.next_item(&mut Whole),
-            Run::Insns(e) => e.next_item(&mut Whole),
-            Run::Joined { items, .. } => items.next(),
-        };
-        match item {
-            Some(item) => {
-                *slot = item;
-                true
-            }
-            None => false,
+        match run {
+            Run::Blocks(e) => e.next_item(&mut Whole, slot),
+            Run::Insns(e) => e.next_item(&mut Whole, slot),
+            Run::Joined { items, .. } => match items.next() {
+                Some(item) => {
+                    *slot = item;
+                    true
+                }
+                None => false,
+            },
         }
     }
 
@@ -548,8 +547,8 @@ pub(crate) trait Step<'a>: Sized + Send {
     fn skip(&mut self, tally: &mut Tally);
     /// Decode and count one block or instruction; whether there is one to report.
     fn step(&mut self, tally: &mut Tally) -> (bool, Result<Progress, ErrorCode>);
-    /// The item for the last step.
-    fn item(&self, offset: u64) -> Item;
+    /// The item for the last step, into `slot`.
+    fn item(&self, offset: u64, slot: &mut Item);
     fn mark(&self) -> Option<Self::Mark>;
     fn reached(&self, mark: &Self::Mark) -> bool;
 }
@@ -588,8 +587,6 @@ enum State {
     Sync { first: bool },
     /// Take events, or decode the next step.
     Running,
-    /// The last step's result, after its item.
-    AfterStep(Result<Progress, ErrorCode>),
     /// Report an error, then go on as the policy says.
     Error(ErrorCode),
     /// Resynchronize after an error.
@@ -665,14 +662,15 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
     }
 
     /// Hand out `item`, after the counts before it.
-    fn report(&mut self, item: Item) -> Option<Item> {
+    fn report(&mut self, item: Item, slot: &mut Item) -> bool {
         match self.take_counts() {
             Some(counts) => {
                 self.queued = Some(item);
-                Some(counts)
+                *slot = counts;
             }
-            None => Some(item),
+            None => *slot = item,
         }
+        true
     }
 
     fn error(&self, kind: FlowErrorKind, code: ErrorCode) -> Item {
@@ -701,11 +699,15 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
         };
     }
 
-    /// The next item.
+    /// The next item into `slot` (written in place: an item is a hundred bytes);
+    /// `false` at the end.
     #[inline]
-    fn next_item<W: Watch<S>>(&mut self, watch: &mut W) -> Option<Item> {
-        if let Some(item) = self.queued.take() {
-            return Some(item);
+    fn next_item<W: Watch<S>>(&mut self, watch: &mut W, slot: &mut Item) -> bool {
+        if self.queued.is_some() {
+            if let Some(item) = self.queued.take() {
+                *slot = item;
+                return true;
+            }
         }
         let items = !self.settings.count_only;
         loop {
@@ -717,7 +719,8 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                             Ok((event, s)) => {
                                 self.status = s;
                                 if items {
-                                    return Some(Item::Event(EventItem { event, offset }));
+                                    *slot = Item::Event(EventItem { event, offset });
+                                    return true;
                                 }
                             }
                             Err(e) => self.state = State::Error(e),
@@ -727,7 +730,7 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                     if self.status.eos {
                         self.state = State::Done;
                         if !self.status.ip_suppressed {
-                            return self.report(Item::EndOfTrace);
+                            return self.report(Item::EndOfTrace, slot);
                         }
                         continue;
                     }
@@ -738,11 +741,13 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                     if items {
                         let offset = self.dec.offset().unwrap_or(0);
                         let (produced, r) = self.dec.step(&mut self.tally);
-                        if produced {
-                            self.state = State::AfterStep(r);
-                            return Some(self.dec.item(offset));
-                        }
+                        // An error after the step is reported at the next call,
+                        // after the step's item.
                         self.after_step(r);
+                        if produced {
+                            self.dec.item(offset, slot);
+                            return true;
+                        }
                     } else {
                         if watch.fast() {
                             self.dec.skip(&mut self.tally);
@@ -755,12 +760,12 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                         self.steps = self.steps.wrapping_add(1);
                         if self.steps.is_multiple_of(COUNTS_EVERY) {
                             if let Some(counts) = self.take_counts() {
-                                return Some(counts);
+                                *slot = counts;
+                                return true;
                             }
                         }
                     }
                 }
-                State::AfterStep(r) => self.after_step(r),
                 State::Sync { first } => {
                     self.dec.reset();
                     let r = if first {
@@ -785,7 +790,7 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                                 }
                                 _ => State::Done,
                             };
-                            return self.report(item);
+                            return self.report(item, slot);
                         }
                     }
                 }
@@ -800,7 +805,7 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                         Resync::NextPsb => State::Sync { first: false },
                         Resync::NextIp => State::Resync,
                     };
-                    return self.report(item);
+                    return self.report(item, slot);
                 }
                 State::Resync => {
                     let failed = match self.dec.resync() {
@@ -808,7 +813,7 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                             self.status = s;
                             self.state = State::Running;
                             if s.ip_suppressed {
-                                return self.report(Item::Disabled);
+                                return self.report(Item::Disabled, slot);
                             }
                             continue;
                         }
@@ -817,7 +822,8 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                             match self.dec.event() {
                                 Ok((event, _)) => {
                                     if items {
-                                        return Some(Item::Event(EventItem { event, offset }));
+                                        *slot = Item::Event(EventItem { event, offset });
+                                        return true;
                                     }
                                     continue;
                                 }
@@ -829,9 +835,17 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                     watch.error(failed);
                     let item = self.error(FlowErrorKind::Resync, failed);
                     self.state = State::Sync { first: false };
-                    return self.report(item);
+                    return self.report(item, slot);
                 }
-                State::Done => return self.take_counts(),
+                State::Done => {
+                    return match self.take_counts() {
+                        Some(counts) => {
+                            *slot = counts;
+                            true
+                        }
+                        None => false,
+                    }
+                }
             }
         }
     }
@@ -993,13 +1007,14 @@ impl<'a> Step<'a> for BlockStep<'a> {
         (true, r.map(Progress::Done))
     }
 
-    fn item(&self, offset: u64) -> Item {
-        Item::Block(BlockItem {
+    #[inline]
+    fn item(&self, offset: u64, slot: &mut Item) {
+        *slot = Item::Block(BlockItem {
             block: self.block,
             offset,
             time: self.dec.time(),
             next_ip: self.next_ip,
-        })
+        });
     }
 
     fn mark(&self) -> Option<Self::Mark> {
@@ -1090,12 +1105,13 @@ impl<'a> Step<'a> for InsnStep<'a> {
         }
     }
 
-    fn item(&self, offset: u64) -> Item {
-        Item::Insn(InsnItem {
+    #[inline]
+    fn item(&self, offset: u64, slot: &mut Item) {
+        *slot = Item::Insn(InsnItem {
             insn: self.insn,
             offset,
             time: self.dec.block_decoder().time(),
-        })
+        });
     }
 
     fn mark(&self) -> Option<Self::Mark> {

@@ -282,7 +282,8 @@ where
             met: None,
         };
         engine.restart();
-        while let Some(item) = engine.next_item(&mut watch) {
+        let mut item = Item::default();
+        while engine.next_item(&mut watch, &mut item) {
             if !matches!(item, Item::Counts(_)) {
                 watch.out.push((engine.tally, item));
             }
