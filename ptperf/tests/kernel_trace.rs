@@ -264,15 +264,15 @@ fn ptrec_replays_a_log_that_shows_the_kernel() {
             .arg(&out)
             .output()
             .unwrap();
-        let stdout = String::from_utf8_lossy(&o.stdout);
+        let report = String::from_utf8_lossy(&o.stderr);
         assert!(
             o.status.success(),
             "{term}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
         assert!(
-            stdout.contains("identical to the recorded execution"),
-            "{term}: {stdout}"
+            report.contains("identical to the recorded execution"),
+            "{term}: {report}"
         );
         let pips = packets(&out)
             .iter()

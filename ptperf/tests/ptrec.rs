@@ -239,7 +239,7 @@ fn valgrind_source_and_decode() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = String::from_utf8_lossy(&o.stderr);
     assert!(
         out.contains("identical to the recorded execution"),
         "{out}{}",
@@ -306,7 +306,7 @@ fn compat_mode_program_with_int80_decodes_to_its_execution() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = String::from_utf8_lossy(&o.stderr);
     assert!(out.contains("identical to the recorded execution"), "{out}");
     // 32-bit code: MODE.Exec with CS.D; INT 0x80 is FUP + TIP.PGD().
     let p = decode_prefix(&t);

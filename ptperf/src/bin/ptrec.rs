@@ -387,28 +387,28 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
         if shown {
             eprintln!();
         }
-        println!(
+        eprintln!(
             "decoded flow: {} instructions ({} recorded in the traced range) from {} image sections",
             v.decoded, v.expected, v.sections
         );
-        println!(
+        eprintln!(
             "  tracing enabled {} times, disabled {} times ({} asynchronously: interrupts, faults), {} overflows",
             v.enables, v.disables, v.async_disables, v.overflows
         );
         if v.identical() {
-            println!("  identical to the recorded execution, instruction by instruction");
+            eprintln!("  identical to the recorded execution, instruction by instruction");
         } else {
             if let Some((i, got, want)) = v.first_difference {
-                println!("  DIFFERS at instruction {i}: decoded {got:#x}, recorded {want:#x}");
+                eprintln!("  DIFFERS at instruction {i}: decoded {got:#x}, recorded {want:#x}");
             }
             if let Some(e) = &v.first_error {
-                println!("  {} decode errors, the first: {e}", v.errors);
+                eprintln!("  {} decode errors, the first: {e}", v.errors);
             }
             if v.decoded != v.expected {
-                println!("  instruction counts differ");
+                eprintln!("  instruction counts differ");
             }
         }
-        print!("{}", prof.report(a.top));
+        eprint!("{}", prof.report(a.top));
     }
     if let Some(e) = &s.source_error {
         eprintln!("ptrec: the recording ended early: {e}; the trace is kept up to there");
@@ -513,6 +513,7 @@ fn run_perf(a: &Args) -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
+    pt_cli::init();
     let a = match parse_args() {
         Ok(a) => a,
         Err(e) => {

@@ -333,6 +333,13 @@ pub(crate) fn spawn_traced(
     if pid == 0 {
         // SAFETY: child side, async-signal-safe calls only.
         unsafe {
+            // The program starts as a shell would start it: Rust's runtime
+            // ignores SIGPIPE (an ignored signal stays ignored across execve),
+            // and the recorder may block signals.
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             if flags.disable_aslr {
                 let cur = libc::personality(0xffff_ffff);
                 if cur != -1 {

@@ -25,6 +25,7 @@ fn normalized(text: &str) -> Vec<String> {
 }
 
 fn main() -> ExitCode {
+    pt_cli::init();
     let arg = std::env::args().nth(1);
     if matches!(arg.as_deref(), Some("-h" | "--help")) {
         println!("usage: ptdemo [FILE.ptt]   (default: the bundled demo.ptt)");

@@ -1399,8 +1399,7 @@ fn take_joined<W: Write>(p: &mut Printer<'_, W>, stats: &mut Stats, j: parallel:
 }
 
 fn run(prog: &str, args: &[String]) -> i32 {
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut out = io::BufWriter::with_capacity(1 << 16, pt_cli::stdout());
     // Not held while decoding: threads of a parallel decode would wait on it forever.
     let parsed = parse_args(prog, args, &mut out, &mut io::stderr().lock());
     let setup = match parsed {
