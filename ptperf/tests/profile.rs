@@ -14,7 +14,7 @@ use pt_sim::record::sideband_path;
 fn sample(dir: &std::path::Path) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/sample.c");
     let bin = dir.join("sample");
-    let st = Command::new("gcc")
+    let st = Command::new(pt_testkit::tool("gcc", "gcc"))
         .args(["-O1", "-fno-inline-small-functions", "-o"])
         .arg(&bin)
         .arg(&src)

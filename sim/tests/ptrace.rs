@@ -18,7 +18,7 @@ use pt_sim::exec::{
 fn build(name: &str, extra: &[&str]) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pt-sim-{name}"));
-    let status = Command::new("cc")
+    let status = Command::new(pt_testkit::tool("cc", "gcc"))
         .args([
             "-O1",
             "-static",

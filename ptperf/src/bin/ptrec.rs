@@ -495,6 +495,10 @@ fn decode_threads(
     let mut profile: Option<Profile> = None;
     let mut all_identical = true;
     let mut decoded_before = 0;
+    if !sideband_path(out).exists() {
+        eprintln!("ptrec: nothing was traced: no instruction was recorded");
+        return Ok(s.instructions == 0 && s.source_error.is_none());
+    }
     // The first side-band lists every trace file: one per thread and program.
     let mut traces: Vec<(pt_sim::exec::ThreadId, String, PathBuf)> =
         pt_sim::sideband::Sideband::read(&sideband_path(out))?

@@ -34,7 +34,7 @@
 //!   first thread's id; the recording names the thread that vanished
 //!   ([`Event::Untraced`]) and ends it.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::{CString, OsStr, OsString};
 use std::io::IsTerminal;
 use std::marker::PhantomData;
@@ -565,8 +565,9 @@ struct Thread {
 #[derive(Default)]
 struct Space {
     mem: CodeMemory,
-    /// Pages known to match the process right now.
-    fresh: HashSet<u64>,
+    /// Pages known to match the process right now, and whether they can
+    /// change without a change of the memory map (writable or shared).
+    fresh: HashMap<u64, bool>,
     maps: Vec<Mapping>,
     /// Traced threads alive.
     threads: usize,
@@ -816,7 +817,7 @@ impl Tracer {
 
     /// Makes sure the page at `base` of `tid`'s process is captured and current.
     fn load_page(space: &mut Space, stats: &mut TraceStats, tid: libc::pid_t, base: u64) -> bool {
-        if space.fresh.contains(&base) {
+        if space.fresh.contains_key(&base) {
             return true;
         }
         let mut page = vec![0u8; PAGE_SIZE as usize];
@@ -825,7 +826,11 @@ impl Tracer {
             return false;
         }
         space.mem.set_page(base, &page);
-        space.fresh.insert(base);
+        let volatile = !space
+            .maps
+            .iter()
+            .any(|m| m.start <= base && base < m.end && !m.perms.write && !m.perms.shared);
+        space.fresh.insert(base, volatile);
         true
     }
 
@@ -836,7 +841,12 @@ impl Tracer {
         let pid = self.threads.get(&tid)?.id.pid;
         let space = self.spaces.get_mut(&pid)?;
         let stats = &mut self.stats;
-        if self.opts.verify_code {
+        // Code that cannot change without a change of the map (a system
+        // call, after which pages are read again) needs no re-reading.
+        let stable = |b: u64| space.fresh.get(&b) == Some(&false);
+        if self.opts.verify_code
+            && !(stable(page_base(ip)) && stable(page_base(ip.wrapping_add(14))))
+        {
             let mut live = [0u8; 15];
             let n = read_mem(tid, ip, &mut live);
             let mut cached = [0u8; 15];
