@@ -18,16 +18,28 @@
 //! `--filter` takes perf's `filter START/SIZE@FILE` (or `stop …`) or a plain
 //! `START-END` (END exclusive).
 //!
-//! `--decode` decodes the simulated trace with pt-decoder, compares it with
-//! the recorded execution and prints branch counts by kind and the `--top N`
-//! hottest functions by instructions, named from the ELF symbols of the
-//! mapped files.
+//! Both simulator sources follow every thread the program creates, the
+//! processes it forks and the programs they exec; a thread or process they
+//! cannot follow is named in a warning. Each thread gets a trace of its own
+//! (perf's per-thread mode), cut at each exec.
 //!
-//! With the simulator, OUT is the trace, `OUT.sideband` the side-band (see
-//! `pt_sim::sideband`) and `OUT.log` the execution log, which `--replay`
-//! turns into a trace again with another configuration.
-//! Our ptxed decodes OUT with `ptxed --sideband OUT.sideband --pt OUT`;
-//! `--ptxed-args OUT` prints the equivalent plain options (for libipt's).
+//! `--decode` decodes every simulated trace with pt-decoder, compares each
+//! with its thread's recorded execution (exit status 1 when any differs) and
+//! prints branch counts by kind and the `--top N` hottest functions by
+//! instructions, named from the ELF symbols of the mapped files. Reports go
+//! to stderr; stdout is the traced program's.
+//!
+//! Ctrl-C (SIGINT) or SIGTERM stops the recording; everything recorded up to
+//! there is kept and decodes (a second one during valgrind's replay ends the
+//! replay there).
+//!
+//! With the simulator, OUT is the first thread's trace, `OUT.sideband` its
+//! side-band (see `pt_sim::sideband`; it lists every trace file and the task
+//! events), `OUT.TID` the trace of thread TID, `….execN` a thread's trace
+//! after its N-th exec, and `OUT.log` the execution log of all threads,
+//! which `--replay` turns into traces again with another configuration.
+//! Our ptxed decodes a trace T with `ptxed --sideband T.sideband --pt T`;
+//! `--ptxed-args T` prints the equivalent plain options (for libipt's).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -75,8 +87,9 @@ const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|val
        ptrec --replay OUT.log [TERMS...] [--filter SPEC] [--decode] [--top N] -o OUT2
        ptrec --ptxed-args OUT     (print libipt ptxed options for a simulated trace;
                                    our ptxed takes --sideband OUT.sideband --pt OUT)
---decode: decode the trace with pt-decoder, compare it with the recorded execution and
-          print branch counts and the hottest functions (ELF symbols)
+--decode: decode every thread's trace with pt-decoder, compare it with the recorded
+          execution (exit status 1 if any differs) and print branch counts and the
+          hottest functions (ELF symbols); reports go to stderr
 --top N:  how many functions to list (default 10; implies --decode)
 TERMS: tsc mtc mtc_period=N cyc cyc_thresh=N noretcomp psb_period=N branch ptw fup_on_ptw notnt (term=0 to clear), u, k, uk
        (k and uk trace the kernel: the perf backend, or a replayed log that shows the kernel;

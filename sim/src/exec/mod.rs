@@ -14,13 +14,15 @@
 //! that enter it ([`Event::Interrupt`]).
 //!
 //! Four sources exist:
-//! - [`ptrace::Tracer`] (Linux x86-64): single-steps a real process.
+//! - [`ptrace::Tracer`] (Linux x86-64): single-steps a real program, its
+//!   threads and the processes it forks.
 //! - [`log::LogReader`]: replays a compact execution log written by
 //!   [`log::LogWriter`] (record once, replay fast and often).
 //! - [`script::Script`]: a small program plus its branch outcomes, for unit tests
 //!   (it can show kernel code too).
-//! - [`valgrind::ValgrindSource`] (Linux x86-64): a program run under
-//!   valgrind, some forty times faster than single-stepping on long programs.
+//! - [`valgrind::ValgrindSource`] (Linux x86-64): a program (threads and
+//!   children too) run under valgrind, some forty times faster than
+//!   single-stepping on long programs.
 //!
 //! # Ordering contract
 //! - A [`Retired`]'s `next_ip` is where the instruction sent user-mode control:
