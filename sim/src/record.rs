@@ -856,3 +856,174 @@ mod tests {
         assert!(resolve_filters(&missing, &maps).is_err());
     }
 }
+
+#[cfg(test)]
+mod sink_tests {
+    //! The recorder's output as a sink sees it: one stream per thread, each
+    //! starting with a PSB, and task events in time order, consistent with
+    //! the TSC of the streams.
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::exec::{ExecError, ExecMode, InsnClass, Retired};
+
+    /// A fixed list of items over fixed code.
+    struct Items {
+        items: VecDeque<ExecItem>,
+        mem: CodeMemory,
+    }
+
+    impl ExecutionSource for Items {
+        fn next_item(&mut self) -> Result<Option<ExecItem>, ExecError> {
+            Ok(self.items.pop_front())
+        }
+        fn memory(&self) -> &CodeMemory {
+            &self.mem
+        }
+    }
+
+    #[derive(Default)]
+    struct Collect {
+        starts: Vec<(ThreadId, u64)>,
+        streams: HashMap<ThreadId, Vec<u8>>,
+        events: Vec<Timed>,
+        finished: bool,
+    }
+
+    impl RecordSink for Collect {
+        fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), String> {
+            self.starts.push((start.id, start.tsc));
+            Ok(())
+        }
+        fn trace(&mut self, thread: ThreadId, bytes: &[u8]) -> Result<(), String> {
+            self.streams
+                .entry(thread)
+                .or_default()
+                .extend_from_slice(bytes);
+            Ok(())
+        }
+        fn lost(&mut self, _: ThreadId, _: u64) -> Result<(), String> {
+            Ok(())
+        }
+        fn task_event(&mut self, event: &Timed) -> Result<(), String> {
+            self.events.push(event.clone());
+            Ok(())
+        }
+        fn checkpoint(&mut self, _: ProcessMemory<'_>) -> Result<(), String> {
+            Ok(())
+        }
+        fn finish(&mut self, _: &RecordSummary, _: ProcessMemory<'_>) -> Result<(), String> {
+            self.finished = true;
+            Ok(())
+        }
+    }
+
+    /// `n` times: 0x1000 nop; 0x1001 dec ecx; 0x1003 jnz 0x1000 (the last falls through).
+    fn loop_items(n: usize) -> Vec<ExecItem> {
+        let insn = |ip, len, class, next_ip| {
+            ExecItem::Insn(Retired {
+                ip,
+                next_ip,
+                len,
+                class,
+                mode: ExecMode::Bit64,
+                kernel: false,
+            })
+        };
+        let mut v = Vec::new();
+        for i in 0..n {
+            v.push(insn(0x1000, 1, InsnClass::Other, 0x1001));
+            v.push(insn(0x1001, 2, InsnClass::Other, 0x1003));
+            let next = if i + 1 < n { 0x1000 } else { 0x1005 };
+            v.push(insn(0x1003, 2, InsnClass::CondBranch, next));
+        }
+        v
+    }
+
+    #[test]
+    fn one_stream_per_thread_and_timed_task_events() {
+        let mut page = vec![0xcc; 4096];
+        page[..5].copy_from_slice(&[0x90, 0xff, 0xc9, 0x75, 0xfb]);
+        let mut mem = CodeMemory::new();
+        mem.set_page(0x1000, &page);
+        let main = ThreadId::main_of(7);
+        let worker = ThreadId { pid: 7, tid: 8 };
+        let mut items = vec![ExecItem::Event(Event::Exec {
+            pid: 7,
+            path: "/bin/prog".into(),
+        })];
+        let main_loop = loop_items(4);
+        items.extend(main_loop[..9].iter().cloned());
+        items.push(ExecItem::Event(Event::Clone {
+            child: worker,
+            kind: CloneKind::Thread,
+        }));
+        items.push(ExecItem::Event(Event::Switch(worker)));
+        items.extend(loop_items(5));
+        items.push(ExecItem::Event(Event::Exit(ExitKind::Exited(0))));
+        items.push(ExecItem::Event(Event::Switch(main)));
+        // The main thread goes on where it left the loop.
+        items.extend(main_loop[9..].iter().cloned());
+        items.push(ExecItem::Event(Event::Exit(ExitKind::Exited(1))));
+        crate::exec::check_continuity(&items).unwrap();
+        let mut src = Items {
+            items: items.into(),
+            mem,
+        };
+        let rec = SimRecording {
+            config: TraceConfig::perf_default(),
+            filters: Vec::new(),
+            params: SimParams::default(),
+            output: SimOutput::default(),
+            trace: PathBuf::from("unused"),
+            log: None,
+        };
+        let mut sink = Collect::default();
+        let s = record_into(&mut src, &rec, &mut sink, |_| {}).unwrap();
+        assert!(sink.finished);
+        assert_eq!(s.instructions, 9 + 15 + 3);
+        assert_eq!(s.exit, Some(ExitKind::Exited(1)));
+        assert_eq!(
+            s.threads
+                .iter()
+                .map(|t| (t.id, t.instructions))
+                .collect::<Vec<_>>(),
+            vec![(main, 12), (worker, 15)]
+        );
+        assert_eq!(s.threads[1].parent, Some(main));
+        // Each stream starts with a PSB; the main thread's has two (it was
+        // switched out and in again).
+        const PSB: [u8; 2] = [0x02, 0x82];
+        let psbs = |b: &[u8]| {
+            b.windows(16)
+                .filter(|w| w.chunks(2).all(|c| c == PSB))
+                .count()
+        };
+        for t in [main, worker] {
+            let b = &sink.streams[&t];
+            assert!(b.starts_with(&[PSB; 8].concat()), "{t}");
+        }
+        assert_eq!(psbs(&sink.streams[&main]), 2);
+        assert_eq!(psbs(&sink.streams[&worker]), 1);
+        // Events in time order: comm, fork, exit of the worker, exit of main.
+        let kinds: Vec<&str> = sink
+            .events
+            .iter()
+            .map(|e| match e.event {
+                TaskEvent::Comm { .. } => "comm",
+                TaskEvent::Fork { .. } => "fork",
+                TaskEvent::Exit { .. } => "exit",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["comm", "fork", "exit", "exit"]);
+        assert!(sink.events.windows(2).all(|w| w[0].tsc <= w[1].tsc));
+        // The worker's trace starts after it was created, and its exit comes
+        // after its trace: time runs on across threads.
+        let fork_tsc = sink.events[1].tsc;
+        let worker_start = sink.starts.iter().find(|s| s.0 == worker).unwrap().1;
+        assert!(fork_tsc <= worker_start, "{fork_tsc:#x} {worker_start:#x}");
+        assert!(sink.events[2].tsc > worker_start);
+        assert!(sink.events[3].tsc > sink.events[2].tsc);
+    }
+}
