@@ -38,12 +38,18 @@ pub struct FlowSummary {
     pub first_error: Option<String>,
     /// Image sections loaded.
     pub sections: usize,
+    /// Why the execution log could not be read to its end (cut short or
+    /// corrupt, with the offset): the comparison covers what came before.
+    pub log_error: Option<String>,
 }
 
 impl FlowSummary {
     /// Whether the decoded flow is exactly the recorded one.
     pub fn identical(&self) -> bool {
-        self.errors == 0 && self.first_difference.is_none() && self.decoded == self.expected
+        self.errors == 0
+            && self.first_difference.is_none()
+            && self.decoded == self.expected
+            && self.log_error.is_none()
     }
 }
 
@@ -112,6 +118,8 @@ fn verify_with(
     let filter = TracedFilter::from_sideband(&sb);
     let mut truth = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let mut truth_filter = filter.clone();
+    let log_error = std::cell::Cell::new(None);
+    let log_error_ref = &log_error;
     let mut next_truth = move || -> Option<u64> {
         loop {
             match truth.next_item() {
@@ -120,7 +128,11 @@ fn verify_with(
                         return Some(ip);
                     }
                 }
-                _ => return None,
+                Ok(None) => return None,
+                Err(e) => {
+                    log_error_ref.set(Some(format!("{}: {e}", log.display())));
+                    return None;
+                }
             }
         }
     };
@@ -209,5 +221,6 @@ fn verify_with(
             }
         }
     }
+    s.log_error = log_error.take();
     Ok(s)
 }

@@ -123,6 +123,74 @@ pub fn corpus() -> PathBuf {
     dir
 }
 
+/// The write end of a pipe whose read end is already closed: a process writing to
+/// it gets EPIPE (or SIGPIPE) at its first write.
+pub fn closed_pipe() -> std::os::fd::OwnedFd {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: a valid array of two fds to fill.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds were just created and are owned here only.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write
+}
+
+/// Checks that the command `make` builds ends as a Unix tool should when its standard
+/// output fails (see the `pt-cli` crate): run with a stdout pipe whose reader is already
+/// gone (EPIPE) it dies of SIGPIPE without a word; run with stdout on `/dev/full`
+/// (ENOSPC) it exits non-zero with one line on stderr naming the error; never a panic.
+/// The command must write something to stdout.
+#[track_caller]
+pub fn assert_stdout_errors(make: impl Fn() -> std::process::Command) {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    let what = format!("{:?}", make());
+    // EPIPE: the read end is closed before the tool starts, so its first write fails.
+    let out = make()
+        .stdout(Stdio::from(closed_pipe()))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{what} on a closed pipe: {:?}, stderr:\n{err}",
+        out.status
+    );
+    assert!(!err.contains("panicked"), "{what} on a closed pipe:\n{err}");
+    assert!(
+        !err.contains("Broken pipe"),
+        "{what} on a closed pipe:\n{err}"
+    );
+
+    // ENOSPC.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let out = make()
+        .stdout(Stdio::from(full))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code();
+    assert!(
+        code.is_some_and(|c| c != 0 && c != 101),
+        "{what} on /dev/full: {:?}, stderr:\n{err}",
+        out.status
+    );
+    assert!(!err.contains("panicked"), "{what} on /dev/full:\n{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("No space left on device"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{what} on /dev/full:\n{err}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -971,8 +971,7 @@ fn error_label(kind: FlowErrorKind) -> &'static str {
 }
 
 fn run(prog: &str, args: &[String]) -> i32 {
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut out = io::BufWriter::with_capacity(1 << 16, pt_cli::stdout());
     // Not held while decoding: threads of a parallel decode would wait on it forever.
     let parsed = parse_args(prog, args, &mut out, &mut io::stderr().lock());
     let setup = match parsed {

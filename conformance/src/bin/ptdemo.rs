@@ -3,8 +3,7 @@
 //! ptdump does with the file's own `opt:ptdump` flags, check the dump against the
 //! file's expectation, and count the packets by kind.
 //!
-//! `cargo run -p pt-decoder --example ptdemo [FILE.ptt]`; its tests run with
-//! `cargo test -p pt-decoder --example ptdemo` (and with the crate's tests).
+//! `cargo run -p pt-conformance --bin ptdemo [FILE.ptt]`.
 
 use pt_decoder::dump::{cli, dump};
 use pt_decoder::{Config, PacketDecoder};
@@ -27,6 +26,7 @@ fn normalized(text: &str) -> Vec<String> {
 }
 
 fn main() -> ExitCode {
+    pt_cli::init();
     let arg = std::env::args().nth(1);
     if matches!(arg.as_deref(), Some("-h" | "--help")) {
         println!("usage: ptdemo [FILE.ptt]   (default: the bundled demo.ptt)");
