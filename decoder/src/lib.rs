@@ -132,7 +132,7 @@ pub mod time;
 pub use config::{Config, Cpu, Errata};
 pub use driver::{
     BlockIps, BlockItem, Counts, Decoder, DecoderBuilder, EventItem, FlowError, FlowErrorKind,
-    Granularity, InsnItem, Item, Resync,
+    Granularity, InsnItem, Item, Resync, SkipItem,
 };
 pub use error::{DecodeError, ErrorCode, Status};
 pub use event::{Event, EventKind, Timestamp};

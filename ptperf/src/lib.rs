@@ -2,11 +2,14 @@
 //!
 //! - [`verify`]: decode a simulated trace with pt-decoder and compare the
 //!   decoded instructions with the recorded execution.
+//! - [`damage`]: how much of a recorded execution a decoder recovers from a
+//!   damaged trace (the damage benchmark).
 //! - [`profile`]: branch counts and the hottest functions of a decoded flow.
 //!
 //! The `ptrec` binary records a program (perf where PT works, else the
 //! simulator) and, with `--decode`, checks and profiles the recording.
 #![deny(missing_docs)]
 
+pub mod damage;
 pub mod profile;
 pub mod verify;

@@ -2,13 +2,16 @@
 //! image, compatible with libipt's ptxed (options and output).
 
 use pt_decoder::config::{Config, Cpu, Errata};
-use pt_decoder::driver::{BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync};
+use pt_decoder::driver::{
+    BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync, SkipItem,
+};
 use pt_decoder::dump::cli::{load, Trace};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
 use pt_decoder::flow::{Block, FlowOptions, InsnInfo};
 use pt_decoder::image::{Image, LoadError};
 use pt_decoder::insn::{self, Disassembler};
+use pt_decoder::packet::recover::ResumeKind;
 use pt_decoder::sideband::{Explicit, Sideband, SidebandError};
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
@@ -26,6 +29,10 @@ struct Options {
     event_time: bool,
     event_ip: bool,
     resync_on_error: bool,
+    /// `--recover`: the library's recovery from damage instead of libipt's resync.
+    recover: bool,
+    /// `--runaway-limit` (`None`: the library's default).
+    runaway_limit: Option<u64>,
     insn_decoder: bool,
     /// Threads for `--quiet` decoding (0: one per core).
     threads: u64,
@@ -52,6 +59,14 @@ options:
   --raw-insn                           print the raw bytes of each instruction.
   --check                              perform checks (expensive).
   --resync-on-error                    resync on decode errors more aggressively.
+  --recover                            lose as little as possible on damaged traces (not
+                                       libipt's): after an error go on at the nearest psb
+                                       or ip packet with a whole address and print what was
+                                       skipped; report a trace that ends inside a packet and
+                                       holes (runs of zero bytes).
+  --runaway-limit <n>                  end a flow that runs on for <n> instructions without
+                                       using trace with an error (default: 2^24 or twice the
+                                       code size; 0: never).
   --event:time                         print the tsc for events if available.
   --event:ip                           print the ip of events if available.
   --event:tick                         request tick events.
@@ -325,6 +340,8 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
             "--event:iflags" => flow.iflags_events = true,
             "--check" => opts.check = true,
             "--resync-on-error" => opts.resync_on_error = true,
+            "--recover" => opts.recover = true,
+            "--runaway-limit" => opts.runaway_limit = Some(value!(arg, u64::MAX)),
             "--threads" => opts.threads = value!("--threads", 1024).max(1),
             "--threads:min-piece" => opts.min_piece = value!("--threads:min-piece", u64::MAX),
             "--iscache-limit" => {
@@ -961,6 +978,27 @@ fn check_insn<W: Write>(p: &mut Printer<'_, W>, insn: &InsnInfo, offset: u64) {
     }
 }
 
+/// The line for trace skipped after an error (`--recover`), printed even when quiet,
+/// as errors are.
+fn print_skipped(o: &mut impl Write, s: &SkipItem) -> io::Result<()> {
+    if s.to > s.from {
+        write!(
+            o,
+            "[skipped {:x}-{:x} ({} bytes): ",
+            s.from,
+            s.to,
+            s.to - s.from
+        )?;
+    } else {
+        write!(o, "[{:x}: ", s.to)?;
+    }
+    match s.at {
+        Some(at) if at.kind == ResumeKind::Psb => o.write_all(b"resync at psb]\n"),
+        Some(at) => writeln!(o, "resync at {} {:x}]", at.kind.name(), at.ip),
+        None => o.write_all(b"end of trace]\n"),
+    }
+}
+
 /// The line ptxed prints for an error of `kind`.
 fn error_label(kind: FlowErrorKind) -> &'static str {
     match kind {
@@ -1001,7 +1039,9 @@ fn run(prog: &str, args: &[String]) -> i32 {
         } else {
             Granularity::Blocks
         })
-        .resync(if opts.resync_on_error {
+        .resync(if opts.recover {
+            Resync::Recover
+        } else if opts.resync_on_error {
             Resync::NextIp
         } else {
             Resync::NextPsb
@@ -1012,8 +1052,11 @@ fn run(prog: &str, args: &[String]) -> i32 {
         } else {
             1
         })
-        .min_piece(opts.min_piece)
-        .build();
+        .min_piece(opts.min_piece);
+    if let Some(n) = opts.runaway_limit {
+        dec = dec.runaway_limit(n);
+    }
+    let mut dec = dec.build();
     // The time of the last event, as ptxed prints it with instructions.
     let mut time = 0u64;
     let mut item = Item::default();
@@ -1063,6 +1106,9 @@ fn run(prog: &str, args: &[String]) -> i32 {
             }
             Item::Disabled if !opts.quiet => {
                 let _ = p.out.write_all(b"[disabled]\n");
+            }
+            Item::Skipped(s) => {
+                let _ = print_skipped(&mut p.out, &s);
             }
             _ => {}
         }
