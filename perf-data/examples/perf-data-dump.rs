@@ -25,7 +25,12 @@ fn run(path: &str) -> Result<(), Box<dyn std::error::Error>> {
         writeln!(out, "event {i} {:?}: {:?} ids {:?}", e.name, e.attr, e.ids)?;
     }
     for (id, f) in perf.features() {
-        writeln!(out, "feature {id} {}: {:?}", pt_perf_data::feature_id::name(id), f)?;
+        writeln!(
+            out,
+            "feature {id} {}: {:?}",
+            pt_perf_data::feature_id::name(id),
+            f
+        )?;
     }
     for r in perf.records() {
         match r {

@@ -33,9 +33,9 @@ pub struct IntelPtInfo {
     pub mtc: Option<IntelPtMtc>,
     /// max_nonturbo_ratio (needs `mtc`).
     pub max_non_turbo_ratio: Option<u64>,
-    /// The address filter string (needs `max_non_turbo_ratio`; `Some("")` for a zero
-    /// length).
-    pub filter: Option<String>,
+    /// The address filter string's bytes (needs `max_non_turbo_ratio`; `Some(vec![])`
+    /// for a zero length).
+    pub filter: Option<Vec<u8>>,
     /// Whether event tracing is supported (the word after the filter, perf 5.18+).
     pub cap_event_trace: Option<u64>,
 }
@@ -59,8 +59,9 @@ pub struct IntelPtMtc {
 const BASE_WORDS: usize = 10;
 
 impl IntelPtInfo {
-    /// An info for a recording on `pmu_type` with `config` (the words perf derives from
-    /// the PMU's format: the bits of [`config`]), TSC conversion `time_*` left zero.
+    /// An info for a recording on the PMU of type `pmu_type`: the config bits are those of
+    /// [`config`] (perf reads them from the PMU's format), every optional group present,
+    /// and the TSC conversion (`time_*`, `cap_user_time_zero`) left for the caller.
     pub fn new(pmu_type: u32) -> Self {
         IntelPtInfo {
             pmu_type: pmu_type as u64,
@@ -74,7 +75,7 @@ impl IntelPtInfo {
                 cyc_bit: config::CYC,
             }),
             max_non_turbo_ratio: Some(0),
-            filter: Some(String::new()),
+            filter: Some(Vec::new()),
             cap_event_trace: Some(0),
             ..Default::default()
         }
@@ -118,12 +119,12 @@ impl IntelPtInfo {
         if n >= 17 {
             let len = c.u64()?;
             let filter = if len == 0 {
-                String::new()
+                Vec::new()
             } else {
                 let at = c.offset();
                 let padded = len
-                    .checked_add(1)
-                    .map(|l| (l + 7) & !7)
+                    .checked_add(8)
+                    .map(|l| l & !7)
                     .filter(|&l| l <= c.remaining() as u64)
                     .ok_or(Error::new(
                         at,
@@ -136,7 +137,7 @@ impl IntelPtInfo {
                         ErrorKind::Invalid("intel_pt filter string is not NUL-terminated"),
                     ));
                 }
-                String::from_utf8_lossy(&b[..len as usize]).into_owned()
+                b[..len as usize].to_vec()
             };
             info.filter = Some(filter);
             if c.remaining() >= 8 {
@@ -182,10 +183,12 @@ impl IntelPtInfo {
             out.put_u64(self.max_non_turbo_ratio.unwrap_or(0));
         }
         if self.filter.is_some() || self.cap_event_trace.is_some() {
-            let f = self.filter.as_deref().unwrap_or("");
+            let f = self.filter.as_deref().unwrap_or(&[]);
             out.put_u64(f.len() as u64);
             if !f.is_empty() {
-                out.put_cstr(f.as_bytes(), 8);
+                // The string as it is (NUL included), padded to 8 bytes.
+                out.extend_from_slice(f);
+                out.resize(out.len() + (f.len() + 1).div_ceil(8) * 8 - f.len(), 0);
             }
         }
         if let Some(v) = self.cap_event_trace {

@@ -1698,7 +1698,7 @@ fn encode_body(r: &Record<'_>, events: &EventTable, out: &mut Vec<u8>, start: us
             out.put_u64(*event_id);
             let mut n = [0u8; 64];
             let b = until_nul(name.0);
-            let k = b.len().min(63);
+            let k = b.len().min(64);
             n[..k].copy_from_slice(&b[..k]);
             out.extend_from_slice(&n);
         }
@@ -1766,7 +1766,7 @@ fn encode_body(r: &Record<'_>, events: &EventTable, out: &mut Vec<u8>, start: us
             out.put_u64(e.time);
             let mut m = [0u8; 64];
             let b = until_nul(e.msg.0);
-            let k = b.len().min(63);
+            let k = b.len().min(64);
             m[..k].copy_from_slice(&b[..k]);
             out.extend_from_slice(&m);
             if let Some((p, v)) = e.machine {
@@ -1780,7 +1780,7 @@ fn encode_body(r: &Record<'_>, events: &EventTable, out: &mut Vec<u8>, start: us
                 out.put_u64(e.pid);
                 let mut n = [0u8; 16];
                 let b = until_nul(e.comm.0);
-                let k = b.len().min(15);
+                let k = b.len().min(16);
                 n[..k].copy_from_slice(&b[..k]);
                 out.extend_from_slice(&n);
             }
@@ -1859,7 +1859,12 @@ pub(crate) fn encode_build_id(b: &BuildIdRecord<'_>, out: &mut Vec<u8>) -> u16 {
     out.push(b.build_id.len);
     out.extend_from_slice(&[0; 3]);
     out.put_cstr(b.filename.0, 64);
-    b.misc | misc::BUILD_ID_SIZE
+    // Without BUILD_ID_SIZE readers take all 20 bytes: flag any other length.
+    if b.build_id.len == 20 {
+        b.misc
+    } else {
+        b.misc | misc::BUILD_ID_SIZE
+    }
 }
 
 fn encode_sample(s: &Sample<'_>, attr: &EventAttr, out: &mut Vec<u8>) -> Result<()> {

@@ -8,11 +8,13 @@
 //! file whose data size is 0 yields no records in perf (it warns "data size field is 0"
 //! and processes nothing). So [`PerfFileWriter::checkpoint`] makes the file on disk
 //! complete at any moment: it writes the buffered records, the features after them and
-//! then the header with the data size. Until the next checkpoint the header still
-//! describes the previous one; before records overwrite the old features, the header is
-//! rewritten without them. A recorder that checkpoints as it drains its buffers (and on
-//! Ctrl-C) leaves a file perf reads up to the last checkpoint even if it is killed.
-//! Dropping an unfinished writer makes a last checkpoint.
+//! then the header with the data size. The writer checkpoints by itself whenever its
+//! 1 MiB buffer fills; a recorder checkpoints when it has drained its ring buffers (and
+//! on Ctrl-C finishes). Until the next checkpoint the header describes the previous one;
+//! just before records overwrite the old features, the header is rewritten without them
+//! (so a kill in that short window loses the features, never the records). A recorder
+//! killed at any point leaves a file perf reads up to the last checkpoint. Dropping an
+//! unfinished writer makes a last checkpoint.
 
 use crate::attr::{EventDesc, EventTable, ATTR_SIZE};
 use crate::bytes::Put;
@@ -152,11 +154,13 @@ impl<W: Write + Seek> PerfFileWriter<W> {
         h.put_u16(AUXTRACE_RECORD_SIZE);
         encode_auxtrace_header(a, size, &mut h);
         self.buf.extend_from_slice(&h);
+        let mut direct = false;
         for p in parts {
             if self.buf.len() + p.len() > BUFFER {
                 self.spill_now()?;
                 // Large pieces go straight out.
                 self.write_out(p)?;
+                direct = true;
             } else {
                 self.buf.extend_from_slice(p);
             }
@@ -167,7 +171,11 @@ impl<W: Write + Seek> PerfFileWriter<W> {
             file_offset: at,
             size: AUXTRACE_RECORD_SIZE as u64,
         });
-        self.spill()?;
+        if direct {
+            self.checkpoint()?;
+        } else {
+            self.spill()?;
+        }
         Ok(at)
     }
 
@@ -205,9 +213,11 @@ impl<W: Write + Seek> PerfFileWriter<W> {
         Ok(())
     }
 
+    /// Writes the buffer out once it is full, as a checkpoint: the file on disk stays
+    /// complete (features and header follow every write of records).
     fn spill(&mut self) -> Result<()> {
         if self.buf.len() >= BUFFER {
-            self.spill_now()?;
+            self.checkpoint()?;
         }
         Ok(())
     }
