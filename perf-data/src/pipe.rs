@@ -138,13 +138,16 @@ impl<R: Read> PipeReader<R> {
                     at,
                     ErrorKind::RecordPastEnd {
                         ty,
-                        size: size as u64 + extra,
+                        size: (size as u64).saturating_add(extra),
                         left: size as u64 + got,
                     },
                 ),
             );
         }
-        self.offset += size as u64 + extra;
+        self.offset = self
+            .offset
+            .saturating_add(size as u64)
+            .saturating_add(extra);
         let (body, extra) = self.buf[8..].split_at(size as usize - 8);
         let rec = parse_record(ty, misc, body, extra, at, &self.events)?;
         match &rec {

@@ -640,8 +640,9 @@ impl<'a> Iterator for OrderedRecords<'a, '_> {
                 }
                 Some(Ok((at, r))) => {
                     if let Record::FinishedRound = r {
-                        self.queue.finished_round();
+                        // The round's end first, then what it releases (perf's order).
                         self.queue.push(None, Ok((at, r)));
+                        self.queue.finished_round();
                     } else {
                         let t = if r.is_user() { None } else { r.time() };
                         self.queue.push(t, Ok((at, r)));
