@@ -242,7 +242,8 @@ impl<'a> PerfFile<'a> {
         // The feature table follows the data.
         let mut features = Vec::new();
         let nfeat = h.feature_ids().count() as u64;
-        if nfeat > 0 && h.data.size != 0 {
+        let data_whole = warnings.is_empty();
+        if nfeat > 0 && data_whole {
             let table = Section {
                 offset: h.data.end().unwrap_or(u64::MAX),
                 size: nfeat * 16,
