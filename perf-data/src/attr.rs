@@ -247,7 +247,7 @@ impl EventAttr {
         let n = (stored as usize).min(full.len());
         full[..n].copy_from_slice(&bytes[..n]);
         let mut c = Cursor::new(&full[8..], at + 8, "perf_event_attr");
-        let r = (|| -> Result<EventAttr> {
+        (|| -> Result<EventAttr> {
             let config = c.u64()?;
             let sample_period = c.u64()?;
             let sample_type = SampleType(c.u64()?);
@@ -290,8 +290,7 @@ impl EventAttr {
                 aux_sample_size,
                 sig_data,
             })
-        })();
-        r
+        })()
     }
 
     /// The attr's bytes as stored: `size` bytes (128 when `size` is 0 or above 128).
@@ -425,5 +424,65 @@ impl EventTable {
         }
         self.index_of_id(id)
             .ok_or(Error::new(offset, ErrorKind::UnknownId { id }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_attr_size_perf_writes_parses() {
+        let full = EventAttr {
+            type_: 8,
+            size: ATTR_SIZE,
+            config: 0x300e601,
+            sample_period: 1,
+            sample_type: SampleType(0x10087),
+            sig_data: 9,
+            aux_sample_size: 7,
+            clockid: -1,
+            ..Default::default()
+        };
+        for size in [64u32, 72, 80, 96, 104, 112, 120, 128] {
+            let mut a = full;
+            a.size = size;
+            let b = a.to_bytes();
+            assert_eq!(b.len(), size as usize);
+            let back = EventAttr::parse(&b, 0).unwrap();
+            assert_eq!(back.size, size);
+            assert_eq!(
+                (back.config, back.sample_type),
+                (full.config, full.sample_type)
+            );
+            // Fields past the size read as zero.
+            assert_eq!(back.sig_data, if size >= 128 { 9 } else { 0 });
+            assert_eq!(back.clockid, if size >= 96 { -1 } else { 0 });
+        }
+        let e = EventAttr::parse(&full.to_bytes()[..100], 40).unwrap_err();
+        assert!(matches!(
+            e.kind,
+            ErrorKind::AttrSize {
+                size: 128,
+                room: 100
+            }
+        ));
+        // Size 0: the ABI0 attr.
+        let mut a = full;
+        a.size = 0;
+        let b = a.to_bytes();
+        assert_eq!(EventAttr::parse(&b[..64], 0).unwrap().config, full.config);
+    }
+
+    #[test]
+    fn id_positions_are_perfs() {
+        let st = SampleType(SampleType::IP | SampleType::TID | SampleType::TIME | SampleType::ID);
+        assert_eq!((st.id_pos(), st.is_pos()), (Some(3), Some(1)));
+        let st = SampleType(SampleType::ID | SampleType::CPU | SampleType::STREAM_ID);
+        assert_eq!((st.id_pos(), st.is_pos()), (Some(0), Some(3)));
+        let st = SampleType(SampleType::IP | SampleType::IDENTIFIER | SampleType::ID);
+        assert_eq!((st.id_pos(), st.is_pos()), (Some(0), Some(1)));
+        assert_eq!(SampleType(SampleType::IP).id_pos(), None);
+        assert_eq!(SampleType(0x1ff_ffff).id_trailer_size(), 6 * 8);
     }
 }

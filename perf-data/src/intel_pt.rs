@@ -356,3 +356,102 @@ pub fn intel_pt_event_name(user_only: bool) -> String {
         "intel_pt//".into()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(v: &[u64]) -> Vec<u8> {
+        v.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn optional_groups_are_detected_by_size_as_perf_does() {
+        let base: Vec<u64> = (1..=10).collect();
+        let i = IntelPtInfo::parse(&words(&base), 0).unwrap();
+        assert_eq!((i.pmu_type, i.per_cpu_mmaps), (1, 10));
+        assert_eq!(
+            (i.mtc, i.max_non_turbo_ratio, i.filter.clone()),
+            (None, None, None)
+        );
+        // A partial MTC group (11..14 words) is not a group.
+        let mut w = base.clone();
+        w.extend([11, 12, 13]);
+        assert_eq!(IntelPtInfo::parse(&words(&w), 0).unwrap().mtc, None);
+        w.extend([14, 15]);
+        let i = IntelPtInfo::parse(&words(&w), 0).unwrap();
+        assert_eq!(i.mtc.unwrap().cyc_bit, 15);
+        w.push(16);
+        assert_eq!(
+            IntelPtInfo::parse(&words(&w), 0)
+                .unwrap()
+                .max_non_turbo_ratio,
+            Some(16)
+        );
+        // Filter "filter 0x1000/0x10@/bin/ls": length, then the string padded to 8.
+        let f = b"filter 0x1000/0x10@/bin/ls";
+        let mut b = words(&w);
+        b.extend((f.len() as u64).to_le_bytes());
+        b.extend(f);
+        b.resize(b.len() + (f.len() + 8) / 8 * 8 - f.len(), 0);
+        let i = IntelPtInfo::parse(&b, 0).unwrap();
+        assert_eq!(i.filter.as_deref(), Some(&f[..]));
+        assert_eq!(i.cap_event_trace, None);
+        b.extend(1u64.to_le_bytes());
+        let i = IntelPtInfo::parse(&b, 0).unwrap();
+        assert_eq!(i.cap_event_trace, Some(1));
+        let mut again = Vec::new();
+        i.encode(&mut again);
+        assert_eq!(again, b);
+    }
+
+    #[test]
+    fn bad_info_is_an_error_with_its_offset() {
+        let e = IntelPtInfo::parse(&[0; 72], 100).unwrap_err();
+        assert_eq!(e.offset, 100);
+        let mut w = words(&[0; 16]);
+        w.extend(1000u64.to_le_bytes());
+        let e = IntelPtInfo::parse(&w, 100).unwrap_err();
+        assert_eq!(e.offset, 100 + 17 * 8);
+        let mut w = words(&[0; 16]);
+        w.extend(3u64.to_le_bytes());
+        w.extend(b"abcdefgh");
+        assert!(IntelPtInfo::parse(&w, 0).is_err(), "not NUL-terminated");
+    }
+
+    #[test]
+    fn perf_time_and_tsc_convert_both_ways() {
+        let i = IntelPtInfo {
+            time_shift: 31,
+            time_mult: 0x2aaa_aaab,
+            time_zero: 1_000_000,
+            cap_user_time_zero: 1,
+            ..Default::default()
+        };
+        assert!(i.has_time_conv());
+        for tsc in [0u64, 1 << 20, 123_456_789_012, 1 << 45] {
+            let ns = i.tsc_to_perf_time(tsc);
+            let back = i.perf_time_to_tsc(ns);
+            assert!(back.abs_diff(tsc) <= 2, "{tsc} -> {ns} -> {back}");
+        }
+    }
+
+    #[test]
+    fn perfs_default_config_and_attrs() {
+        assert_eq!(config::DEFAULT, 0x300e601);
+        let a = intel_pt_attr(8, config::DEFAULT, true, true);
+        assert!(a
+            .sample_type
+            .has(SampleType::TIME | SampleType::CPU | SampleType::IDENTIFIER));
+        assert!(a
+            .flags
+            .has(AttrFlags::EXCLUDE_KERNEL | AttrFlags::SAMPLE_ID_ALL));
+        let a = intel_pt_attr(8, config::PT | config::BRANCH, false, false);
+        assert!(!a.sample_type.has(SampleType::TIME) && !a.flags.has(AttrFlags::EXCLUDE_KERNEL));
+        let t = tracking_attr(true, false, true, true);
+        assert!(t
+            .flags
+            .has(AttrFlags::MMAP2 | AttrFlags::COMM_EXEC | AttrFlags::CONTEXT_SWITCH));
+        assert_eq!((t.type_, t.config), (attr_type::SOFTWARE, sw_config::DUMMY));
+    }
+}

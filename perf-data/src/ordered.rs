@@ -4,8 +4,11 @@
 //! interleave. After every pass over the buffers it writes FINISHED_ROUND: every record
 //! with a time at or below the highest time seen *before the previous* FINISHED_ROUND can
 //! then be delivered, since no later buffer can hold an earlier one. Records without a
-//! time (and perf's own user records) are delivered at once. [`RoundQueue`] is that
-//! queue, for any item type; [`crate::PerfFile::ordered_records`] applies it to a file.
+//! time (and perf's own user records) are delivered at once; a FINISHED_ROUND itself comes
+//! before the records it releases (the order `perf script -D` prints). [`RoundQueue`] is
+//! that queue, for any item type (a pipe-mode consumer queues its own copies);
+//! [`crate::PerfFile::ordered_records`] applies it to a file. The queue holds at most two
+//! rounds of records.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};

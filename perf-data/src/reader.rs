@@ -8,7 +8,9 @@ use crate::error::{Error, ErrorKind, Result, Warning};
 use crate::features::{feature_id, Feature};
 use crate::intel_pt::IntelPtInfo;
 use crate::ordered::RoundQueue;
-use crate::records::{parse_record, record_type, trailing_data_size, AuxtracePrivate, Record};
+use crate::records::{
+    parse_record, record_type, trailing_data_size, Auxtrace, AuxtracePrivate, Record,
+};
 use std::ops::Range;
 use std::path::Path;
 
@@ -445,6 +447,27 @@ impl<'a> PerfFile<'a> {
             queue: RoundQueue::new(),
             ended: false,
         }
+    }
+
+    /// The AUXTRACE records (AUX area data with its cpu, tid, idx and offset in the AUX
+    /// stream), with their file offsets, in file order; errors end the walk.
+    pub fn auxtrace_records(&self) -> impl Iterator<Item = (u64, Auxtrace<'a>)> + '_ {
+        self.records()
+            .map_while(|r| r.ok())
+            .filter_map(|(at, r)| match r {
+                Record::Auxtrace(a) => Some((at, a)),
+                _ => None,
+            })
+    }
+
+    /// The event a record belongs to (by its sample or trailer id, as perf finds it; the
+    /// first event for records without one).
+    pub fn event_of(&self, r: &Record<'_>) -> Option<&EventDesc> {
+        let i = match r.id() {
+            Some(id) if id != 0 && self.events.events().len() > 1 => self.events.index_of_id(id)?,
+            _ => 0,
+        };
+        self.events.events().get(i)
     }
 
     /// The intel_pt AUXTRACE_INFO, if the file has one (found by a walk over the record

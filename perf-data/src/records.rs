@@ -746,6 +746,9 @@ pub struct BuildIdRecord<'a> {
 }
 
 /// One record of a perf.data file.
+// SAMPLE is the largest variant; boxing it would allocate per sample, where records are
+// otherwise handed out without allocating.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[allow(missing_docs)]
 pub enum Record<'a> {
@@ -1559,7 +1562,7 @@ fn put_header(
 }
 
 /// The attr a record to be written belongs to: by its id, else the first event.
-fn attr_for<'e>(events: &'e EventTable, id: Option<u64>) -> Result<&'e EventAttr> {
+fn attr_for(events: &EventTable, id: Option<u64>) -> Result<&EventAttr> {
     let i = match id {
         Some(id) if id != 0 && events.events().len() > 1 => events
             .index_of_id(id)

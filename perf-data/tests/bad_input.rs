@@ -114,6 +114,21 @@ fn the_good_file_reads() {
     let (ok, errs) = read_all(&b);
     assert!(errs.is_empty());
     assert_eq!(ok.iter().map(|r| r.0).collect::<Vec<_>>(), at);
+    let f = PerfFile::parse(&b).unwrap();
+    let aux: Vec<_> = f.auxtrace_records().collect();
+    assert_eq!(aux.len(), 1);
+    assert_eq!(
+        (aux[0].0, aux[0].1.tid, aux[0].1.data.len()),
+        (at[3], 1, 16)
+    );
+    let names: Vec<_> = f
+        .records()
+        .map(|r| f.event_of(&r.unwrap().1).and_then(|e| e.name.clone()))
+        .collect();
+    let pt = Some("intel_pt//u".to_string());
+    let dummy = Some("dummy:u".to_string());
+    assert_eq!(names, [pt.clone(), dummy.clone(), pt.clone(), pt, dummy]);
+    assert_eq!(f.intel_pt_info().unwrap().unwrap(), IntelPtInfo::new(8));
 }
 
 #[test]
