@@ -422,8 +422,28 @@ impl EventTable {
         if id == 0 {
             return Ok(0);
         }
-        self.index_of_id(id)
-            .ok_or(Error::new(offset, ErrorKind::UnknownId { id }))
+        let i = self
+            .index_of_id(id)
+            .ok_or(Error::new(offset, ErrorKind::UnknownId { id }))?;
+        // perf refuses files whose events put the id in different places ("non matching
+        // sample_type"): the id read with the first event's layout would not be this
+        // event's.
+        let other = self.events[i].attr.sample_type;
+        let same = if ty == crate::records::record_type::SAMPLE {
+            other.id_pos() == st.id_pos()
+        } else {
+            other.is_pos() == st.is_pos()
+                && self.events[i].attr.sample_id_all() == first.attr.sample_id_all()
+        };
+        if !same {
+            return Err(Error::new(
+                offset,
+                ErrorKind::Invalid(
+                    "the events disagree on where records carry their id (non matching sample_type)",
+                ),
+            ));
+        }
+        Ok(i)
     }
 }
 
