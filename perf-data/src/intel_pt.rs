@@ -347,6 +347,29 @@ pub fn tracking_attr(
     }
 }
 
+/// PMU_MAPPINGS for an intel_pt recording: this machine's PMUs (from sysfs, as perf
+/// lists them) plus `intel_pt` with `pmu_type` (a simulated recording has no intel_pt
+/// PMU; perf needs the mapping to name the event).
+pub fn pmu_mappings(pmu_type: u32) -> crate::features::Feature {
+    let mut v: Vec<(u32, String)> = std::fs::read_dir("/sys/bus/event_source/devices")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|d| {
+            let name = d.file_name().into_string().ok()?;
+            let ty = std::fs::read_to_string(d.path().join("type")).ok()?;
+            Some((ty.trim().parse().ok()?, name))
+        })
+        .filter(|(ty, name)| *ty != pmu_type && name != "intel_pt")
+        .collect();
+    if !v.iter().any(|(ty, _)| *ty == attr_type::SOFTWARE) {
+        v.push((attr_type::SOFTWARE, "software".into()));
+    }
+    v.push((pmu_type, "intel_pt".into()));
+    v.sort();
+    crate::features::Feature::PmuMappings(v)
+}
+
 /// perf's event name for an intel_pt attr (`intel_pt//u` and the like), as EVENT_DESC
 /// carries it.
 pub fn intel_pt_event_name(user_only: bool) -> String {
@@ -453,5 +476,10 @@ mod tests {
             .flags
             .has(AttrFlags::MMAP2 | AttrFlags::COMM_EXEC | AttrFlags::CONTEXT_SWITCH));
         assert_eq!((t.type_, t.config), (attr_type::SOFTWARE, sw_config::DUMMY));
+        let crate::features::Feature::PmuMappings(m) = pmu_mappings(77) else {
+            panic!()
+        };
+        assert!(m.contains(&(77, "intel_pt".into())) && m.contains(&(1, "software".into())));
+        assert_eq!(m.iter().filter(|p| p.1 == "intel_pt").count(), 1);
     }
 }

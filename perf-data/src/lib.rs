@@ -65,9 +65,11 @@
 //! ```
 //!
 //! For an Intel PT recording, [`intel_pt_attr`] and [`tracking_attr`] give the attrs
-//! perf uses, [`IntelPtInfo`] the AUXTRACE_INFO, and [`PerfFileWriter::write_auxtrace`]
-//! streams AUX data; [`PerfFileWriter::checkpoint`] keeps the file readable by perf if
-//! the recorder dies.
+//! perf uses, [`IntelPtInfo`] the AUXTRACE_INFO, [`pmu_mappings`] and [`host_features`]
+//! the features perf wants besides EVENT_DESC (which the writer adds), and
+//! [`PerfFileWriter::write_auxtrace`] streams AUX data; [`PerfFileWriter::checkpoint`]
+//! keeps the file readable by perf if the recorder dies. perf 6.1 decodes such files
+//! offline (`perf script --itrace=i1i`); the tests check it instruction by instruction.
 //!
 //! # Map
 //!
@@ -101,7 +103,7 @@ pub use attr::{
 pub use bytes::{CStr, U64s};
 pub use error::{Error, ErrorKind, Result, Warning};
 pub use features::{feature_id, host_features, AuxtraceIndexEntry, BuildIdEntry, Feature};
-pub use intel_pt::{intel_pt_attr, tracking_attr, IntelPtInfo, IntelPtMtc};
+pub use intel_pt::{intel_pt_attr, pmu_mappings, tracking_attr, IntelPtInfo, IntelPtMtc};
 pub use ordered::RoundQueue;
 pub use pipe::PipeReader;
 pub use reader::{FileHeader, MappedFile, OrderedRecords, PerfFile, Records, Section};

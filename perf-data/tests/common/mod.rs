@@ -167,10 +167,7 @@ pub fn write_intel_pt(path: &Path, t: &Traced, trace: &[u8]) {
     ];
     let f = std::fs::File::create(path).unwrap();
     let mut w = PerfFileWriter::new(f, events).unwrap();
-    w.set_feature(Feature::PmuMappings(vec![
-        (1, "software".into()),
-        (PT_PMU, "intel_pt".into()),
-    ]));
+    w.set_feature(pmu_mappings(PT_PMU));
     for f in host_features("6.1.187", &["pt-perf-data-test".into()]) {
         w.set_feature(f);
     }
