@@ -1978,11 +1978,10 @@ fn encode_sample(s: &Sample<'_>, attr: &EventAttr, out: &mut Vec<u8>) -> Result<
     )?;
     if st.has(SampleType::AUX) {
         let aux = s.aux.ok_or_else(|| missing("aux"))?;
-        // The kernel pads AUX samples to 8 bytes and counts the padding in the size.
-        out.put_u64(align8(aux.len()) as u64);
+        // As given: the kernel's AUX samples are padded to 8 bytes (padding counted in
+        // the size); readers step by the size, whatever it is.
+        out.put_u64(aux.len() as u64);
         out.extend_from_slice(aux);
-        let pad = align8(aux.len()) - aux.len();
-        out.resize(out.len() + pad, 0);
     }
     Ok(())
 }

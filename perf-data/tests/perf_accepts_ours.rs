@@ -52,6 +52,37 @@ fn perf_script_decodes_our_intel_pt_file_to_the_traced_path() {
 }
 
 #[test]
+#[ignore = "perf 6.1 segfaults decoding this file (timed mode); see the test's comment"]
+fn perf_script_times_our_timestamped_intel_pt_file() {
+    // tsc in the config, TIME in the sample types, a TSC packet in the trace: perf
+    // should order the side-band and the trace by time and stamp the instructions.
+    // Open finding: perf 6.1.187 (Debian, stripped) dies with SIGSEGV (a read at 0x5)
+    // on this file in per-thread and per-cpu mode alike, even reduced to AUXTRACE_INFO
+    // plus one AUXTRACE holding PSB, TSC, MODE.Exec, PSBEND, TIP.PGE; without the
+    // TIP.PGE it does not crash, and the same file without `tsc` decodes exactly (the
+    // tests above). Whatever perf expects of a timed recording that this file lacks is
+    // still to be found (a perf built with symbols will tell).
+    let dir = scratch("accepts_tsc");
+    let t = compile(&dir);
+    let data = dir.join("perf.data");
+    let tsc = 100_000;
+    write_intel_pt_timed(&data, &t, &pt_trace_at(&t, Some(tsc)), Some([10_000, 20_000, 30_000, 200_000]));
+    let d = data.to_str().unwrap();
+    let (out, err) = perf(&["script", "-i", d, "--itrace=i1i", "-F", "time,ip,sym", "--ns"]);
+    assert_quiet("perf script", &err);
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), t.path.len(), "{out}");
+    for (l, ip) in lines.iter().zip(&t.path) {
+        let mut it = l.split_whitespace();
+        let time = it.next().unwrap().trim_end_matches(':');
+        assert_eq!(time, "0.000100000", "{l}");
+        assert_eq!(u64::from_str_radix(it.next().unwrap(), 16).unwrap(), *ip, "{l}");
+    }
+    let (_, err) = perf(&["report", "--stdio", "-i", d]);
+    assert_quiet("perf report", &err);
+}
+
+#[test]
 fn perf_tools_accept_our_file_without_a_warning() {
     let (_, data) = ours("accepts_tools");
     let d = data.to_str().unwrap();

@@ -117,9 +117,17 @@ pub fn compile(dir: &Path) -> Traced {
 /// A PT trace of one call of `work`: PSB+, TIP.PGE at work, TNT(taken, not taken), and
 /// the return as TIP.PGD.
 pub fn pt_trace(t: &Traced) -> Vec<u8> {
+    pt_trace_at(t, None)
+}
+
+/// The trace, with a TSC packet in its PSB+ when `tsc` is given.
+pub fn pt_trace_at(t: &Traced, tsc: Option<u64>) -> Vec<u8> {
     let mut buf = [0u8; 256];
     let mut e = Encoder::new(&mut buf);
     e.next(&Packet::Psb).unwrap();
+    if let Some(tsc) = tsc {
+        e.next(&Packet::Tsc { tsc }).unwrap();
+    }
     let mode = ModeExec {
         csl: true,
         csd: false,
@@ -146,13 +154,30 @@ pub const PID: u32 = 4242;
 /// Writes an intel_pt recording of one run of `work` (per-thread, no timestamps) with
 /// our writer. Returns the records written, in order, for comparisons.
 pub fn write_intel_pt(path: &Path, t: &Traced, trace: &[u8]) {
-    let pt = intel_pt_attr(
-        PT_PMU,
-        intel_pt::config::PT | intel_pt::config::BRANCH,
-        true,
-        false,
-    );
-    let track = tracking_attr(true, false, false, false);
+    write_intel_pt_timed(path, t, trace, None)
+}
+
+/// As [`write_intel_pt`]; with `times` = (comm, mmap2, itrace_start, exit) perf times,
+/// the recording has `tsc` and perf time equals TSC (time_mult 1, shift 0, zero 0).
+pub fn write_intel_pt_timed(path: &Path, t: &Traced, trace: &[u8], times: Option<[u64; 4]>) {
+    write_intel_pt_mode(path, t, trace, times, None)
+}
+
+/// As [`write_intel_pt_timed`]; `per_cpu`: AUX area of that CPU (else per thread).
+pub fn write_intel_pt_mode(
+    path: &Path,
+    t: &Traced,
+    trace: &[u8],
+    times: Option<[u64; 4]>,
+    per_cpu: Option<u32>,
+) {
+    let tsc = times.is_some();
+    let mut config = intel_pt::config::PT | intel_pt::config::BRANCH;
+    if tsc {
+        config |= intel_pt::config::TSC;
+    }
+    let pt = intel_pt_attr(PT_PMU, config, true, per_cpu.is_some());
+    let track = tracking_attr(true, per_cpu.is_some(), false, tsc);
     let events = vec![
         EventDesc {
             attr: pt,
@@ -172,11 +197,16 @@ pub fn write_intel_pt(path: &Path, t: &Traced, trace: &[u8]) {
         w.set_feature(f);
     }
     let mut info = IntelPtInfo::new(PT_PMU);
-    info.cap_user_time_zero = 0;
-    let sid = |id| SampleId {
+    info.cap_user_time_zero = tsc as u64;
+    info.time_mult = tsc as u64;
+    info.per_cpu_mmaps = per_cpu.is_some() as u64;
+    let at = |i: usize| times.map(|t| t[i]);
+    let sid = |id, time: Option<u64>| SampleId {
         pid: Some(PID),
         tid: Some(PID),
         id: Some(id),
+        time,
+        cpu: per_cpu,
         ..Default::default()
     };
     let exe = t.exe.to_str().unwrap();
@@ -190,7 +220,7 @@ pub fn write_intel_pt(path: &Path, t: &Traced, trace: &[u8]) {
             pid: PID,
             tid: PID,
             comm: "work".into(),
-            sample_id: sid(TRACK_ID),
+            sample_id: sid(TRACK_ID, at(0)),
         }),
         Record::Mmap2(Mmap2 {
             misc: misc::USER,
@@ -208,20 +238,20 @@ pub fn write_intel_pt(path: &Path, t: &Traced, trace: &[u8]) {
             prot: 5,
             flags: 2,
             filename: exe.into(),
-            sample_id: sid(TRACK_ID),
+            sample_id: sid(TRACK_ID, at(1)),
         }),
         Record::ItraceStart(ItraceStart {
             misc: 0,
             pid: PID,
             tid: PID,
-            sample_id: sid(PT_ID),
+            sample_id: sid(PT_ID, at(2)),
         }),
         Record::Aux(Aux {
             misc: 0,
             aux_offset: 0,
             aux_size: trace.len() as u64,
             flags: AuxFlags(0),
-            sample_id: sid(PT_ID),
+            sample_id: sid(PT_ID, at(3)),
         }),
         Record::Exit(Task {
             misc: 0,
@@ -229,8 +259,8 @@ pub fn write_intel_pt(path: &Path, t: &Traced, trace: &[u8]) {
             ppid: PID,
             tid: PID,
             ptid: PID,
-            time: 0,
-            sample_id: sid(TRACK_ID),
+            time: at(3).unwrap_or(0),
+            sample_id: sid(TRACK_ID, at(3)),
         }),
     ];
     for r in &recs {
@@ -240,8 +270,8 @@ pub fn write_intel_pt(path: &Path, t: &Traced, trace: &[u8]) {
         offset: 0,
         reference: 0,
         idx: 0,
-        tid: PID,
-        cpu: u32::MAX,
+        tid: if per_cpu.is_some() { u32::MAX } else { PID },
+        cpu: per_cpu.unwrap_or(u32::MAX),
         data: trace,
     }))
     .unwrap();
