@@ -8,6 +8,9 @@ use crate::error::{Error, ErrorKind, Result};
 pub const ATTR_SIZE_VER0: u32 = 64;
 /// The size of the attr perf 6.1 writes (`PERF_ATTR_SIZE_VER7`, with sig_data).
 pub const ATTR_SIZE: u32 = 128;
+/// `PERF_ATTR_SIZE_VER8` (config3, perf 6.3 on): the largest attr whose fields this
+/// layer knows; larger attrs are read with the rest ignored.
+pub const ATTR_SIZE_VER8: u32 = 136;
 
 /// `perf_event_attr.type` values.
 pub mod attr_type {
@@ -223,11 +226,14 @@ pub struct EventAttr {
     pub aux_sample_size: u32,
     /// sig_data.
     pub sig_data: u64,
+    /// config3 (VER8; perf 6.1 neither writes nor reads it).
+    pub config3: u64,
 }
 
 impl EventAttr {
     /// Parses an attr from `bytes` (at least its `size` field's worth; `at` is the file
-    /// offset, for errors). Sizes from 64 up are accepted; fields past 128 bytes are ignored.
+    /// offset, for errors). Sizes from 64 up are accepted; bytes past the fields known
+    /// here (136) are ignored.
     pub fn parse(bytes: &[u8], at: u64) -> Result<EventAttr> {
         let mut c = Cursor::new(bytes, at, "perf_event_attr");
         let type_ = c.u32()?;
@@ -243,7 +249,7 @@ impl EventAttr {
             ));
         }
         // Fields past the stored size read as zero.
-        let mut full = [0u8; ATTR_SIZE as usize];
+        let mut full = [0u8; ATTR_SIZE_VER8 as usize];
         let n = (stored as usize).min(full.len());
         full[..n].copy_from_slice(&bytes[..n]);
         let mut c = Cursor::new(&full[8..], at + 8, "perf_event_attr");
@@ -268,6 +274,7 @@ impl EventAttr {
             let aux_sample_size = c.u32()?;
             let _reserved3 = c.u32()?;
             let sig_data = c.u64()?;
+            let config3 = c.u64()?;
             Ok(EventAttr {
                 type_,
                 size,
@@ -289,11 +296,12 @@ impl EventAttr {
                 sample_max_stack,
                 aux_sample_size,
                 sig_data,
+                config3,
             })
         })()
     }
 
-    /// The attr's bytes as stored: `size` bytes (128 when `size` is 0 or above 128).
+    /// The attr's bytes as stored: `size` bytes (64 for size 0).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(ATTR_SIZE as usize);
         v.put_u32(self.type_);
@@ -318,16 +326,15 @@ impl EventAttr {
         v.put_u32(self.aux_sample_size);
         v.put_u32(0);
         v.put_u64(self.sig_data);
-        v.truncate(self.stored_size());
+        v.put_u64(self.config3);
+        // Bytes past the fields known here are written as zeros.
+        v.resize(self.stored_size(), 0);
         v
     }
 
-    /// Bytes the attr occupies when written.
+    /// Bytes the attr occupies when written: its size (64 for the ABI0 size 0).
     pub fn stored_size(&self) -> usize {
-        match self.size {
-            s if (ATTR_SIZE_VER0..=ATTR_SIZE).contains(&s) => s as usize,
-            _ => ATTR_SIZE as usize,
-        }
+        (self.size as usize).max(ATTR_SIZE_VER0 as usize)
     }
 
     /// Whether non-sample records carry the sample_id trailer.
@@ -479,6 +486,17 @@ mod tests {
             assert_eq!(back.sig_data, if size >= 128 { 9 } else { 0 });
             assert_eq!(back.clockid, if size >= 96 { -1 } else { 0 });
         }
+        // Newer perf's VER8 (config3), and a size past what is known (read, rest ignored).
+        let v8 = EventAttr {
+            size: ATTR_SIZE_VER8,
+            config3: 3,
+            ..full
+        };
+        assert_eq!(EventAttr::parse(&v8.to_bytes(), 0).unwrap(), v8);
+        let big = EventAttr { size: 160, ..v8 };
+        let b = big.to_bytes();
+        assert_eq!(b.len(), 160);
+        assert_eq!(EventAttr::parse(&b, 0).unwrap(), big);
         let e = EventAttr::parse(&full.to_bytes()[..100], 40).unwrap_err();
         assert!(matches!(
             e.kind,

@@ -396,11 +396,18 @@ impl Feature {
             Feature::TotalMem(kb) => out.put_u64(*kb),
             Feature::Cmdline(v) => strings(out, v),
             Feature::EventDesc(v) => {
+                // One attr size for all: perf 6.1's, or a larger one an attr has.
+                let sz = v
+                    .iter()
+                    .map(|e| e.attr.stored_size())
+                    .max()
+                    .unwrap_or(0)
+                    .max(crate::attr::ATTR_SIZE as usize);
                 out.put_u32(v.len() as u32);
-                out.put_u32(crate::attr::ATTR_SIZE);
+                out.put_u32(sz as u32);
                 for e in v {
                     let mut a = e.attr.to_bytes();
-                    a.resize(crate::attr::ATTR_SIZE as usize, 0);
+                    a.resize(sz, 0);
                     out.extend_from_slice(&a);
                     out.put_u32(e.ids.len() as u32);
                     out.put_perf_string(e.name.as_deref().unwrap_or(""));

@@ -66,9 +66,22 @@ fn perf_script_times_our_timestamped_intel_pt_file() {
     let t = compile(&dir);
     let data = dir.join("perf.data");
     let tsc = 100_000;
-    write_intel_pt_timed(&data, &t, &pt_trace_at(&t, Some(tsc)), Some([10_000, 20_000, 30_000, 200_000]));
+    write_intel_pt_timed(
+        &data,
+        &t,
+        &pt_trace_at(&t, Some(tsc)),
+        Some([10_000, 20_000, 30_000, 200_000]),
+    );
     let d = data.to_str().unwrap();
-    let (out, err) = perf(&["script", "-i", d, "--itrace=i1i", "-F", "time,ip,sym", "--ns"]);
+    let (out, err) = perf(&[
+        "script",
+        "-i",
+        d,
+        "--itrace=i1i",
+        "-F",
+        "time,ip,sym",
+        "--ns",
+    ]);
     assert_quiet("perf script", &err);
     let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), t.path.len(), "{out}");
@@ -76,7 +89,11 @@ fn perf_script_times_our_timestamped_intel_pt_file() {
         let mut it = l.split_whitespace();
         let time = it.next().unwrap().trim_end_matches(':');
         assert_eq!(time, "0.000100000", "{l}");
-        assert_eq!(u64::from_str_radix(it.next().unwrap(), 16).unwrap(), *ip, "{l}");
+        assert_eq!(
+            u64::from_str_radix(it.next().unwrap(), 16).unwrap(),
+            *ip,
+            "{l}"
+        );
     }
     let (_, err) = perf(&["report", "--stdio", "-i", d]);
     assert_quiet("perf report", &err);
