@@ -9,6 +9,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// A workload that runs long enough (tens of ms) for task-clock samples.
+const BUSY: [&str; 3] = [
+    "sh",
+    "-c",
+    "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done",
+];
+
 /// `perf record` into `name` (`-o -` when `pipe`): returns the file.
 fn record(dir: &Path, name: &str, pipe: bool, args: &[&str]) -> PathBuf {
     let perf = pt_testkit::tool("perf", "linux-perf");
@@ -341,7 +348,7 @@ fn perf_record_file_mode_reads_back_as_perf_dumps_it() {
         &dir,
         "task.data",
         false,
-        &["-e", "task-clock", "--", "/bin/true"],
+        &["-e", "task-clock", "--", BUSY[0], BUSY[1], BUSY[2]],
     );
     let n = check_against_dump(&data);
     assert!(n > 5);
@@ -370,7 +377,7 @@ fn perf_record_pipe_mode_reads_back_as_perf_dumps_it() {
         &dir,
         "pipe.data",
         true,
-        &["-e", "task-clock", "--", "/bin/true"],
+        &["-e", "task-clock", "--", BUSY[0], BUSY[1], BUSY[2]],
     );
     check_against_dump(&data);
     check_against_linux_perf_data(&data);
@@ -456,7 +463,7 @@ fn perf_inject_output_reads_back_as_perf_dumps_it() {
         &dir,
         "task.data",
         false,
-        &["-e", "task-clock", "--", "/bin/true"],
+        &["-e", "task-clock", "--", BUSY[0], BUSY[1], BUSY[2]],
     );
     let injected = dir.join("injected.data");
     perf(&[
