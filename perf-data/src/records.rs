@@ -1015,10 +1015,13 @@ pub fn parse_record<'a>(
         let (fields, sample_id) = if attr.sample_id_all() {
             let st = attr.sample_type;
             let n = st.id_trailer_size();
-            if body.len() < n {
+            // perf reads the trailer as the last whole u64 words (a body whose size is
+            // not a multiple of 8 has its odd bytes before nothing).
+            let whole = body.len() / 8 * 8;
+            if whole < n {
                 return Err(too_short(name, body.len(), n, offset));
             }
-            let (f, tr) = body.split_at(body.len() - n);
+            let (f, tr) = body[..whole].split_at(whole - n);
             let mut c = Cursor::new(tr, offset + 8 + f.len() as u64, "sample_id trailer");
             (f, SampleId::parse(&mut c, st)?)
         } else {
