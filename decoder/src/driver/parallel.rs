@@ -1,25 +1,35 @@
-//! `--threads`: `ptxed --quiet` on several threads, with the output of one thread.
+//! The PSB-parallel decode: the items of one thread, from several.
 //!
 //! The trace is cut at PSBs into pieces, a few per thread, which the threads take in
 //! order, each piece decoded from its PSB on. The decoder of the piece before goes on
 //! past that PSB until it meets one of the piece's first checkpoints (the same place in
-//! the trace and the code, in the same state: see `BlockDecoder::checkpoint`). From
+//! the trace and the code, in the same state: see [`BlockDecoder::checkpoint`]). From
 //! there on both report the same, so the earlier decoder stops and the later one's
-//! output is taken from that checkpoint on. Where they do not meet, or where no thread
+//! items are taken from that checkpoint on. Where they do not meet, or where no thread
 //! has started the later piece yet, the earlier decoder decodes that piece too, as one
 //! thread would have. No thread waits for another.
 //!
-//! One thing a checkpoint leaves out can change the output: a return compressed to a
+//! One thing a checkpoint leaves out can change the result: a return compressed to a
 //! call from before the PSB, which hardware does not do, but a broken trace might.
 //! The later decoder then fails with "compressed return without call" where the
-//! earlier one would have gone on; after such an error the whole trace is decoded
-//! again on one thread.
+//! earlier one would have gone on; after such an error the decode is not joined (the
+//! caller decodes the whole trace again on one thread).
+//!
+//! The machinery is generic over what a piece produces (a list of [`Item`]s with the
+//! counts at each), so the same join serves any item stream whose items do not depend
+//! on where the decode started; the [`Decoder`](super::Decoder) uses it for counts,
+//! where that holds.
+//!
+//! [`BlockDecoder::checkpoint`]: crate::flow::BlockDecoder::checkpoint
 
-use super::{Driver, Image, Options, Printer, Stats, Watch};
-use pt_decoder::error::ErrorCode;
-use pt_decoder::insn::Disassembler;
-use pt_decoder::parallel::split_at_psbs;
-use std::ops::ControlFlow;
+use super::{Engine, EngineSettings, Item, Step, Tally, Watch};
+use crate::config::Config;
+use crate::error::{ErrorCode, Status};
+use crate::flow::FlowOptions;
+use crate::image::Image;
+use crate::parallel::split_at_psbs;
+use core::ops::ControlFlow;
+use crossbeam::utils::CachePadded;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -32,9 +42,16 @@ const MARKS: usize = 64;
 const PIECES_PER_THREAD: usize = 8;
 
 /// Pieces smaller than this are not worth a thread (by default).
-pub(super) const MIN_PIECE: u64 = 256 << 10;
+pub const MIN_PIECE: u64 = 256 << 10;
 
-/// The start of one piece, as the decoders of earlier pieces see it.
+/// The threads to use by default: one per core, at most 8.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
+/// The start of one piece, as the decoders of earlier pieces see it. Padded to a cache
+/// line: a decoder polls the next piece's checkpoints while another thread claims the
+/// piece after it.
 struct Lane<M> {
     /// The PSB the piece starts at.
     psb: u64,
@@ -59,12 +76,13 @@ impl<M> Lane<M> {
 }
 
 /// What one piece's decoder produced.
-struct Piece {
-    out: Vec<u8>,
-    insn: u64,
-    blocks: u64,
-    /// Output and counts at each of its own checkpoints.
-    at: Vec<(usize, u64, u64)>,
+struct Piece<T> {
+    /// Its items, each with the counts before it.
+    out: Vec<(Tally, T)>,
+    /// The counts at its end.
+    total: Tally,
+    /// Items and counts at each of its own checkpoints.
+    at: Vec<(usize, Tally)>,
     /// Checkpoints taken before the last "compressed return without call" (`None`:
     /// there was none; `usize::MAX`: after the last checkpoint).
     retstack_error: Option<usize>,
@@ -73,16 +91,17 @@ struct Piece {
 }
 
 /// The [`Watch`] of one piece.
-struct PieceWatch<'s, M> {
+struct PieceWatch<'s, M, T> {
     /// The PSB to start at (`None`: the start of the trace).
     start: Option<u64>,
     /// Where this piece's checkpoints go (`None` for the first piece).
     own: Option<&'s Lane<M>>,
     marks: Vec<(u64, M)>,
     recording: bool,
-    at: Vec<(usize, u64, u64)>,
+    out: Vec<(Tally, T)>,
+    at: Vec<(usize, Tally)>,
     /// The pieces after this one; `next` is the one to meet.
-    later: &'s [Lane<M>],
+    later: &'s [CachePadded<Lane<M>>],
     next: usize,
     /// Past the next piece's PSB: looking for its checkpoints.
     overlap: bool,
@@ -90,7 +109,7 @@ struct PieceWatch<'s, M> {
     met: Option<(usize, usize)>,
 }
 
-impl<M> PieceWatch<'_, M> {
+impl<M, T> PieceWatch<'_, M, T> {
     fn publish(&mut self) {
         if self.recording {
             self.recording = false;
@@ -101,27 +120,27 @@ impl<M> PieceWatch<'_, M> {
     }
 }
 
-impl<M> Drop for PieceWatch<'_, M> {
+impl<M, T> Drop for PieceWatch<'_, M, T> {
     /// Also when the decode ends early: the piece before looks for the checkpoints.
     fn drop(&mut self) {
         self.publish();
     }
 }
 
-impl<D: Driver> Watch<D> for PieceWatch<'_, D::Mark> {
+impl<'a, S: Step<'a>, T> Watch<S> for PieceWatch<'_, S::Mark, T> {
     fn fast(&self) -> bool {
         !self.recording && !self.overlap
     }
 
-    fn first_sync(&mut self, dec: &mut D) -> Result<pt_decoder::flow::Status, ErrorCode> {
+    fn first_sync(&mut self, dec: &mut S) -> Result<Status, ErrorCode> {
         match self.start {
             Some(psb) => dec.sync_set(psb),
             None => dec.sync_forward(),
         }
     }
 
-    fn between_steps(&mut self, dec: &D, written: usize, stats: &Stats) -> ControlFlow<()> {
-        let Ok(offset) = dec.offset() else {
+    fn between_steps(&mut self, dec: &S, tally: Tally) -> ControlFlow<()> {
+        let Some(offset) = dec.offset() else {
             return ControlFlow::Continue(());
         };
         if self.recording {
@@ -129,7 +148,7 @@ impl<D: Driver> Watch<D> for PieceWatch<'_, D::Mark> {
             if !beyond {
                 if let Some(m) = dec.mark() {
                     self.marks.push((offset, m));
-                    self.at.push((written, stats.insn, stats.blocks));
+                    self.at.push((self.out.len(), tally));
                 }
             }
             if beyond || self.marks.len() == MARKS {
@@ -180,40 +199,53 @@ impl<D: Driver> Watch<D> for PieceWatch<'_, D::Mark> {
     }
 }
 
-/// The threads to use by default: one per core, at most 8.
-pub(super) fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+/// What the pieces produced together: the items of one decoder over the whole trace,
+/// each with the counts before it, and the counts at the end.
+pub(super) struct Joined<T> {
+    out: Vec<(Tally, T)>,
+    pub(super) total: Tally,
 }
 
-/// What the pieces produced together.
-pub(super) struct Joined {
-    pub out: Vec<u8>,
-    pub insn: u64,
-    pub blocks: u64,
+impl Joined<Item> {
+    /// The items as one decoder in count-only mode hands them out: the counts since
+    /// the last item before each item, and at the end.
+    pub(super) fn items(self) -> Vec<Item> {
+        let mut items = Vec::with_capacity(self.out.len() * 2 + 1);
+        let mut last = Tally::default();
+        let mut counts = |items: &mut Vec<Item>, t: Tally| {
+            if t != last {
+                items.push(Item::Counts(super::Counts {
+                    insns: t.minus(last).insns,
+                    blocks: None,
+                }));
+                last = t;
+            }
+        };
+        for (t, item) in self.out {
+            counts(&mut items, t);
+            items.push(item);
+        }
+        counts(&mut items, self.total);
+        items
+    }
 }
 
-/// Decode `trace` on up to `threads` threads with drivers from `make` (one per thread,
-/// kept from piece to piece, so that each thread learns the code once), as
-/// [`super::run_decoder`] would on one. `None` if the trace is too small to share out,
-/// or if the pieces cannot be joined exactly (see the module docs): decode it on one
-/// thread then.
-pub(super) fn decode<D, F>(
-    trace: &[u8],
+/// Decode `trace` on up to `threads` threads with a decoder of kind `S` per thread
+/// (kept from piece to piece, so that each thread learns the code once), as
+/// [`Engine`] would on one. `None` if the trace is too small to share out, or if the
+/// pieces cannot be joined exactly (see the module docs): decode it on one thread then.
+pub(super) fn decode<'a, S>(
+    trace: &'a [u8],
+    image: &'a Image,
+    config: &Config,
+    flow: FlowOptions,
+    settings: EngineSettings,
     threads: usize,
-    make: F,
-    image: &Image,
-    opts: Options,
-    stats: Stats,
-) -> Option<Joined>
+    min_piece: u64,
+) -> Option<Joined<Item>>
 where
-    D: Driver,
-    D::Mark: Sync,
-    F: Fn() -> D + Sync,
+    S: Step<'a>,
 {
-    let min_piece = match opts.min_piece {
-        0 => MIN_PIECE,
-        n => n,
-    };
     // Several pieces per thread: how long a piece takes varies a lot (code seen for the
     // first time is slow), and a thread that is done early takes the next one.
     let most = threads.saturating_mul(PIECES_PER_THREAD) as u64;
@@ -225,20 +257,23 @@ where
     if ranges.len() < 2 {
         return None;
     }
-    let lanes: Vec<Lane<D::Mark>> = ranges
+    let lanes: Vec<CachePadded<Lane<S::Mark>>> = ranges
         .iter()
-        .map(|r| Lane {
-            psb: r.start as u64,
-            marks: OnceLock::new(),
-            state: AtomicU8::new(WAITING),
+        .map(|r| {
+            CachePadded::new(Lane {
+                psb: r.start as u64,
+                marks: OnceLock::new(),
+                state: AtomicU8::new(WAITING),
+            })
         })
         .collect();
-    let run_piece = |dec: &mut D, p: &mut Printer<'_, Vec<u8>>, k: usize| -> Piece {
+    let run_piece = |engine: &mut Engine<'a, S>, k: usize| -> Piece<Item> {
         let mut watch = PieceWatch {
             start: (k > 0).then_some(lanes[k].psb),
-            own: (k > 0).then(|| &lanes[k]),
+            own: (k > 0).then(|| &*lanes[k]),
             marks: Vec::new(),
             recording: k > 0,
+            out: Vec::new(),
             at: Vec::new(),
             later: &lanes[k + 1..],
             next: 0,
@@ -246,18 +281,17 @@ where
             retstack_error: None,
             met: None,
         };
-        p.out = Vec::new();
-        let mut st = Stats {
-            insn: 0,
-            blocks: 0,
-            ..stats
-        };
-        super::run_decoder(dec, image, p, &mut st, &mut watch);
+        engine.restart();
+        let mut item = Item::default();
+        while engine.next_item(&mut watch, &mut item) {
+            if !matches!(item, Item::Counts(_)) {
+                watch.out.push((engine.tally, item));
+            }
+        }
         watch.publish();
         Piece {
-            out: std::mem::take(&mut p.out),
-            insn: st.insn,
-            blocks: st.blocks,
+            out: std::mem::take(&mut watch.out),
+            total: engine.tally,
             at: std::mem::take(&mut watch.at),
             retstack_error: watch.retstack_error,
             // Later pieces' indices count from this one's successor.
@@ -265,16 +299,9 @@ where
         }
     };
     // No thread ever waits for another (see `between_steps`).
-    let taken = AtomicUsize::new(0);
+    let taken = CachePadded::new(AtomicUsize::new(0));
     let work = || {
-        let mut dec = make();
-        let mut p = Printer {
-            out: Vec::new(),
-            opts,
-            image,
-            dis: Disassembler::new(),
-            text: String::new(),
-        };
+        let mut engine = Engine::new(S::new(trace, image, config, flow), image, settings);
         let mut done = Vec::new();
         loop {
             let k = taken.fetch_add(1, Ordering::Relaxed);
@@ -282,11 +309,11 @@ where
                 return done;
             };
             if lane.claim(TAKEN) {
-                done.push((k, run_piece(&mut dec, &mut p, k)));
+                done.push((k, run_piece(&mut engine, k)));
             }
         }
     };
-    let mut results: Vec<Option<Piece>> = (0..lanes.len()).map(|_| None).collect();
+    let mut results: Vec<Option<Piece<Item>>> = (0..lanes.len()).map(|_| None).collect();
     std::thread::scope(|s| {
         let handles: Vec<_> = (1..threads.min(lanes.len()))
             .map(|_| s.spawn(work))
@@ -310,23 +337,27 @@ where
 
 /// The output of one decoder over the whole trace, from the pieces: each piece up to
 /// where it met a later one, that one from the checkpoint met on.
-fn join(mut pieces: Vec<Option<Piece>>) -> Option<Joined> {
+fn join<T>(mut pieces: Vec<Option<Piece<T>>>) -> Option<Joined<T>> {
     let first = pieces.first_mut()?.take()?;
     let mut met = first.met;
     let mut joined = Joined {
         out: first.out,
-        insn: first.insn,
-        blocks: first.blocks,
+        total: first.total,
     };
     while let Some((k, j)) = met {
         let piece = pieces.get_mut(k)?.take()?;
-        let &(written, insn, blocks) = piece.at.get(j)?;
+        let &(written, at) = piece.at.get(j)?;
         if piece.retstack_error.is_some_and(|m| m > j) {
             return None;
         }
-        joined.out.extend_from_slice(piece.out.get(written..)?);
-        joined.insn += piece.insn.checked_sub(insn)?;
-        joined.blocks += piece.blocks.checked_sub(blocks)?;
+        if written > piece.out.len() {
+            return None;
+        }
+        let base = joined.total;
+        for (t, item) in piece.out.into_iter().skip(written) {
+            joined.out.push((base.plus(t.minus(at)), item));
+        }
+        joined.total = base.plus(piece.total.minus(at));
         met = piece.met;
     }
     Some(joined)
@@ -336,12 +367,20 @@ fn join(mut pieces: Vec<Option<Piece>>) -> Option<Joined> {
 mod tests {
     use super::*;
 
-    fn piece(out: &str, insn: u64, at: &[(usize, u64)], met: Option<(usize, usize)>) -> Piece {
+    fn t(insns: u64) -> Tally {
+        Tally { insns, blocks: 0 }
+    }
+
+    fn piece(
+        out: &[(u64, &'static str)],
+        total: u64,
+        at: &[(usize, u64)],
+        met: Option<(usize, usize)>,
+    ) -> Piece<&'static str> {
         Piece {
-            out: out.as_bytes().to_vec(),
-            insn,
-            blocks: 0,
-            at: at.iter().map(|&(w, i)| (w, i, 0)).collect(),
+            out: out.iter().map(|&(n, s)| (t(n), s)).collect(),
+            total: t(total),
+            at: at.iter().map(|&(w, i)| (w, t(i))).collect(),
             retstack_error: None,
             met,
         }
@@ -350,30 +389,53 @@ mod tests {
     #[test]
     fn pieces_join_at_the_checkpoints_met() {
         // Piece 0 met piece 1 at its checkpoint 1, which took over piece 2 and met piece
-        // 3 at its checkpoint 0; piece 2's own output is not used.
+        // 3 at its checkpoint 0; piece 2's own items are not used.
         let pieces = vec![
-            Some(piece("a\n", 10, &[], Some((1, 1)))),
-            Some(piece("x\nb\n", 25, &[(0, 0), (2, 5)], Some((3, 0)))),
-            Some(piece("unused\n", 99, &[(0, 0)], None)),
-            Some(piece("c\n", 7, &[(0, 0)], None)),
+            Some(piece(&[(4, "a")], 10, &[], Some((1, 1)))),
+            Some(piece(
+                &[(1, "x"), (9, "b")],
+                25,
+                &[(0, 0), (1, 5)],
+                Some((3, 0)),
+            )),
+            Some(piece(&[(0, "unused")], 99, &[(0, 0)], None)),
+            Some(piece(&[(3, "c")], 7, &[(0, 0)], None)),
         ];
         let j = join(pieces).expect("joined");
-        assert_eq!(j.out, b"a\nb\nc\n");
-        assert_eq!(j.insn, 10 + (25 - 5) + 7);
+        let out: Vec<_> = j.out.iter().map(|&(t, s)| (t.insns, s)).collect();
+        // "b" came 4 instructions after piece 1's checkpoint, which is where piece 0
+        // (10 instructions) ended; "c" 3 after piece 3's start, 20 after the meeting.
+        assert_eq!(out, [(4, "a"), (14, "b"), (33, "c")]);
+        assert_eq!(j.total.insns, 10 + (25 - 5) + 7);
     }
 
     #[test]
     fn a_compressed_return_without_call_after_the_meeting_point_undoes_the_join() {
         let make = |err| {
-            let mut later = piece("", 5, &[(0, 0), (0, 1), (0, 2)], None);
+            let mut later = piece(&[], 5, &[(0, 0), (0, 1), (0, 2)], None);
             later.retstack_error = err;
-            vec![Some(piece("", 1, &[], Some((1, 1)))), Some(later)]
+            vec![Some(piece(&[], 1, &[], Some((1, 1)))), Some(later)]
         };
-        // Before checkpoint 1 (one checkpoint taken): that output is not used.
+        // Before checkpoint 1 (one checkpoint taken): those items are not used.
         assert!(join(make(Some(1))).is_some());
         // After it: the later decoder may have parted ways with one thread's.
         assert!(join(make(Some(2))).is_none());
         assert!(join(make(Some(usize::MAX))).is_none());
         assert!(join(make(None)).is_some());
+    }
+
+    #[test]
+    fn joined_items_carry_the_counts_between_them() {
+        let j = Joined {
+            out: vec![(t(3), Item::EndOfTrace), (t(3), Item::Disabled)],
+            total: t(8),
+        };
+        let c = |insns| {
+            Item::Counts(super::super::Counts {
+                insns,
+                blocks: None,
+            })
+        };
+        assert_eq!(j.items(), [c(3), Item::EndOfTrace, Item::Disabled, c(5)]);
     }
 }

@@ -1,6 +1,7 @@
 //! The instruction-flow decoder: the block decoder's blocks, one instruction at a time.
 
-use super::block::{next_ip, Block, BlockDecoder, Checkpoint, FlowOptions, Status};
+use super::block::{next_ip, Block, BlockDecoder, Checkpoint, FlowOptions};
+use super::{Progress, Status};
 use crate::block_cache::BlockId;
 use crate::config::Config;
 use crate::error::ErrorCode;
@@ -119,14 +120,22 @@ impl<'a> InsnDecoder<'a> {
     }
 
     /// Go on after an error (see [`BlockDecoder::resync`]).
-    pub fn resync(&mut self) -> Result<Status, ErrorCode> {
-        let r = self.blk.resync();
-        self.restart(r)
+    pub fn resync(&mut self) -> Result<Progress, ErrorCode> {
+        match self.blk.resync() {
+            Ok(Progress::EventFirst) => {
+                self.block = EMPTY;
+                self.segs.clear();
+                Ok(Progress::EventFirst)
+            }
+            Ok(Progress::Done(status)) => self.restart(Ok(status)).map(Progress::Done),
+            Err(e) => self.restart(Err(e)).map(Progress::Done),
+        }
     }
 
-    /// The next instruction, written to `out` (also on errors, as far as known).
-    /// [`ErrorCode::EventIgnored`] if an event is pending instead.
-    pub fn next(&mut self, out: &mut InsnInfo) -> Result<Status, ErrorCode> {
+    /// The next instruction, written to `out` (also on errors, as far as known:
+    /// `out.class` is `None` if there is none). [`Progress::EventFirst`] if an event is
+    /// pending before the next instruction.
+    pub fn next(&mut self, out: &mut InsnInfo) -> Result<Progress, ErrorCode> {
         let fill = |out: &mut InsnInfo, b: &Block| {
             *out = InsnInfo {
                 ip: b.ip,
@@ -141,7 +150,7 @@ impl<'a> InsnDecoder<'a> {
         while self.block.ninsn == 0 {
             let status = self.status?;
             if status.event_pending {
-                return Err(ErrorCode::EventIgnored);
+                return Ok(Progress::EventFirst);
             }
             let r = self.blk.next(&mut self.block);
             self.status = r;
@@ -157,11 +166,11 @@ impl<'a> InsnDecoder<'a> {
             }
             let status = r?;
             if status.event_pending {
-                return Err(ErrorCode::EventIgnored);
+                return Ok(Progress::EventFirst);
             }
         }
         if let Some(&(id, count)) = self.segs.get(self.seg) {
-            return self.next_cached(out, id, count);
+            return self.next_cached(out, id, count).map(Progress::Done);
         }
         let d = insn::decode_at(self.blk.image(), self.block.ip, self.block.mode)
             .map_err(|e| e.code)?;
@@ -169,13 +178,15 @@ impl<'a> InsnDecoder<'a> {
         out.class = Some(d.class);
         self.block.ninsn -= 1;
         if self.block.ninsn != 0 {
-            self.block.ip = next_ip(&d)?;
-            return Ok(Status::default());
+            // More instructions in the block, but this one needs trace: the trace does
+            // not match the code.
+            self.block.ip = next_ip(&d).ok_or(ErrorCode::BadQuery)?;
+            return Ok(Progress::Done(Status::default()));
         }
         if self.block.ip != self.block.end_ip {
             return Err(ErrorCode::Internal);
         }
-        self.status
+        self.status.map(Progress::Done)
     }
 
     /// Skips whole blocks that need nothing but TNT bits (see

@@ -2,20 +2,21 @@
 //! default): assemble it and encode its trace as pttestgen does, dump the trace as
 //! ptdump does with the file's own `opt:ptdump` flags, check the dump against the
 //! file's expectation, and count the packets by kind.
+//!
+//! `cargo run -p pt-conformance --bin ptdemo [FILE.ptt]`.
 
 use pt_decoder::dump::{cli, dump};
 use pt_decoder::{Config, PacketDecoder};
 use pt_testgen::{gen, ptt};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const BUNDLED: &str = include_str!("../../data/demo.ptt");
+const BUNDLED: &str = include_str!("demo.ptt");
 
-fn fail(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("ptdemo: {msg}");
-    ExitCode::FAILURE
-}
+/// Why the demo failed: the line for stderr.
+type Failure = String;
 
 /// Lines as `diff -b` compares them: blank runs are equal, trailing blanks ignored.
 fn normalized(text: &str) -> Vec<String> {
@@ -25,15 +26,32 @@ fn normalized(text: &str) -> Vec<String> {
 }
 
 fn main() -> ExitCode {
+    pt_cli::init();
     let arg = std::env::args().nth(1);
     if matches!(arg.as_deref(), Some("-h" | "--help")) {
         println!("usage: ptdemo [FILE.ptt]   (default: the bundled demo.ptt)");
         return ExitCode::SUCCESS;
     }
-    let (path, source) = match &arg {
+    let mut out = String::new();
+    let r = demo(arg.as_deref(), &mut out);
+    print!("{out}");
+    match r {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("ptdemo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The demo on `arg` (the bundled file if `None`), its report in `out`; whether the
+/// dump matched the file's expectation.
+fn demo(arg: Option<&str>, out: &mut String) -> Result<bool, Failure> {
+    let (path, source) = match arg {
         Some(p) => match std::fs::read_to_string(p) {
             Ok(s) => (PathBuf::from(p), s),
-            Err(e) => return fail(format!("{p}: {e}")),
+            Err(e) => return Err(format!("{p}: {e}")),
         },
         None => (PathBuf::from("demo.ptt"), BUNDLED.to_string()),
     };
@@ -41,17 +59,18 @@ fn main() -> ExitCode {
     // 1. pttestgen: assemble and encode.
     let outputs = match gen::generate(&source, &path, None) {
         Ok(o) => o,
-        Err(e) => return fail(e),
+        Err(e) => return Err(e.to_string()),
     };
     let dir = std::env::temp_dir().join(format!("ptdemo-{}", std::process::id()));
     if let Err(e) = std::fs::create_dir_all(&dir) {
-        return fail(format!("{}: {e}", dir.display()));
+        return Err(format!("{}: {e}", dir.display()));
     }
     let written = match outputs.write(&dir) {
         Ok(w) => w,
-        Err(e) => return fail(format!("{}: {e}", dir.display())),
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
     };
-    println!(
+    let _ = writeln!(
+        out,
         "== pttestgen {}: {} bytes of code at {:#x}, {} packets in {} bytes of trace",
         path.display(),
         outputs.bin.len(),
@@ -60,7 +79,7 @@ fn main() -> ExitCode {
         outputs.trace.bytes.len()
     );
     for f in &written {
-        println!("   wrote {}", f.display());
+        let _ = writeln!(out, "   wrote {}", f.display());
     }
 
     // 2. ptdump with the file's own flags.
@@ -69,16 +88,16 @@ fn main() -> ExitCode {
     argv.push(pt_file.display().to_string());
     let args = match cli::parse_args(&argv) {
         Ok(cli::Command::Dump(a)) => a,
-        Ok(_) => return fail("unexpected ptdump options in the file"),
-        Err(e) => return fail(e),
+        Ok(_) => return Err("unexpected ptdump options in the file".into()),
+        Err(e) => return Err(e.to_string()),
     };
-    println!("\n== ptdump {}", argv.join(" "));
+    let _ = writeln!(out, "\n== ptdump {}", argv.join(" "));
     let mut text = Vec::new();
     if let Err(e) = dump(&outputs.trace.bytes, &args.config, &args.options, &mut text) {
-        return fail(e);
+        return Err(e.to_string());
     }
     let text = String::from_utf8_lossy(&text);
-    print!("{text}");
+    out.push_str(&text);
 
     // 3. The file's expectation.
     let expected = outputs
@@ -88,25 +107,28 @@ fn main() -> ExitCode {
         .find(|e| e.name.contains("-ptdump"));
     match expected {
         Some(e) if normalized(&e.text) == normalized(&text) => {
-            println!(
+            let _ = writeln!(
+                out,
                 "\n== ptdump output matches {} (as diff -ub compares)",
                 e.name
-            )
+            );
         }
         Some(e) => {
-            println!("\n== ptdump output differs from {}:", e.name);
+            let _ = writeln!(out, "\n== ptdump output differs from {}:", e.name);
             for (i, (want, got)) in normalized(&e.text)
                 .iter()
                 .zip(normalized(&text).iter())
                 .enumerate()
             {
                 if want != got {
-                    println!("   line {}: expected `{want}`, got `{got}`", i + 1);
+                    let _ = writeln!(out, "   line {}: expected `{want}`, got `{got}`", i + 1);
                 }
             }
-            return ExitCode::FAILURE;
+            return Ok(false);
         }
-        None => println!("\n== no .exp(ptdump) section to check against"),
+        None => {
+            let _ = writeln!(out, "\n== no .exp(ptdump) section to check against");
+        }
     }
 
     // 4. Packet statistics, straight from the packet decoder.
@@ -117,11 +139,11 @@ fn main() -> ExitCode {
             *kinds.entry(p.name()).or_default() += 1;
         }
     }
-    println!("\n== packets by kind");
+    let _ = writeln!(out, "\n== packets by kind");
     for (k, n) in kinds {
-        println!("   {k:<10} {n}");
+        let _ = writeln!(out, "   {k:<10} {n}");
     }
-    ExitCode::SUCCESS
+    Ok(true)
 }
 
 /// The `org` address from the listing (the first `[org …]` line), for the summary.
@@ -135,4 +157,35 @@ fn org_of(listing: &str) -> u64 {
             u64::from_str_radix(v, 16).ok()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::demo;
+
+    #[test]
+    fn bundled_demo_dumps_and_matches_its_expectation() {
+        let mut out = String::new();
+        assert_eq!(demo(None, &mut out), Ok(true), "{out}");
+        assert!(out.contains("tip.pgd    0: ????????????????"), "{out}");
+        assert!(
+            out.contains("ptdump output matches demo-ptdump.exp"),
+            "{out}"
+        );
+        assert!(out.contains("tnt.8      3"), "{out}");
+    }
+
+    #[test]
+    fn a_wrong_expectation_fails() {
+        let dir = std::env::temp_dir().join(format!("ptdemo-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = "org 0x1000\nbits 64\n; @pt p1: psb()\n; @pt p2: psbend()\n\
+                   ; @pt .exp(ptdump)\n;%0p1  psb\n;%0p2  pad\n";
+        let file = dir.join("wrong.ptt");
+        std::fs::write(&file, src).unwrap();
+        let mut out = String::new();
+        assert_eq!(demo(file.to_str(), &mut out), Ok(false));
+        assert!(out.contains("expected `0000000000000010 pad`"), "{out}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
