@@ -622,7 +622,9 @@ pub enum AuxtracePrivate<'a> {
 pub struct Auxtrace<'a> {
     /// Offset of the data in the AUX area's stream (for snapshots: the head).
     pub offset: u64,
-    /// A reference (perf: the TSC when the data was read) to order snapshots.
+    /// The TSC when the data was copied out (perf record reads it with rdtsc). Writers of
+    /// timed intel_pt recordings must fill it in: perf's decoder completes the trace's
+    /// 7-byte TSC packets from it, and without it never gets a timestamp.
     pub reference: u64,
     /// The index of the mmap it came from.
     pub idx: u32,

@@ -52,16 +52,12 @@ fn perf_script_decodes_our_intel_pt_file_to_the_traced_path() {
 }
 
 #[test]
-#[ignore = "perf 6.1 segfaults decoding this file (timed mode); see the test's comment"]
 fn perf_script_times_our_timestamped_intel_pt_file() {
     // tsc in the config, TIME in the sample types, a TSC packet in the trace: perf
-    // should order the side-band and the trace by time and stamp the instructions.
-    // Open finding: perf 6.1.187 (Debian, stripped) dies with SIGSEGV (a read at 0x5)
-    // on this file in per-thread and per-cpu mode alike, even reduced to AUXTRACE_INFO
-    // plus one AUXTRACE holding PSB, TSC, MODE.Exec, PSBEND, TIP.PGE; without the
-    // TIP.PGE it does not crash, and the same file without `tsc` decodes exactly (the
-    // tests above). Whatever perf expects of a timed recording that this file lacks is
-    // still to be found (a perf built with symbols will tell).
+    // orders the side-band and the trace by time and stamps the instructions. The
+    // AUXTRACE record's reference (the TSC when the data was copied out) is what perf
+    // completes the trace's TSC packets with: without it perf 6.1 never finds a
+    // timestamp and crashes.
     let dir = scratch("accepts_tsc");
     let t = compile(&dir);
     let data = dir.join("perf.data");

@@ -268,7 +268,10 @@ pub fn write_intel_pt_mode(
     }
     w.write(&Record::Auxtrace(Auxtrace {
         offset: 0,
-        reference: 0,
+        // perf record stores the TSC at the time it copied the data here; perf's decoder
+        // takes the upper bytes of the trace's TSC packets from it, and with tsc on and a
+        // reference of 0 it never gets a timestamp (and 6.1 crashes looking for one).
+        reference: at(3).unwrap_or(0),
         idx: 0,
         tid: if per_cpu.is_some() { u32::MAX } else { PID },
         cpu: per_cpu.unwrap_or(u32::MAX),
