@@ -125,6 +125,7 @@ pub mod image;
 pub mod insn;
 pub mod packet;
 pub mod parallel;
+pub mod perf;
 pub mod query;
 pub mod sideband;
 pub mod time;
