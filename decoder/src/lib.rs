@@ -10,6 +10,7 @@ pub mod event;
 pub mod flow;
 pub mod image;
 pub mod insn;
+pub mod listing;
 pub mod packet;
 pub mod parallel;
 pub mod query;

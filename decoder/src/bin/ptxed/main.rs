@@ -9,7 +9,8 @@ use pt_decoder::flow::{
     Block, BlockDecoder, Checkpoint, FlowOptions, InsnCheckpoint, InsnDecoder, InsnInfo, Status,
 };
 use pt_decoder::image::{Image, LoadError};
-use pt_decoder::insn::{self, Disassembler};
+use pt_decoder::insn;
+use pt_decoder::listing::{Listing, ListingOptions, Syntax};
 use pt_decoder::sideband::{Explicit, Sideband, SidebandError};
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
@@ -19,6 +20,8 @@ mod parallel;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Options {
+    /// AT&T syntax (`--att`).
+    att: bool,
     no_inst: bool,
     quiet: bool,
     print_stats: bool,
@@ -317,8 +320,7 @@ fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl 
                 }
                 sideband = Some(sb);
             }
-            // AT&T syntax is not offered; accept the flag and print Intel syntax.
-            "--att" => {}
+            "--att" => opts.att = true,
             "--no-inst" => opts.no_inst = true,
             "--quiet" | "-q" => opts.quiet = true,
             "--offset" => opts.print_offset = true,
@@ -449,13 +451,12 @@ fn hex16(v: u64) -> [u8; 16] {
     out
 }
 
-/// Output with a reusable line buffer.
+/// Output: events, diagnostics and the instruction listing.
 struct Printer<'a, W: Write> {
     out: W,
     opts: Options,
     image: &'a Image,
-    dis: Disassembler,
-    text: String,
+    listing: Listing,
 }
 
 fn mode_name(mode: ExecMode) -> &'static str {
@@ -467,75 +468,6 @@ fn mode_name(mode: ExecMode) -> &'static str {
     }
 }
 
-/// Brings the disassembler's text closer to XED's as ptxed prints it: XED ends an
-/// instruction without operands with a blank and writes far memory operands as
-/// `far ptr [...]`.
-fn xed_style(text: &mut String, bytes: &[u8], ip: u64, mode: ExecMode) {
-    for size in ["far fword ptr ", "far dword ptr ", "far tbyte ptr "] {
-        if let Some(at) = text.find(size) {
-            text.replace_range(at..at + size.len(), "far ptr ");
-        }
-    }
-    if let Some(rest) = text.strip_prefix("data64 ") {
-        *text = rest.to_string();
-    }
-    // XED shows the hint NOPs 0F 18 and 0F 1F with their r/m operand only.
-    if text.starts_with("nop ") && is_nop_0f18_0f1f(bytes) {
-        if let Some(at) = text.rfind(", ") {
-            text.truncate(at);
-        }
-    }
-    // `imul r, r/m, imm` with r/m = r: XED names the register twice.
-    if let Some(ops) = text.strip_prefix("imul ") {
-        if let Some((reg, imm)) = ops.split_once(", ") {
-            let is_imm = imm.starts_with("0x") || imm.starts_with('-');
-            if is_imm && !reg.contains(' ') && !imm.contains(", ") {
-                *text = format!("imul {reg}, {reg}, {imm}");
-            }
-        }
-    }
-    if text.contains(' ') && text != "ret far" {
-        return;
-    }
-    // XED lists implicit operands too (suppressed in the text, but followed by the
-    // separator blank): only instructions without any operand end without one.
-    let bitness = match mode {
-        ExecMode::Bit16 => 16,
-        ExecMode::Bit32 => 32,
-        _ => 64,
-    };
-    let mut decoder =
-        iced_x86::Decoder::with_ip(bitness, bytes, ip, iced_x86::DecoderOptions::NONE);
-    let instr = decoder.decode();
-    let mut factory = iced_x86::InstructionInfoFactory::new();
-    let info = factory.info(&instr);
-    let implicit = !info.used_registers().is_empty()
-        || !info.used_memory().is_empty()
-        || instr.rflags_read() != 0
-        || instr.rflags_written() != 0
-        || instr.rflags_cleared() != 0
-        || instr.rflags_set() != 0
-        || instr.rflags_undefined() != 0
-        || instr.flow_control() != iced_x86::FlowControl::Next;
-    if implicit {
-        text.push(' ');
-    }
-}
-
-/// Whether `bytes` start with opcode 0F 18 or 0F 1F (after prefixes and REX).
-fn is_nop_0f18_0f1f(bytes: &[u8]) -> bool {
-    let at = bytes
-        .iter()
-        .take_while(|&&b| {
-            matches!(
-                b,
-                0x66 | 0x67 | 0x2e | 0x3e | 0x26 | 0x36 | 0x64 | 0x65 | 0xf2 | 0xf3 | 0x40..=0x4f
-            )
-        })
-        .count();
-    matches!(bytes.get(at..at + 2), Some([0x0f, 0x18 | 0x1f]))
-}
-
 /// The address after the instruction at `ip`, following direct branches (as ptxed
 /// does with XED's branch displacement).
 fn xed_next_ip(image: &Image, ip: u64, mode: ExecMode) -> Option<u64> {
@@ -543,7 +475,21 @@ fn xed_next_ip(image: &Image, ip: u64, mode: ExecMode) -> Option<u64> {
     Some(d.target.unwrap_or_else(|| d.next_ip()))
 }
 
-impl<W: Write> Printer<'_, W> {
+impl<'a, W: Write> Printer<'a, W> {
+    fn new(out: W, opts: Options, image: &'a Image) -> Self {
+        let listing = Listing::new(ListingOptions {
+            syntax: if opts.att { Syntax::Att } else { Syntax::Intel },
+            raw_insn: opts.print_raw_insn,
+            no_inst: opts.no_inst,
+        });
+        Self {
+            out,
+            opts,
+            image,
+            listing,
+        }
+    }
+
     fn ip_field(&mut self, key: &str, ip: u64) -> io::Result<()> {
         if self.opts.event_ip {
             write!(self.out, ", {key}: {ip:016x}")?;
@@ -794,8 +740,11 @@ impl<W: Write> Printer<'_, W> {
         self.out.write_all(b"]\n")
     }
 
-    /// One instruction line (without the newline); `false` if the instruction could
-    /// not be read.
+    /// One instruction line: the offset, time and speculation columns, then the
+    /// listing's line (address, raw bytes, text). Returns where a block walk goes on
+    /// after the instruction, or `None` if it could not be read or decoded (the line
+    /// says why).
+    #[inline]
     fn insn_line(
         &mut self,
         ip: u64,
@@ -803,58 +752,47 @@ impl<W: Write> Printer<'_, W> {
         speculative: bool,
         offset: u64,
         time: u64,
-    ) -> io::Result<Option<usize>> {
+    ) -> io::Result<Option<u64>> {
         let o = &mut self.out;
         if self.opts.print_offset {
-            write!(o, "{offset:016x}  ")?;
+            o.write_all(&hex16(offset))?;
+            o.write_all(b"  ")?;
         }
         if self.opts.print_time {
-            write!(o, "{time:016x}  ")?;
+            o.write_all(&hex16(time))?;
+            o.write_all(b"  ")?;
         }
         if speculative {
             o.write_all(b"? ")?;
         }
-        o.write_all(&hex16(ip))?;
-        if self.opts.no_inst && !self.opts.print_raw_insn {
-            return Ok(Some(0));
+        let line = self.listing.line(self.image, ip, mode);
+        o.write_all(line.text())?;
+        Ok(line.error().is_none().then(|| line.next_ip()))
+    }
+
+    /// An instruction line of the instruction flow decoder, which does not decode the
+    /// instruction with `--no-inst` (only the block walk needs it decoded).
+    #[inline]
+    fn insn_decoder_line(&mut self, insn: &InsnInfo, offset: u64, time: u64) -> io::Result<()> {
+        if !self.opts.no_inst {
+            return self
+                .insn_line(insn.ip, insn.mode, insn.speculative, offset, time)
+                .map(|_| ());
         }
-        let mut raw = [0u8; 15];
-        let n = match self.image.read(ip, &mut raw) {
-            Ok(n) => n,
-            Err(e) => {
-                write!(self.out, " [fetch error: {}]", e.code.message())?;
-                return Ok(None);
-            }
-        };
-        self.text.clear();
-        match self.dis.format(&raw[..n], ip, mode, &mut self.text) {
-            Ok(len) => {
-                if self.opts.print_raw_insn {
-                    for b in &raw[..len.min(n)] {
-                        write!(self.out, " {b:02x}")?;
-                    }
-                    for _ in len.min(n)..15 {
-                        self.out.write_all(b"   ")?;
-                    }
-                }
-                if !self.opts.no_inst {
-                    xed_style(&mut self.text, &raw[..n], ip, mode);
-                    write!(self.out, "  {}", self.text)?;
-                }
-                Ok(Some(len))
-            }
-            Err(_) => {
-                for b in &raw[..n] {
-                    write!(self.out, " {b:02x}")?;
-                }
-                for _ in n..15 {
-                    self.out.write_all(b"   ")?;
-                }
-                self.out
-                    .write_all(b" [xed decode error: (1) BUFFER_TOO_SHORT]")?;
-                Ok(None)
-            }
+        let o = &mut self.out;
+        if self.opts.print_offset {
+            o.write_all(&hex16(offset))?;
+            o.write_all(b"  ")?;
         }
+        if self.opts.print_time {
+            o.write_all(&hex16(time))?;
+            o.write_all(b"  ")?;
+        }
+        if insn.speculative {
+            o.write_all(b"? ")?;
+        }
+        o.write_all(&hex16(insn.ip))?;
+        o.write_all(b"\n")
     }
 
     fn diagnose(&mut self, offset: Result<u64, ErrorCode>, ip: u64, kind: &str, code: ErrorCode) {
@@ -1068,8 +1006,7 @@ impl<'a> Driver for InsnDriver<'a> {
         };
         let insn = &self.insn;
         if !opts.quiet {
-            let _ = p.insn_line(insn.ip, insn.mode, insn.speculative, offset, time);
-            let _ = p.out.write_all(b"\n");
+            let _ = p.insn_decoder_line(insn, offset, time);
         }
         if opts.print_stats {
             stats.insn += 1;
@@ -1277,7 +1214,6 @@ fn print_block<W: Write>(
     if let Some(ips) = ips.filter(|ips| ips.len() == block.ninsn as usize) {
         for &ip in ips {
             let line = p.insn_line(ip, block.mode, block.speculative, offset, time);
-            let _ = p.out.write_all(b"\n");
             if !matches!(line, Ok(Some(_))) {
                 return;
             }
@@ -1287,23 +1223,14 @@ fn print_block<W: Write>(
     let mut ip = block.ip;
     let mut left = block.ninsn;
     while left > 0 {
-        let line = p.insn_line(ip, block.mode, block.speculative, offset, time);
-        let _ = p.out.write_all(b"\n");
-        if !matches!(line, Ok(Some(_))) {
+        let Ok(Some(next)) = p.insn_line(ip, block.mode, block.speculative, offset, time) else {
             return;
-        }
+        };
         left -= 1;
         if left == 0 {
             break;
         }
-        match xed_next_ip(p.image, ip, block.mode) {
-            Some(n) => ip = n,
-            None => {
-                let off = Ok(offset);
-                p.diagnose(off, ip, "reconstruct error", ErrorCode::BadInsn);
-                return;
-            }
-        }
+        ip = next;
     }
     if block.ninsn > 0 && ip != block.end_ip {
         p.diagnose(Ok(offset), ip, "reconstruct error", ErrorCode::NoSync);
@@ -1411,13 +1338,7 @@ fn run(prog: &str, args: &[String]) -> i32 {
         Parsed::Run(s) => s,
     };
     let mut stats = setup.stats;
-    let mut p = Printer {
-        out,
-        opts: setup.opts,
-        image: &setup.image,
-        dis: Disassembler::new(),
-        text: String::with_capacity(128),
-    };
+    let mut p = Printer::new(out, setup.opts, &setup.image);
     let (trace, image, config) = (setup.trace.bytes(), &setup.image, &setup.config);
     let opts = setup.opts;
     let threads = match opts.threads {

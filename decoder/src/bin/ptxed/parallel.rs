@@ -17,7 +17,6 @@
 
 use super::{Driver, Image, Options, Printer, Stats, Watch};
 use pt_decoder::error::ErrorCode;
-use pt_decoder::insn::Disassembler;
 use pt_decoder::parallel::split_at_psbs;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -268,13 +267,7 @@ where
     let taken = AtomicUsize::new(0);
     let work = || {
         let mut dec = make();
-        let mut p = Printer {
-            out: Vec::new(),
-            opts,
-            image,
-            dis: Disassembler::new(),
-            text: String::new(),
-        };
+        let mut p = Printer::new(Vec::new(), opts, image);
         let mut done = Vec::new();
         loop {
             let k = taken.fetch_add(1, Ordering::Relaxed);
