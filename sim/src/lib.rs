@@ -10,17 +10,19 @@
 //!   ToPA/single-range output ([`backend::SimCpu`]), and [`backend::SimBackend`],
 //!   the HAL's `TraceBackend` on top of it.
 //! - [`record`]: a recording end to end (what `ptrec` runs on the simulator).
-//! - [`profile`]: branch counts and the hottest functions of a decoded flow.
 //! - [`sideband`]: the side-band file written next to a simulated trace.
-//! - [`verify`]: decode a simulated trace with pt-decoder and compare it with
-//!   the recorded execution.
+//! - [`traced`]: which recorded instructions a configuration traces (the
+//!   ground truth a decoded flow is compared with).
+//!
+//! The model depends on the packet encoder and the HAL only; decoding its
+//! traces (checking them against the recording, profiling them, `ptrec`)
+//! lives in the `ptperf` crate.
 #![deny(missing_docs)]
 
 pub mod backend;
 pub mod clock;
 pub mod exec;
-pub mod profile;
 pub mod pt;
 pub mod record;
 pub mod sideband;
-pub mod verify;
+pub mod traced;

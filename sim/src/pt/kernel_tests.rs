@@ -8,7 +8,7 @@
 use super::*;
 use crate::exec::script::{Directive, Script};
 use crate::exec::{check_continuity, collect, ExecutionSource};
-use crate::verify::TracedFilter;
+use crate::traced::TracedFilter;
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::EventKind;
 use pt_decoder::flow::{FlowOptions, InsnDecoder, InsnInfo, Status};

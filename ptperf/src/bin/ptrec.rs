@@ -383,7 +383,7 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
             }
         };
         let (v, prof) =
-            pt_sim::verify::verify_profile(&out, &sideband_path(&out), &log, &mut progress)?;
+            ptperf::verify::verify_profile(&out, &sideband_path(&out), &log, &mut progress)?;
         if shown {
             eprintln!();
         }

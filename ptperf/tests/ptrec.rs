@@ -25,7 +25,7 @@ fn dir(name: &str) -> PathBuf {
 fn tiny() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/tiny.c");
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sim/tests/programs/tiny.c");
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ptrec-tiny");
         let st = Command::new("cc")
             .args([
@@ -275,7 +275,7 @@ fn perf_backend_without_pt_says_why() {
 
 #[test]
 fn compat_mode_program_with_int80_decodes_to_its_execution() {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/tiny32.c");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sim/tests/programs/tiny32.c");
     let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ptrec-tiny32");
     let built = Command::new("cc")
         .args([

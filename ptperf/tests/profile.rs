@@ -71,14 +71,14 @@ fn decoded_flow_profile_of_a_c_program() {
         PathBuf::from(p)
     };
     let (summary, prof) =
-        pt_sim::verify::verify_profile(&trace, &sideband_path(&trace), &log, &mut |_| {}).unwrap();
+        ptperf::verify::verify_profile(&trace, &sideband_path(&trace), &log, &mut |_| {}).unwrap();
     assert!(summary.identical());
     assert_eq!(prof.insns, summary.expected);
     assert_eq!(
         prof.functions.iter().map(|f| f.insns).sum::<u64>(),
         prof.insns
     );
-    let mut want = pt_sim::profile::BranchCounts::default();
+    let mut want = ptperf::profile::BranchCounts::default();
     let mut r = LogReader::open(&log).unwrap();
     while let Ok(Some(item)) = r.next_item() {
         let ExecItem::Insn(i) = item else { continue };

@@ -15,7 +15,7 @@ use pt_decoder::image::Image;
 use pt_decoder::insn::{decode_at, InsnClass, InsnKind};
 use pt_decoder::{Config, Packet, PacketDecoder};
 
-use crate::sideband::MapLine;
+use pt_sim::sideband::MapLine;
 
 /// Branches of the decoded flow, by kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -484,7 +484,7 @@ fn run_all(r: &Recorded) {
         reference_ptxed(&trace, &traced);
         // pt-decoder's instruction flow decoder reproduces the recording.
         let v =
-            pt_sim::verify::verify(&trace, &pt_sim::record::sideband_path(&trace), &r.log).unwrap();
+            ptperf::verify::verify(&trace, &pt_sim::record::sideband_path(&trace), &r.log).unwrap();
         assert!(v.identical(), "{name}: {v:?}");
         assert_eq!(v.decoded as usize, traced.len());
     }

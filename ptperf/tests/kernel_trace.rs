@@ -19,7 +19,7 @@ use pt_sim::exec::{collect, Event, ExecMode, ExecutionSource, Mapping, Perms};
 use pt_sim::pt::{cr3_of_pid, SimParams};
 use pt_sim::record::{record_sim, sideband_path, FilterSpec, SimRecording};
 use pt_sim::sideband::Sideband;
-use pt_sim::verify::{verify, TracedFilter};
+use ptperf::verify::{verify, TracedFilter};
 
 const K: u64 = 0xffff_ffff_8100_0000;
 const A: u64 = 0x40_1000;

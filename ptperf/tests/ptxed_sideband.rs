@@ -90,7 +90,7 @@ fn decodes_the_recorded_instructions() {
             want.push(i.ip);
         }
     }
-    let v = pt_sim::verify::verify(trace, &sb, &log_of(trace)).unwrap();
+    let v = ptperf::verify::verify(trace, &sb, &log_of(trace)).unwrap();
     assert!(v.identical(), "{v:?}");
     assert_eq!(v.decoded, want.len() as u64);
 
