@@ -23,14 +23,14 @@
 //! // lea rax, [rip+0x10]; rep stosb; ret
 //! image.add_bytes(0x1000, vec![0x48, 0x8d, 0x05, 0x10, 0, 0, 0, 0xf3, 0xaa, 0xc3], "code")?;
 //! let mut listing = Listing::new(ListingOptions::default());
-//! let line = listing.line(&image, 0x1000, ExecMode::Bit64).unwrap();
+//! let line = listing.line(&image, 0x1000, ExecMode::Bit64);
 //! assert_eq!(line.text(), b"0000000000001000  lea rax, ptr [rip+0x10]\n");
 //! let next = line.next_ip();
-//! let line = listing.line(&image, next, ExecMode::Bit64).unwrap();
+//! let line = listing.line(&image, next, ExecMode::Bit64);
 //! assert_eq!(line.text(), b"0000000000001007  rep stosb byte ptr [rdi]\n");
 //!
 //! let mut att = Listing::new(ListingOptions { syntax: Syntax::Att, ..Default::default() });
-//! let line = att.line(&image, 0x1009, ExecMode::Bit64).unwrap();
+//! let line = att.line(&image, 0x1009, ExecMode::Bit64);
 //! assert_eq!(line.text(), b"0000000000001009  retq  \n");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
