@@ -18,6 +18,7 @@
 use pt_decoder::config::Config;
 use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo};
 use pt_decoder::image::Image;
+use pt_decoder::listing::Listing;
 use pt_encoder::packet::{ExecMode, IpCompression, IpPayload, LastIp, ModeExec, Packet, Tnt};
 use pt_encoder::IpPacketKind;
 
@@ -580,6 +581,72 @@ pub fn quiet_blocks(trace: &[u8], image: &Image, config: &Config) -> u64 {
         insns += dec.skip_blocks().0;
         let r = dec.next(&mut block);
         insns += u64::from(block.ninsn);
+        match r {
+            Ok(s) => status = s,
+            Err(_) => match dec.sync_forward() {
+                Ok(s) => status = s,
+                Err(_) => return insns,
+            },
+        }
+    }
+}
+
+/// The full listing, as ptxed prints it without `--quiet`: every instruction's line
+/// (address and text, as `listing` renders them) into `out`, which is emptied whenever
+/// it holds a megabyte (as a buffered writer would pass it on). Returns the number of
+/// instructions listed.
+pub fn listing_blocks(
+    trace: &[u8],
+    image: &Image,
+    config: &Config,
+    listing: &mut Listing,
+    out: &mut Vec<u8>,
+) -> u64 {
+    let mut dec = BlockDecoder::new(trace, image, config, FlowOptions::default());
+    let mut block = Block {
+        ip: 0,
+        end_ip: 0,
+        mode: ExecMode::Unknown,
+        ninsn: 0,
+        speculative: false,
+        truncated: false,
+        isid: 0,
+        class: None,
+    };
+    let mut ips = Vec::new();
+    let mut insns = 0;
+    let Ok(mut status) = dec.sync_forward() else {
+        return 0;
+    };
+    loop {
+        while status.event_pending {
+            match dec.event() {
+                Ok((_, s)) => status = s,
+                Err(_) => return insns,
+            }
+        }
+        if status.eos {
+            return insns;
+        }
+        let r = dec.next(&mut block);
+        ips.clear();
+        if dec.block_ips(&mut ips) {
+            for &ip in &ips {
+                out.extend_from_slice(listing.line(image, ip, block.mode).text());
+            }
+        } else {
+            // ptxed's own walk: each instruction's line says where the next one is.
+            let mut ip = block.ip;
+            for _ in 0..block.ninsn {
+                let line = listing.line(image, ip, block.mode);
+                out.extend_from_slice(line.text());
+                ip = line.next_ip();
+            }
+        }
+        insns += u64::from(block.ninsn);
+        if out.len() >= 1 << 20 {
+            out.clear();
+        }
         match r {
             Ok(s) => status = s,
             Err(_) => match dec.sync_forward() {

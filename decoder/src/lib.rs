@@ -1,5 +1,6 @@
 //! Intel PT decoders, layer by layer: [`packet`] (bytes → packets), then the timing
-//! model ([`time`]) and the tools built on them.
+//! model ([`time`]) and the tools built on them. [`listing`] prints instructions as
+//! libipt's ptxed does (XED's Intel or AT&T text, cached per address).
 #![deny(missing_docs)]
 
 pub mod block_cache;

@@ -163,6 +163,19 @@ fn default_output_with_disassembly() {
 }
 
 #[test]
+fn att_syntax_and_raw_bytes() {
+    insta::assert_snapshot!(ptxed("att", &trace(), "--att"));
+    insta::assert_snapshot!(ptxed("raw", &trace(), "--raw-insn"));
+    insta::assert_snapshot!(ptxed(
+        "insn-raw-att",
+        &trace(),
+        "--insn-decoder --raw-insn --att --offset"
+    ));
+    // Raw bytes go with the text: not printed with --no-inst, as in libipt's ptxed.
+    insta::assert_snapshot!(ptxed("no-inst-raw", &trace(), "--no-inst --raw-insn"));
+}
+
+#[test]
 fn addresses_only_with_offsets_and_event_details() {
     insta::assert_snapshot!(ptxed(
         "offsets",
