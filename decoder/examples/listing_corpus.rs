@@ -104,11 +104,11 @@ fn random(count: usize, mut seed: u64, bits: u32, out: &mut impl Write) {
             0x66, 0x67, 0xf2, 0xf3, 0xf0, 0x2e, 0x3e, 0x26, 0x36, 0x64, 0x65, 0x66, 0xf3,
         ];
         for _ in 0..next(&mut seed) % 4 {
-            if next(&mut seed) % 3 == 0 {
+            if next(&mut seed).is_multiple_of(3) {
                 b.push(prefixes[(next(&mut seed) % prefixes.len() as u64) as usize]);
             }
         }
-        if bits == 64 && next(&mut seed) % 3 == 0 {
+        if bits == 64 && next(&mut seed).is_multiple_of(3) {
             b.push(0x40 | (next(&mut seed) % 16) as u8);
         }
         match next(&mut seed) % 10 {
@@ -188,7 +188,11 @@ fn form_bytes(code: Code, bits: u32, seed: &mut u64, attempt: usize) -> Option<V
         }
     };
     let vvvv = |r: &mut dyn FnMut() -> u64| {
-        let v = if r() % 2 == 0 { 0xf } else { (r() & 0xf) as u8 };
+        let v = if r().is_multiple_of(2) {
+            0xf
+        } else {
+            (r() & 0xf) as u8
+        };
         if bits != 64 {
             v | 8
         } else {
@@ -283,7 +287,7 @@ fn form_bytes(code: Code, bits: u32, seed: &mut u64, attempt: usize) -> Option<V
             if r() % 2 == 0 || bits != 64 {
                 p2 |= 8;
             }
-            if attempt % 3 == 0 {
+            if attempt.is_multiple_of(3) {
                 p2 &= !0x10;
             }
             b.push(p2);
@@ -384,7 +388,7 @@ fn compare(encodings: &str, xed: &str, syntax: Syntax, out: &mut impl Write) {
         }
     }
     let mut forms: Vec<_> = by_form.into_iter().collect();
-    forms.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    forms.sort_by_key(|f| std::cmp::Reverse(f.1 .0));
     for (form, (n, example)) in &forms {
         let _ = writeln!(out, "{n:6} {form}\n  {example}");
     }

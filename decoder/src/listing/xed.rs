@@ -952,10 +952,12 @@ pub(crate) fn rejects(instr: &Instruction, bytes: &[u8], bitness: u32) -> bool {
     let at = bytes
         .iter()
         .position(|&b| {
-            !matches!(
+            let prefix = matches!(
                 b,
                 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3
-            ) && !(bitness == 64 && (0x40..=0x4f).contains(&b))
+            );
+            let rex = bitness == 64 && (0x40..=0x4f).contains(&b);
+            !(prefix || rex)
         })
         .unwrap_or(bytes.len());
     let (Some(&0x0f), Some(&opcode @ (0xa6 | 0xa7)), Some(&modrm)) =
