@@ -145,9 +145,35 @@ impl Listing {
         (ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOTS.trailing_zeros())) as usize
     }
 
-    /// The line of the instruction at `ip` in `src`, executed in `mode`.
+    /// The line of the instruction at `ip` in `src`, executed in `mode` (as ptxed prints
+    /// the instructions of a block: up to 15 bytes are read).
     #[inline]
     pub fn line<S: CodeSource + ?Sized>(&mut self, src: &S, ip: u64, mode: ExecMode) -> Line<'_> {
+        self.lookup(src, ip, mode, MAX_INSN_SIZE)
+    }
+
+    /// The line of the instruction of `size` bytes at `ip` (as ptxed prints what the
+    /// instruction flow decoder gives: XED sees that many bytes, and an error shows
+    /// them).
+    #[inline]
+    pub fn line_sized<S: CodeSource + ?Sized>(
+        &mut self,
+        src: &S,
+        ip: u64,
+        mode: ExecMode,
+        size: u8,
+    ) -> Line<'_> {
+        self.lookup(src, ip, mode, usize::from(size).clamp(1, MAX_INSN_SIZE))
+    }
+
+    #[inline]
+    fn lookup<S: CodeSource + ?Sized>(
+        &mut self,
+        src: &S,
+        ip: u64,
+        mode: ExecMode,
+        limit: usize,
+    ) -> Line<'_> {
         let stamp = src.stamp();
         if self.stamp != Some(stamp) {
             self.new_stamp(stamp);
@@ -159,7 +185,7 @@ impl Listing {
             .get(at)
             .is_some_and(|s| s.mode == tag && s.ip == ip);
         if !hit {
-            return self.render(src, ip, mode, at);
+            return self.render(src, ip, mode, at, limit);
         }
         let slot = &self.slots[at];
         Line {
@@ -189,8 +215,9 @@ impl Listing {
         ip: u64,
         mode: ExecMode,
         at: usize,
+        limit: usize,
     ) -> Line<'_> {
-        let (size, next_ip, error) = match self.render_into_overflow(src, ip, mode) {
+        let (size, next_ip, error) = match self.render_into_overflow(src, ip, mode, limit) {
             Ok(decoded) => (decoded.size, decoded.next_ip, None),
             Err(e) => (0, ip, Some(e)),
         };
@@ -221,12 +248,13 @@ impl Listing {
         src: &S,
         ip: u64,
         mode: ExecMode,
+        limit: usize,
     ) -> Result<super::Decoded, LineError> {
         let line = &mut self.overflow;
         line.clear();
         line.extend_from_slice(&hex16(ip));
         let mut raw = [0u8; MAX_INSN_SIZE];
-        let n = match src.read(ip, &mut raw) {
+        let n = match src.read(ip, &mut raw[..limit]) {
             Ok(n) => n,
             Err(e) => {
                 let _ = writeln!(Text(line), " [fetch error: {}]", e.code.message());

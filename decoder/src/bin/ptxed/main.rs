@@ -377,15 +377,10 @@ impl<'a, W: Write> Printer<'a, W> {
         Ok(line.error().is_none().then(|| line.next_ip()))
     }
 
-    /// An instruction line of the instruction flow decoder, which does not decode the
-    /// instruction with `--no-inst` (only the block walk needs it decoded).
+    /// An instruction line of the instruction flow decoder: XED sees the instruction's
+    /// bytes only, and with `--no-inst` the instruction is not decoded at all.
     #[inline]
     fn insn_decoder_line(&mut self, insn: &InsnInfo, offset: u64, time: u64) -> io::Result<()> {
-        if !self.opts.no_inst {
-            return self
-                .insn_line(insn.ip, insn.mode, insn.speculative, offset, time)
-                .map(|_| ());
-        }
         let o = &mut self.out;
         if self.opts.print_offset {
             o.write_all(&hex16(offset))?;
@@ -398,8 +393,14 @@ impl<'a, W: Write> Printer<'a, W> {
         if insn.speculative {
             o.write_all(b"? ")?;
         }
-        o.write_all(&hex16(insn.ip))?;
-        o.write_all(b"\n")
+        if self.opts.no_inst {
+            o.write_all(&hex16(insn.ip))?;
+            return o.write_all(b"\n");
+        }
+        let line = self
+            .listing
+            .line_sized(self.image, insn.ip, insn.mode, insn.size);
+        o.write_all(line.text())
     }
 
     fn diagnose(&mut self, offset: Result<u64, ErrorCode>, ip: u64, kind: &str, code: ErrorCode) {
@@ -548,7 +549,15 @@ impl<'a> Driver for BlockDriver<'a> {
             self.ips.clear();
             let known = self.dec.block_ips(&mut self.ips);
             let ips = known.then_some(&self.ips[..]);
-            print_block(p, &self.block, ips, stats, offset, time);
+            if let Some(ip) = print_block(p, &self.block, ips, stats, offset, time) {
+                // libipt's ptxed names the decoder's offset here, --offset or not.
+                p.diagnose(
+                    self.dec.offset(),
+                    ip,
+                    "reconstruct error",
+                    ErrorCode::NoSync,
+                );
+            }
         }
         if opts.check {
             check_block(p, &self.block, offset);
@@ -803,6 +812,8 @@ fn resync<D: Driver, W: Write>(
     Ok(status)
 }
 
+/// Prints `block` (and its `[block]` line); returns the IP of a reconstruct error, where
+/// the listing did not reach the block's end.
 fn print_block<W: Write>(
     p: &mut Printer<'_, W>,
     block: &Block,
@@ -810,7 +821,7 @@ fn print_block<W: Write>(
     stats: &Stats,
     offset: u64,
     time: u64,
-) {
+) -> Option<u64> {
     if p.opts.show_blocks {
         if p.opts.print_stats {
             let _ = writeln!(p.out, "[block {:x}]", stats.blocks);
@@ -818,30 +829,37 @@ fn print_block<W: Write>(
             let _ = p.out.write_all(b"[block]\n");
         }
     }
+    if block.ninsn == 0 {
+        return None;
+    }
+    // As libipt's ptxed: an instruction that cannot be read or decoded ends the block's
+    // listing; unless it was the last one, a reconstruct error follows.
+    let mut ip = block.ip;
     if let Some(ips) = ips.filter(|ips| ips.len() == block.ninsn as usize) {
-        for &ip in ips {
-            let line = p.insn_line(ip, block.mode, block.speculative, offset, time);
-            if !matches!(line, Ok(Some(_))) {
-                return;
+        for &at in ips {
+            ip = at;
+            match p.insn_line(ip, block.mode, block.speculative, offset, time) {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => return None,
             }
         }
-        return;
-    }
-    let mut ip = block.ip;
-    let mut left = block.ninsn;
-    while left > 0 {
-        let Ok(Some(next)) = p.insn_line(ip, block.mode, block.speculative, offset, time) else {
-            return;
-        };
-        left -= 1;
-        if left == 0 {
-            break;
+    } else {
+        let mut left = block.ninsn;
+        while left > 0 {
+            match p.insn_line(ip, block.mode, block.speculative, offset, time) {
+                Ok(Some(next)) => {
+                    left -= 1;
+                    if left > 0 {
+                        ip = next;
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => return None,
+            }
         }
-        ip = next;
     }
-    if block.ninsn > 0 && ip != block.end_ip {
-        p.diagnose(Ok(offset), ip, "reconstruct error", ErrorCode::NoSync);
-    }
+    (ip != block.end_ip).then_some(ip)
 }
 
 /// `--check`: decode the block's instructions again, independently of the flow
