@@ -16,9 +16,9 @@
 //! instructions per second.
 
 use pt_decoder::config::Config;
-use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo};
 use pt_decoder::image::Image;
 use pt_decoder::listing::Listing;
+use pt_decoder::{Decoder, Granularity, Item};
 use pt_encoder::packet::{ExecMode, IpCompression, IpPayload, LastIp, ModeExec, Packet, Tnt};
 use pt_encoder::IpPacketKind;
 
@@ -550,45 +550,15 @@ impl TraceMix {
     }
 }
 
-/// The block decoder as ptxed `--quiet` drives it (resyncing after errors); returns the
-/// instructions it reconstructed.
+/// The block decoder as ptxed `--quiet` drives it (the driver in count-only mode,
+/// resyncing at the next PSB after errors); returns the instructions it reconstructed.
 pub fn quiet_blocks(trace: &[u8], image: &Image, config: &Config) -> u64 {
-    let mut dec = BlockDecoder::new(trace, image, config, FlowOptions::default());
-    let mut block = Block {
-        ip: 0,
-        end_ip: 0,
-        mode: ExecMode::Unknown,
-        ninsn: 0,
-        speculative: false,
-        truncated: false,
-        isid: 0,
-        class: None,
-    };
-    let mut insns = 0;
-    let Ok(mut status) = dec.sync_forward() else {
-        return 0;
-    };
-    loop {
-        while status.event_pending {
-            match dec.event() {
-                Ok((_, s)) => status = s,
-                Err(_) => return insns,
-            }
-        }
-        if status.eos {
-            return insns;
-        }
-        insns += dec.skip_blocks().0;
-        let r = dec.next(&mut block);
-        insns += u64::from(block.ninsn);
-        match r {
-            Ok(s) => status = s,
-            Err(_) => match dec.sync_forward() {
-                Ok(s) => status = s,
-                Err(_) => return insns,
-            },
-        }
-    }
+    quiet(trace, image, config, Granularity::Blocks)
+}
+
+/// The instruction decoder as ptxed `--quiet --insn-decoder` drives it.
+pub fn quiet_insns(trace: &[u8], image: &Image, config: &Config) -> u64 {
+    quiet(trace, image, config, Granularity::Instructions)
 }
 
 /// The full listing, as ptxed prints it without `--quiet`: every instruction's line
@@ -602,140 +572,62 @@ pub fn listing_blocks(
     listing: &mut Listing,
     out: &mut Vec<u8>,
 ) -> u64 {
-    let mut dec = BlockDecoder::new(trace, image, config, FlowOptions::default());
-    let mut block = Block {
-        ip: 0,
-        end_ip: 0,
-        mode: ExecMode::Unknown,
-        ninsn: 0,
-        speculative: false,
-        truncated: false,
-        isid: 0,
-        class: None,
-    };
-    let mut ips = Vec::new();
+    let mut dec = Decoder::builder(trace, image)
+        .config(config)
+        .granularity(Granularity::Blocks)
+        .build();
+    let mut item = Item::default();
     let mut insns = 0;
-    let Ok(mut status) = dec.sync_forward() else {
-        return 0;
-    };
-    loop {
-        while status.event_pending {
-            match dec.event() {
-                Ok((_, s)) => status = s,
-                Err(_) => return insns,
+    while dec.next_into(&mut item) {
+        let Item::Block(b) = &item else {
+            continue;
+        };
+        let mode = b.block.mode;
+        if let Some(ips) = dec.block_ips() {
+            for &ip in ips.ips {
+                out.extend_from_slice(listing.line(image, ip, mode).text());
+                insns += 1;
             }
         }
-        if status.eos {
-            return insns;
-        }
-        let r = dec.next(&mut block);
-        ips.clear();
-        if dec.block_ips(&mut ips) {
-            for &ip in &ips {
-                out.extend_from_slice(listing.line(image, ip, block.mode).text());
-            }
-        } else {
-            // ptxed's own walk: each instruction's line says where the next one is.
-            let mut ip = block.ip;
-            for _ in 0..block.ninsn {
-                let line = listing.line(image, ip, block.mode);
-                out.extend_from_slice(line.text());
-                ip = line.next_ip();
-            }
-        }
-        insns += u64::from(block.ninsn);
         if out.len() >= 1 << 20 {
             out.clear();
         }
-        match r {
-            Ok(s) => status = s,
-            Err(_) => match dec.sync_forward() {
-                Ok(s) => status = s,
-                Err(_) => return insns,
-            },
-        }
     }
+    insns
 }
 
-/// The instruction decoder as ptxed `--quiet --insn-decoder` drives it.
-pub fn quiet_insns(trace: &[u8], image: &Image, config: &Config) -> u64 {
-    let mut dec = InsnDecoder::new(trace, image, config, FlowOptions::default());
-    let mut insn = InsnInfo {
-        ip: 0,
-        size: 0,
-        mode: ExecMode::Unknown,
-        speculative: false,
-        isid: 0,
-        class: None,
-    };
-    let mut insns = 0;
-    let Ok(mut status) = dec.sync_forward() else {
-        return 0;
-    };
-    loop {
-        while status.event_pending {
-            match dec.event() {
-                Ok((_, s)) => status = s,
-                Err(_) => return insns,
-            }
-        }
-        if status.eos {
-            return insns;
-        }
-        insns += dec.skip_blocks();
-        match dec.next(&mut insn) {
-            Ok(s) => {
-                insns += 1;
-                status = s;
-            }
-            Err(pt_decoder::ErrorCode::EventIgnored) => status.event_pending = true,
-            Err(_) => match dec.sync_forward() {
-                Ok(s) => status = s,
-                Err(_) => return insns + u64::from(insn.class.is_some()),
-            },
-        }
-    }
+fn quiet(trace: &[u8], image: &Image, config: &Config, granularity: Granularity) -> u64 {
+    let mut dec = Decoder::builder(trace, image)
+        .config(config)
+        .granularity(granularity)
+        .count_only(true)
+        .build();
+    let mut item = Item::default();
+    while dec.next_into(&mut item) {}
+    dec.counts().insns
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use pt_decoder::config::Config;
-    use pt_decoder::flow::{BlockDecoder, FlowOptions};
+    use pt_decoder::flow::FlowOptions;
     use pt_decoder::PacketDecoder;
 
-    /// Instructions the block decoder reconstructs from the whole trace.
+    /// Instructions the block decoder reconstructs from the whole trace, block by
+    /// block (no error allowed).
     fn decode(t: &FlowTrace) -> u64 {
         let image = t.image();
         let config = Config::default();
-        let mut dec = BlockDecoder::new(&t.trace, &image, &config, FlowOptions::default());
-        let mut block = pt_decoder::flow::Block {
-            ip: 0,
-            end_ip: 0,
-            mode: ExecMode::Unknown,
-            ninsn: 0,
-            speculative: false,
-            truncated: false,
-            isid: 0,
-            class: None,
-        };
         let mut n = 0;
-        let mut status = dec.sync_forward().expect("sync");
-        loop {
-            while status.event_pending {
-                status = dec.event().expect("event").1;
-            }
-            if status.eos {
-                return n;
-            }
-            let r = dec.next(&mut block);
-            n += u64::from(block.ninsn);
-            match r {
-                Ok(s) => status = s,
-                Err(pt_decoder::ErrorCode::Eos) => return n,
-                Err(e) => panic!("decode error {e:?} after {n} instructions"),
+        for item in Decoder::new(&t.trace, &image, &config, FlowOptions::default()) {
+            match item {
+                Item::Block(b) => n += u64::from(b.block.ninsn),
+                Item::Error(e) => panic!("decode error {e} after {n} instructions"),
+                _ => {}
             }
         }
+        n
     }
 
     #[test]

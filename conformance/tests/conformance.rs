@@ -1,9 +1,9 @@
-//! Runs the project's own `.ptt` suite (always) and, when
-//! `PT_CONFORMANCE_CORPUS` names a directory, that corpus against the
-//! committed baseline `conformance/baseline/libipt-ptt.txt`.
+//! Runs the project's own `.ptt` suite and libipt's corpus
+//! ([`pt_testkit::corpus`]: `PT_CONFORMANCE_CORPUS`, which the corpus test cannot
+//! do without) against the committed baseline `conformance/baseline/libipt-ptt.txt`.
 //!
-//! `PTTC_REFERENCE=/path/to/pttc` also checks pttestgen's output files
-//! against libipt's generator.
+//! The ignored test `pttestgen_matches_libipt_pttc` checks pttestgen's output files
+//! against libipt's generator (`PTTC_REFERENCE=/path/to/pttc`).
 //!
 //! The tools are rebuilt first (`cargo build -p pt-testgen -p pt-decoder
 //! --bins`) so that stale binaries are never tested; `PTTESTGEN`, `PTDUMP`
@@ -34,15 +34,17 @@ fn tools() -> Tools {
         .clone()
 }
 
-/// With `PTTC_REFERENCE=/path/to/pttc`, pttestgen's outputs are also
-/// compared with libipt's (extra results under tool `pttestgen=ref`).
 fn run(files: &[PathBuf]) -> Vec<TestResult> {
-    let reference = std::env::var_os("PTTC_REFERENCE")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
-    Runner::new(tools())
-        .with_reference_generator(reference)
-        .run_files(files, &|_| {})
+    Runner::new(tools()).run_files(files, &|_| {})
+}
+
+/// libipt's corpus.
+fn corpus_files() -> Vec<PathBuf> {
+    let corpus = pt_testkit::corpus();
+    let files = list_ptt_files(&corpus)
+        .unwrap_or_else(|e| panic!("{} cannot be listed: {e}", corpus.display()));
+    assert!(!files.is_empty(), "no .ptt files in {}", corpus.display());
+    files
 }
 
 fn baseline_path() -> PathBuf {
@@ -66,7 +68,8 @@ fn own_suite_passes() {
         .iter()
         .filter(|r| match &r.outcome {
             Outcome::Pass => false,
-            Outcome::NotRun { .. } => r.tool != "ptxed",
+            // The tools are built first: one missing is a failure, not a skip.
+            Outcome::NotRun { .. } => true,
             Outcome::Fail { .. } | Outcome::Error { .. } => true,
         })
         .collect();
@@ -103,26 +106,8 @@ fn own_suite_passes() {
 
 #[test]
 fn corpus_against_baseline() {
-    let Some(corpus) = std::env::var_os("PT_CONFORMANCE_CORPUS").filter(|v| !v.is_empty()) else {
-        eprintln!("PT_CONFORMANCE_CORPUS not set: corpus run skipped");
-        return;
-    };
-    // A relative path is meant from the workspace root (where CI and the README run
-    // cargo), not from this crate's directory, which is where tests run.
-    let mut corpus = std::path::PathBuf::from(corpus);
-    if corpus.is_relative() && !corpus.is_dir() {
-        corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join(corpus);
-    }
-    let files = list_ptt_files(&corpus).unwrap_or_else(|e| {
-        panic!(
-            "PT_CONFORMANCE_CORPUS={} cannot be listed: {e}",
-            corpus.display()
-        )
-    });
-    assert!(!files.is_empty(), "no .ptt files in {}", corpus.display());
-    let results = run(&files);
+    let corpus = pt_testkit::corpus();
+    let results = run(&corpus_files());
     println!("{}", table(&results, false));
     print!("{}", totals_text(&results));
 
@@ -172,4 +157,58 @@ fn corpus_against_baseline() {
             lines.join("\n")
         );
     }
+}
+
+/// Files whose outputs differ from pttc's, and why.
+const KNOWN_PTTC_DIFFERENCES: &[(&str, &str)] = &[
+    // The PWRE HW flag: bit 7 of the first payload byte in the SDM (pttestgen), bit 3
+    // in libipt (see ptxed-pwre-hw_bit3.ptt).
+    ("pkt-power.ptt", "PWRE HW bit"),
+    ("ptxed-power-event_ip.ptt", "PWRE HW bit"),
+    ("mwait-pwre-exstop_ip-fup-ovf.ptt", "PWRE HW bit"),
+    ("mwait-pwre-exstop_ip-ovf.ptt", "PWRE HW bit"),
+    ("mwait-pwre-ovf.ptt", "PWRE HW bit"),
+    ("ovf-pwre-pwrx-tip_pge.ptt", "PWRE HW bit"),
+    ("pwre-exstop_ip-pwrx.ptt", "PWRE HW bit"),
+    ("tip_pge-pwre-pwrx-tip_pgd.ptt", "PWRE HW bit"),
+    // `o64 sysret`: pttestgen's assembler leaves out the REX.W that yasm writes (a
+    // pttestgen bug; the decoders see a far return either way).
+    ("ptxed-cfe-syscall.ptt", "o64 prefix"),
+];
+
+/// pttestgen's output files (`.bin`, `.pt`, `.lst`, `.exp`) for the own suite and the
+/// corpus are those of libipt's pttc, but for the known differences above.
+#[test]
+#[ignore = "needs libipt's pttc (PTTC_REFERENCE=/path/to/pttc)"]
+fn pttestgen_matches_libipt_pttc() {
+    let reference = pt_testkit::env_path("PTTC_REFERENCE", "libipt's pttc");
+    let mut files = list_ptt_files(&own_suite_dir()).expect("conformance/tests is listable");
+    files.extend(corpus_files());
+    let results = Runner::new(tools())
+        .with_reference_generator(Some(reference))
+        .run_files(&files, &|_| {});
+    let compared: Vec<&TestResult> = results
+        .iter()
+        .filter(|r| r.tool == pt_conformance::runner::REFERENCE_CHECK)
+        .filter(|r| !KNOWN_PTTC_DIFFERENCES.iter().any(|(f, _)| r.file == *f))
+        .collect();
+    assert!(!compared.is_empty(), "nothing was compared with pttc");
+    let bad: Vec<String> = compared
+        .iter()
+        .filter(|r| !r.outcome.is_pass())
+        .map(|r| {
+            format!(
+                "{}: {}\n{}",
+                r.file,
+                r.outcome.label(),
+                r.outcome.detail().unwrap_or("")
+            )
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{} differ from pttc:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }

@@ -14,9 +14,8 @@
 
 use std::time::Instant;
 
-use pt_decoder::config::Config;
-use pt_decoder::flow::{Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo, Status};
 use pt_decoder::image::Image;
+use pt_decoder::{Decoder, Granularity, Item};
 use pt_encoder::packet::{ExecMode, IpPacketKind, ModeExec, Packet, Tnt};
 use pt_encoder::Encoder;
 
@@ -157,90 +156,30 @@ fn call_trace(insns: u64, f2: u64, m3: u64) -> Vec<u8> {
     buf
 }
 
-/// Decode all blocks; with `quiet`, skip what only needs counting as ptxed `--quiet`
-/// does ([`BlockDecoder::skip_blocks`]).
-fn run_blocks(trace: &[u8], image: &Image, quiet: bool) -> (u64, f64) {
-    let config = Config::default();
-    let mut dec = BlockDecoder::new(trace, image, &config, FlowOptions::default());
-    let mut block = Block {
-        ip: 0,
-        end_ip: 0,
-        mode: ExecMode::Unknown,
-        ninsn: 0,
-        speculative: false,
-        truncated: false,
-        isid: 0,
-        class: None,
-    };
+/// Decode the whole trace with the driver, item by item or (`quiet`) counting only as
+/// ptxed `--quiet` does; returns the instructions and the seconds it took.
+fn run(trace: &[u8], image: &Image, granularity: Granularity, quiet: bool) -> (u64, f64) {
     let t0 = Instant::now();
-    let mut insns = 0u64;
-    let mut status = dec.sync_forward().expect("sync");
-    loop {
-        while status.event_pending {
-            match dec.event() {
-                Ok((_, s)) => status = s,
-                Err(_) => return (insns, t0.elapsed().as_secs_f64()),
-            }
-        }
-        if status.eos {
+    let mut dec = Decoder::builder(trace, image)
+        .granularity(granularity)
+        .count_only(quiet)
+        .build();
+    let mut item = Item::default();
+    while dec.next_into(&mut item) {
+        if let Item::Error(e) = item {
+            eprintln!("{e}");
             break;
         }
-        if quiet {
-            insns += dec.skip_blocks().0;
-        }
-        let r = dec.next(&mut block);
-        insns += u64::from(block.ninsn);
-        match r {
-            Ok(s) => status = s,
-            Err(_) => break,
-        }
     }
-    (insns, t0.elapsed().as_secs_f64())
+    (dec.counts().insns, t0.elapsed().as_secs_f64())
 }
 
-/// Decode all instructions; `quiet` as for [`run_blocks`].
+fn run_blocks(trace: &[u8], image: &Image, quiet: bool) -> (u64, f64) {
+    run(trace, image, Granularity::Blocks, quiet)
+}
+
 fn run_insns(trace: &[u8], image: &Image, quiet: bool) -> (u64, f64) {
-    let config = Config::default();
-    let mut dec = InsnDecoder::new(trace, image, &config, FlowOptions::default());
-    let mut insn = InsnInfo {
-        ip: 0,
-        size: 0,
-        mode: ExecMode::Unknown,
-        speculative: false,
-        isid: 0,
-        class: None,
-    };
-    let t0 = Instant::now();
-    let mut insns = 0u64;
-    let mut status: Status = dec.sync_forward().expect("sync");
-    loop {
-        while status.event_pending {
-            match dec.event() {
-                Ok((_, s)) => status = s,
-                Err(_) => return (insns, t0.elapsed().as_secs_f64()),
-            }
-        }
-        if status.eos {
-            break;
-        }
-        if quiet {
-            insns += dec.skip_blocks();
-        }
-        match dec.next(&mut insn) {
-            Ok(s) => {
-                insns += 1;
-                status = s;
-            }
-            Err(pt_decoder::ErrorCode::EventIgnored) => status.event_pending = true,
-            Err(_) => {
-                if insn.class.is_some() {
-                    insns += 1;
-                }
-                break;
-            }
-        }
-    }
-    (insns, t0.elapsed().as_secs_f64())
+    run(trace, image, Granularity::Instructions, quiet)
 }
 
 fn report(name: &str, decoder: &str, (insns, secs): (u64, f64)) {

@@ -1,4 +1,5 @@
-//! Error codes shared by all decoder layers.
+//! Error codes shared by all decoder layers, and the status flags the event-driven
+//! decoders return with every step.
 
 /// What went wrong. The variants mirror libipt's `pte_*` codes so that tools can print
 /// the same messages; [`ErrorCode::message`] gives libipt's wording.
@@ -51,7 +52,9 @@ pub enum ErrorCode {
     BadStatusUpdate,
     /// Expected tracing enabled event.
     NoEnable,
-    /// Event ignored.
+    /// Event ignored. libipt's code for "take the pending event first"; this crate's
+    /// decoders say that with a status instead (e.g. [`crate::flow::Progress`]) and never
+    /// return it.
     EventIgnored,
     /// Overflow.
     Overflow,
@@ -102,6 +105,8 @@ impl core::fmt::Display for ErrorCode {
     }
 }
 
+impl std::error::Error for ErrorCode {}
+
 /// A decoding error at a trace offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{offset:#x}: {code}")]
@@ -110,4 +115,25 @@ pub struct DecodeError {
     pub code: ErrorCode,
     /// Byte offset in the trace where the failing packet starts.
     pub offset: u64,
+}
+
+/// What the caller of an event-driven decoder (the query and flow decoders) should do
+/// next: libipt's `pts_*` status bits, returned with every step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Status {
+    /// An event is pending: take it (`event()`) before the next step.
+    pub event_pending: bool,
+    /// The IP is suppressed: tracing is disabled, so where execution goes on is not
+    /// known.
+    pub ip_suppressed: bool,
+    /// The trace ends here (while no event is pending).
+    pub eos: bool,
+}
+
+impl Status {
+    /// libipt's bit encoding (`pts_event_pending` = 1, `pts_ip_suppressed` = 2,
+    /// `pts_eos` = 4).
+    pub const fn bits(self) -> u32 {
+        (self.event_pending as u32) | (self.ip_suppressed as u32) << 1 | (self.eos as u32) << 2
+    }
 }

@@ -251,12 +251,8 @@ impl Insn {
 
 /// iced-x86's bitness for an execution mode.
 pub(crate) fn bitness(mode: ExecMode, ip: u64) -> Result<u32, CodeError> {
-    match mode {
-        ExecMode::Bit16 => Ok(16),
-        ExecMode::Bit32 => Ok(32),
-        ExecMode::Bit64 => Ok(64),
-        ExecMode::Unknown => Err(CodeError::new(ErrorCode::BadInsn, ip)),
-    }
+    mode.bits()
+        .ok_or_else(|| CodeError::new(ErrorCode::BadInsn, ip))
 }
 
 /// Sign-extends the little-endian displacement in the last `width` bytes of `bytes`.

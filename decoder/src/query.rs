@@ -7,29 +7,10 @@
 //! says so, it first takes the pending events ([`QueryDecoder::event`]).
 
 use crate::config::Config;
+pub use crate::error::Status;
 use crate::error::{DecodeError, ErrorCode};
 use crate::event::{Event, EventDecoder, EventKind, Options, Timestamp};
 use crate::time::Time;
-
-/// Status flags returned with every query (libipt's `pts_*`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Status {
-    /// An event is pending: take it with [`QueryDecoder::event`] before the next
-    /// branch query.
-    pub event_pending: bool,
-    /// The IP of the synchronization point or branch target is suppressed.
-    pub ip_suppressed: bool,
-    /// No more events or branches: the end of the trace.
-    pub eos: bool,
-}
-
-impl Status {
-    /// libipt's bit encoding (`pts_event_pending` = 1, `pts_ip_suppressed` = 2,
-    /// `pts_eos` = 4).
-    pub const fn bits(self) -> u32 {
-        (self.event_pending as u32) | (self.ip_suppressed as u32) << 1 | (self.eos as u32) << 2
-    }
-}
 
 /// Conditional-branch results not yet asked for, at most 64.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

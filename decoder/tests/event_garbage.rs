@@ -7,23 +7,7 @@ use pt_decoder::{Config, Errata, ErrorCode};
 use pt_encoder::{
     encode_to_vec, ExecMode, IpCompression, ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason,
 };
-
-/// xorshift64*: deterministic, so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bit(&mut self) -> bool {
-        self.next() & 1 == 1
-    }
-}
+use pt_testkit::Rng;
 
 /// A packet of any kind the event layer handles, with random payloads.
 fn packet(rng: &mut Rng) -> Packet {

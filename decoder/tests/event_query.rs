@@ -3,18 +3,11 @@
 use pt_decoder::event::{EventKind, Options};
 use pt_decoder::query::{QueryDecoder, Status};
 use pt_decoder::{Config, ErrorCode};
-use pt_encoder::{encode_to_vec, ExecMode, IpCompression, ModeExec, Packet, Tnt};
+use pt_encoder::{ExecMode, IpCompression, ModeExec, Packet, Tnt};
+use pt_testkit::trace::encode;
 
 const A: u64 = 0x40_1000;
 const B: u64 = 0x40_2000;
-
-fn encode(ps: &[Packet]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for p in ps {
-        encode_to_vec(p, &mut v).unwrap();
-    }
-    v
-}
 
 fn tnt(results: &[bool]) -> Packet {
     Packet::Tnt8(Tnt::from_results(results.iter().copied()).unwrap())

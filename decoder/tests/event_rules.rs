@@ -2,9 +2,8 @@
 
 use pt_decoder::event::{Event, EventDecoder, EventKind, Options};
 use pt_decoder::{Config, DecodeError, Errata, ErrorCode};
-use pt_encoder::{
-    encode_to_vec, ExecMode, IpCompression, ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason,
-};
+use pt_encoder::{ExecMode, IpCompression, ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
+use pt_testkit::trace::encode;
 
 const A: u64 = 0xffff_ffff_8100_1000;
 const B: u64 = 0x0000_7fff_0040_2000;
@@ -33,14 +32,6 @@ fn mode64() -> Packet {
 }
 fn mode32() -> Packet {
     Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit32))
-}
-
-fn encode(ps: &[Packet]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for p in ps {
-        encode_to_vec(p, &mut v).unwrap();
-    }
-    v
 }
 
 /// All events until the first error (returned too).

@@ -1,50 +1,19 @@
 //! Mutated traces and bad images (unmapped code, truncated instructions, the wrong
-//! execution mode, random bytes) never panic the flow decoders and never keep them
-//! from finishing: every run ends within a bounded number of calls.
+//! execution mode, random bytes) never panic the decode driver and its flow decoders
+//! and never keep them from finishing: every run ends within a bounded number of
+//! items, at both granularities, with and without the counting fast path.
 
 use pt_decoder::config::{Config, Errata};
-use pt_decoder::error::ErrorCode;
-use pt_decoder::flow::{AddrFilter, Block, BlockDecoder, FlowOptions, InsnDecoder, InsnInfo};
+use pt_decoder::flow::{AddrFilter, FlowOptions};
 use pt_decoder::image::Image;
+use pt_decoder::{Decoder, Granularity, Item, Resync};
 use pt_encoder::encode_to_vec;
 use pt_encoder::packet::{
     ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, ModeTsx, Packet, PtwSize, Tnt,
 };
+use pt_testkit::Rng;
 
-/// xorshift64*: deterministic, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-const BASE: u64 = 0x1000;
-
-/// Code with loops, calls, returns and indirect branches.
-const CODE: &[u8] = &[
-    0x48, 0x83, 0xc0, 0x01, // 00: add rax, 1
-    0xe8, 0x07, 0x00, 0x00, 0x00, // 04: call 0x10
-    0x75, 0xf5, // 09: jnz 0x00
-    0xff, 0xe0, // 0b: jmp rax
-    0x90, 0x90, 0x90, // 0d: nops
-    0x90, // 10: nop
-    0xff, 0xd3, // 11: call rbx
-    0xc3, // 13: ret
-    0x0f, 0x22, 0xd8, // 14: mov cr3, rax
-    0xf3, 0x0f, 0xae, 0xe0, // 17: ptwrite eax
-    0x0f, 0x05, // 1b: syscall
-    0xcf, // 1d: iretd
-    0xeb, 0xe0, // 1e: jmp 0x00
-];
+use pt_testkit::trace::{STEER_BASE as BASE, STEER_CODE as CODE};
 
 fn ip_packet(rng: &mut Rng, kind: IpPacketKind) -> Packet {
     let ip = BASE + rng.below(0x28);
@@ -185,127 +154,62 @@ fn config(rng: &mut Rng) -> (Config, FlowOptions) {
     (config, options)
 }
 
-/// Calls made before a run is considered stuck (straight-line loops such as `jmp $`
-/// legitimately never need trace, so the bound is on calls, not on the result).
-const MAX_CALLS: usize = 20_000;
+/// Items taken before a run is considered stuck (straight-line loops such as `jmp $`
+/// legitimately never need trace, so the bound is on items, not on the result).
+const MAX_ITEMS: usize = 20_000;
 
-/// Decode like ptxed --resync-on-error; returns the calls made.
-fn run_blocks(
+/// Decode with the driver as ptxed `--resync-on-error` does (count-only: as ptxed
+/// `--quiet`, through the fast path); returns the items taken.
+fn run(
     trace: &[u8],
     image: &Image,
     config: &Config,
     options: FlowOptions,
-    skip: bool,
+    granularity: Granularity,
+    count_only: bool,
 ) -> usize {
-    let mut dec = BlockDecoder::new(trace, image, config, options);
-    let mut block = Block {
-        ip: 0,
-        end_ip: 0,
-        mode: ExecMode::Unknown,
-        ninsn: 0,
-        speculative: false,
-        truncated: false,
-        isid: 0,
-        class: None,
-    };
-    let mut calls = 0;
-    let mut spinning = 0;
-    let mut last_sync = None;
-    'sync: loop {
-        let mut status = match dec.sync_forward() {
-            Ok(s) => s,
-            Err(ErrorCode::Eos) => return calls,
-            Err(_) => {
-                let at = dec.offset().ok();
-                if at <= last_sync {
-                    return calls;
-                }
-                last_sync = at;
-                continue;
-            }
-        };
-        loop {
-            calls += 1;
-            if calls > MAX_CALLS {
-                assert!(spinning > 1000, "no progress without a code loop");
-                return calls;
-            }
-            let r = if status.event_pending {
-                dec.event().map(|(_, s)| s)
-            } else if status.eos {
-                return calls;
-            } else {
-                if skip {
-                    let _ = dec.skip_blocks();
-                }
-                let before = dec.offset();
-                let r = dec.next(&mut block);
-                assert!(block.ninsn <= 0xffff);
-                // Code that loops without needing trace (e.g. `jmp $`) runs forever
-                // in libipt too; anything else must make progress in the trace.
-                if r.is_ok() && block.ninsn > 0 && dec.offset() == before {
-                    spinning += 1;
-                } else {
-                    spinning = 0;
-                }
-                r
-            };
-            match r {
-                Ok(s) => status = s,
-                Err(ErrorCode::Eos) => return calls,
-                Err(_) => match dec.resync() {
-                    Ok(s) => status = s,
-                    Err(ErrorCode::EventIgnored) => {
-                        status = pt_decoder::flow::Status {
-                            event_pending: true,
-                            ..Default::default()
-                        }
-                    }
-                    Err(_) => continue 'sync,
-                },
-            }
+    let dec = Decoder::builder(trace, image)
+        .config(config)
+        .flow(options)
+        .granularity(granularity)
+        .resync(Resync::NextIp)
+        .count_only(count_only)
+        .build();
+    let len = trace.len() as u64;
+    let (mut items, mut spinning) = (0, 0);
+    let mut last_offset = None;
+    for item in dec {
+        items += 1;
+        if items > MAX_ITEMS {
+            assert!(spinning > 1000, "no progress without a code loop");
+            return items;
         }
-    }
-}
-
-fn run_insns(trace: &[u8], image: &Image, config: &Config, options: FlowOptions) -> usize {
-    let mut dec = InsnDecoder::new(trace, image, config, options);
-    let mut insn = InsnInfo {
-        ip: 0,
-        size: 0,
-        mode: ExecMode::Unknown,
-        speculative: false,
-        isid: 0,
-        class: None,
-    };
-    let mut calls = 0;
-    let Ok(mut status) = dec.sync_forward() else {
-        return 0;
-    };
-    while calls < MAX_CALLS {
-        calls += 1;
-        let r = if status.event_pending {
-            dec.event().map(|(_, s)| s)
-        } else if status.eos {
-            break;
+        // Code that loops without needing trace (e.g. `jmp $`) runs forever in libipt
+        // too; anything else must make progress in the trace.
+        let offset = match item {
+            Item::Block(b) => {
+                assert!(b.block.ninsn <= 0xffff);
+                (b.block.ninsn > 0).then_some(b.offset)
+            }
+            Item::Insn(i) => Some(i.offset),
+            Item::Counts(_) => last_offset,
+            Item::Error(e) => {
+                assert!(e.offset.is_none_or(|o| o <= len), "{e}");
+                None
+            }
+            _ => None,
+        };
+        if let Some(o) = offset {
+            assert!(o <= len);
+        }
+        if offset.is_some() && offset == last_offset {
+            spinning += 1;
         } else {
-            match dec.next(&mut insn) {
-                Err(ErrorCode::EventIgnored) => Ok(pt_decoder::flow::Status {
-                    event_pending: true,
-                    ..Default::default()
-                }),
-                r => r,
-            }
-        };
-        match r {
-            Ok(s) => status = s,
-            Err(_) => match dec.resync() {
-                Ok(s) => status = s,
-                Err(_) => break,
-            },
+            spinning = 0;
         }
+        last_offset = offset;
     }
-    calls
+    items
 }
 
 #[test]
@@ -317,13 +221,20 @@ fn mutated_traces_and_bad_images_never_panic() {
         let trace = mutate(&mut rng, t);
         let image = image(&mut rng);
         let (config, options) = config(&mut rng);
-        let calls = run_blocks(&trace, &image, &config, options, round % 2 == 0);
-        if calls > MAX_CALLS {
+        let quiet = round % 2 == 0;
+        if run(&trace, &image, &config, options, Granularity::Blocks, quiet) > MAX_ITEMS {
             stuck += 1;
         }
-        run_insns(&trace, &image, &config, options);
+        run(
+            &trace,
+            &image,
+            &config,
+            options,
+            Granularity::Instructions,
+            !quiet,
+        );
     }
-    // Random code may loop without needing trace (`jmp $`), which run_blocks allows;
+    // Random code may loop without needing trace (`jmp $`), which `run` allows;
     // with this seed none does, and nothing else may keep a run from ending.
     assert_eq!(stuck, 0, "{stuck} runs hit the call bound");
 }
@@ -345,8 +256,15 @@ fn random_bytes_as_trace_and_code() {
         let mut image = Image::new();
         let _ = image.add_bytes(BASE, code, "random");
         let (config, options) = config(&mut rng);
-        run_blocks(&trace, &image, &config, options, true);
-        run_insns(&trace, &image, &config, options);
+        run(&trace, &image, &config, options, Granularity::Blocks, true);
+        run(
+            &trace,
+            &image,
+            &config,
+            options,
+            Granularity::Instructions,
+            false,
+        );
     }
 }
 
@@ -377,8 +295,15 @@ fn wrong_execution_mode() {
             let mut image = Image::new();
             let _ = image.add_bytes(BASE, CODE.to_vec(), "code");
             let (config, options) = config(&mut rng);
-            assert!(run_blocks(&v, &image, &config, options, false) <= MAX_CALLS + 1);
-            run_insns(&v, &image, &config, options);
+            assert!(run(&v, &image, &config, options, Granularity::Blocks, false) <= MAX_ITEMS + 1);
+            run(
+                &v,
+                &image,
+                &config,
+                options,
+                Granularity::Instructions,
+                true,
+            );
         }
     }
 }

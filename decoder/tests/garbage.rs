@@ -4,20 +4,7 @@
 use pt_decoder::{Config, Cpu, Errata, PacketDecoder};
 use pt_encoder::packet::IpCompression;
 use pt_encoder::{encode_to_vec, ModeExec, Packet, Tnt};
-
-/// A small deterministic PRNG (xorshift64*), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use pt_testkit::Rng;
 
 fn valid_trace(rng: &mut Rng) -> Vec<u8> {
     let mut v = Vec::new();

@@ -6,21 +6,7 @@ use pt_decoder::config::{Config, Errata};
 use pt_decoder::dump::{dump, DumpOptions};
 use pt_encoder::packet::IpCompression as C;
 use pt_encoder::{encode_to_vec, ModeExec, Packet, Tnt};
-
-/// xorshift64*: deterministic, no extra crate.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use pt_testkit::Rng;
 
 /// A plausible trace: PSB+, control flow and timing packets.
 fn plausible(rng: &mut Rng) -> Vec<u8> {

@@ -5,15 +5,8 @@ use pt_decoder::config::Errata;
 use pt_decoder::dump::cli::{parse_args, Command};
 use pt_decoder::dump::dump;
 use pt_encoder::packet::IpCompression as C;
-use pt_encoder::{encode_to_vec, ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
-
-fn bytes(packets: &[Packet]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for p in packets {
-        encode_to_vec(p, &mut v).unwrap();
-    }
-    v
-}
+use pt_encoder::{ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
+use pt_testkit::trace::encode as bytes;
 
 /// Run the dump as `ptdump <flags> trace` would.
 fn ptdump(trace: &[u8], flags: &str) -> String {

@@ -3,26 +3,11 @@
 
 use pt_encoder::encode_to_vec;
 use pt_encoder::packet::{ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, Packet, Tnt};
+use pt_testkit::Rng;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// xorshift64*: deterministic, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 const BASE: u64 = 0x1000;
 
@@ -294,4 +279,60 @@ fn broken_traces_decode_the_same_on_several_threads() {
     // The mutations do break traces (else this test would prove little).
     assert!(with_errors > 10, "only {with_errors} traces gave errors");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The driver itself: in count-only mode, on one thread or several, it reports the
+/// errors and statuses that the block-by-block decode reports, and counts the
+/// instructions that decode returns.
+#[test]
+fn the_driver_counts_what_it_decodes_on_any_number_of_threads() {
+    use pt_decoder::{Decoder, Granularity, Image, Item, Resync};
+
+    let mut image = Image::new();
+    image
+        .add_bytes(BASE, CODE.to_vec(), "code")
+        .expect("section");
+    let mut rng = Rng(0x5eed);
+    for i in 0..24u64 {
+        let (trace, _) = Gen::trace(200 + i, 12 << 10, 800 + rng.below(1200) as usize);
+        let trace = if i % 2 == 0 {
+            trace
+        } else {
+            mutate(&mut rng, trace)
+        };
+        for granularity in [Granularity::Blocks, Granularity::Instructions] {
+            for resync in [Resync::NextPsb, Resync::NextIp] {
+                let what = format!("trace {i}, {granularity:?}, {resync:?}");
+                let builder = || {
+                    Decoder::builder(&trace, &image)
+                        .granularity(granularity)
+                        .resync(resync)
+                        .min_piece(2048)
+                };
+                // Every item, and the instructions of the blocks and instructions.
+                let (mut reported, mut insns) = (Vec::new(), 0u64);
+                for item in builder().build() {
+                    match item {
+                        Item::Block(b) => insns += u64::from(b.block.ninsn),
+                        Item::Insn(_) => insns += 1,
+                        Item::Event(_) => {}
+                        other => reported.push(other),
+                    }
+                }
+                for threads in [1, 2, 3] {
+                    let mut dec = builder().count_only(true).threads(threads).build();
+                    let (mut items, mut counted) = (Vec::new(), 0u64);
+                    for item in &mut dec {
+                        match item {
+                            Item::Counts(c) => counted += c.insns,
+                            other => items.push(other),
+                        }
+                    }
+                    assert_eq!(items, reported, "{what}, {threads} threads");
+                    assert_eq!(counted, insns, "{what}, {threads} threads");
+                    assert_eq!(dec.counts().insns, insns, "{what}, {threads} threads");
+                }
+            }
+        }
+    }
 }

@@ -1,12 +1,14 @@
 //! Snapshot tests of ptxed's output for the flag sets that matter, on traces and code
-//! built here. With `PTXED_REFERENCE=/path/to/libipt/ptxed` each run is also compared
-//! with that tool's output (which is how the snapshots were checked).
+//! built here and on a program recorded with the simulator. The ignored test
+//! `same_output_as_libipt_ptxed` runs libipt's ptxed (`PT_REFERENCE_PTXED`, with
+//! `PT_REFERENCE_LIBS` as its `LD_LIBRARY_PATH` if it needs one) on the same inputs and
+//! compares: that is how the snapshots were checked.
 
-use pt_encoder::encode_to_vec;
 use pt_encoder::packet::{
     ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, ModeTsx, Packet, PtwSize, Tnt,
 };
-use std::path::PathBuf;
+use pt_testkit::trace::encode as bytes;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BASE: u64 = 0x40_1000;
@@ -55,14 +57,6 @@ fn ip(kind: IpPacketKind, ip: u64) -> Packet {
 
 fn tnt(bits: &str) -> Tnt {
     Tnt::from_results(bits.chars().map(|c| c == '!')).expect("tnt")
-}
-
-fn bytes(packets: &[Packet]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for p in packets {
-        encode_to_vec(p, &mut v).expect("encode");
-    }
-    v
 }
 
 fn trace() -> Vec<u8> {
@@ -126,20 +120,11 @@ impl Files {
         Files { dir }
     }
 
-    fn run(&self, exe: &str, flags: &str) -> String {
+    fn run(&self, exe: &Path, flags: &str) -> String {
         let mut args: Vec<String> = vec!["--raw".into(), format!("t.bin:{BASE:#x}")];
         args.extend(flags.split_whitespace().map(String::from));
         args.extend(["--pt".into(), "t.pt".into()]);
-        let out = Command::new(exe)
-            .args(&args)
-            .current_dir(&self.dir)
-            .env(
-                "LD_LIBRARY_PATH",
-                std::env::var("PTXED_REFERENCE_LIBS").unwrap_or_default(),
-            )
-            .output()
-            .expect("run ptxed");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        run(exe, &args, &self.dir)
     }
 }
 
@@ -149,17 +134,57 @@ impl Drop for Files {
     }
 }
 
+/// `exe args` in `dir`: its standard output.
+fn run(exe: &Path, args: &[String], dir: &Path) -> String {
+    let out = Command::new(exe)
+        .args(args)
+        .current_dir(dir)
+        .env(
+            "LD_LIBRARY_PATH",
+            std::env::var_os("PT_REFERENCE_LIBS").unwrap_or_default(),
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ours() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ptxed"))
+}
+
 fn ptxed(name: &str, trace: &[u8], flags: &str) -> String {
-    let files = Files::new(name, trace);
-    let ours = files.run(env!("CARGO_BIN_EXE_ptxed"), flags);
-    if let Ok(reference) = std::env::var("PTXED_REFERENCE") {
-        assert_eq!(
-            ours,
-            files.run(&reference, flags),
-            "differs from {reference} with {flags}"
-        );
-    }
-    ours
+    Files::new(name, trace).run(ours(), flags)
+}
+
+/// The runs over the traces built here: (name, trace, flags).
+fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    let (t, bad) = (trace(), bad_trace());
+    vec![
+        ("default", t.clone(), ""),
+        (
+            "offsets",
+            t.clone(),
+            "--no-inst --offset --event:ip --event:time --time",
+        ),
+        ("blocks", t.clone(), "--no-inst --block:show-blocks --stat"),
+        (
+            "blocks-end",
+            t.clone(),
+            "--no-inst --block:show-blocks --block:end-on-call --block:end-on-jump --stat:blocks",
+        ),
+        ("insn", t.clone(), "--insn-decoder"),
+        ("quiet", t.clone(), "--insn-decoder --quiet --stat"),
+        ("quiet-block", t.clone(), "--quiet --stat --stat:insn"),
+        ("tick", t.clone(), "--no-inst --event:tick --event:time"),
+        ("err", bad.clone(), "--no-inst"),
+        ("resync", bad.clone(), "--no-inst --resync-on-error"),
+        (
+            "resync-insn",
+            bad,
+            "--no-inst --resync-on-error --insn-decoder",
+        ),
+        ("cpu", t, "--no-inst --cpu 0/0"),
+    ]
 }
 
 #[test]
@@ -259,58 +284,86 @@ fn unknown_cpu_is_reported_and_ignored() {
     insta::assert_snapshot!(ptxed("cpu", &trace(), "--no-inst --cpu 0/0"));
 }
 
-/// FNV-1a, to pin down long outputs in a snapshot.
-fn fnv(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
-    format!("{} lines, fnv1a {h:016x}", text.lines().count())
+/// The recorded program (see `ptxed_data/README.md`) and its arguments after `flags`.
+fn recorded_args(flags: &str) -> Vec<String> {
+    let mut args: Vec<String> = flags.split_whitespace().map(String::from).collect();
+    args.extend(["--raw".into(), "switch.bin:0x401000".into()]);
+    args.extend(["--pt".into(), "switch.pt".into()]);
+    args
 }
 
+fn recorded_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ptxed_data"))
+}
+
+/// The flag sets the recorded program's output is pinned down for.
+const RECORDED_FLAGS: [&str; 7] = [
+    "",
+    "--block:show-blocks --stat",
+    "--insn-decoder --offset --time --no-inst",
+    "--no-inst --block:end-on-call --block:end-on-jump --block:show-blocks --stat",
+    "--quiet --stat",
+    "--quiet --stat --insn-decoder",
+    "--quiet --stat --insn-decoder --resync-on-error",
+];
+
 /// A program recorded with the simulator (see `ptxed_data/README.md`): the whole
-/// output, with disassembly and block boundaries, was identical to libipt's ptxed.
+/// output, with disassembly, block boundaries, offsets and times, was identical to
+/// libipt's ptxed. Each long output is a snapshot of its own (a failure shows the
+/// lines that differ); the default output is the block output without its `[block]`
+/// and statistics lines.
 #[test]
 fn recorded_program() {
-    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ptxed_data");
-    let run = |flags: &str| {
-        let mut args: Vec<String> = flags.split_whitespace().map(String::from).collect();
-        args.extend(["--raw".into(), "switch.bin:0x401000".into()]);
-        args.extend(["--pt".into(), "switch.pt".into()]);
-        let out = Command::new(env!("CARGO_BIN_EXE_ptxed"))
-            .args(&args)
-            .current_dir(data)
-            .output()
-            .expect("run ptxed");
-        let ours = String::from_utf8_lossy(&out.stdout).into_owned();
-        if let Ok(reference) = std::env::var("PTXED_REFERENCE") {
-            let theirs = Command::new(&reference)
-                .args(&args)
-                .current_dir(data)
-                .env(
-                    "LD_LIBRARY_PATH",
-                    std::env::var("PTXED_REFERENCE_LIBS").unwrap_or_default(),
-                )
-                .output()
-                .expect("run reference");
-            assert_eq!(ours, String::from_utf8_lossy(&theirs.stdout), "{flags}");
-        }
-        ours
-    };
-    let summary: Vec<String> = [
-        "",
-        "--block:show-blocks --stat",
-        "--insn-decoder --offset --time",
-        "--no-inst --block:end-on-call --block:end-on-jump --block:show-blocks --stat",
-        "--quiet --stat",
-        "--quiet --stat --insn-decoder",
-    ]
-    .iter()
-    .map(|flags| {
-        let out = run(flags);
-        let tail: Vec<&str> = out.lines().rev().take(2).collect();
-        format!("[{flags}] {} | {}", fnv(&out), tail.join(" | "))
-    })
-    .collect();
-    insta::assert_snapshot!(summary.join("\n"));
+    let run = |flags: &str| run(ours(), &recorded_args(flags), recorded_dir());
+    let blocks = run("--block:show-blocks --stat");
+    insta::assert_snapshot!("recorded_blocks", blocks);
+    let plain: String = blocks
+        .lines()
+        .filter(|l| {
+            !l.starts_with("[block ") && !l.starts_with("insn:") && !l.starts_with("blocks:")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        run("") == plain,
+        "the default output is not the block output without [block] lines"
+    );
+    insta::assert_snapshot!(
+        "recorded_insn_offset_time",
+        run("--insn-decoder --offset --time --no-inst")
+    );
+    insta::assert_snapshot!(
+        "recorded_end_on_call_jump",
+        run("--no-inst --block:end-on-call --block:end-on-jump --block:show-blocks --stat")
+    );
+    let quiet: Vec<String> = RECORDED_FLAGS[4..]
+        .iter()
+        .map(|flags| format!("[{flags}] {}", run(flags).trim_end().replace('\n', " | ")))
+        .collect();
+    insta::assert_snapshot!("recorded_quiet", quiet.join("\n"));
+}
+
+/// Every run of this file, with libipt's ptxed in place of ours: the same output.
+#[test]
+#[ignore = "needs libipt's ptxed (PT_REFERENCE_PTXED=/path/to/ptxed)"]
+fn same_output_as_libipt_ptxed() {
+    let reference = pt_testkit::env_path("PT_REFERENCE_PTXED", "libipt's ptxed, built with XED");
+    for (name, trace, flags) in cases() {
+        let files = Files::new(name, &trace);
+        assert_eq!(
+            files.run(ours(), flags),
+            files.run(&reference, flags),
+            "{name}: differs from {} with {flags}",
+            reference.display()
+        );
+    }
+    for flags in RECORDED_FLAGS {
+        let args = recorded_args(flags);
+        assert_eq!(
+            run(ours(), &args, recorded_dir()),
+            run(&reference, &args, recorded_dir()),
+            "recorded program: differs from {} with {flags}",
+            reference.display()
+        );
+    }
 }

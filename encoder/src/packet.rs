@@ -458,6 +458,19 @@ pub enum ExecMode {
     Unknown,
 }
 
+impl ExecMode {
+    /// The code's bitness (an instruction decoder's mode): 16, 32 or 64; `None` for the
+    /// reserved mode.
+    pub const fn bits(self) -> Option<u32> {
+        match self {
+            ExecMode::Bit16 => Some(16),
+            ExecMode::Bit32 => Some(32),
+            ExecMode::Bit64 => Some(64),
+            ExecMode::Unknown => None,
+        }
+    }
+}
+
 /// MODE.Exec payload.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ModeExec {

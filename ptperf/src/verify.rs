@@ -5,12 +5,9 @@
 
 use std::path::Path;
 
-use pt_decoder::error::ErrorCode;
 use pt_decoder::event::EventKind;
-use pt_decoder::flow::{FlowOptions, InsnDecoder, InsnInfo, Status};
 use pt_decoder::image::Image;
-use pt_decoder::Config;
-use pt_encoder::ExecMode;
+use pt_decoder::{Config, Decoder, Granularity, Item};
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::ExecutionSource;
 use pt_sim::sideband::Sideband;
@@ -41,12 +38,18 @@ pub struct FlowSummary {
     pub first_error: Option<String>,
     /// Image sections loaded.
     pub sections: usize,
+    /// Why the execution log could not be read to its end (cut short or
+    /// corrupt, with the offset): the comparison covers what came before.
+    pub log_error: Option<String>,
 }
 
 impl FlowSummary {
     /// Whether the decoded flow is exactly the recorded one.
     pub fn identical(&self) -> bool {
-        self.errors == 0 && self.first_difference.is_none() && self.decoded == self.expected
+        self.errors == 0
+            && self.first_difference.is_none()
+            && self.decoded == self.expected
+            && self.log_error.is_none()
     }
 }
 
@@ -115,6 +118,8 @@ fn verify_with(
     let filter = TracedFilter::from_sideband(&sb);
     let mut truth = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let mut truth_filter = filter.clone();
+    let log_error = std::cell::Cell::new(None);
+    let log_error_ref = &log_error;
     let mut next_truth = move || -> Option<u64> {
         loop {
             match truth.next_item() {
@@ -123,7 +128,11 @@ fn verify_with(
                         return Some(ip);
                     }
                 }
-                _ => return None,
+                Ok(None) => return None,
+                Err(e) => {
+                    log_error_ref.set(Some(format!("{}: {e}", log.display())));
+                    return None;
+                }
             }
         }
     };
@@ -132,110 +141,69 @@ fn verify_with(
         sections: image.sections().len(),
         ..FlowSummary::default()
     };
-    let mut dec = InsnDecoder::new(&bytes, &image, &config, FlowOptions::default());
-    let mut insn = InsnInfo {
-        ip: 0,
-        size: 0,
-        mode: ExecMode::Unknown,
-        speculative: false,
-        isid: 0,
-        class: None,
-    };
-    let mut last_sync = None;
-    'sync: loop {
-        let mut status = match dec.sync_forward() {
-            Ok(st) => st,
-            Err(ErrorCode::Eos) => break,
-            Err(e) => {
-                s.errors += 1;
-                s.first_error.get_or_insert_with(|| format!("sync: {e:?}"));
-                break;
+    let dec = Decoder::builder(&bytes, &image)
+        .config(&config)
+        .granularity(Granularity::Instructions)
+        .build();
+    if let Some(p) = profiler.as_deref_mut() {
+        p.break_flow();
+    }
+    for item in dec {
+        match item {
+            Item::Insn(i) => {
+                let insn = i.insn;
+                let want = next_truth();
+                if s.first_difference.is_none() && want != Some(insn.ip) {
+                    s.first_difference = Some((s.decoded, insn.ip, want.unwrap_or(0)));
+                }
+                s.decoded += 1;
+                if let Some(p) = profiler.as_deref_mut() {
+                    p.insn(&insn, &image);
+                }
+                if s.decoded & 0xf_ffff == 0 {
+                    progress(s.decoded);
+                }
             }
-        };
-        if last_sync == dec.offset().ok() {
-            break;
-        }
-        last_sync = dec.offset().ok();
-        if let Some(p) = profiler.as_deref_mut() {
-            p.break_flow();
-        }
-        loop {
-            while status.event_pending {
-                match dec.event() {
-                    Ok((ev, st)) => {
-                        if !ev.status_update {
-                            let p = profiler.as_deref_mut();
-                            match ev.kind {
-                                EventKind::Enabled { .. } => s.enables += 1,
-                                EventKind::Disabled { ip } => {
-                                    s.disables += 1;
-                                    if let Some(p) = p {
-                                        p.disabled(Some(ip));
-                                    }
-                                }
-                                EventKind::AsyncDisabled { at, .. } => {
-                                    s.disables += 1;
-                                    s.async_disables += 1;
-                                    if let Some(p) = p {
-                                        p.flow_at(at);
-                                    }
-                                }
-                                EventKind::AsyncBranch { from, .. } => {
-                                    if let Some(p) = p {
-                                        p.flow_at(from);
-                                    }
-                                }
-                                EventKind::Overflow { .. } => {
-                                    s.overflows += 1;
-                                    if let Some(p) = p {
-                                        p.break_flow();
-                                    }
-                                }
-                                _ => {}
-                            }
+            Item::Event(e) if !e.event.status_update => {
+                let p = profiler.as_deref_mut();
+                match e.event.kind {
+                    EventKind::Enabled { .. } => s.enables += 1,
+                    EventKind::Disabled { ip } => {
+                        s.disables += 1;
+                        if let Some(p) = p {
+                            p.disabled(Some(ip));
                         }
-                        status = st;
                     }
-                    Err(e) => {
-                        s.errors += 1;
-                        s.first_error.get_or_insert_with(|| format!("event: {e:?}"));
-                        continue 'sync;
+                    EventKind::AsyncDisabled { at, .. } => {
+                        s.disables += 1;
+                        s.async_disables += 1;
+                        if let Some(p) = p {
+                            p.flow_at(at);
+                        }
                     }
+                    EventKind::AsyncBranch { from, .. } => {
+                        if let Some(p) = p {
+                            p.flow_at(from);
+                        }
+                    }
+                    EventKind::Overflow { .. } => {
+                        s.overflows += 1;
+                        if let Some(p) = p {
+                            p.break_flow();
+                        }
+                    }
+                    _ => {}
                 }
             }
-            if status.eos {
-                break 'sync;
-            }
-            match dec.next(&mut insn) {
-                Ok(st) => {
-                    status = st;
-                }
-                Err(ErrorCode::EventIgnored) => {
-                    status = Status {
-                        event_pending: true,
-                        ..Status::default()
-                    };
-                    continue;
-                }
-                Err(ErrorCode::Eos) => break 'sync,
-                Err(e) => {
-                    s.errors += 1;
-                    s.first_error
-                        .get_or_insert_with(|| format!("at {:#x}: {e:?}", insn.ip));
-                    continue 'sync;
+            // The decoder goes on at the next PSB: the flow breaks there.
+            Item::Error(e) => {
+                s.errors += 1;
+                s.first_error.get_or_insert_with(|| e.to_string());
+                if let Some(p) = profiler.as_deref_mut() {
+                    p.break_flow();
                 }
             }
-            let want = next_truth();
-            if s.first_difference.is_none() && want != Some(insn.ip) {
-                s.first_difference = Some((s.decoded, insn.ip, want.unwrap_or(0)));
-            }
-            s.decoded += 1;
-            if let Some(p) = profiler.as_deref_mut() {
-                p.insn(&insn, &image);
-            }
-            if s.decoded & 0xf_ffff == 0 {
-                progress(s.decoded);
-            }
+            _ => {}
         }
     }
     s.expected = s.decoded;
@@ -253,5 +221,6 @@ fn verify_with(
             }
         }
     }
+    s.log_error = log_error.take();
     Ok(s)
 }

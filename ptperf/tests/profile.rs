@@ -14,7 +14,7 @@ use pt_sim::record::sideband_path;
 fn sample(dir: &std::path::Path) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/sample.c");
     let bin = dir.join("sample");
-    let st = Command::new("gcc")
+    let st = Command::new(pt_testkit::tool("gcc", "gcc"))
         .args(["-O1", "-fno-inline-small-functions", "-o"])
         .arg(&bin)
         .arg(&src)
@@ -38,19 +38,19 @@ fn decoded_flow_profile_of_a_c_program() {
         .arg(&bin)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = String::from_utf8_lossy(&out.stderr);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stdout.contains("identical to the recorded execution"),
-        "{stdout}"
+        report.contains("identical to the recorded execution"),
+        "{report}"
     );
     assert!(
-        stdout.contains("hottest functions by instructions (top 30 of "),
-        "{stdout}"
+        report.contains("hottest functions by instructions (top 30 of "),
+        "{report}"
     );
     // The program's functions, named from its symbol table, in the list.
-    let listed: Vec<&str> = stdout
+    let listed: Vec<&str> = report
         .lines()
         .skip_while(|l| !l.contains("hottest functions"))
         .skip(1)
@@ -60,7 +60,7 @@ fn decoded_flow_profile_of_a_c_program() {
             listed
                 .iter()
                 .any(|l| l.contains(&format!("  {f}  (sample)"))),
-            "{f} missing:\n{stdout}"
+            "{f} missing:\n{report}"
         );
     }
 

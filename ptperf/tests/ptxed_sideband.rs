@@ -45,7 +45,7 @@ fn recording() -> &'static PathBuf {
         std::fs::create_dir_all(&dir).unwrap();
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/sample.c");
         let bin = dir.join("sample");
-        let st = Command::new("gcc")
+        let st = Command::new(pt_testkit::tool("gcc", "gcc"))
             .args(["-O1", "-fno-inline-small-functions", "-o"])
             .arg(&bin)
             .arg(&src)
@@ -172,4 +172,69 @@ fn explicit_options_win_and_bad_files_are_named() {
         e.contains("bad.sideband: line 2: mtc-freq: bad value `x`"),
         "{e}"
     );
+}
+
+/// A two-thread program: ptxed decodes each thread's trace (with its own
+/// side-band) to exactly that thread's recorded instructions.
+#[test]
+fn decodes_each_thread_of_a_recording() {
+    pt_testkit::tool("valgrind", "valgrind");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ptxed-sideband-threads");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sim/tests/programs/threads.c");
+    let bin = dir.join("threads");
+    let st = Command::new(pt_testkit::tool("gcc", "gcc"))
+        .args(["-O1", "-pthread", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let trace = dir.join("t.pt");
+    let o = Command::new(env!("CARGO_BIN_EXE_ptrec"))
+        .args(["--backend", "sim", "--source", "valgrind", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files = pt_sim::sideband::Sideband::read(&sideband_path(&trace))
+        .unwrap()
+        .traces();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let mut all = LogReader::open(log_of(&trace)).unwrap();
+    let items = pt_sim::exec::collect(&mut all).unwrap();
+    for f in &files {
+        let want: Vec<u64> = pt_sim::exec::thread_items(&items, f.thread)
+            .iter()
+            .filter_map(|i| match i {
+                ExecItem::Insn(r) => Some(r.ip),
+                _ => None,
+            })
+            .collect();
+        let sb = sideband_path(&f.path);
+        let o = run_ptxed(&[
+            "--sideband",
+            sb.to_str().unwrap(),
+            "--pt",
+            f.path.to_str().unwrap(),
+            "--no-inst",
+        ]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(!out.contains("error"), "{out}");
+        let got: Vec<u64> = out
+            .lines()
+            .filter(|l| l.len() == 16)
+            .filter_map(|l| u64::from_str_radix(l, 16).ok())
+            .collect();
+        assert!(
+            got == want,
+            "thread {}: {} decoded, {} recorded",
+            f.thread,
+            got.len(),
+            want.len()
+        );
+    }
 }

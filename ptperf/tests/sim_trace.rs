@@ -68,7 +68,7 @@ fn sample_run() -> &'static Recorded {
     R.get_or_init(|| {
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/sample.c");
         let bin = tmp("sample-bin").join("sample");
-        let st = Command::new("gcc")
+        let st = Command::new(pt_testkit::tool("gcc", "gcc"))
             .args(["-O1", "-fno-inline-small-functions", "-o"])
             .arg(&bin)
             .arg(&src)
@@ -355,13 +355,10 @@ fn replay(
     (trace, resolved)
 }
 
-fn reference_ptxed(trace: &Path, want: &[u64]) {
-    let Some(ptxed) = std::env::var_os("PT_REFERENCE_PTXED") else {
-        eprintln!("skipping the libipt ptxed comparison: PT_REFERENCE_PTXED is not set");
-        return;
-    };
+/// libipt's ptxed prints exactly the traced instructions.
+fn reference_ptxed(ptxed: &Path, trace: &Path, want: &[u64]) {
     let sb = Sideband::read(&pt_sim::record::sideband_path(trace)).unwrap();
-    let out = Command::new(&ptxed)
+    let out = Command::new(ptxed)
         .args(sb.ptxed_args())
         .arg("--no-inst")
         .arg("--pt")
@@ -441,7 +438,9 @@ fn six_configs(r: &Recorded) -> Vec<(&'static str, TraceConfig, Vec<FilterSpec>,
     ]
 }
 
-fn run_all(r: &Recorded) {
+/// Every configuration: decoded packet by packet and by pt-decoder; by
+/// libipt's ptxed too when `reference` names it.
+fn run_all(r: &Recorded, reference: Option<&Path>) {
     let insns = r
         .items
         .iter()
@@ -481,7 +480,9 @@ fn run_all(r: &Recorded) {
         if tnt == TntPolicy::Long {
             assert!(d.packets.iter().any(|p| matches!(p, Packet::Tnt64(_))));
         }
-        reference_ptxed(&trace, &traced);
+        if let Some(ptxed) = reference {
+            reference_ptxed(ptxed, &trace, &traced);
+        }
         // pt-decoder's instruction flow decoder reproduces the recording.
         let v =
             ptperf::verify::verify(&trace, &pt_sim::record::sideband_path(&trace), &r.log).unwrap();
@@ -490,14 +491,30 @@ fn run_all(r: &Recorded) {
     }
 }
 
+fn libipt_ptxed() -> PathBuf {
+    pt_testkit::env_path("PT_REFERENCE_PTXED", "libipt's ptxed, built with XED")
+}
+
 #[test]
 fn bin_true_decodes_to_the_ground_truth() {
-    run_all(true_run());
+    run_all(true_run(), None);
+}
+
+#[test]
+#[ignore = "needs libipt's ptxed (PT_REFERENCE_PTXED)"]
+fn bin_true_decodes_to_the_ground_truth_with_libipt_ptxed() {
+    run_all(true_run(), Some(&libipt_ptxed()));
+}
+
+#[test]
+#[ignore = "needs libipt's ptxed (PT_REFERENCE_PTXED)"]
+fn c_program_decodes_to_the_ground_truth_with_libipt_ptxed() {
+    run_all(sample_run(), Some(&libipt_ptxed()));
 }
 
 #[test]
 fn c_program_decodes_to_the_ground_truth() {
-    run_all(sample_run());
+    run_all(sample_run(), None);
 }
 
 mod random {

@@ -464,6 +464,15 @@ impl SimCpu {
         self.sink = None;
     }
 
+    /// Time passed while TraceEn = 0 (other threads ran on this logical
+    /// processor): the clock moves on to core cycle `cycles`
+    /// ([`PtLogic::catch_up`]).
+    pub fn catch_up(&mut self, cycles: u64) {
+        if !self.ctl.trace_en() {
+            self.logic.catch_up(cycles);
+        }
+    }
+
     /// Feeds one execution item to the PT logic and writes its output.
     #[inline]
     pub fn feed(&mut self, item: &ExecItem, mem: &CodeMemory) {

@@ -9,7 +9,9 @@
 //! - [`backend`]: the IA32_RTIT_* MSR file, simulated physical memory and
 //!   ToPA/single-range output ([`backend::SimCpu`]), and [`backend::SimBackend`],
 //!   the HAL's `TraceBackend` on top of it.
-//! - [`record`]: a recording end to end (what `ptrec` runs on the simulator).
+//! - [`record`]: a recording end to end (what `ptrec` runs on the simulator):
+//!   one trace stream per thread and the task events between them
+//!   ([`record::TaskEvent`]) into a [`record::RecordSink`].
 //! - [`sideband`]: the side-band file written next to a simulated trace.
 //! - [`traced`]: which recorded instructions a configuration traces (the
 //!   ground truth a decoded flow is compared with).

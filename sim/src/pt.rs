@@ -624,6 +624,16 @@ impl PtLogic {
         self.trace_en = false;
     }
 
+    /// Time passed while TraceEn was 0 (the logical processor ran other
+    /// threads): the clock moves on to core cycle `cycles`. Ignored while
+    /// tracing and for a time in the past: the clock never runs backwards.
+    pub fn catch_up(&mut self, cycles: u64) {
+        let now = self.clock.cycles();
+        if !self.trace_en && cycles > now {
+            self.clock.advance(cycles - now);
+        }
+    }
+
     /// Sets Status.Stopped (ToPA STOP region full): generation stops silently.
     pub fn set_stopped(&mut self) {
         self.stopped = true;
@@ -946,7 +956,13 @@ impl PtLogic {
                 // Either way the kernel returns to the handler or `from_ip`: the
                 // next instruction's TIP.PGE tells where.
             }
-            Event::SyscallEnter { .. } | Event::SyscallExit { .. } | Event::Mappings(_) => {}
+            // Threads are the owner's business: each has a logic of its own.
+            Event::SyscallEnter { .. }
+            | Event::SyscallExit { .. }
+            | Event::Mappings(_)
+            | Event::Switch(_)
+            | Event::Clone { .. }
+            | Event::Untraced { .. } => {}
             Event::Exit(_) => {
                 if !self.in_kernel {
                     // Killed from outside while in user mode: an interrupt took it.

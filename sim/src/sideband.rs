@@ -20,8 +20,12 @@
 //! | `pid N` | traced process; its CR3 stand-in is `pid << 12` | |
 //! | `image OFFSET` | the following `map` lines are the code image from trace byte OFFSET on | replaces the previous image |
 //! | `map START END FILE-OFFSET PERMS PATH` | `[START, END)` holds PATH's bytes from FILE-OFFSET | one per executable mapping |
-//! | `exit KIND VALUE` | `exited CODE` or `killed SIGNAL` | how the program ended |
+//! | `tid N` | the thread whose trace this is (per-thread traces) | |
+//! | `execs N` | the trace starts after the thread's N-th exec of the recording | |
+//! | `exit KIND VALUE` | `exited CODE` or `killed SIGNAL` | how the thread ended |
 //! | `end BYTES` | trace size; absent if the recording was cut short | |
+//! | `thread PID TID PARENT KIND EXECS FILE` | first side-band: every trace file of the recording | `PARENT` `pid/tid` or `-`; `KIND` `thread`, `fork`, `vfork` or `-` |
+//! | `task TSC WHAT ...` | first side-band: task events (`comm`, `mmap`, `fork`, `exit`) | see [`crate::record::TaskEvent`] |
 //!
 //! Code that is not in a file (the vDSO, anonymous executable memory) is
 //! dumped from the recorded code pages to `TRACE.code-START` and mapped from
@@ -31,7 +35,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::clock::ClockParams;
-use crate::exec::Mapping;
+use crate::exec::{CloneKind, Mapping, ThreadId};
 
 /// First line of the file.
 pub const HEADER: &str = "ptsim-sideband 1";
@@ -67,6 +71,21 @@ pub struct Sideband {
     pub params: Vec<(String, String)>,
     /// Images in trace order.
     pub images: Vec<Image>,
+}
+
+/// One trace file of a recording (a `thread` record).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceFile {
+    /// The thread.
+    pub thread: ThreadId,
+    /// Its creator, if it was created during the recording.
+    pub parent: Option<ThreadId>,
+    /// How it was created.
+    pub kind: Option<CloneKind>,
+    /// The thread's execs before this trace starts.
+    pub execs: u32,
+    /// The trace file (its side-band is beside it).
+    pub path: PathBuf,
 }
 
 /// A malformed side-band file.
@@ -143,6 +162,42 @@ impl Sideband {
     pub fn read(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The trace files of the recording, listed in the first thread's
+    /// side-band (empty for a side-band of one trace only).
+    pub fn traces(&self) -> Vec<TraceFile> {
+        let id = |s: &str| {
+            let (p, t) = s.split_once('/')?;
+            Some(ThreadId {
+                pid: p.parse().ok()?,
+                tid: t.parse().ok()?,
+            })
+        };
+        self.params
+            .iter()
+            .filter(|(k, _)| k == "thread")
+            .filter_map(|(_, v)| {
+                let mut f = v.splitn(6, ' ');
+                let pid = f.next()?.parse().ok()?;
+                let tid = f.next()?.parse().ok()?;
+                let parent = id(f.next()?);
+                let kind = match f.next()? {
+                    "thread" => Some(CloneKind::Thread),
+                    "fork" => Some(CloneKind::Fork),
+                    "vfork" => Some(CloneKind::Vfork),
+                    _ => None,
+                };
+                let execs = f.next()?.parse().ok()?;
+                Some(TraceFile {
+                    thread: ThreadId { pid, tid },
+                    parent,
+                    kind,
+                    execs,
+                    path: PathBuf::from(f.next()?),
+                })
+            })
+            .collect()
     }
 
     /// The value of a parameter.

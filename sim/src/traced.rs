@@ -7,7 +7,7 @@ use pt_hal::config::TraceConfig;
 use pt_hal::msr::{AddrCfg, RtitCtl};
 
 use crate::exec::insn::{decode_at, KernelEntry};
-use crate::exec::{CodeMemory, Event, ExecItem, InsnClass, Retired};
+use crate::exec::{CodeMemory, Event, ExecItem, InsnClass, Retired, ThreadCursor, ThreadId};
 use crate::pt::cr3_of_pid;
 use crate::sideband::Sideband;
 
@@ -29,8 +29,9 @@ fn shown(r: &Retired, mem: &CodeMemory) -> bool {
 
 /// Which recorded instructions a configuration traces and a decoder shows,
 /// decided from each instruction's privilege level, the CR3 at the time
-/// (from [`Event::Exec`] and [`Event::MovCr3`]) and its IP. TraceStop ranges
-/// are not followed.
+/// (from [`Event::Exec`] and [`Event::MovCr3`]) and its IP; for one thread's
+/// trace, the instructions of that thread ([`Self::thread`]). TraceStop
+/// ranges are not followed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TracedFilter {
     os: bool,
@@ -39,6 +40,12 @@ pub struct TracedFilter {
     cr3_match: Option<u64>,
     ranges: Vec<(u64, u64)>,
     cr3: u64,
+    thread: Option<ThreadId>,
+    cursor: ThreadCursor,
+    /// Only the items after this many execs of the thread (and before the
+    /// next): one program's trace file.
+    execs: Option<u32>,
+    execs_seen: u32,
 }
 
 impl TracedFilter {
@@ -56,11 +63,25 @@ impl TracedFilter {
                 .map(|r| (r.start, r.end))
                 .collect(),
             cr3: 0,
+            thread: None,
+            cursor: ThreadCursor::new(),
+            execs: None,
+            execs_seen: 0,
+        }
+    }
+
+    /// Only the items of `thread` (a per-thread trace's ground truth).
+    pub fn thread(self, thread: ThreadId) -> Self {
+        TracedFilter {
+            thread: Some(thread),
+            ..self
         }
     }
 
     /// The filter of the configuration a side-band file records (`rtit-ctl`,
-    /// `addr`, `cr3-match`), starting in the address space of its `pid`.
+    /// `addr`, `cr3-match`), starting in the address space of its `pid`, for
+    /// the thread `pid`/`tid` if it names one (`tid`: a per-thread trace),
+    /// after its `execs`-th exec (one program's trace of the thread).
     pub fn from_sideband(sb: &Sideband) -> Self {
         let num = |v: &str| match v.strip_prefix("0x") {
             Some(h) => u64::from_str_radix(h, 16).ok(),
@@ -80,19 +101,40 @@ impl TracedFilter {
                 }
             }
         }
+        let pid = param("pid") as u32;
         TracedFilter {
             os: ctl.os(),
             user: ctl.user(),
             branch: ctl.branch_en(),
             cr3_match: ctl.cr3_filter().then(|| param("cr3-match")),
             ranges,
-            cr3: cr3_of_pid(param("pid") as u32),
+            cr3: cr3_of_pid(pid),
+            thread: sb.param("tid").and_then(num).map(|tid| ThreadId {
+                pid,
+                tid: tid as u32,
+            }),
+            cursor: ThreadCursor::new(),
+            execs: sb.param("execs").and_then(num).map(|n| n as u32),
+            execs_seen: 0,
         }
     }
 
     /// Takes the next item in program order; returns the instruction if it
     /// retired with PacketEn = 1 (its CPL, the CR3 and its IP traced).
     pub fn traced<'i>(&mut self, item: &'i ExecItem) -> Option<&'i Retired> {
+        let thread = self.cursor.follow(item);
+        if self.thread.is_some_and(|t| t != thread) {
+            return None;
+        }
+        if let (Some(n), ExecItem::Event(Event::Exec { .. })) = (self.execs, item) {
+            self.execs_seen += 1;
+            if self.execs_seen != n {
+                return None;
+            }
+        }
+        if self.execs.is_some_and(|n| n != self.execs_seen) {
+            return None;
+        }
         match item {
             ExecItem::Insn(r) => {
                 let cpl_ok = if r.kernel { self.os } else { self.user };

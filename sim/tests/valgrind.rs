@@ -17,7 +17,7 @@ fn tiny() -> &'static PathBuf {
     P.get_or_init(|| {
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/tiny.c");
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pt-sim-vg-tiny");
-        let status = Command::new("cc")
+        let status = Command::new(pt_testkit::tool("cc", "gcc"))
             .args([
                 "-O1",
                 "-static",
@@ -36,11 +36,11 @@ fn tiny() -> &'static PathBuf {
     })
 }
 
-fn valgrind_available() -> bool {
-    Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+fn valgrind() -> ValgrindOptions {
+    ValgrindOptions {
+        valgrind: pt_testkit::tool("valgrind", "valgrind").into_os_string(),
+        ..ValgrindOptions::default()
+    }
 }
 
 fn insns(items: &[ExecItem]) -> Vec<Retired> {
@@ -67,17 +67,13 @@ fn flow_events(items: &[ExecItem]) -> Vec<Event> {
 fn both(mode: &str) -> (Vec<ExecItem>, Vec<ExecItem>) {
     let mut t = Tracer::spawn(tiny(), [mode], TraceOptions::default()).unwrap();
     let native = collect(&mut t).unwrap();
-    let mut v = ValgrindSource::record(tiny(), [mode], ValgrindOptions::default()).unwrap();
+    let mut v = ValgrindSource::record(tiny(), [mode], valgrind()).unwrap();
     let vg = collect(&mut v).unwrap();
     (native, vg)
 }
 
 #[test]
 fn same_instructions_as_single_stepping() {
-    if !valgrind_available() {
-        eprintln!("valgrind not installed: skipped");
-        return;
-    }
     // plain, write, REP MOVSB, handled signals, signal during pause(), crash
     for mode in ["x", "w", "r", "s", "p", "c"] {
         let (native, vg) = both(mode);
@@ -99,11 +95,7 @@ fn same_instructions_as_single_stepping() {
 
 #[test]
 fn system_calls_and_log_round_trip() {
-    if !valgrind_available() {
-        eprintln!("valgrind not installed: skipped");
-        return;
-    }
-    let mut v = ValgrindSource::record(tiny(), ["w"], ValgrindOptions::default()).unwrap();
+    let mut v = ValgrindSource::record(tiny(), ["w"], valgrind()).unwrap();
     let mut w = LogWriter::new(Vec::new()).unwrap();
     let mut items = Vec::new();
     while let Some(item) = v.next_item().unwrap() {
@@ -124,16 +116,7 @@ fn system_calls_and_log_round_trip() {
 
 #[test]
 fn dynamically_linked_program() {
-    if !valgrind_available() {
-        eprintln!("valgrind not installed: skipped");
-        return;
-    }
-    let mut v = ValgrindSource::record(
-        "/bin/true",
-        Vec::<String>::new(),
-        ValgrindOptions::default(),
-    )
-    .unwrap();
+    let mut v = ValgrindSource::record("/bin/true", Vec::<String>::new(), valgrind()).unwrap();
     let items = collect(&mut v).unwrap();
     check_continuity(&items).unwrap();
     assert!(insns(&items).len() > 20_000);
@@ -167,20 +150,12 @@ fn refusals_are_clear() {
     };
     let e = ValgrindSource::record(tiny(), ["x"], opts).err();
     assert!(matches!(e, Some(ExecError::CommandNotFound(c)) if c == "no-such-valgrind-pt-sim"));
-    if valgrind_available() {
-        let e = ValgrindSource::record(tiny(), ["e"], ValgrindOptions::default()).err();
-        assert!(matches!(e, Some(ExecError::Unsupported(_))), "{e:?}");
-    }
 }
 
 /// A script starts in its interpreter's mode (as the kernel runs it); a file that is
 /// neither ELF nor a script is refused as the kernel would refuse it.
 #[test]
 fn scripts_run_under_their_interpreter() {
-    if !valgrind_available() {
-        eprintln!("valgrind not installed: skipped");
-        return;
-    }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let script = dir.join("pt-sim-vg-script.sh");
     std::fs::write(&script, "#!/bin/sh\nexit 3\n").unwrap();
@@ -190,8 +165,7 @@ fn scripts_run_under_their_interpreter() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let mut v =
-        ValgrindSource::record(&script, Vec::<String>::new(), ValgrindOptions::default()).unwrap();
+    let mut v = ValgrindSource::record(&script, Vec::<String>::new(), valgrind()).unwrap();
     let items = collect(&mut v).unwrap();
     check_continuity(&items).unwrap();
     assert!(insns(&items).len() > 10_000);
@@ -199,7 +173,7 @@ fn scripts_run_under_their_interpreter() {
         items.last(),
         Some(&ExecItem::Event(Event::Exit(ExitKind::Exited(3))))
     );
-    let e = ValgrindSource::record(&junk, Vec::<String>::new(), ValgrindOptions::default()).err();
+    let e = ValgrindSource::record(&junk, Vec::<String>::new(), valgrind()).err();
     assert!(
         matches!(&e, Some(ExecError::ExecFailed { source, .. }) if source.raw_os_error() == Some(libc::ENOEXEC)),
         "{e:?}"

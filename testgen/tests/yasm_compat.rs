@@ -1,43 +1,31 @@
 //! Differential tests against real yasm: every .ptt file of the conformance
 //! corpus, and a set of our own sources, must assemble to the same bytes and
-//! the same label addresses. Without yasm on PATH (or without the corpus) the
-//! comparisons are skipped with a note; the corpus is still assembled alone.
+//! the same label addresses. yasm (which `.ci/run` installs) and the corpus
+//! ([`pt_testkit::corpus`]) are required: without them the tests fail.
 
 use pt_testgen::asm::{assemble, Assembly};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn corpus_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("PT_CONFORMANCE_CORPUS") {
-        return Some(PathBuf::from(d));
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
-    let d = root.join("../shared/conformance/libipt-ptt");
-    d.is_dir().then_some(d)
-}
-
+/// The corpus's .ptt files (never none).
 fn corpus_files() -> Vec<PathBuf> {
-    let Some(dir) = corpus_dir() else {
-        return Vec::new();
-    };
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
+    let dir = pt_testkit::corpus();
+    let rd = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{} cannot be listed: {e}", dir.display()));
     let mut files: Vec<PathBuf> = rd
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "ptt"))
         .collect();
     files.sort();
+    assert!(!files.is_empty(), "no .ptt files in {}", dir.display());
     files
 }
 
-fn have_yasm() -> bool {
-    Command::new("yasm")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+/// yasm, which these tests cannot do without.
+fn need_yasm() {
+    pt_testkit::tool("yasm", "yasm");
 }
 
 /// yasm's output for a source file: the binary and its listing.
@@ -194,10 +182,6 @@ fn compare(source: &str, name: &str, yasm: &Yasm) -> Result<Assembly, String> {
 #[test]
 fn corpus_assembles_without_error() {
     let files = corpus_files();
-    if files.is_empty() {
-        eprintln!("skipped: conformance corpus not found (set PT_CONFORMANCE_CORPUS)");
-        return;
-    }
     let mut failures = Vec::new();
     for f in &files {
         let source = std::fs::read_to_string(f).unwrap_or_default();
@@ -223,14 +207,7 @@ fn corpus_assembles_without_error() {
 #[test]
 fn corpus_matches_yasm() {
     let files = corpus_files();
-    if files.is_empty() {
-        eprintln!("skipped: conformance corpus not found (set PT_CONFORMANCE_CORPUS)");
-        return;
-    }
-    if !have_yasm() {
-        eprintln!("skipped: yasm is not on PATH");
-        return;
-    }
+    need_yasm();
     let mut failures = Vec::new();
     for f in &files {
         let source = std::fs::read_to_string(f).unwrap_or_default();
@@ -307,10 +284,7 @@ const OWN_SOURCES: &[(&str, &str)] = &[
 
 #[test]
 fn own_sources_match_yasm() {
-    if !have_yasm() {
-        eprintln!("skipped: yasm is not on PATH");
-        return;
-    }
+    need_yasm();
     let mut failures = Vec::new();
     for (name, source) in OWN_SOURCES {
         match run_yasm(source, name) {
@@ -374,10 +348,7 @@ fn same_listing(name: &str, yasm: &str, ours: &str) -> Result<(), String> {
 #[test]
 fn corpus_listing_matches_yasm() {
     let files = corpus_files();
-    if files.is_empty() || !have_yasm() {
-        eprintln!("skipped: needs the conformance corpus and yasm on PATH");
-        return;
-    }
+    need_yasm();
     let mut failures = Vec::new();
     for f in &files {
         let source = std::fs::read_to_string(f).unwrap_or_default();
@@ -444,10 +415,7 @@ fn random_program(seed: u64) -> String {
 
 #[test]
 fn random_programs_match_yasm() {
-    if !have_yasm() {
-        eprintln!("skipped: yasm is not on PATH");
-        return;
-    }
+    need_yasm();
     let mut failures = Vec::new();
     let mut compared = 0;
     for seed in 1..=60u64 {

@@ -5,9 +5,49 @@
 //! missing the test fails with a line naming what to install, so that no test passes by
 //! skipping its work. What no machine of ours can be given (PT hardware, a reference build
 //! of libipt) belongs in tests marked `#[ignore = "needs …"]`, which ask for it here too.
+//!
+//! It also holds what tests and fuzz targets would otherwise each copy: a seeded RNG
+//! ([`Rng`]) and trace builders ([`trace`]).
 #![deny(missing_docs)]
 
 use std::ffi::OsStr;
+
+pub mod trace;
+
+/// xorshift64*: a small deterministic generator, so that a failing test reproduces
+/// from its seed.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A generator from `seed` (0 is replaced by a fixed constant: xorshift stays at 0).
+    pub fn new(seed: u64) -> Self {
+        Rng(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
+    }
+
+    /// The next 64 random bits.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform-ish in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A random bit.
+    pub fn bit(&mut self) -> bool {
+        self.next() & 1 == 1
+    }
+}
 use std::path::{Path, PathBuf};
 
 /// The workspace root (the parent of this crate's folder).
@@ -83,9 +123,86 @@ pub fn corpus() -> PathBuf {
     dir
 }
 
+/// The write end of a pipe whose read end is already closed: a process writing to
+/// it gets EPIPE (or SIGPIPE) at its first write.
+pub fn closed_pipe() -> std::os::fd::OwnedFd {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: a valid array of two fds to fill.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds were just created and are owned here only.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write
+}
+
+/// Checks that the command `make` builds ends as a Unix tool should when its standard
+/// output fails (see the `pt-cli` crate): run with a stdout pipe whose reader is already
+/// gone (EPIPE) it dies of SIGPIPE without a word; run with stdout on `/dev/full`
+/// (ENOSPC) it exits non-zero with one line on stderr naming the error; never a panic.
+/// The command must write something to stdout.
+#[track_caller]
+pub fn assert_stdout_errors(make: impl Fn() -> std::process::Command) {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    let what = format!("{:?}", make());
+    // EPIPE: the read end is closed before the tool starts, so its first write fails.
+    let out = make()
+        .stdout(Stdio::from(closed_pipe()))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{what} on a closed pipe: {:?}, stderr:\n{err}",
+        out.status
+    );
+    assert!(!err.contains("panicked"), "{what} on a closed pipe:\n{err}");
+    assert!(
+        !err.contains("Broken pipe"),
+        "{what} on a closed pipe:\n{err}"
+    );
+
+    // ENOSPC.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let out = make()
+        .stdout(Stdio::from(full))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code();
+    assert!(
+        code.is_some_and(|c| c != 0 && c != 101),
+        "{what} on /dev/full: {:?}, stderr:\n{err}",
+        out.status
+    );
+    assert!(!err.contains("panicked"), "{what} on /dev/full:\n{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("No space left on device"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{what} on /dev/full:\n{err}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rng_is_xorshift64_star() {
+        let mut r = Rng(1);
+        assert_eq!(r.next(), 0x47e4_ce4b_896c_dd1d);
+        let mut z = Rng::new(0);
+        assert_ne!(z.next(), 0);
+        assert!((0..100).all(|_| r.below(7) < 7));
+    }
 
     #[test]
     fn finds_sh_and_not_nonsense() {

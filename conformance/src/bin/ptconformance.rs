@@ -67,7 +67,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = pt_cli::parse();
     match run(&args) {
         Ok(code) => code,
         Err(message) => {
@@ -140,7 +140,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         eprint!("\r\x1b[K");
     }
 
-    let mut out = std::io::stdout().lock();
+    let mut out = pt_cli::stdout();
     let mut ok = !results.iter().any(|r| r.outcome.is_bad());
     if args.json {
         for r in &results {

@@ -6,10 +6,8 @@ fn main() {
     let mut argv = std::env::args();
     let prog = argv.next().unwrap_or_else(|| "ptdump".to_string());
     let args: Vec<String> = argv.collect();
-    let stdout = std::io::stdout();
-    let lock = stdout.lock();
     let stderr = std::io::stderr();
-    let code = pt_decoder::dump::cli::run(&prog, &args, lock, stderr.lock());
+    let code = pt_decoder::dump::cli::run(&prog, &args, pt_cli::stdout(), stderr.lock());
     let _ = std::io::stdout().flush();
     std::process::exit(code);
 }

@@ -154,3 +154,96 @@ pub enum EventKind {
     /// SYSCALL (FRED).
     Syscall { ip: u64 },
 }
+
+impl EventKind {
+    /// The IP the event's binding packet gave it (a FUP's or a TIP's): where it
+    /// happened, or for a branch where it went (`AsyncBranch`: `to`; `AsyncDisabled`:
+    /// `ip`). `None` for the kinds without an IP. Meaningless when the event's IP is
+    /// suppressed.
+    pub fn ip(&self) -> Option<u64> {
+        use EventKind::*;
+        match *self {
+            Enabled { ip, .. }
+            | Disabled { ip }
+            | AsyncDisabled { ip, .. }
+            | AsyncPaging { ip, .. }
+            | Overflow { ip }
+            | ExecMode { ip, .. }
+            | Tsx { ip, .. }
+            | AsyncVmcs { ip, .. }
+            | Exstop { ip }
+            | Mwait { ip, .. }
+            | Ptwrite { ip, .. }
+            | Tick { ip }
+            | Tip { ip }
+            | Iflags { ip, .. }
+            | Interrupt { ip, .. }
+            | Iret { ip }
+            | Smi { ip }
+            | Rsm { ip }
+            | Init { ip }
+            | Vmentry { ip }
+            | Vmexit { ip, .. }
+            | Shutdown { ip }
+            | Uintr { ip, .. }
+            | Uiret { ip }
+            | Trig { ip, .. }
+            | Swintr { ip, .. }
+            | Syscall { ip } => Some(ip),
+            AsyncBranch { to, .. } => Some(to),
+            Paging { .. }
+            | Stop
+            | Vmcs { .. }
+            | Pwre { .. }
+            | Pwrx { .. }
+            | Cbr { .. }
+            | Mnt { .. }
+            | Tnt { .. }
+            | Sipi { .. } => None,
+        }
+    }
+
+    /// Sets the IP that [`ip`](Self::ip) returns (nothing for the kinds without one).
+    pub fn set_ip(&mut self, value: u64) {
+        use EventKind::*;
+        match self {
+            Enabled { ip, .. }
+            | Disabled { ip }
+            | AsyncDisabled { ip, .. }
+            | AsyncPaging { ip, .. }
+            | Overflow { ip }
+            | ExecMode { ip, .. }
+            | Tsx { ip, .. }
+            | AsyncVmcs { ip, .. }
+            | Exstop { ip }
+            | Mwait { ip, .. }
+            | Ptwrite { ip, .. }
+            | Tick { ip }
+            | Tip { ip }
+            | Iflags { ip, .. }
+            | Interrupt { ip, .. }
+            | Iret { ip }
+            | Smi { ip }
+            | Rsm { ip }
+            | Init { ip }
+            | Vmentry { ip }
+            | Vmexit { ip, .. }
+            | Shutdown { ip }
+            | Uintr { ip, .. }
+            | Uiret { ip }
+            | Trig { ip, .. }
+            | Swintr { ip, .. }
+            | Syscall { ip } => *ip = value,
+            AsyncBranch { to, .. } => *to = value,
+            Paging { .. }
+            | Stop
+            | Vmcs { .. }
+            | Pwre { .. }
+            | Pwrx { .. }
+            | Cbr { .. }
+            | Mnt { .. }
+            | Tnt { .. }
+            | Sipi { .. } => {}
+        }
+    }
+}

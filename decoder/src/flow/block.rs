@@ -10,18 +10,21 @@
 //! Hot code is decoded once: the walk goes over [`crate::block_cache`] blocks (one hash
 //! lookup or one array access per straight-line run), and conditional branches follow
 //! the cache's successor links.
+//!
+//! The counting fast path ([`BlockDecoder::skip_blocks`]) is a module of its own
+//! (`block/skip.rs`), with its own state; checkpoints for the parallel decode are in
+//! `block/checkpoint.rs`.
 
 use super::filter::AddrFilter;
 use super::retstack::RetStack;
+use super::Progress;
 use crate::block_cache::{BlockCache, BlockId};
 use crate::config::Config;
-use crate::error::ErrorCode;
+use crate::error::{ErrorCode, Status};
 use crate::event::{self, Event, EventDecoder, EventKind, Timestamp};
 use crate::image::Image;
 use crate::insn::{self, Insn, InsnClass, MAX_INSN_SIZE};
 use pt_encoder::ExecMode;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// Most instructions in one block (libipt counts them in 16 bits).
 pub const MAX_BLOCK_INSNS: u32 = 0xffff;
@@ -47,15 +50,14 @@ pub struct FlowOptions {
     pub filter: AddrFilter,
 }
 
-/// What the caller should do next, as libipt's `pt_status_flag` bits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Status {
-    /// An event is pending: call `event()` before the next `next()`.
-    pub event_pending: bool,
-    /// Tracing is disabled: the next block's IP is not known.
-    pub ip_suppressed: bool,
-    /// The trace ends here (while no event is pending).
-    pub eos: bool,
+/// The address space the flow runs in, as paging and VMCS events last said (libipt's
+/// `pt_asid`; 0 where not known).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Asid {
+    /// CR3 (from PIP).
+    pub cr3: u64,
+    /// The VMCS base address (from VMCS packets).
+    pub vmcs: u64,
 }
 
 /// A block of sequential instructions.
@@ -95,6 +97,9 @@ impl Block {
 }
 
 mod checkpoint;
+mod code;
+use code::{BlockView, Marks, Target, FILL_STEPS, TARGET_SLOTS};
+mod skip;
 
 pub use checkpoint::Checkpoint;
 
@@ -149,14 +154,37 @@ impl Pred {
 }
 
 /// Where execution goes after `insn` without trace (libipt's `pt_insn_next_ip`):
-/// the next instruction, or a direct jump's or call's target; `BadQuery` if trace is
-/// needed.
+/// the next instruction, or a direct jump's or call's target; `None` if trace is
+/// needed (a conditional or indirect branch, a return, a far transfer).
 #[inline]
-pub fn next_ip(insn: &Insn) -> Result<u64, ErrorCode> {
+pub fn next_ip(insn: &Insn) -> Option<u64> {
     match insn.class {
-        InsnClass::Other | InsnClass::Ptwrite => Ok(insn.next_ip()),
-        InsnClass::Jump | InsnClass::Call => insn.target.ok_or(ErrorCode::BadQuery),
-        _ => Err(ErrorCode::BadQuery),
+        InsnClass::Other | InsnClass::Ptwrite => Some(insn.next_ip()),
+        InsnClass::Jump | InsnClass::Call => insn.target,
+        _ => None,
+    }
+}
+
+/// How a walk without trace towards the instruction an event binds to ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Walk {
+    /// At the instruction or IP looked for.
+    Reached,
+    /// The block ended first (full, truncated, another section, end-on-call/jump).
+    Stopped,
+    /// An instruction that needs trace came first (the walk's `last` holds it).
+    NeedsTrace,
+}
+
+impl Walk {
+    /// Whether the walk got there; a branch that needs trace before the event's
+    /// instruction means the trace does not match the code (libipt's "bad query").
+    fn reached(self) -> Result<bool, ErrorCode> {
+        match self {
+            Walk::Reached => Ok(true),
+            Walk::Stopped => Ok(false),
+            Walk::NeedsTrace => Err(ErrorCode::BadQuery),
+        }
     }
 }
 
@@ -190,42 +218,6 @@ fn decode_in(image: &Image, ip: u64, mode: ExecMode) -> Result<Decoded, ErrorCod
     })
 }
 
-/// The event's IP, for the kinds that have one (`None` for the others).
-pub fn event_ip(kind: &EventKind) -> Option<u64> {
-    use EventKind::*;
-    match *kind {
-        Enabled { ip, .. }
-        | Disabled { ip }
-        | AsyncDisabled { ip, .. }
-        | AsyncPaging { ip, .. }
-        | Overflow { ip }
-        | ExecMode { ip, .. }
-        | Tsx { ip, .. }
-        | AsyncVmcs { ip, .. }
-        | Exstop { ip }
-        | Mwait { ip, .. }
-        | Ptwrite { ip, .. }
-        | Tick { ip }
-        | Tip { ip }
-        | Iflags { ip, .. }
-        | Interrupt { ip, .. }
-        | Iret { ip }
-        | Smi { ip }
-        | Rsm { ip }
-        | Init { ip }
-        | Vmentry { ip }
-        | Vmexit { ip, .. }
-        | Shutdown { ip }
-        | Uintr { ip, .. }
-        | Uiret { ip }
-        | Trig { ip, .. }
-        | Swintr { ip, .. }
-        | Syscall { ip } => Some(ip),
-        AsyncBranch { from, .. } => Some(from),
-        _ => None,
-    }
-}
-
 /// A placeholder event while none is loaded.
 const NO_EVENT: Event = Event {
     kind: EventKind::Stop,
@@ -254,21 +246,18 @@ pub struct BlockDecoder<'a> {
     mode: ExecMode,
     enabled: bool,
     speculative: bool,
-    tsc: u64,
-    has_tsc: bool,
-    lost_mtc: u32,
-    lost_cyc: u32,
+    /// The time of the last event used up.
+    time: Timestamp,
     cbr: Option<u32>,
     icnt: u32,
     has_icnt: bool,
-    cr3: u64,
-    vmcs: u64,
+    asid: Asid,
     retstack: RetStack,
     /// An instruction whose events are being reported before proceeding past it.
     postponed: Option<Insn>,
     bound: u8,
     /// The cache block at `ip` is this link of that block (saves a hash lookup).
-    link: Option<(BlockId, bool, u64)>,
+    link: Option<Link>,
     /// The cache block whose return or indirect branch brought us to `ip`.
     came_from: Option<BlockId>,
     /// Per cache block ending in a return or indirect branch: where it went last
@@ -290,213 +279,17 @@ pub struct BlockDecoder<'a> {
     segs_ok: bool,
     /// The state the last resync started from.
     last_resync: Option<(Option<u64>, Event, u64, bool)>,
-    /// Return addresses the memoized runs leave on the return stack.
-    run_pushes: Vec<u64>,
-    /// Whether the event after the current one is a TNT or TIP (see
-    /// [`Self::next_is_branch`]); `None` until asked.
-    branch_next: Option<bool>,
-    /// Scratch return stack of [`Self::walk_tnt_run`].
-    run_stack: Vec<u64>,
-    /// Per cache block: the chain that starts there, once known.
-    chains: Vec<Chain>,
-    /// Return addresses pushed by the calls of chains.
-    chain_pushes: Vec<u64>,
-    /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
-    runs: HashMap<(u32, u64), TntRun, BuildHasherDefault<KeyHasher>>,
+    /// The counting fast path's own state ([`skip`]).
+    skip: skip::Skip,
 }
 
-/// The parts of a cache block the walk needs.
-#[derive(Clone, Copy)]
-struct BlockView {
+/// A successor link of a cache block: the block execution goes on at after `block`'s
+/// last instruction went the `taken` way (or fell through), to `ip`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Link {
+    block: BlockId,
+    taken: bool,
     ip: u64,
-    ninsn: u32,
-    truncated: bool,
-}
-
-/// Where a run of conditional branches leads, for [`BlockDecoder::skip_blocks`].
-#[derive(Clone, Copy, Debug)]
-struct TntRun {
-    /// The last block of the run and whether its branch was taken (`None` if it
-    /// ended in a return).
-    link: Option<(BlockId, bool)>,
-    /// Where the run ends.
-    ip: u64,
-    insns: u64,
-    /// TNT bits (= blocks) used.
-    used: u8,
-    /// Return addresses of calls still open at the end: `run_pushes[start..][..len]`.
-    pushes: (u32, u8),
-    /// Most calls open at once during the run (the return stack must have room).
-    depth: u8,
-}
-
-/// TNT events with fewer bits than this are walked block by block
-/// ([`BlockDecoder::skip_chains`]) rather than looked up in the run memo.
-const MEMO_MIN_BITS: u8 = 8;
-
-/// A chain of warm cache blocks that make up one block up to an instruction that needs
-/// trace ([`BlockDecoder::build_chain`]), in 32 bytes: [`BlockDecoder::skip_chains`]
-/// goes from one to the next, so that each step touches one cache line.
-#[derive(Clone, Copy, Debug, Default)]
-struct Chain {
-    /// The address after the last instruction.
-    fall_through: u64,
-    /// The last instruction's target minus `fall_through` (a conditional jump's).
-    target: i32,
-    /// The cache block whose last instruction needs trace.
-    end: u32,
-    /// Return addresses its calls push, in order: `chain_pushes[pushes..][..npush]`.
-    pushes: u32,
-    /// Instructions in the chain (at most [`MAX_BLOCK_INSNS`]).
-    insns: u16,
-    npush: u8,
-    /// What the last instruction needs: one of the `CHAIN_*` values.
-    kind: u8,
-    /// `end`'s successors as far as known: `[fall-through, taken]`
-    /// ([`BlockCache::linked`]), [`NO_LINK`] if not yet.
-    links: [u32; 2],
-}
-
-/// [`Chain::kind`]: not built (or the walk failed last time).
-const CHAIN_NONE: u8 = 0;
-/// [`Chain::kind`]: ends in a conditional jump.
-const CHAIN_COND: u8 = 1;
-/// [`Chain::kind`]: ends in a near return.
-const CHAIN_RET: u8 = 2;
-/// [`Chain::kind`]: ends in a near indirect jump or call.
-const CHAIN_IND: u8 = 3;
-/// [`Chain::kind`]: ends in an instruction the fast path leaves to `next`.
-const CHAIN_OTHER: u8 = 4;
-/// [`Chain::links`]: not known yet.
-const NO_LINK: u32 = u32::MAX;
-
-/// Most memoized TNT runs before the memo starts anew.
-const MAX_RUNS: usize = 1 << 20;
-
-/// A cheap hash for the run memo's keys.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        let h = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = h ^ (h >> 29);
-    }
-}
-
-/// Where a branch went: the cache block at `ip` in `mode` (ids stay valid: the
-/// decoder's image cannot change under it).
-#[derive(Clone, Copy, Debug)]
-struct Target {
-    ip: u64,
-    mode: ExecMode,
-    id: Option<BlockId>,
-}
-
-impl Target {
-    const NONE: Target = Target {
-        ip: 0,
-        mode: ExecMode::Unknown,
-        id: None,
-    };
-
-    fn new(ip: u64, mode: ExecMode, id: BlockId) -> Self {
-        Target {
-            ip,
-            mode,
-            id: Some(id),
-        }
-    }
-
-    /// The block if this is where `ip` in `mode` is.
-    #[inline]
-    fn hit(&self, ip: u64, mode: ExecMode) -> Option<BlockId> {
-        if self.ip == ip && self.mode == mode {
-            self.id
-        } else {
-            None
-        }
-    }
-}
-
-/// Entries of the block decoder's direct-mapped target table (a power of two).
-const TARGET_SLOTS: usize = 1024;
-
-/// The target table slot of `ip`.
-#[inline]
-fn target_slot(ip: u64) -> usize {
-    let h = (ip ^ (ip >> 10) ^ (ip >> 20) ^ (ip >> 40)) as usize;
-    h & (TARGET_SLOTS - 1)
-}
-
-/// Instructions libipt's own block cache walks at most before it ends a block while
-/// learning new code.
-const FILL_STEPS: u32 = 0x400;
-
-/// A bit per code byte of each section: the instruction there is known.
-#[derive(Default)]
-struct Marks {
-    /// `(first address, end address, bits)` per section seen.
-    sections: Vec<(u64, u64, Vec<u64>)>,
-    cur: usize,
-}
-
-impl Marks {
-    fn slot(&mut self, image: &Image, ip: u64) -> Option<usize> {
-        if let Some((lo, hi, _)) = self.sections.get(self.cur) {
-            if *lo <= ip && ip < *hi {
-                return Some(self.cur);
-            }
-        }
-        if let Some(i) = self
-            .sections
-            .iter()
-            .position(|(lo, hi, _)| *lo <= ip && ip < *hi)
-        {
-            self.cur = i;
-            return Some(i);
-        }
-        let s = image.find(ip)?;
-        let len = s.len();
-        let words = usize::try_from(len.div_ceil(64)).ok()?;
-        self.sections
-            .push((s.vaddr(), s.vaddr().saturating_add(len), vec![0; words]));
-        self.cur = self.sections.len() - 1;
-        Some(self.cur)
-    }
-
-    fn valid(&mut self, image: &Image, ip: u64) -> bool {
-        let Some(i) = self.slot(image, ip) else {
-            return false;
-        };
-        let (lo, _, bits) = &self.sections[i];
-        let at = (ip - lo) as usize;
-        bits.get(at / 64).is_some_and(|w| w >> (at % 64) & 1 != 0)
-    }
-
-    fn mark(&mut self, image: &Image, ip: u64) {
-        if let Some(i) = self.slot(image, ip) {
-            let (lo, _, bits) = &mut self.sections[i];
-            let at = (ip - *lo) as usize;
-            if let Some(w) = bits.get_mut(at / 64) {
-                *w |= 1 << (at % 64);
-            }
-        }
-    }
 }
 
 fn code(e: crate::error::DecodeError) -> ErrorCode {
@@ -524,15 +317,11 @@ impl<'a> BlockDecoder<'a> {
             mode: ExecMode::Unknown,
             enabled: false,
             speculative: false,
-            tsc: 0,
-            has_tsc: false,
-            lost_mtc: 0,
-            lost_cyc: 0,
+            time: Timestamp::default(),
             cbr: None,
             icnt: 0,
             has_icnt: false,
-            cr3: 0,
-            vmcs: 0,
+            asid: Asid::default(),
             retstack: RetStack::new(),
             postponed: None,
             bound: 0,
@@ -543,12 +332,7 @@ impl<'a> BlockDecoder<'a> {
             targets: vec![Target::NONE; TARGET_SLOTS].into_boxed_slice(),
             marks: Marks::default(),
             warm: Vec::new(),
-            runs: HashMap::default(),
-            chains: Vec::new(),
-            chain_pushes: Vec::new(),
-            run_pushes: Vec::new(),
-            run_stack: Vec::new(),
-            branch_next: None,
+            skip: skip::Skip::default(),
             failed: None,
             last_resync: None,
             segs: Vec::new(),
@@ -578,18 +362,27 @@ impl<'a> BlockDecoder<'a> {
         self.evdec.offset().map_err(code)
     }
 
+    /// Where the flow is: the IP of the next instruction (meaningful while tracing is
+    /// enabled, i.e. when the last status did not say `ip_suppressed`).
+    pub fn ip(&self) -> u64 {
+        self.ip
+    }
+
     /// Offset of the PSB the decoder last synchronized at.
     pub fn sync_offset(&self) -> Option<u64> {
         self.evdec.sync_offset()
     }
 
-    /// The time of the last event consumed: TSC (if known), lost MTC and CYC packets.
-    pub fn time(&self) -> (Option<u64>, u32, u32) {
-        (
-            self.has_tsc.then_some(self.tsc),
-            self.lost_mtc,
-            self.lost_cyc,
-        )
+    /// The time of the last event used up (the TNT or TIP that ended the last block,
+    /// or an event taken since).
+    pub fn time(&self) -> Timestamp {
+        self.time
+    }
+
+    /// The TSC of [`time`](Self::time), 0 if none is known (what libipt compares tick
+    /// events with).
+    fn tsc(&self) -> u64 {
+        self.time.tsc.unwrap_or(0)
     }
 
     /// The last core:bus ratio seen.
@@ -598,8 +391,8 @@ impl<'a> BlockDecoder<'a> {
     }
 
     /// The current CR3 and VMCS base (from paging and VMCS events).
-    pub fn asid(&self) -> (u64, u64) {
-        (self.cr3, self.vmcs)
+    pub fn asid(&self) -> Asid {
+        self.asid
     }
 
     /// The block cache's counters.
@@ -608,9 +401,7 @@ impl<'a> BlockDecoder<'a> {
     }
 
     fn reset(&mut self) {
-        self.tsc = 0;
-        self.lost_mtc = 0;
-        self.lost_cyc = 0;
+        self.time = Timestamp::default();
         self.cbr = None;
         self.icnt = 0;
         self.mode = ExecMode::Unknown;
@@ -618,17 +409,14 @@ impl<'a> BlockDecoder<'a> {
         self.status = Err(ErrorCode::NoSync);
         self.enabled = false;
         self.speculative = false;
-        self.has_tsc = false;
         self.has_icnt = false;
         self.postponed = None;
         self.bound = 0;
         self.event = NO_EVENT;
         self.retstack.clear();
-        self.cr3 = 0;
-        self.vmcs = 0;
+        self.asid = Asid::default();
         self.link = None;
         self.came_from = None;
-        self.branch_next = None;
         self.failed = None;
         self.last_resync = None;
     }
@@ -676,21 +464,7 @@ impl<'a> BlockDecoder<'a> {
         Ok(())
     }
 
-    /// [`EventDecoder::next_is_branch`], asked once per event.
-    #[inline]
-    fn next_is_branch(&mut self) -> bool {
-        match self.branch_next {
-            Some(b) => b,
-            None => {
-                let b = self.evdec.next_is_branch();
-                self.branch_next = Some(b);
-                b
-            }
-        }
-    }
-
     fn load_next_event(&mut self) {
-        self.branch_next = None;
         match self.evdec.next_into(&mut self.event) {
             Ok(()) => self.status = Ok(()),
             Err(e) => {
@@ -702,11 +476,7 @@ impl<'a> BlockDecoder<'a> {
 
     /// Consume the current event and load the next one.
     fn fetch_event(&mut self) -> Result<(), ErrorCode> {
-        let t = self.event.time;
-        self.tsc = t.tsc.unwrap_or(0);
-        self.has_tsc = t.tsc.is_some();
-        self.lost_mtc = t.lost_mtc;
-        self.lost_cyc = t.lost_cyc;
+        self.time = self.event.time;
         // A bad anchor is reported, but the event is used up all the same: libipt
         // keeps it and then reports the same error over and over on resync.
         let anchor = if self.status.is_ok() {
@@ -721,7 +491,7 @@ impl<'a> BlockDecoder<'a> {
     /// A TIP or TNT was used up: turn it into a tick event if asked for and its time is
     /// new, else move on to the next event.
     fn tick(&mut self, ip: u64) -> Result<(), ErrorCode> {
-        if self.options.tick_events && self.event.time.tsc.unwrap_or(0) != self.tsc {
+        if self.options.tick_events && self.event.time.tsc.unwrap_or(0) != self.tsc() {
             self.event.kind = EventKind::Tick { ip };
             return Ok(());
         }
@@ -744,7 +514,6 @@ impl<'a> BlockDecoder<'a> {
             }
             EventKind::Tnt { .. } => {
                 // A deferred TIP may follow the TNT that is still in use.
-                self.branch_next = None;
                 let saved = self.evdec.clone();
                 match self.evdec.next() {
                     Ok(Event {
@@ -828,8 +597,9 @@ impl<'a> BlockDecoder<'a> {
 
     /// After an error, go on at the next point in the event stream where the IP is
     /// known again, without a new PSB where possible (libipt's `pt_blk_resync`).
-    /// [`ErrorCode::EventIgnored`]: call [`event`](Self::event), then this again.
-    pub fn resync(&mut self) -> Result<Status, ErrorCode> {
+    /// [`Progress::EventFirst`]: take the pending event ([`event`](Self::event)), then
+    /// call this again.
+    pub fn resync(&mut self) -> Result<Progress, ErrorCode> {
         use EventKind::*;
         // Resynchronizing twice from the very same state would fail the same way
         // forever (libipt's ptxed can loop there): give up and let the caller look
@@ -853,7 +623,7 @@ impl<'a> BlockDecoder<'a> {
             }
             if ev.status_update {
                 let at = self.sync_offset().ok_or(ErrorCode::NoSync)?;
-                return self.sync_set(at);
+                return self.sync_set(at).map(Progress::Done);
             }
             let pending = self.status_flags(true);
             match ev.kind {
@@ -862,13 +632,13 @@ impl<'a> BlockDecoder<'a> {
                 Enabled { .. } if ev.ip_suppressed => {}
                 Enabled { .. } => {
                     self.enabled = false;
-                    return Ok(self.status_flags(true));
+                    return Ok(Progress::Done(self.status_flags(true)));
                 }
                 Disabled { .. } => {
                     self.enabled = true;
                     self.ip = 0;
                     self.process_disabled(&ev)?;
-                    return self.resync_at_event();
+                    return self.resync_at_event().map(Progress::Done);
                 }
                 AsyncDisabled { at, .. } => {
                     self.ip = at;
@@ -877,18 +647,18 @@ impl<'a> BlockDecoder<'a> {
                         self.fetch_event()?;
                         continue;
                     }
-                    return Ok(self.status_flags(true));
+                    return Ok(Progress::Done(self.status_flags(true)));
                 }
                 AsyncBranch { from, .. } => {
                     self.ip = from;
-                    return Ok(self.status_flags(true));
+                    return Ok(Progress::Done(self.status_flags(true)));
                 }
                 AsyncPaging { ip, .. } if !ev.ip_suppressed => {
                     self.ip = ip;
-                    return Ok(self.status_flags(true));
+                    return Ok(Progress::Done(self.status_flags(true)));
                 }
                 AsyncPaging { .. } | Paging { .. } => self.process_paging(&ev),
-                Overflow { .. } => return Ok(pending),
+                Overflow { .. } => return Ok(Progress::Done(pending)),
                 ExecMode { ip, .. } | Tsx { ip, .. } | Iflags { ip, .. } | Interrupt { ip, .. } => {
                     if ev.ip_suppressed {
                         self.enabled = false;
@@ -896,22 +666,22 @@ impl<'a> BlockDecoder<'a> {
                         self.enabled = true;
                         self.ip = ip;
                     }
-                    return Ok(self.status_flags(true));
+                    return Ok(Progress::Done(self.status_flags(true)));
                 }
                 AsyncVmcs { ip, .. } if !ev.ip_suppressed => {
                     self.ip = ip;
-                    return Ok(self.status_flags(true));
+                    return Ok(Progress::Done(self.status_flags(true)));
                 }
                 AsyncVmcs { .. } | Vmcs { .. } => self.process_vmcs(&ev),
                 Ptwrite { ip, .. } | Vmentry { ip } | Uiret { ip } => {
                     if ev.ip_suppressed {
                         if matches!(ev.kind, Ptwrite { .. }) {
-                            return Err(ErrorCode::EventIgnored);
+                            return Ok(Progress::EventFirst);
                         }
                     } else {
                         self.ip = ip;
                         // Reported after the instruction.
-                        return Ok(self.status_flags(false));
+                        return Ok(Progress::Done(self.status_flags(false)));
                     }
                 }
                 Exstop { ip }
@@ -929,11 +699,11 @@ impl<'a> BlockDecoder<'a> {
                     if !ev.ip_suppressed =>
                 {
                     self.ip = ip;
-                    return Ok(self.status_flags(true));
+                    return Ok(Progress::Done(self.status_flags(true)));
                 }
                 Tip { ip } => {
                     self.ip = ip;
-                    return self.resync_at_event();
+                    return self.resync_at_event().map(Progress::Done);
                 }
                 _ => {}
             }
@@ -991,48 +761,57 @@ impl<'a> BlockDecoder<'a> {
             || (self.options.end_on_jump && insn.class == InsnClass::Jump)
     }
 
-    /// Proceed without trace until an instruction for which `pred` holds (`Ok(true)`),
-    /// or the block is full or would switch sections (`Ok(false)`). `BadQuery` if
-    /// trace is needed first; `last` then holds that instruction.
+    /// Proceed without trace until an instruction for which `pred` holds, or the block
+    /// ends. `last` holds the last instruction added.
     fn proceed_to_insn(
         &mut self,
         block: &mut Block,
         last: &mut Option<Insn>,
         pred: Pred,
-    ) -> Result<bool, ErrorCode> {
+    ) -> Result<Walk, ErrorCode> {
         loop {
             if !self.proceed_one_insn(block, last)? {
-                return Ok(false);
+                return Ok(Walk::Stopped);
             }
             let insn = last.ok_or(ErrorCode::Internal)?;
             if pred.test(&insn) {
-                return Ok(true);
+                return Ok(Walk::Reached);
             }
-            self.ip = next_ip(&insn)?;
+            let Some(ip) = next_ip(&insn) else {
+                return Ok(Walk::NeedsTrace);
+            };
+            self.ip = ip;
             if self.ends_on_request(&insn) {
-                return Ok(false);
+                return Ok(Walk::Stopped);
             }
         }
     }
 
-    /// Proceed without trace until `ip` is reached (`Ok(true)`).
+    /// Proceed without trace until `ip` is reached, or the block ends.
     fn proceed_to_ip(
         &mut self,
         block: &mut Block,
         last: &mut Option<Insn>,
         ip: u64,
-    ) -> Result<bool, ErrorCode> {
+    ) -> Result<Walk, ErrorCode> {
         loop {
             if self.ip == ip {
-                return Ok(true);
+                return Ok(Walk::Reached);
             }
             if !self.proceed_one_insn(block, last)? {
-                return Ok(false);
+                return Ok(Walk::Stopped);
             }
             let insn = last.ok_or(ErrorCode::Internal)?;
-            self.ip = next_ip(&insn)?;
+            let Some(next) = next_ip(&insn) else {
+                return Ok(Walk::NeedsTrace);
+            };
+            self.ip = next;
             if self.ends_on_request(&insn) {
-                return Ok(self.ip == ip);
+                return Ok(if self.ip == ip {
+                    Walk::Reached
+                } else {
+                    Walk::Stopped
+                });
             }
         }
     }
@@ -1043,22 +822,25 @@ impl<'a> BlockDecoder<'a> {
         &mut self,
         block: &mut Block,
         last: &mut Option<Insn>,
-    ) -> Result<bool, ErrorCode> {
+    ) -> Result<Walk, ErrorCode> {
         loop {
-            if !self.proceed_to_insn(block, last, Pred::Skl014)? {
-                return Ok(false);
+            match self.proceed_to_insn(block, last, Pred::Skl014)? {
+                Walk::Reached => {}
+                other => return Ok(other),
             }
             let insn = last.ok_or(ErrorCode::Internal)?;
             if insn.changes_cr3() {
-                return Ok(true);
+                return Ok(Walk::Reached);
             }
-            let ip = next_ip(&insn)?;
+            let Some(ip) = next_ip(&insn) else {
+                return Ok(Walk::NeedsTrace);
+            };
             if !self.options.filter.allows(ip) {
-                return Ok(true);
+                return Ok(Walk::Reached);
             }
             self.ip = ip;
             if self.ends_on_request(&insn) {
-                return Ok(false);
+                return Ok(Walk::Stopped);
             }
         }
     }
@@ -1069,7 +851,7 @@ impl<'a> BlockDecoder<'a> {
         last: &mut Option<Insn>,
         ev: &Event,
         ip: u64,
-    ) -> Result<bool, ErrorCode> {
+    ) -> Result<Walk, ErrorCode> {
         if ev.ip_suppressed {
             if self.options.filter.is_configured() && self.config.errata.skl014 {
                 return self.proceed_skl014(block, last);
@@ -1096,15 +878,20 @@ impl<'a> BlockDecoder<'a> {
         last: &mut Option<Insn>,
         ev: &Event,
         pred: Pred,
-    ) -> Result<bool, ErrorCode> {
+    ) -> Result<Walk, ErrorCode> {
         if ev.ip_suppressed {
             return self.proceed_to_insn(block, last, pred);
         }
-        let ip = event_ip(&ev.kind).ok_or(ErrorCode::Internal)?;
-        if !self.proceed_to_ip(block, last, ip)? {
-            return Ok(false);
+        let ip = ev.kind.ip().ok_or(ErrorCode::Internal)?;
+        match self.proceed_to_ip(block, last, ip)? {
+            Walk::Reached => {}
+            other => return Ok(other),
         }
-        self.proceed_one_insn(block, last)
+        Ok(if self.proceed_one_insn(block, last)? {
+            Walk::Reached
+        } else {
+            Walk::Stopped
+        })
     }
 
     /// Give a TRIG event without an IP of its own the anchor IP and the remaining
@@ -1134,9 +921,9 @@ impl<'a> BlockDecoder<'a> {
         &mut self,
         block: &mut Block,
         last: &mut Option<Insn>,
-    ) -> Result<bool, ErrorCode> {
+    ) -> Result<Walk, ErrorCode> {
         if self.event.ip_suppressed {
-            return Ok(true);
+            return Ok(Walk::Reached);
         }
         self.provide_trig_anchor()?;
         let EventKind::Trig { ip, icnt, .. } = self.event.kind else {
@@ -1146,27 +933,30 @@ impl<'a> BlockDecoder<'a> {
             return if icnt == 0 {
                 Err(ErrorCode::Internal)
             } else {
-                Ok(true)
+                Ok(Walk::Reached)
             };
         }
-        if !self.proceed_to_ip(block, last, ip)? {
-            return Ok(false);
+        match self.proceed_to_ip(block, last, ip)? {
+            Walk::Reached => {}
+            other => return Ok(other),
         }
         loop {
             let EventKind::Trig { icnt, .. } = self.event.kind else {
                 return Err(ErrorCode::Internal);
             };
             if icnt == 0 {
-                return Ok(true);
+                return Ok(Walk::Reached);
             }
             if !self.proceed_one_insn(block, last)? {
-                return Ok(false);
+                return Ok(Walk::Stopped);
             }
             let insn = last.ok_or(ErrorCode::Internal)?;
-            self.ip = next_ip(&insn)?;
-            let dip = self.ip;
+            let Some(next) = next_ip(&insn) else {
+                return Ok(Walk::NeedsTrace);
+            };
+            self.ip = next;
             if let EventKind::Trig { ip, icnt, .. } = &mut self.event.kind {
-                *ip = dip;
+                *ip = next;
                 *icnt -= 1;
             }
         }
@@ -1206,9 +996,8 @@ impl<'a> BlockDecoder<'a> {
         };
         if self.enabled {
             match next_ip(&insn) {
-                Ok(ip) => self.ip = ip,
-                Err(ErrorCode::BadQuery) => self.proceed_with_trace(&insn)?,
-                Err(e) => return Err(e),
+                Some(ip) => self.ip = ip,
+                None => self.proceed_with_trace(&insn)?,
             }
         }
         self.clear_postponed();
@@ -1267,18 +1056,17 @@ impl<'a> BlockDecoder<'a> {
             | Sipi { .. } => true,
             Disabled { ip } => {
                 if !ev.status_update {
-                    match self.proceed_to_disabled(block, &mut last, &ev, ip) {
-                        Ok(true) => {}
-                        Ok(false) => return Ok(self.status_flags(false)),
+                    match self.proceed_to_disabled(block, &mut last, &ev, ip)? {
+                        Walk::Reached => {}
+                        Walk::Stopped => return Ok(self.status_flags(false)),
                         // It also binds to the next branch that would need trace.
-                        Err(ErrorCode::BadQuery) => self.set_disable_resume_ip(last.as_ref()),
-                        Err(e) => return Err(e),
+                        Walk::NeedsTrace => self.set_disable_resume_ip(last.as_ref()),
                     }
                 }
                 true
             }
             AsyncDisabled { at, .. } => {
-                if !self.proceed_to_ip(block, &mut last, at)? {
+                if !self.proceed_to_ip(block, &mut last, at)?.reached()? {
                     return Ok(Status::default());
                 }
                 if self.config.errata.skd022 && self.handle_skd022()? {
@@ -1286,7 +1074,7 @@ impl<'a> BlockDecoder<'a> {
                 }
                 true
             }
-            AsyncBranch { from, .. } => self.proceed_to_ip(block, &mut last, from)?,
+            AsyncBranch { from, .. } => self.proceed_to_ip(block, &mut last, from)?.reached()?,
             Paging { .. } | Vmcs { .. } => {
                 if enabled {
                     let (pred, flag) = if matches!(ev.kind, Paging { .. }) {
@@ -1294,7 +1082,7 @@ impl<'a> BlockDecoder<'a> {
                     } else {
                         (Pred::BindsToVmcs, bound::VMCS)
                     };
-                    if !self.proceed_to_insn(block, &mut last, pred)? {
+                    if !self.proceed_to_insn(block, &mut last, pred)?.reached()? {
                         return Ok(Status::default());
                     }
                     self.bound |= flag;
@@ -1316,14 +1104,14 @@ impl<'a> BlockDecoder<'a> {
                 if ev.ip_suppressed {
                     true
                 } else {
-                    self.proceed_to_ip(block, &mut last, ip)?
+                    self.proceed_to_ip(block, &mut last, ip)?.reached()?
                 }
             }
             Exstop { ip } | Mwait { ip, .. } => {
                 if !enabled || ev.ip_suppressed {
                     true
                 } else {
-                    self.proceed_to_ip(block, &mut last, ip)?
+                    self.proceed_to_ip(block, &mut last, ip)?.reached()?
                 }
             }
             Ptwrite { .. } | Iret { .. } | Vmentry { .. } | Uiret { .. } => {
@@ -1334,7 +1122,10 @@ impl<'a> BlockDecoder<'a> {
                         Vmentry { .. } => (Pred::Vmentry, bound::VMENTRY),
                         _ => (Pred::Uiret, bound::UIRET),
                     };
-                    if !self.proceed_past_bound(block, &mut last, &ev, pred)? {
+                    if !self
+                        .proceed_past_bound(block, &mut last, &ev, pred)?
+                        .reached()?
+                    {
                         return Ok(Status::default());
                     }
                     self.bound |= flag;
@@ -1349,12 +1140,12 @@ impl<'a> BlockDecoder<'a> {
                     } else {
                         (Pred::Syscall, bound::SYSCALL)
                     };
-                    let reached = if ev.ip_suppressed {
+                    let walk = if ev.ip_suppressed {
                         self.proceed_to_insn(block, &mut last, pred)?
                     } else {
                         self.proceed_to_ip(block, &mut last, ip)?
                     };
-                    if !reached {
+                    if !walk.reached()? {
                         return Ok(Status::default());
                     }
                     self.bound |= flag;
@@ -1362,76 +1153,13 @@ impl<'a> BlockDecoder<'a> {
                 }
                 true
             }
-            Trig { .. } => self.proceed_to_trig(block, &mut last)?,
+            Trig { .. } => self.proceed_to_trig(block, &mut last)?.reached()?,
             Tip { .. } | Tnt { .. } => return Err(ErrorCode::Internal),
         };
         if !reached {
             return Ok(Status::default());
         }
         Ok(self.status_flags(true))
-    }
-
-    /// The block cache block at `ip`, following the stored link if it matches.
-    #[inline]
-    fn cache_block_at(&mut self, ip: u64) -> Result<BlockId, ErrorCode> {
-        if let Some((id, taken, at)) = self.link.take() {
-            if at == ip {
-                return self
-                    .cache
-                    .successor(self.image, id, taken)
-                    .map_err(|e| e.code);
-            }
-        }
-        // After a return or an indirect branch: the target it went to last time?
-        let from = self.came_from.take();
-        if let Some(from) = from {
-            if let Some(id) = self
-                .last_target
-                .get(from.index())
-                .and_then(|t| t.hit(ip, self.mode))
-            {
-                return Ok(id);
-            }
-        }
-        // Else a small direct-mapped table by IP before the cache's hash index (an
-        // indirect branch with many targets misses the last-target entry).
-        let slot = target_slot(ip);
-        let id = match self.targets.get(slot).and_then(|t| t.hit(ip, self.mode)) {
-            Some(id) => id,
-            None => {
-                let id = self
-                    .cache
-                    .lookup(self.image, ip, self.mode)
-                    .map_err(|e| e.code)?;
-                if let Some(t) = self.targets.get_mut(slot) {
-                    *t = Target::new(ip, self.mode, id);
-                }
-                id
-            }
-        };
-        if let Some(from) = from {
-            if self.last_target.len() <= from.index() {
-                self.last_target.resize(from.index() + 1, Target::NONE);
-            }
-            self.last_target[from.index()] = Target::new(ip, self.mode, id);
-        }
-        Ok(id)
-    }
-
-    #[inline]
-    fn section_id(&mut self, ip: u64) -> u32 {
-        let (lo, hi, id) = self.section;
-        if lo <= ip && ip < hi {
-            return id;
-        }
-        match self.image.find(ip) {
-            Some(s) => {
-                let lo = s.vaddr();
-                self.section = (lo, lo.saturating_add(s.len()), s.id());
-                s.id()
-            }
-            None => 0,
-        }
     }
 
     /// Proceed to the next instruction that needs trace, a cache block at a time.
@@ -1493,9 +1221,13 @@ impl<'a> BlockDecoder<'a> {
                 self.retstack.push(insn.next_ip());
             }
             match next_ip(&insn) {
-                Ok(ip) => {
+                Some(ip) => {
                     let taken = insn.class != InsnClass::Other && insn.class != InsnClass::Ptwrite;
-                    self.link = Some((id, taken, ip));
+                    self.link = Some(Link {
+                        block: id,
+                        taken,
+                        ip,
+                    });
                     self.ip = ip;
                     if self.ends_on_request(&insn) {
                         return Ok(());
@@ -1519,82 +1251,33 @@ impl<'a> BlockDecoder<'a> {
                         return Ok(());
                     }
                 }
-                Err(ErrorCode::BadQuery) => {
+                None => {
                     self.proceed_with_trace(&insn)?;
                     if insn.class == InsnClass::CondJump {
                         let taken = Some(self.ip) == insn.target;
-                        self.link = Some((id, taken, self.ip));
+                        self.link = Some(Link {
+                            block: id,
+                            taken,
+                            ip: self.ip,
+                        });
                     } else {
                         self.came_from = Some(id);
                     }
                     return Ok(());
                 }
-                Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Whether `ip` lies in the section of the last cache block.
-    #[inline]
-    fn in_section(&self, ip: u64) -> bool {
-        self.section.0 <= ip && ip < self.section.1
-    }
-
-    /// Walk cache block `id` instruction by instruction as libipt would, marking what
-    /// its cache learns. All but the last instruction are handled here; returns
-    /// `Some((count, ip, next))` if libipt ends its block after `count` instructions
-    /// of this run (the last at `ip`, going on at `next`). Leaves `fill` as it is
-    /// before the last instruction's own step.
-    fn walk_unknown(
-        &mut self,
-        id: BlockId,
-        b: &BlockView,
-        fill: &mut Option<u32>,
-    ) -> Option<(u32, u64, u64)> {
-        let image = self.image;
-        let sizes = self.cache.sizes(id);
-        let mut ip = b.ip;
-        let mut known = true;
-        for (k, &size) in sizes.iter().enumerate() {
-            if fill.is_none() && !self.marks.valid(image, ip) {
-                *fill = Some(0);
-            }
-            let last = k + 1 == sizes.len();
-            if let Some(n) = *fill {
-                self.marks.mark(image, ip);
-                if !last {
-                    let nip = ip.wrapping_add(u64::from(size));
-                    if self.marks.valid(image, nip) {
-                        *fill = None;
-                    } else if n + 1 == FILL_STEPS {
-                        return Some((k as u32 + 1, ip, nip));
-                    } else {
-                        *fill = Some(n + 1);
-                    }
-                }
-            }
-            known &= self.marks.valid(image, ip);
-            ip = ip.wrapping_add(u64::from(size));
-        }
-        if known {
-            if self.warm.len() <= id.index() {
-                self.warm.resize(id.index() + 1, false);
-            }
-            self.warm[id.index()] = true;
-        }
-        None
     }
 
     /// One instruction at a time (a block that would overflow the instruction limit).
     fn proceed_no_event_slow(&mut self, block: &mut Block) -> Result<(), ErrorCode> {
         let mut last = None;
-        match self.proceed_to_insn(block, &mut last, Pred::Never) {
-            Ok(_) => Ok(()),
-            Err(ErrorCode::BadQuery) => {
-                let insn = last.ok_or(ErrorCode::BadQuery)?;
+        match self.proceed_to_insn(block, &mut last, Pred::Never)? {
+            Walk::NeedsTrace => {
+                let insn = last.ok_or(ErrorCode::Internal)?;
                 self.proceed_with_trace(&insn)
             }
-            Err(e) => Err(e),
+            Walk::Reached | Walk::Stopped => Ok(()),
         }
     }
 
@@ -1649,9 +1332,9 @@ impl<'a> BlockDecoder<'a> {
                 break false;
             }
             steps -= 1;
-            match self.decode(at).and_then(|d| next_ip(&d.insn)) {
-                Ok(n) => at = n,
-                Err(_) => break false,
+            match self.decode(at).ok().and_then(|d| next_ip(&d.insn)) {
+                Some(n) => at = n,
+                None => break false,
             }
         };
         if reachable {
@@ -1711,7 +1394,7 @@ impl<'a> BlockDecoder<'a> {
                 let no_tick = !self.options.tick_events
                     || block.is_none()
                     || ev.time.tsc.is_none()
-                    || ev.time.tsc == Some(self.tsc);
+                    || ev.time.tsc == Some(self.tsc());
                 if no_tick {
                     if size != 0 {
                         return self.finish_trailing();
@@ -1748,12 +1431,11 @@ impl<'a> BlockDecoder<'a> {
                     return pending(self);
                 }
                 match next_ip(&insn) {
-                    Ok(n) => self.ip = n,
-                    Err(ErrorCode::BadQuery) => {
+                    Some(n) => self.ip = n,
+                    None => {
                         self.set_disable_resume_ip(Some(&insn));
                         return pending(self);
                     }
-                    Err(e) => return Err(e),
                 }
                 self.clear_postponed();
                 if !ev.ip_suppressed && self.ip == ip {
@@ -1896,577 +1578,6 @@ impl<'a> BlockDecoder<'a> {
         Ok(self.status_flags(false))
     }
 
-    /// Skips whole blocks whose only trace is a bit of the current TNT event, as many
-    /// as [`next`](Self::next) would return one by one with nothing else to report,
-    /// keeping the event's last bit for `next`. Returns the instructions and blocks
-    /// skipped. For callers that only count (ptxed `--quiet`); call it only where
-    /// `next` may be called. Runs of bits are memoized per start block, so a hot loop
-    /// costs one lookup per TNT packet.
-    pub fn skip_blocks(&mut self) -> (u64, u64) {
-        if self.status.is_err()
-            || !self.enabled
-            || self.postponed.is_some()
-            || self.options.tick_events
-        {
-            return (0, 0);
-        }
-        let (mut insns, mut blocks) = (0, 0);
-        loop {
-            let (i, b) = match self.event.kind {
-                // Long runs of bits in one lookup; short ones block by block.
-                EventKind::Tnt { size, .. } if size >= MEMO_MIN_BITS => match self.skip_tnt_run() {
-                    (_, 0) => self.skip_chains(),
-                    r => r,
-                },
-                EventKind::Tnt { .. } | EventKind::Tip { .. } => self.skip_chains(),
-                _ => (0, 0),
-            };
-            if b == 0 {
-                return (insns, blocks);
-            }
-            insns += i;
-            blocks += b;
-        }
-    }
-
-    /// The chain of warm cache blocks that [`next`](Self::next) would take as one
-    /// block from cache block `start` on, up to the first instruction that needs
-    /// trace: [`Self::proceed_no_event`]'s walk over warm blocks (memoized per start
-    /// block in `chains`, since warm code does not change). `None` where that walk
-    /// would end the block otherwise (another section, the instruction limit, a
-    /// truncated instruction, `end_on_call`/`end_on_jump`) or meets code that is not
-    /// warm yet.
-    fn build_chain(&mut self, start: BlockId) -> Option<Chain> {
-        let first = self.chain_pushes.len();
-        let isid = self.section_id(self.cache.get(start)?.ip);
-        let mut id = start;
-        let mut insns = 0u32;
-        let chain = loop {
-            if !self.warm.get(id.index()).copied().unwrap_or(false) {
-                break None;
-            }
-            let b = self.cache.block(id);
-            let (ip0, ninsn, truncated, last) = (b.ip, b.ninsn, b.truncated, b.last);
-            if truncated || insns + ninsn > MAX_BLOCK_INSNS || self.section_id(ip0) != isid {
-                break None;
-            }
-            insns += ninsn;
-            if last.pushes_return() {
-                self.chain_pushes.push(last.next_ip());
-            }
-            match next_ip(&last) {
-                Ok(ip) => {
-                    if self.ends_on_request(&last) || !self.in_section(ip) {
-                        break None;
-                    }
-                    let taken = last.class != InsnClass::Other && last.class != InsnClass::Ptwrite;
-                    match self.cache.successor(self.image, id, taken) {
-                        Ok(next) => id = next,
-                        Err(_) => break None,
-                    }
-                }
-                Err(ErrorCode::BadQuery) => {
-                    let fall_through = last.next_ip();
-                    let target = last
-                        .target
-                        .and_then(|t| i32::try_from(t.wrapping_sub(fall_through) as i64).ok());
-                    let kind = match (last.class, target) {
-                        (InsnClass::CondJump, Some(_)) => CHAIN_COND,
-                        (InsnClass::Return, _) => CHAIN_RET,
-                        (InsnClass::Jump | InsnClass::Call, _) if !last.is_direct() => CHAIN_IND,
-                        _ => CHAIN_OTHER,
-                    };
-                    let (Ok(insns), Ok(npush)) = (
-                        u16::try_from(insns),
-                        u8::try_from(self.chain_pushes.len() - first),
-                    ) else {
-                        break None;
-                    };
-                    let link = |taken| self.cache.linked(id, taken).map_or(NO_LINK, BlockId::raw);
-                    break Some(Chain {
-                        fall_through,
-                        target: target.unwrap_or(0),
-                        end: id.raw(),
-                        pushes: first as u32,
-                        insns,
-                        npush,
-                        kind,
-                        links: [link(false), link(true)],
-                    });
-                }
-                Err(_) => break None,
-            }
-        };
-        if chain.is_none() {
-            self.chain_pushes.truncate(first);
-        }
-        chain
-    }
-
-    /// Moves on from the TNT or TIP event that the block just skipped used up, if
-    /// the next event is a TNT or TIP too (else nothing changes): as
-    /// [`Self::fetch_event`] would.
-    #[inline(always)]
-    fn next_branch_event(&mut self) -> bool {
-        let t = self.event.time;
-        if !self.evdec.next_branch_into(&mut self.event) {
-            return false;
-        }
-        self.tsc = t.tsc.unwrap_or(0);
-        self.has_tsc = t.tsc.is_some();
-        self.lost_mtc = t.lost_mtc;
-        self.lost_cyc = t.lost_cyc;
-        // The TRIG anchor of a TNT or TIP with an IP.
-        self.has_icnt = true;
-        self.icnt = 0;
-        self.branch_next = None;
-        true
-    }
-
-    /// One block as [`next`](Self::next) would return it, counting only: a chain of
-    /// warm cache blocks ([`Self::build_chain`]) ending in a conditional branch or a
-    /// compressed return on a bit of the current TNT, or in a near indirect jump or
-    /// call or an uncompressed return on the current TIP. A block that uses up the
-    /// event is only taken when the next event is a TNT or TIP again (so that
-    /// nothing would be reported after it).
-    fn skip_chains(&mut self) -> (u64, u64) {
-        let (mut insns, mut blocks) = (0, 0);
-        let Some(mut id) = self.block_for_skip() else {
-            return (0, 0);
-        };
-        // Out of `self` while in use, so that chains are read and updated in place.
-        let mut chains = std::mem::take(&mut self.chains);
-        loop {
-            if let EventKind::Tnt { bits, size } = self.event.kind {
-                if (2..MEMO_MIN_BITS).contains(&size) {
-                    match self.take_cond_chains(&mut chains, id, bits, size) {
-                        (Some(next), i, b) => {
-                            id = next;
-                            insns += i;
-                            blocks += b;
-                        }
-                        (None, i, b) => {
-                            insns += i;
-                            blocks += b;
-                            break;
-                        }
-                    }
-                }
-            }
-            let at = id.index();
-            if chains.get(at).is_none_or(|c| c.kind == CHAIN_NONE) {
-                let Some(c) = self.build_chain(id) else {
-                    break;
-                };
-                if chains.len() <= at {
-                    chains.resize(at + 1, Chain::default());
-                }
-                chains[at] = c;
-            }
-            let Some(c) = chains.get_mut(at) else {
-                break;
-            };
-            // `take_chain` replaces the hints when it takes the block, and leaves them
-            // for `next` when it does not.
-            let Some(next) = self.take_chain(c) else {
-                break;
-            };
-            insns += u64::from(c.insns);
-            blocks += 1;
-            if matches!(self.event.kind, EventKind::Tnt { size, .. } if size >= MEMO_MIN_BITS) {
-                break;
-            }
-            id = match next.or_else(|| self.block_for_skip()) {
-                Some(id) => id,
-                None => break,
-            };
-        }
-        self.chains = chains;
-        (insns, blocks)
-    }
-
-    /// [`Self::take_chain`] over a run of chains that end in conditional jumps and make
-    /// no calls, on the bits of the current TNT event (`bits`, `size` of them left)
-    /// other than its last: the state stays in registers and is written back once.
-    /// Returns where to go on (`None`: nowhere known, stop skipping), and the
-    /// instructions and blocks taken.
-    #[inline(always)]
-    fn take_cond_chains(
-        &mut self,
-        chains: &mut [Chain],
-        mut id: BlockId,
-        bits: u64,
-        mut size: u8,
-    ) -> (Option<BlockId>, u64, u64) {
-        let (mut insns, mut blocks) = (0u64, 0u64);
-        let has_icnt = self.has_icnt;
-        let mut icnt = self.icnt;
-        // The last chain taken: its end block, which way it went, and where.
-        let mut last: Option<(u32, bool, u64)> = None;
-        let mut next = Some(id);
-        while size >= 2 {
-            let Some(c) = chains.get_mut(id.index()) else {
-                break;
-            };
-            if c.kind != CHAIN_COND || c.npush != 0 {
-                break;
-            }
-            if has_icnt {
-                match icnt.checked_add(u32::from(c.insns)) {
-                    Some(i) => icnt = i,
-                    None => break,
-                }
-            }
-            let taken = (bits >> (size - 1)) & 1 != 0;
-            size -= 1;
-            let target = c.fall_through.wrapping_add(c.target as i64 as u64);
-            let ip = if taken { target } else { c.fall_through };
-            // A jump to the next instruction goes the taken way either way.
-            let taken = ip == target;
-            last = Some((c.end, taken, ip));
-            insns += u64::from(c.insns);
-            blocks += 1;
-            let link = &mut c.links[usize::from(taken)];
-            next = if *link != NO_LINK {
-                Some(BlockId::from_raw(*link))
-            } else {
-                let n = self.cache.linked(BlockId::from_raw(c.end), taken);
-                if let Some(n) = n {
-                    *link = n.raw();
-                }
-                n
-            };
-            match next {
-                Some(n) => id = n,
-                None => break,
-            }
-        }
-        let Some((end, taken, ip)) = last else {
-            return (Some(id), 0, 0);
-        };
-        if let EventKind::Tnt { size: s, .. } = &mut self.event.kind {
-            *s = size;
-        }
-        self.icnt = icnt;
-        self.ip = ip;
-        self.link = Some((BlockId::from_raw(end), taken, ip));
-        self.came_from = None;
-        let next = next.or_else(|| self.block_for_skip());
-        (next, insns, blocks)
-    }
-
-    /// The cache block at the current IP for [`Self::skip_chains`], leaving the hints
-    /// as they are.
-    #[inline]
-    fn block_for_skip(&mut self) -> Option<BlockId> {
-        if let Some(id) = self.hinted_block_at(self.ip) {
-            return Some(id);
-        }
-        let saved = (self.link, self.came_from);
-        let r = self.cache_block_at(self.ip).ok();
-        (self.link, self.came_from) = saved;
-        r
-    }
-
-    /// The cache block at `ip` if the hints ([`Self::link`], [`Self::came_from`] and
-    /// the target table) know it; leaves the hints as they are.
-    #[inline]
-    fn hinted_block_at(&mut self, ip: u64) -> Option<BlockId> {
-        if let Some((id, taken, at)) = self.link {
-            if at == ip {
-                return self.cache.linked(id, taken);
-            }
-        }
-        let from = self.came_from?;
-        if let Some(id) = self
-            .last_target
-            .get(from.index())
-            .and_then(|t| t.hit(ip, self.mode))
-        {
-            return Some(id);
-        }
-        let t = *self.targets.get(target_slot(ip))?;
-        let id = t.hit(ip, self.mode)?;
-        if let Some(last) = self.last_target.get_mut(from.index()) {
-            *last = t;
-        }
-        Some(id)
-    }
-
-    /// Takes chain `c` as one block if the current event decides its last
-    /// instruction (see [`Self::skip_chains`]). `None` if it does not; else the cache
-    /// block where execution goes on, if the hints know it.
-    #[inline]
-    fn take_chain(&mut self, c: &mut Chain) -> Option<Option<BlockId>> {
-        let icnt = if self.has_icnt {
-            self.icnt.checked_add(u32::from(c.insns))?
-        } else {
-            self.icnt
-        };
-        let pushes = c.pushes as usize..c.pushes as usize + usize::from(c.npush);
-        let end = BlockId::from_raw(c.end);
-        let next = match self.event.kind {
-            EventKind::Tnt { bits, size } => {
-                if size == 0 {
-                    return None;
-                }
-                let taken = (bits >> (size - 1)) & 1 != 0;
-                let ret = match c.kind {
-                    CHAIN_COND => false,
-                    // A compressed return needs a return address (a not-taken bit is
-                    // an error `next` reports).
-                    CHAIN_RET if taken && (c.npush > 0 || !self.retstack.is_empty()) => true,
-                    _ => return None,
-                };
-                if size == 1 {
-                    if !self.next_branch_event() {
-                        return None;
-                    }
-                } else if let EventKind::Tnt { size, .. } = &mut self.event.kind {
-                    *size -= 1;
-                    self.icnt = icnt;
-                }
-                let pushed = self.chain_pushes.get(pushes).unwrap_or_default();
-                if ret {
-                    if let Some((&own, older)) = pushed.split_last() {
-                        // The return goes back to the chain's own last call: no need
-                        // to go through the stack for it.
-                        for &ip in older {
-                            self.retstack.push(ip);
-                        }
-                        self.retstack.push_pop();
-                        self.ip = own;
-                    } else if let Ok(ip) = self.retstack.pop() {
-                        // Not empty: checked above.
-                        self.ip = ip;
-                    }
-                    self.link = None;
-                    self.came_from = Some(end);
-                    self.hinted_block_at(self.ip)
-                } else {
-                    for &ip in pushed {
-                        self.retstack.push(ip);
-                    }
-                    let target = c.fall_through.wrapping_add(c.target as i64 as u64);
-                    self.ip = if taken { target } else { c.fall_through };
-                    // A jump to the next instruction goes the taken way either way.
-                    let taken = self.ip == target;
-                    self.link = Some((end, taken, self.ip));
-                    self.came_from = None;
-                    let link = &mut c.links[usize::from(taken)];
-                    if *link != NO_LINK {
-                        Some(BlockId::from_raw(*link))
-                    } else {
-                        let next = self.cache.linked(end, taken);
-                        if let Some(next) = next {
-                            *link = next.raw();
-                        }
-                        next
-                    }
-                }
-            }
-            EventKind::Tip { ip } => {
-                if !matches!(c.kind, CHAIN_RET | CHAIN_IND)
-                    || self.event.ip_suppressed
-                    || !self.next_branch_event()
-                {
-                    return None;
-                }
-                for &ip in self.chain_pushes.get(pushes).unwrap_or_default() {
-                    self.retstack.push(ip);
-                }
-                self.ip = ip;
-                self.link = None;
-                self.came_from = Some(end);
-                self.hinted_block_at(ip)
-            }
-            _ => return None,
-        };
-        Some(next)
-    }
-
-    /// Skips blocks on the bits of the current TNT event (see [`skip_blocks`]).
-    ///
-    /// [`skip_blocks`]: Self::skip_blocks
-    fn skip_tnt_run(&mut self) -> (u64, u64) {
-        let EventKind::Tnt { bits, size } = self.event.kind else {
-            return (0, 0);
-        };
-        // The last bit too when the next event is a branch again: then nothing is
-        // reported after the block that uses it.
-        let all = self.next_is_branch();
-        let n = if all { size } else { size.saturating_sub(1) };
-        if n == 0 {
-            return (0, 0);
-        }
-        let Ok(start) = self.cache_block_at(self.ip) else {
-            return (0, 0);
-        };
-        // The bits to use, oldest highest, with a stop bit above them.
-        let pattern = ((bits >> (size - n)) & ((1u64 << n) - 1)) | (1u64 << n);
-        let key = (start.index() as u32, pattern);
-        let (run, keep) = match self.runs.get(&key) {
-            Some(run) => (*run, true),
-            None => {
-                if self.runs.len() >= MAX_RUNS {
-                    self.runs.clear();
-                    self.run_pushes.clear();
-                }
-                let Some(run) = self.walk_tnt_run(start, bits, size, n) else {
-                    self.link = None;
-                    return (0, 0);
-                };
-                // Short runs are cheap to walk again.
-                let keep = n >= 3;
-                if keep {
-                    self.runs.insert(key, run);
-                }
-                (run, keep)
-            }
-        };
-        let r = self.apply_run(run);
-        if !keep {
-            self.run_pushes.truncate(run.pushes.0 as usize);
-        }
-        // All bits used (only with `all`): move on to the next event as `next` would
-        // after the block. A TNT event always has an IP, so its TRIG anchor is fine.
-        if r.1 > 0 && matches!(self.event.kind, EventKind::Tnt { size: 0, .. }) {
-            let _ = self.fetch_event();
-        }
-        r
-    }
-
-    fn apply_run(&mut self, run: TntRun) -> (u64, u64) {
-        // A full return stack would drop entries on the way: take the long way then.
-        if self.retstack.len() + usize::from(run.depth) > super::retstack::RETSTACK_SIZE {
-            self.link = None;
-            return (0, 0);
-        }
-        if self.has_icnt {
-            match u32::try_from(run.insns)
-                .ok()
-                .and_then(|i| self.icnt.checked_add(i))
-            {
-                Some(icnt) => self.icnt = icnt,
-                None => {
-                    self.link = None;
-                    return (0, 0);
-                }
-            }
-        }
-        if let EventKind::Tnt { size, .. } = &mut self.event.kind {
-            *size -= run.used;
-        }
-        self.ip = run.ip;
-        self.link = run.link.map(|(id, taken)| (id, taken, run.ip));
-        let (start, len) = (run.pushes.0 as usize, usize::from(run.pushes.1));
-        for i in start..start + len {
-            if let Some(&ip) = self.run_pushes.get(i) {
-                self.retstack.push(ip);
-            }
-        }
-        (run.insns, u64::from(run.used))
-    }
-
-    /// Follows up to `n` bits of `bits` (oldest at `size - 1`) from block `id` through
-    /// known code, as whole blocks that end in a conditional branch or a compressed
-    /// return (direct jumps and calls inside them are followed, as libipt's warm cache
-    /// does). Returns pop only calls made in the run, so the result depends on the
-    /// start block and the bits alone; the calls still open at the end are recorded
-    /// in `run_pushes`.
-    fn walk_tnt_run(&mut self, mut id: BlockId, bits: u64, size: u8, n: u8) -> Option<TntRun> {
-        let mut run: Option<TntRun> = None;
-        let mut insns = 0u64;
-        let mut in_block = 0u32;
-        let mut used = 0u8;
-        // Reused between walks (short runs are walked again and again).
-        let mut stack = std::mem::take(&mut self.run_stack);
-        stack.clear();
-        let mut depth = 0usize;
-        let start = self.run_pushes.len();
-        loop {
-            if !self.warm.get(id.index()).copied().unwrap_or(false) {
-                break;
-            }
-            let b = self.cache.block(id);
-            let (last, ninsn, truncated, ip0) = (b.last, b.ninsn, b.truncated, b.ip);
-            if truncated || in_block + ninsn > MAX_BLOCK_INSNS {
-                break;
-            }
-            in_block += ninsn;
-            let section = self.section_id(ip0);
-            let (next_ip, taken, ends) = match last.class {
-                InsnClass::CondJump => {
-                    let taken = (bits >> (size - 1 - used)) & 1 != 0;
-                    let ip = match (taken, last.target) {
-                        (true, Some(t)) => t,
-                        _ => last.next_ip(),
-                    };
-                    (ip, Some(taken), true)
-                }
-                InsnClass::Return => {
-                    // Compressed (taken bit) and returning to a call of this run.
-                    if (bits >> (size - 1 - used)) & 1 == 0 {
-                        break;
-                    }
-                    let Some(ip) = stack.pop() else {
-                        break;
-                    };
-                    (ip, None, true)
-                }
-                InsnClass::Other | InsnClass::Ptwrite => (last.next_ip(), Some(false), false),
-                InsnClass::Jump if last.is_direct() && !self.options.end_on_jump => {
-                    (last.target?, Some(true), false)
-                }
-                InsnClass::Call if last.is_direct() && !self.options.end_on_call => {
-                    if last.pushes_return() {
-                        if stack.len() == super::retstack::RETSTACK_SIZE {
-                            break;
-                        }
-                        stack.push(last.next_ip());
-                        depth = depth.max(stack.len());
-                    }
-                    (last.target?, Some(true), false)
-                }
-                _ => break,
-            };
-            if ends {
-                insns += u64::from(in_block);
-                in_block = 0;
-                used += 1;
-                self.run_pushes.truncate(start);
-                self.run_pushes.extend_from_slice(&stack);
-                run = Some(TntRun {
-                    link: taken.map(|t| (id, t)),
-                    ip: next_ip,
-                    insns,
-                    used,
-                    pushes: (start as u32, stack.len() as u8),
-                    depth: depth as u8,
-                });
-                if used == n {
-                    break;
-                }
-            } else if self.image.find(next_ip).map(|s| s.id()) != Some(section) {
-                // libipt ends its block where the code leaves the section.
-                break;
-            }
-            let next = match taken {
-                Some(t) => self.cache.successor(self.image, id, t),
-                None => self.cache.lookup(self.image, next_ip, self.mode),
-            };
-            match next {
-                Ok(next) => id = next,
-                Err(_) => break,
-            }
-        }
-        if run.is_none() {
-            self.run_pushes.truncate(start);
-        }
-        self.run_stack = stack;
-        run
-    }
-
     /// The next block. `block` is filled in also when an error ends it early (it then
     /// holds the instructions decoded before the error).
     pub fn next(&mut self, block: &mut Block) -> Result<Status, ErrorCode> {
@@ -2547,13 +1658,13 @@ impl<'a> BlockDecoder<'a> {
 
     fn process_paging(&mut self, ev: &Event) {
         if let EventKind::Paging { cr3, .. } | EventKind::AsyncPaging { cr3, .. } = ev.kind {
-            self.cr3 = cr3;
+            self.asid.cr3 = cr3;
         }
     }
 
     fn process_vmcs(&mut self, ev: &Event) {
         if let EventKind::Vmcs { base } | EventKind::AsyncVmcs { base, .. } = ev.kind {
-            self.vmcs = base;
+            self.asid.vmcs = base;
         }
     }
 
@@ -2582,7 +1693,7 @@ impl<'a> BlockDecoder<'a> {
             Tnt { size, .. } => {
                 // A tick at the first TNT bit used with a new timestamp.
                 let tsc = match ev.time.tsc {
-                    Some(t) if self.options.tick_events && t != self.tsc => t,
+                    Some(t) if self.options.tick_events && t != self.tsc() => t,
                     _ => return Err(ErrorCode::BadQuery),
                 };
                 let tick = Event {
@@ -2592,10 +1703,10 @@ impl<'a> BlockDecoder<'a> {
                     time: ev.time,
                     offset: ev.offset,
                 };
-                self.has_tsc = true;
-                self.tsc = tsc;
-                self.lost_mtc = ev.time.lost_mtc;
-                self.lost_cyc = ev.time.lost_cyc;
+                self.time = Timestamp {
+                    tsc: Some(tsc),
+                    ..ev.time
+                };
                 if size == 0 {
                     self.fetch_event()?;
                 }

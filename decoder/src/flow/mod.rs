@@ -20,34 +20,19 @@
 //! Code is decoded once into [`crate::block_cache`] blocks; conditional branches and
 //! fall-throughs follow the cache's links, returns and indirect branches remember
 //! their last target, and other targets are found in a small direct-mapped table by
-//! IP before the cache's hash index. For callers that only count (ptxed `--quiet`),
-//! [`BlockDecoder::skip_blocks`] takes whole blocks without building them:
+//! IP before the cache's hash index.
 //!
-//! * a block is a *chain* of warm cache blocks (through direct jumps and calls) up to
-//!   the instruction that needs trace, memoized per start block with its instruction
-//!   count and the return addresses its calls push;
-//! * a step takes one chain on a bit of the current TNT (conditional branch,
-//!   compressed return popping the return stack) or on the current TIP (indirect
-//!   jump or call, uncompressed return) and goes on at the next chain through the
-//!   cache links or the target tables, without going back to the caller;
-//! * TNT events of eight bits or more use a memo of runs of bits per start block
-//!   (through direct calls and returns to calls made in the run), so a hot loop
-//!   costs one lookup per TNT-64 packet.
+//! For callers that only count (ptxed `--quiet`, [`crate::Decoder`]'s count-only
+//! mode), [`BlockDecoder::skip_blocks`] takes whole blocks without building them: the
+//! counting fast path, in its own module (`flow/block/skip.rs`) with its own memo of
+//! chains of warm blocks and of runs of TNT bits, and one interface to the event
+//! decoder (the branch hand-over in `event/decoder/branch.rs`). The differential tests
+//! in `flow/tests.rs` hold it to what [`BlockDecoder::next`] returns block by block.
 //!
-//! A step uses up a TNT's last bit or a TIP only when the event decoder can move on
-//! to a TNT or TIP right away (past PAD, MTC and CYC, applied to copies of the time
-//! model until the branch is found), so that `next` would have had nothing to
-//! report after the block either; the event decoder then hands the branch over in
-//! the same pass (`next_branch_into`), without a look-ahead to keep.
-//!
-//! The event decoder hands TNT and TIP events straight from the packet into the
-//! block decoder's current event (`next_into`); everything else takes the general
-//! packet handlers.
-//!
-//! On this path the packet decoder and the time model change in place, with copies
-//! kept to undo a failed look; results of the (outlined) `next_packet` are read
-//! field by field. Copying a structure back whole right after narrower stores to it
-//! stalls on store forwarding: that was a fifth of the time on TIP-heavy traces.
+//! On the event decoder's hot path the packet decoder and the time model change in
+//! place, with copies kept to undo a failed look; common packets are decoded inline.
+//! Copying a structure back whole right after narrower stores to it stalls on store
+//! forwarding: that was a fifth of the time on TIP-heavy traces.
 //!
 //! # Where this differs from libipt
 //!
@@ -57,12 +42,23 @@
 
 pub mod block;
 pub mod filter;
-pub mod insn;
+pub mod insn_decoder;
 pub mod retstack;
 
-pub use block::{Block, BlockDecoder, Checkpoint, FlowOptions, Status, MAX_BLOCK_INSNS};
+pub use crate::error::Status;
+pub use block::{Asid, Block, BlockDecoder, Checkpoint, FlowOptions, MAX_BLOCK_INSNS};
+
+/// What a flow decoder's call did when it did not fail ([`InsnDecoder::next`],
+/// [`BlockDecoder::resync`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Done; the status says what to do next.
+    Done(Status),
+    /// Nothing done yet: an event is pending. Take it (`event()`), then call again.
+    EventFirst,
+}
 pub use filter::AddrFilter;
-pub use insn::{InsnCheckpoint, InsnDecoder, InsnInfo};
+pub use insn_decoder::{InsnCheckpoint, InsnDecoder, InsnInfo};
 pub use retstack::RetStack;
 
 #[cfg(test)]

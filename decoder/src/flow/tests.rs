@@ -160,11 +160,11 @@ fn run_insns(trace: &[u8], image: &Image) -> (Vec<u64>, Option<ErrorCode>) {
             return (ips, None);
         }
         match dec.next(&mut insn) {
-            Ok(s) => {
+            Ok(Progress::Done(s)) => {
                 ips.push(insn.ip);
                 status = s;
             }
-            Err(ErrorCode::EventIgnored) => status.event_pending = true,
+            Ok(Progress::EventFirst) => status.event_pending = true,
             Err(e) => {
                 if insn.class.is_some() {
                     ips.push(insn.ip);
@@ -479,7 +479,9 @@ fn resync_goes_on_after_an_error() {
         status = dec.event().expect("event").1;
     }
     assert_eq!(dec.next(&mut block), Err(ErrorCode::NoMap));
-    let status = dec.resync().expect("resync at the TIP");
+    let Ok(Progress::Done(status)) = dec.resync() else {
+        panic!("no resync at the TIP");
+    };
     assert!(!status.ip_suppressed);
     let status = dec.next(&mut block).expect("block after resync");
     assert_eq!((block.ip, block.ninsn), (BASE, 3));
@@ -932,8 +934,8 @@ fn skip_matches_next(trace: &[u8], image: &Image, config: &Config) -> u64 {
                     let (ra, rb) = (a.resync(), b.resync());
                     assert_eq!(ra, rb);
                     match ra {
-                        Ok(s) => status = s,
-                        Err(ErrorCode::EventIgnored) => status.event_pending = true,
+                        Ok(Progress::Done(s)) => status = s,
+                        Ok(Progress::EventFirst) => status.event_pending = true,
                         Err(_) => {
                             let (ra, rb) = (a.sync_forward(), b.sync_forward());
                             assert_eq!(ra, rb);
@@ -970,8 +972,8 @@ fn skip_matches_next(trace: &[u8], image: &Image, config: &Config) -> u64 {
                 let (ra, rb) = (a.resync(), b.resync());
                 assert_eq!(ra, rb);
                 match ra {
-                    Ok(s) => s,
-                    Err(ErrorCode::EventIgnored) => Status {
+                    Ok(Progress::Done(s)) => s,
+                    Ok(Progress::EventFirst) => Status {
                         event_pending: true,
                         ..Status::default()
                     },

@@ -27,7 +27,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = pt_cli::parse();
     let dump = match &args.cpuid {
         Some(path) => match std::fs::read_to_string(path) {
             Ok(text) => match CpuidDump::parse(&text) {

@@ -18,32 +18,46 @@
 //! `--filter` takes perf's `filter START/SIZE@FILE` (or `stop …`) or a plain
 //! `START-END` (END exclusive).
 //!
-//! `--decode` decodes the simulated trace with pt-decoder, compares it with
-//! the recorded execution and prints branch counts by kind and the `--top N`
-//! hottest functions by instructions, named from the ELF symbols of the
-//! mapped files.
+//! Both simulator sources follow every thread the program creates, the
+//! processes it forks and the programs they exec; a thread or process they
+//! cannot follow is named in a warning. Each thread gets a trace of its own
+//! (perf's per-thread mode), cut at each exec.
 //!
-//! With the simulator, OUT is the trace, `OUT.sideband` the side-band (see
-//! `pt_sim::sideband`) and `OUT.log` the execution log, which `--replay`
-//! turns into a trace again with another configuration.
-//! Our ptxed decodes OUT with `ptxed --sideband OUT.sideband --pt OUT`;
-//! `--ptxed-args OUT` prints the equivalent plain options (for libipt's).
+//! `--decode` decodes every simulated trace with pt-decoder, compares each
+//! with its thread's recorded execution (exit status 1 when any differs) and
+//! prints branch counts by kind and the `--top N` hottest functions by
+//! instructions, named from the ELF symbols of the mapped files. Reports go
+//! to stderr; stdout is the traced program's.
+//!
+//! Ctrl-C (SIGINT) or SIGTERM stops the recording; everything recorded up to
+//! there is kept and decodes (a second one during valgrind's replay ends the
+//! replay there).
+//!
+//! With the simulator, OUT is the first thread's trace, `OUT.sideband` its
+//! side-band (see `pt_sim::sideband`; it lists every trace file and the task
+//! events), `OUT.TID` the trace of thread TID, `….execN` a thread's trace
+//! after its N-th exec, and `OUT.log` the execution log of all threads,
+//! which `--replay` turns into traces again with another configuration.
+//! Our ptxed decodes a trace T with `ptxed --sideband T.sideband --pt T`;
+//! `--ptxed-args T` prints the equivalent plain options (for libipt's).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use pt_hal::config::TraceConfig;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::ptrace::{TraceOptions, Tracer};
 use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
 use pt_sim::exec::{ExecError, ExecutionSource, ExitKind, StopReason};
-use pt_sim::record::{record_sim, sideband_path, FilterSpec, SimRecording};
+use pt_sim::record::{record_sim, sideband_path, FilterSpec, RecordSummary, SimRecording};
+use ptperf::profile::Profile;
 
 static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
-extern "C" fn on_sigint(_: libc::c_int) {
+extern "C" fn on_interrupt(_: libc::c_int) {
     if let Some(f) = STOP.get() {
         f.store(true, Ordering::Relaxed);
     }
@@ -73,8 +87,9 @@ const USAGE: &str = "usage: ptrec [--backend auto|perf|sim] [--source ptrace|val
        ptrec --replay OUT.log [TERMS...] [--filter SPEC] [--decode] [--top N] -o OUT2
        ptrec --ptxed-args OUT     (print libipt ptxed options for a simulated trace;
                                    our ptxed takes --sideband OUT.sideband --pt OUT)
---decode: decode the trace with pt-decoder, compare it with the recorded execution and
-          print branch counts and the hottest functions (ELF symbols)
+--decode: decode every thread's trace with pt-decoder, compare it with the recorded
+          execution (exit status 1 if any differs) and print branch counts and the
+          hottest functions (ELF symbols); reports go to stderr
 --top N:  how many functions to list (default 10; implies --decode)
 TERMS: tsc mtc mtc_period=N cyc cyc_thresh=N noretcomp psb_period=N branch ptw fup_on_ptw notnt (term=0 to clear), u, k, uk
        (k and uk trace the kernel: the perf backend, or a replayed log that shows the kernel;
@@ -268,23 +283,69 @@ fn signame(s: i32) -> String {
         })
 }
 
+/// Installs the SIGINT and SIGTERM handler: the first stops the recording
+/// (what was recorded is kept); waits are interrupted (no SA_RESTART) so
+/// that a program blocked in a system call does not hold the recorder.
+fn catch_interrupts() -> Arc<AtomicBool> {
+    let flag = STOP
+        .get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone();
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a handler that only stores to an atomic and records the signal.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = 0;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+    flag
+}
+
+/// Progress on a terminal, every half second at most: instructions and
+/// their rate, both counted from the start of the recording (`t0`), as the
+/// final figure is.
+struct Progress {
+    t0: Instant,
+    tty: bool,
+    shown: bool,
+    last: f64,
+}
+
+impl Progress {
+    fn show(&mut self, what: &str, n: u64) {
+        let now = self.t0.elapsed().as_secs_f64();
+        if !self.tty || now - self.last < 0.5 {
+            return;
+        }
+        self.last = now;
+        self.shown = true;
+        eprint!(
+            "\r\x1b[Kptrec: {what} {:.2} M instructions in {:.1} s ({:.0} k/s)",
+            n as f64 / 1e6,
+            now,
+            n as f64 / now.max(1e-9) / 1e3
+        );
+    }
+
+    fn done(&mut self) {
+        if self.shown {
+            eprintln!();
+            self.shown = false;
+        }
+    }
+}
+
 fn run_sim(a: &Args) -> Result<ExitCode, String> {
     let out = a.out.clone().unwrap_or_default();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let t0 = std::time::Instant::now();
-    let mut shown = false;
-    let mut last_shown = 0.0f64;
-    let mut progress = |n: u64| {
-        let now = t0.elapsed().as_secs_f64();
-        if tty && now - last_shown >= 0.5 {
-            last_shown = now;
-            shown = true;
-            eprint!(
-                "\rptrec: {:.2} M instructions, {:.0} k/s ",
-                n as f64 / 1e6,
-                n as f64 / now.max(1e-9) / 1e3
-            );
-        }
+    // The recording's figures count from here: the source starts the program.
+    let mut progress = Progress {
+        t0: Instant::now(),
+        tty,
+        shown: false,
+        last: 0.0,
     };
     let mut log_path = out.as_os_str().to_owned();
     log_path.push(".log");
@@ -301,6 +362,7 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
         // Refused before the program starts (record_sim checks replayed logs).
         return Err(pt_sim::pt::PtError::KernelTracing.to_string());
     }
+    let flag = catch_interrupts();
     let mut source: Box<dyn ExecutionSource> = if let Some(log) = &a.replay {
         eprintln!("ptrec: replaying {} on the simulator", log.display());
         Box::new(LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?)
@@ -309,26 +371,35 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
         let (prog, args) = a.command.split_first().ok_or("no command")?;
         let res: Result<Box<dyn ExecutionSource>, ExecError> = if a.valgrind {
             eprintln!("ptrec: recording {prog} on the simulator (valgrind source)");
-            ValgrindSource::record(prog, args, ValgrindOptions::default())
-                .map(|s| Box::new(s) as Box<dyn ExecutionSource>)
-        } else {
-            eprintln!("ptrec: recording {prog} on the simulator (ptrace single-step source)");
-            let flag = STOP
-                .get_or_init(|| Arc::new(AtomicBool::new(false)))
-                .clone();
-            // SAFETY: installing a handler that only stores to an atomic.
-            unsafe {
-                libc::signal(
-                    libc::SIGINT,
-                    on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            let opts = ValgrindOptions {
+                stop_flag: Some(flag.clone()),
+                ..ValgrindOptions::default()
+            };
+            let r = ValgrindSource::record_with_progress(prog, args, opts, &mut |n| {
+                progress.show("valgrind ran", n)
+            });
+            progress.done();
+            if let Ok(v) = &r {
+                eprintln!(
+                    "ptrec: valgrind ran {} instructions in {:.2} s{}; simulating the trace",
+                    v.superblocks(),
+                    progress.t0.elapsed().as_secs_f64(),
+                    if flag.load(Ordering::Relaxed) || v.was_stopped() {
+                        " (interrupted: keeping what it did so far)"
+                    } else {
+                        ""
+                    }
                 );
             }
+            r.map(|s| Box::new(s) as Box<dyn ExecutionSource>)
+        } else {
+            eprintln!("ptrec: recording {prog} on the simulator (ptrace single-step source)");
             Tracer::spawn(
                 prog,
                 args,
                 TraceOptions {
                     step_limit: a.limit,
-                    stop_flag: Some(flag),
+                    stop_flag: Some(flag.clone()),
                     ..TraceOptions::default()
                 },
             )
@@ -343,14 +414,24 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
             Err(e) => return Err(e.to_string()),
         }
     };
-    let s = record_sim(source.as_mut(), &rec, &mut progress)?;
-    if shown {
-        eprintln!();
-    }
+    let s = record_sim(source.as_mut(), &rec, |n| progress.show("recorded", n))?;
+    progress.done();
+    let seconds = progress.t0.elapsed().as_secs_f64();
+    let threads = s.threads.len();
+    let processes = {
+        let mut p: Vec<u32> = s.threads.iter().map(|t| t.id.pid).collect();
+        p.sort_unstable();
+        p.dedup();
+        p.len()
+    };
     eprintln!(
-        "ptrec: {} instructions ({} traced), {} trace bytes, {} PSB{}{}{} in {:.2} s ({:.2} M instructions/s)",
+        "ptrec: {} instructions ({} traced) in {} thread{} of {} process{}, {} trace bytes, {} PSB{}{}{} in {:.2} s ({:.2} M instructions/s)",
         s.instructions,
         s.traced,
+        threads,
+        if threads == 1 { "" } else { "s" },
+        processes,
+        if processes == 1 { "" } else { "es" },
         s.trace_bytes,
         s.psbs,
         if s.psbs == 1 { "" } else { "s" },
@@ -360,11 +441,19 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
             n => format!(", {n} overflows"),
         },
         if s.lost_bytes > 0 { format!(", {} bytes lost", s.lost_bytes) } else { String::new() },
-        s.seconds,
-        s.instructions as f64 / s.seconds.max(1e-9) / 1e6
+        seconds,
+        s.instructions as f64 / seconds.max(1e-9) / 1e6
     );
+    let others = if threads > 1 {
+        format!(
+            " (and a trace and side-band per other thread: {}.TID)",
+            out.display()
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "ptrec: wrote {}, {}{}",
+        "ptrec: wrote {}, {}{}{others}",
         out.display(),
         sideband_path(&out).display(),
         if rec.log.is_some() {
@@ -373,55 +462,23 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
             String::new()
         }
     );
+    for w in &s.warnings {
+        eprintln!("ptrec: warning: not recorded: {w}");
+    }
+    let mut status = ExitCode::SUCCESS;
     if a.decode {
         let log = a.replay.clone().unwrap_or_else(|| log_path.clone());
-        let t1 = std::time::Instant::now();
-        let mut shown = false;
-        let mut progress = |n: u64| {
-            if tty {
-                shown = true;
-                eprint!(
-                    "\rptrec: decoding: {:.2} M instructions, {:.1} s ",
-                    n as f64 / 1e6,
-                    t1.elapsed().as_secs_f64()
-                );
-            }
-        };
-        let (v, prof) =
-            ptperf::verify::verify_profile(&out, &sideband_path(&out), &log, &mut progress)?;
-        if shown {
-            eprintln!();
+        if !decode_threads(a, &out, &log, &s, tty)? {
+            status = ExitCode::FAILURE;
         }
-        println!(
-            "decoded flow: {} instructions ({} recorded in the traced range) from {} image sections",
-            v.decoded, v.expected, v.sections
-        );
-        println!(
-            "  tracing enabled {} times, disabled {} times ({} asynchronously: interrupts, faults), {} overflows",
-            v.enables, v.disables, v.async_disables, v.overflows
-        );
-        if v.identical() {
-            println!("  identical to the recorded execution, instruction by instruction");
-        } else {
-            if let Some((i, got, want)) = v.first_difference {
-                println!("  DIFFERS at instruction {i}: decoded {got:#x}, recorded {want:#x}");
-            }
-            if let Some(e) = &v.first_error {
-                println!("  {} decode errors, the first: {e}", v.errors);
-            }
-            if v.decoded != v.expected {
-                println!("  instruction counts differ");
-            }
-        }
-        print!("{}", prof.report(a.top));
     }
     if let Some(e) = &s.source_error {
         eprintln!("ptrec: the recording ended early: {e}; the trace is kept up to there");
     }
     match s.stopped {
-        Some(StopReason::Interrupted) => {
-            eprintln!("ptrec: interrupted; the trace ends where the program was stopped")
-        }
+        Some(StopReason::Interrupted) => eprintln!(
+            "ptrec: interrupted; the recording ends where the program was stopped, everything before it is kept"
+        ),
         Some(StopReason::StepLimit) => eprintln!("ptrec: instruction limit reached"),
         _ => {}
     }
@@ -437,7 +494,186 @@ fn run_sim(a: &Args) -> Result<ExitCode, String> {
         }
         _ => {}
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(status)
+}
+
+/// `--decode`: every thread's trace decoded and compared with its recorded
+/// execution; the profile of all of them. Reports on stderr; `false` when a
+/// decoded flow differs from the recording.
+fn decode_threads(
+    a: &Args,
+    out: &Path,
+    log: &Path,
+    s: &RecordSummary,
+    tty: bool,
+) -> Result<bool, String> {
+    let t1 = Instant::now();
+    let mut shown = false;
+    let mut total = ptperf::verify::FlowSummary::default();
+    let mut profile: Option<Profile> = None;
+    let mut all_identical = true;
+    let mut decoded_before = 0;
+    if !sideband_path(out).exists() {
+        eprintln!("ptrec: nothing was traced: no instruction was recorded");
+        return Ok(s.instructions == 0 && s.source_error.is_none());
+    }
+    // The first side-band lists every trace file: one per thread and program.
+    let mut traces: Vec<(pt_sim::exec::ThreadId, String, PathBuf)> =
+        pt_sim::sideband::Sideband::read(&sideband_path(out))?
+            .traces()
+            .into_iter()
+            .map(|f| {
+                let comm = s
+                    .threads
+                    .iter()
+                    .find(|t| t.id == f.thread)
+                    .map(|t| t.comm.clone())
+                    .unwrap_or_default();
+                (f.thread, comm, f.path)
+            })
+            .collect();
+    if traces.is_empty() {
+        let first = s.threads.first();
+        traces.push((
+            first.map(|t| t.id).unwrap_or_default(),
+            first.map(|t| t.comm.clone()).unwrap_or_default(),
+            out.to_path_buf(),
+        ));
+    }
+    let several = traces.len() > 1;
+    for (id, comm, trace) in &traces {
+        let mut progress = |n: u64| {
+            if tty {
+                shown = true;
+                eprint!(
+                    "\r\x1b[Kptrec: decoding: {:.2} M instructions, {:.1} s",
+                    (decoded_before + n) as f64 / 1e6,
+                    t1.elapsed().as_secs_f64()
+                );
+            }
+        };
+        let (v, prof) =
+            ptperf::verify::verify_profile(trace, &sideband_path(trace), log, &mut progress)?;
+        decoded_before += v.decoded;
+        if several {
+            if shown {
+                eprintln!();
+                shown = false;
+            }
+            eprintln!(
+                "thread {id} ({comm}, {}): {} instructions decoded, {} recorded{}",
+                trace.file_name().unwrap_or_default().to_string_lossy(),
+                v.decoded,
+                v.expected,
+                if v.identical() {
+                    ", identical"
+                } else {
+                    ", DIFFERENT"
+                }
+            );
+        }
+        if !v.identical() {
+            all_identical = false;
+            report_difference(id, &v);
+        }
+        total.decoded += v.decoded;
+        total.expected += v.expected;
+        total.sections = total.sections.max(v.sections);
+        total.enables += v.enables;
+        total.disables += v.disables;
+        total.async_disables += v.async_disables;
+        total.overflows += v.overflows;
+        total.errors += v.errors;
+        profile = Some(match profile {
+            None => prof,
+            Some(p) => merge_profiles(p, prof),
+        });
+    }
+    if shown {
+        eprintln!();
+    }
+    eprintln!(
+        "decoded flow: {} instructions ({} recorded in the traced range){} from {} image sections",
+        total.decoded,
+        total.expected,
+        if several {
+            format!(" in {} traces of {} threads", traces.len(), s.threads.len())
+        } else {
+            String::new()
+        },
+        total.sections
+    );
+    eprintln!(
+        "  tracing enabled {} times, disabled {} times ({} asynchronously: interrupts, faults, thread switches), {} overflows",
+        total.enables, total.disables, total.async_disables, total.overflows
+    );
+    if all_identical {
+        eprintln!(
+            "  identical to the recorded execution, instruction by instruction{}",
+            if several { ", in every thread" } else { "" }
+        );
+    } else {
+        eprintln!("ptrec: the decoded flow differs from the recorded execution");
+    }
+    if let Some(p) = &profile {
+        eprint!("{}", p.report(a.top));
+    }
+    Ok(all_identical)
+}
+
+fn report_difference(thread: &pt_sim::exec::ThreadId, v: &ptperf::verify::FlowSummary) {
+    if let Some((i, got, want)) = v.first_difference {
+        eprintln!(
+            "  thread {thread}: DIFFERS at instruction {i}: decoded {got:#x}, recorded {want:#x}"
+        );
+    }
+    if let Some(e) = &v.first_error {
+        eprintln!(
+            "  thread {thread}: {} decode errors, the first: {e}",
+            v.errors
+        );
+    }
+    if v.decoded != v.expected {
+        eprintln!(
+            "  thread {thread}: {} instructions decoded, {} recorded",
+            v.decoded, v.expected
+        );
+    }
+    if let Some(e) = &v.log_error {
+        eprintln!("  thread {thread}: {e}");
+    }
+}
+
+/// The profile of several threads: counts added, functions merged.
+fn merge_profiles(mut a: Profile, b: Profile) -> Profile {
+    a.insns += b.insns;
+    let (x, y) = (&mut a.branches, &b.branches);
+    x.cond_taken += y.cond_taken;
+    x.cond_not_taken += y.cond_not_taken;
+    x.jump_direct += y.jump_direct;
+    x.jump_indirect += y.jump_indirect;
+    x.call_direct += y.call_direct;
+    x.call_indirect += y.call_indirect;
+    x.returns += y.returns;
+    x.returns_compressed += y.returns_compressed;
+    x.far += y.far;
+    x.syscalls += y.syscalls;
+    for f in b.functions {
+        match a
+            .functions
+            .iter_mut()
+            .find(|g| g.name == f.name && g.file == f.file)
+        {
+            Some(g) => g.insns += f.insns,
+            None => a.functions.push(f),
+        }
+    }
+    a.functions.sort_by(|p, q| {
+        q.insns
+            .cmp(&p.insns)
+            .then_with(|| p.label().cmp(&q.label()))
+    });
+    a
 }
 
 fn run_perf(a: &Args) -> Result<ExitCode, String> {
@@ -518,6 +754,7 @@ fn run_perf(a: &Args) -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
+    pt_cli::init();
     let a = match parse_args() {
         Ok(a) => a,
         Err(e) => {

@@ -82,13 +82,9 @@ pub struct DecodedInsn {
     pub rep_string: bool,
 }
 
-/// The decoder bitness for an execution mode.
+/// The decoder bitness for an execution mode (64 for the reserved one).
 pub fn bitness(mode: ExecMode) -> u32 {
-    match mode {
-        ExecMode::Bit16 => 16,
-        ExecMode::Bit32 => 32,
-        ExecMode::Bit64 | ExecMode::Unknown => 64,
-    }
+    mode.bits().unwrap_or(64)
 }
 
 /// Decodes the instruction at `ip` from `bytes` (which start at `ip`).

@@ -1,12 +1,14 @@
 //! The compact execution log: record an execution once, replay it fast.
 //!
-//! # Format (version 2)
+//! # Format (version 3)
 //! A 16-byte header: the magic `PTSIMEXL`, the version (u32 LE) and flags
 //! (u32 LE): bit 0 set when the log holds kernel-mode instructions
-//! ([`FLAG_KERNEL`]), the other bits zero. Then records, each a tag byte and a payload; numbers
-//! are unsigned LEB128 (`v`) or zigzag LEB128 (`z`). There is no trailer: a
-//! reader stops cleanly at the end of the last complete record, so a log cut
-//! short by a killed recorder stays readable.
+//! ([`FLAG_KERNEL`]), the other bits zero. Then records, each a tag byte and a
+//! payload; numbers are unsigned LEB128 (`v`) or zigzag LEB128 (`z`). The
+//! last record is the end record (0x1f), written when the recording is
+//! complete: a log without it was cut short (a recorder killed mid-way), and
+//! a reader replays it up to the last complete record and then reports
+//! [`ExecError::TruncatedLog`] with the offset where it ends.
 //!
 //! | tag  | record      | payload |
 //! |------|-------------|---------|
@@ -26,9 +28,22 @@
 //! | 0x16 | stopped     | u8 reason (0 step limit, 1 interrupted) |
 //! | 0x17 | MOV CR3     | `v` new CR3 |
 //! | 0x18 | interrupt   | u8 vector, u8 1 if from CPL 0 else 0, `v` from, `v` handler |
+//! | 0x19 | switch      | `v` pid, `v` tid: the records that follow are this thread's |
+//! | 0x1a | clone       | `v` pid, `v` tid of the new thread, u8 kind (0 thread, 1 fork, 2 vfork) |
+//! | 0x1b | untraced    | `v` pid, `v` tid, `v` length, reason text |
+//! | 0x1f | end         | `v` instructions in the log |
 //!
-//! Version 1 is version 2 without the flags and records 0x07, 0x17 and
-//! 0x18; the reader takes both.
+//! Version 2 is version 3 without records 0x19 to 0x1f (one thread, no end
+//! record, and code pages are not logged again after an exec); version 1 is
+//! version 2 without the flags and records 0x07, 0x17 and 0x18. The reader
+//! takes all three.
+//!
+//! # Threads
+//! Instruction records belong to the current thread (see the thread rules
+//! of [`crate::exec`]); writer and reader keep the IP, mode, privilege and
+//! return-prediction stack per thread, and the code pages per process. A new
+//! process (clone record of a fork) and an exec start with no code pages:
+//! pages are logged again before their first instruction there.
 //!
 //! Instruction lengths and classes are not stored: the reader decodes them from
 //! the code pages, which the writer logs before the first instruction on them
@@ -47,14 +62,14 @@ use std::io::Write;
 use super::insn::{decode_at, DecodedInsn};
 use super::memory::page_base;
 use super::{
-    CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind, InsnClass,
-    Mapping, Perms, Retired, StopReason, PAGE_SIZE,
+    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
+    InsnClass, Mapping, Perms, Retired, StopReason, ThreadCursor, ThreadId, PAGE_SIZE,
 };
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"PTSIMEXL";
 /// Current format version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Header flag: the log holds kernel-mode instructions.
 pub const FLAG_KERNEL: u32 = 1;
 const HEADER_LEN: usize = 16;
@@ -66,6 +81,19 @@ const TAG_SEQ: u8 = 0x04;
 const TAG_RUN: u8 = 0x05;
 const TAG_TAKEN: u8 = 0x06;
 const TAG_PRIVILEGE: u8 = 0x07;
+const TAG_EXEC: u8 = 0x10;
+const TAG_MAPPINGS: u8 = 0x11;
+const TAG_SYSCALL_ENTER: u8 = 0x12;
+const TAG_SYSCALL_EXIT: u8 = 0x13;
+const TAG_SIGNAL: u8 = 0x14;
+const TAG_EXIT: u8 = 0x15;
+const TAG_STOPPED: u8 = 0x16;
+const TAG_MOV_CR3: u8 = 0x17;
+const TAG_INTERRUPT: u8 = 0x18;
+const TAG_SWITCH: u8 = 0x19;
+const TAG_CLONE: u8 = 0x1a;
+const TAG_UNTRACED: u8 = 0x1b;
+const TAG_END: u8 = 0x1f;
 
 /// Depth of the return-address stack used for predicting returns.
 const RETURN_STACK: usize = 64;
@@ -102,15 +130,78 @@ impl Predictor {
         }
     }
 }
-const TAG_EXEC: u8 = 0x10;
-const TAG_MAPPINGS: u8 = 0x11;
-const TAG_SYSCALL_ENTER: u8 = 0x12;
-const TAG_SYSCALL_EXIT: u8 = 0x13;
-const TAG_SIGNAL: u8 = 0x14;
-const TAG_EXIT: u8 = 0x15;
-const TAG_STOPPED: u8 = 0x16;
-const TAG_MOV_CR3: u8 = 0x17;
-const TAG_INTERRUPT: u8 = 0x18;
+
+/// What writer and reader keep per thread.
+#[derive(Clone, Debug, Default)]
+struct ThreadState {
+    /// Where the thread's next instruction is (expected).
+    ip: Option<u64>,
+    /// Its mode (`None`: none logged yet).
+    mode: Option<ExecMode>,
+    /// CPL 0.
+    kernel: bool,
+    predictor: Predictor,
+}
+
+/// Per-thread and per-process state of writer and reader, with the current
+/// thread's and process's held apart for speed.
+#[derive(Debug)]
+struct Threads<P> {
+    cursor: ThreadCursor,
+    thread: ThreadId,
+    state: ThreadState,
+    process: P,
+    others: HashMap<ThreadId, ThreadState>,
+    processes: HashMap<u32, P>,
+}
+
+impl<P: Default> Threads<P> {
+    fn new() -> Self {
+        Threads {
+            cursor: ThreadCursor::new(),
+            thread: ThreadId::default(),
+            state: ThreadState::default(),
+            process: P::default(),
+            others: HashMap::new(),
+            processes: HashMap::new(),
+        }
+    }
+
+    /// Follows an item (before its effects): switches the current thread
+    /// (and process) when the item belongs to another.
+    fn follow(&mut self, item: &ExecItem) {
+        let t = self.cursor.follow(item);
+        if t == self.thread {
+            return;
+        }
+        let state = self.others.remove(&t).unwrap_or_default();
+        self.others
+            .insert(self.thread, std::mem::replace(&mut self.state, state));
+        if t.pid != self.thread.pid {
+            let process = self.processes.remove(&t.pid).unwrap_or_default();
+            self.processes.insert(
+                self.thread.pid,
+                std::mem::replace(&mut self.process, process),
+            );
+        }
+        self.thread = t;
+    }
+
+    /// Applies an event's effect on the state (after the event): a new
+    /// process and an exec start without code; a new thread without state.
+    fn apply(&mut self, e: &Event, version: u32) {
+        match e {
+            Event::Exec { .. } if version >= 3 => self.process = P::default(),
+            Event::Clone { child, kind } => {
+                self.others.remove(child);
+                if *kind != CloneKind::Thread {
+                    self.processes.remove(&child.pid);
+                }
+            }
+            _ => {}
+        }
+    }
+}
 
 fn mode_code(m: ExecMode) -> u8 {
     match m {
@@ -129,6 +220,14 @@ fn mode_from_code(c: u8) -> Option<ExecMode> {
         3 => ExecMode::Unknown,
         _ => return None,
     })
+}
+
+fn clone_code(k: CloneKind) -> u8 {
+    match k {
+        CloneKind::Thread => 0,
+        CloneKind::Fork => 1,
+        CloneKind::Vfork => 2,
+    }
 }
 
 fn zigzag(v: i64) -> u64 {
@@ -158,22 +257,17 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 
 /// Writes an execution log. Records go through an internal buffer to `W`;
 /// call [`LogWriter::flush`] now and then so a killed recording keeps most of
-/// what it saw, and [`LogWriter::finish`] at the end.
+/// what it saw, and [`LogWriter::finish`] at the end (which writes the end
+/// record: a log without it reads as cut short).
 pub struct LogWriter<W: Write> {
     out: W,
     buf: Vec<u8>,
-    /// Page base → generation already logged.
-    logged_pages: HashMap<u64, u64>,
-    /// Where the reader will expect the next instruction.
-    expected_ip: Option<u64>,
-    mode: Option<ExecMode>,
-    /// CPL 0 for the last instruction written.
-    kernel: bool,
+    /// Thread states; per process: page base → generation already logged.
+    threads: Threads<HashMap<u64, u64>>,
     /// Whether the header allows kernel-mode items.
     shows_kernel: bool,
-    /// Predicted instructions not yet written.
+    /// Predicted instructions of the current thread not yet written.
     pending_seq: u64,
-    predictor: Predictor,
     insns: u64,
 }
 
@@ -198,13 +292,9 @@ impl<W: Write> LogWriter<W> {
         Ok(Self {
             out,
             buf: Vec::with_capacity(WRITE_CHUNK + PAGE_SIZE as usize * 2),
-            logged_pages: HashMap::new(),
-            expected_ip: None,
-            mode: None,
-            kernel: false,
+            threads: Threads::new(),
             shows_kernel,
             pending_seq: 0,
-            predictor: Predictor::default(),
             insns: 0,
         })
     }
@@ -230,10 +320,16 @@ impl<W: Write> LogWriter<W> {
             ));
         }
         match item {
-            ExecItem::Insn(r) => self.write_insn(r, mem)?,
+            ExecItem::Insn(r) => {
+                self.threads.cursor.saw_insn();
+                self.write_insn(r, mem)?
+            }
             ExecItem::Event(e) => {
+                // The run so far is the current thread's, whatever the event.
                 self.put_pending();
+                self.threads.follow(item);
                 self.put_event(e);
+                self.threads.apply(e, VERSION);
             }
         }
         if self.buf.len() >= WRITE_CHUNK {
@@ -254,7 +350,7 @@ impl<W: Write> LogWriter<W> {
         let last = r.ip.wrapping_add(u64::from(r.len) - 1);
         for base in [page_base(r.ip), page_base(last)] {
             let gen = mem.generation(base).ok_or(ExecError::NoCode { ip: base })?;
-            if self.logged_pages.get(&base) != Some(&gen) {
+            if self.threads.process.get(&base) != Some(&gen) {
                 self.put_pending();
                 let Some(bytes) = mem.page(base) else {
                     return Err(ExecError::NoCode { ip: base });
@@ -262,28 +358,35 @@ impl<W: Write> LogWriter<W> {
                 self.buf.push(TAG_CODE_PAGE);
                 put_v(&mut self.buf, base / PAGE_SIZE);
                 self.buf.extend_from_slice(bytes);
-                self.logged_pages.insert(base, gen);
+                self.threads.process.insert(base, gen);
             }
         }
-        if self.mode != Some(r.mode) {
-            self.put_pending();
+        let st = &mut self.threads.state;
+        if st.mode != Some(r.mode) {
+            if self.pending_seq > 0 {
+                put_seq(&mut self.buf, &mut self.pending_seq);
+            }
             self.buf.push(TAG_MODE);
             self.buf.push(mode_code(r.mode));
-            self.mode = Some(r.mode);
+            st.mode = Some(r.mode);
         }
-        if self.kernel != r.kernel {
-            self.put_pending();
+        if st.kernel != r.kernel {
+            if self.pending_seq > 0 {
+                put_seq(&mut self.buf, &mut self.pending_seq);
+            }
             self.buf.push(TAG_PRIVILEGE);
             self.buf.push(u8::from(r.kernel));
-            self.kernel = r.kernel;
+            st.kernel = r.kernel;
         }
-        if self.expected_ip != Some(r.ip) {
-            self.put_pending();
+        if st.ip != Some(r.ip) {
+            if self.pending_seq > 0 {
+                put_seq(&mut self.buf, &mut self.pending_seq);
+            }
             self.buf.push(TAG_SET_IP);
             put_v(&mut self.buf, r.ip);
         }
         let ft = r.fall_through();
-        if self.predictor.predict(&d, r.ip) == Some(r.next_ip) {
+        if st.predictor.predict(&d, r.ip) == Some(r.next_ip) {
             self.pending_seq += 1;
         } else if d.class == InsnClass::CondBranch && d.target == Some(r.next_ip) {
             self.buf.push(TAG_TAKEN);
@@ -295,17 +398,15 @@ impl<W: Write> LogWriter<W> {
             put_v(&mut self.buf, zigzag(r.next_ip.wrapping_sub(ft) as i64));
             self.pending_seq = 0;
         }
-        self.predictor.retire(&d, r.ip);
-        self.expected_ip = Some(r.next_ip);
+        st.predictor.retire(&d, r.ip);
+        st.ip = Some(r.next_ip);
         self.insns += 1;
         Ok(())
     }
 
     fn put_pending(&mut self) {
         if self.pending_seq > 0 {
-            self.buf.push(TAG_SEQ);
-            put_v(&mut self.buf, self.pending_seq);
-            self.pending_seq = 0;
+            put_seq(&mut self.buf, &mut self.pending_seq);
         }
     }
 
@@ -388,6 +489,23 @@ impl<W: Write> LogWriter<W> {
                 put_v(b, *from_ip);
                 put_v(b, *handler);
             }
+            Event::Switch(t) => {
+                b.push(TAG_SWITCH);
+                put_v(b, u64::from(t.pid));
+                put_v(b, u64::from(t.tid));
+            }
+            Event::Clone { child, kind } => {
+                b.push(TAG_CLONE);
+                put_v(b, u64::from(child.pid));
+                put_v(b, u64::from(child.tid));
+                b.push(clone_code(*kind));
+            }
+            Event::Untraced { thread, why } => {
+                b.push(TAG_UNTRACED);
+                put_v(b, u64::from(thread.pid));
+                put_v(b, u64::from(thread.tid));
+                put_str(b, why);
+            }
         }
     }
 
@@ -405,11 +523,20 @@ impl<W: Write> LogWriter<W> {
         self.out.flush()
     }
 
-    /// Flushes and returns the output.
+    /// Writes the end record, flushes and returns the output.
     pub fn finish(mut self) -> std::io::Result<W> {
+        self.put_pending();
+        self.buf.push(TAG_END);
+        put_v(&mut self.buf, self.insns);
         self.flush()?;
         Ok(self.out)
     }
+}
+
+fn put_seq(buf: &mut Vec<u8>, pending: &mut u64) {
+    buf.push(TAG_SEQ);
+    put_v(buf, *pending);
+    *pending = 0;
 }
 
 /// Counts from copying a source into a log.
@@ -442,22 +569,22 @@ pub fn write_source<W: Write>(
 pub struct LogReader<B: AsRef<[u8]>> {
     data: B,
     pos: usize,
-    mem: CodeMemory,
-    ip: Option<u64>,
-    mode: ExecMode,
-    /// CPL 0 (from the privilege record).
-    kernel: bool,
+    /// Thread states; per process: its code.
+    threads: Threads<CodeMemory>,
     version: u32,
     flags: u32,
     /// Sequential instructions still to yield from the current record.
     seq_left: u64,
     /// After `seq_left` reaches zero: one more instruction going elsewhere.
     jump: Option<Tail>,
-    predictor: Predictor,
+    /// Instructions yielded.
+    insns: u64,
+    /// The end record was read.
+    ended: bool,
     truncated: bool,
     done: bool,
-    /// Decoded instructions by IP (direct-mapped); cleared when code changes.
-    cache: Vec<Option<(u64, ExecMode, DecodedInsn)>>,
+    /// Decoded instructions by process and IP (direct-mapped); cleared when code changes.
+    cache: Vec<Option<(u32, u64, ExecMode, DecodedInsn)>>,
 }
 
 const CACHE_SLOTS: usize = 1 << 13;
@@ -515,6 +642,8 @@ enum Parsed {
     Item(ExecItem),
     /// A state record (page, mode, IP, run): nothing to yield yet.
     State,
+    /// The end record, with its instruction count and offset.
+    End(u64, usize),
 }
 
 impl<B: AsRef<[u8]>> LogReader<B> {
@@ -548,23 +677,26 @@ impl<B: AsRef<[u8]>> LogReader<B> {
         Ok(Self {
             data,
             pos: HEADER_LEN,
-            mem: CodeMemory::new(),
-            ip: None,
-            mode: ExecMode::Bit64,
-            kernel: false,
+            threads: Threads::new(),
             version,
             flags,
             seq_left: 0,
             jump: None,
-            predictor: Predictor::default(),
+            insns: 0,
+            ended: false,
             truncated: false,
             done: false,
             cache: Vec::new(),
         })
     }
 
-    /// Whether the log ended inside a record (a recording that was killed).
-    /// Everything before that record was replayed.
+    /// The format version of the log.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Whether the log ended inside a record or (version 3) without its end
+    /// record: a recording that was killed. Everything before was replayed.
     pub fn is_truncated(&self) -> bool {
         self.truncated
     }
@@ -581,6 +713,17 @@ impl<B: AsRef<[u8]>> LogReader<B> {
         }
     }
 
+    /// The log ends here (at `at`, of `len` bytes) without its end record.
+    fn cut_short(&mut self, at: usize) -> ExecError {
+        let len = self.data.as_ref().len();
+        self.truncated = true;
+        self.pos = len;
+        ExecError::TruncatedLog {
+            offset: at as u64,
+            len: len as u64,
+        }
+    }
+
     /// Parses the record at `self.pos`; `Ok(None)` at the end of the data.
     fn parse_record(&mut self) -> Result<Option<Parsed>, ExecError> {
         let start = self.pos;
@@ -588,70 +731,89 @@ impl<B: AsRef<[u8]>> LogReader<B> {
         if start >= data.len() {
             return Ok(None);
         }
+        if self.ended {
+            return Err(self.corrupt(start, "data after the end record"));
+        }
         let mut c = Cursor { data, pos: start };
-        let mut st = State {
-            mem: &mut self.mem,
-            mode: &mut self.mode,
-            kernel: &mut self.kernel,
-            ip: &mut self.ip,
+        let st = &mut self.threads.state;
+        let mut rs = State {
+            mem: &mut self.threads.process,
+            mode: &mut st.mode,
+            kernel: &mut st.kernel,
+            ip: &mut st.ip,
             seq_left: &mut self.seq_left,
             jump: &mut self.jump,
             version: self.version,
         };
-        let r = parse_one(&mut c, &mut st);
+        let r = parse_one(&mut c, &mut rs);
         match r {
             Ok(Ok(p)) => {
-                if data[start] == TAG_CODE_PAGE {
+                let tag = data[start];
+                self.pos = c.pos;
+                if tag == TAG_CODE_PAGE {
                     self.cache.iter_mut().for_each(|e| *e = None);
                 }
-                self.pos = c.pos;
+                if let Parsed::Item(item @ ExecItem::Event(e)) = &p {
+                    self.threads.follow(item);
+                    self.threads.apply(e, self.version);
+                    if matches!(e, Event::Exec { .. } | Event::Clone { .. }) {
+                        self.cache.iter_mut().for_each(|e| *e = None);
+                    }
+                }
                 Ok(Some(p))
             }
             Ok(Err(what)) => Err(self.corrupt(start, what)),
-            Err(Short) => {
-                self.truncated = true;
-                self.pos = data.len();
-                Ok(None)
-            }
+            Err(Short) => Err(self.cut_short(start)),
         }
     }
 
     fn next_insn(&mut self, tail: Option<Tail>) -> Result<Retired, ExecError> {
-        let ip = self
+        self.threads.cursor.saw_insn();
+        let pid = self.threads.thread.pid;
+        let st = &self.threads.state;
+        let ip = st
             .ip
             .ok_or_else(|| self.corrupt(self.pos, "instruction before any IP"))?;
+        let mode = st.mode.unwrap_or(ExecMode::Bit64);
         if self.cache.is_empty() {
             self.cache = vec![None; CACHE_SLOTS];
         }
         let slot = (ip ^ (ip >> 13)) as usize % CACHE_SLOTS;
         let d = match self.cache[slot] {
-            Some((at, mode, d)) if at == ip && mode == self.mode => d,
+            Some((p, at, m, d)) if at == ip && m == mode && p == pid => d,
             _ => {
-                let d = decode_at(&self.mem, ip, self.mode)?;
-                self.cache[slot] = Some((ip, self.mode, d));
+                let d = decode_at(&self.threads.process, ip, mode)?;
+                self.cache[slot] = Some((pid, ip, mode, d));
                 d
             }
         };
         let ft = ip.wrapping_add(u64::from(d.len));
+        let st = &mut self.threads.state;
         let next_ip = match tail {
             Some(Tail::Delta(delta)) => ft.wrapping_add(delta as u64),
             Some(Tail::Taken) => match (d.class, d.target) {
                 (InsnClass::CondBranch, Some(t)) => t,
                 _ => return Err(self.corrupt(self.pos, "taken record on a non-conditional branch")),
             },
-            None => self.predictor.predict(&d, ip).ok_or_else(|| {
-                self.corrupt(self.pos, "unpredictable instruction in a predicted run")
-            })?,
+            None => match st.predictor.predict(&d, ip) {
+                Some(n) => n,
+                None => {
+                    return Err(
+                        self.corrupt(self.pos, "unpredictable instruction in a predicted run")
+                    )
+                }
+            },
         };
-        self.predictor.retire(&d, ip);
-        self.ip = Some(next_ip);
+        st.predictor.retire(&d, ip);
+        st.ip = Some(next_ip);
+        self.insns += 1;
         Ok(Retired {
             ip,
             next_ip,
             len: d.len,
             class: d.class,
-            mode: self.mode,
-            kernel: self.kernel,
+            mode,
+            kernel: st.kernel,
         })
     }
 }
@@ -659,7 +821,7 @@ impl<B: AsRef<[u8]>> LogReader<B> {
 /// The reader state a record updates.
 struct State<'a> {
     mem: &'a mut CodeMemory,
-    mode: &'a mut ExecMode,
+    mode: &'a mut Option<ExecMode>,
     kernel: &'a mut bool,
     ip: &'a mut Option<u64>,
     seq_left: &'a mut u64,
@@ -680,6 +842,14 @@ fn parse_one(
             }
         };
     }
+    macro_rules! id {
+        () => {
+            match u32::try_from(v!()) {
+                Ok(v) => v,
+                Err(_) => return Ok(Err("process or thread id out of range")),
+            }
+        };
+    }
     macro_rules! s {
         () => {{
             let n = v!();
@@ -689,6 +859,7 @@ fn parse_one(
             }
         }};
     }
+    let start = c.pos;
     let tag = c.u8()?;
     let item = match tag {
         TAG_CODE_PAGE => {
@@ -704,7 +875,7 @@ fn parse_one(
             let Some(m) = mode_from_code(c.u8()?) else {
                 return Ok(Err("unknown mode"));
             };
-            *st.mode = m;
+            *st.mode = Some(m);
             return Ok(Ok(Parsed::State));
         }
         TAG_SET_IP => {
@@ -729,6 +900,9 @@ fn parse_one(
         TAG_PRIVILEGE | TAG_MOV_CR3 | TAG_INTERRUPT if st.version < 2 => {
             return Ok(Err("record not in version 1"))
         }
+        TAG_SWITCH | TAG_CLONE | TAG_UNTRACED | TAG_END if st.version < 3 => {
+            return Ok(Err("record not in versions 1 and 2"))
+        }
         TAG_PRIVILEGE => {
             *st.kernel = match c.u8()? {
                 0 => false,
@@ -737,6 +911,7 @@ fn parse_one(
             };
             return Ok(Ok(Parsed::State));
         }
+        TAG_END => return Ok(Ok(Parsed::End(v!(), start))),
         TAG_MOV_CR3 => Event::MovCr3 { cr3: v!() },
         TAG_INTERRUPT => {
             let vector = c.u8()?;
@@ -753,11 +928,28 @@ fn parse_one(
                 handler: v!(),
             }
         }
-        TAG_EXEC => {
-            let pid = v!();
-            let Ok(pid) = u32::try_from(pid) else {
-                return Ok(Err("pid out of range"));
+        TAG_SWITCH => {
+            let pid = id!();
+            Event::Switch(ThreadId { pid, tid: id!() })
+        }
+        TAG_CLONE => {
+            let pid = id!();
+            let child = ThreadId { pid, tid: id!() };
+            let kind = match c.u8()? {
+                0 => CloneKind::Thread,
+                1 => CloneKind::Fork,
+                2 => CloneKind::Vfork,
+                _ => return Ok(Err("unknown clone kind")),
             };
+            Event::Clone { child, kind }
+        }
+        TAG_UNTRACED => {
+            let pid = id!();
+            let thread = ThreadId { pid, tid: id!() };
+            Event::Untraced { thread, why: s!() }
+        }
+        TAG_EXEC => {
+            let pid = id!();
             Event::Exec { pid, path: s!() }
         }
         TAG_MAPPINGS => {
@@ -849,8 +1041,21 @@ impl<B: AsRef<[u8]>> ExecutionSource for LogReader<B> {
             match self.parse_record() {
                 Ok(Some(Parsed::Item(item))) => return Ok(Some(item)),
                 Ok(Some(Parsed::State)) => {}
+                Ok(Some(Parsed::End(n, at))) => {
+                    if n != self.insns {
+                        self.done = true;
+                        return Err(self.corrupt(
+                            at,
+                            "the end record counts other instructions than the log holds",
+                        ));
+                    }
+                    self.ended = true;
+                }
                 Ok(None) => {
                     self.done = true;
+                    if self.version >= 3 && !self.ended {
+                        return Err(self.cut_short(self.pos));
+                    }
                     return Ok(None);
                 }
                 Err(e) => {
@@ -862,11 +1067,19 @@ impl<B: AsRef<[u8]>> ExecutionSource for LogReader<B> {
     }
 
     fn memory(&self) -> &CodeMemory {
-        &self.mem
+        &self.threads.process
     }
 
     fn shows_kernel(&self) -> bool {
         self.flags & FLAG_KERNEL != 0
+    }
+
+    fn process_memory(&self, pid: u32) -> Option<&CodeMemory> {
+        if pid == self.threads.thread.pid {
+            Some(&self.threads.process)
+        } else {
+            self.threads.processes.get(&pid)
+        }
     }
 }
 
@@ -880,7 +1093,7 @@ impl LogReader<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::collect;
+    use crate::exec::{check_continuity, collect, thread_items};
 
     fn mem_with(code: &[(u64, &[u8])]) -> CodeMemory {
         let mut pages: HashMap<u64, Vec<u8>> = HashMap::new();
@@ -1052,14 +1265,30 @@ mod tests {
     }
 
     #[test]
-    fn version_1_logs_still_replay() {
+    fn older_versions_still_replay() {
         let (mem, items) = sample();
-        let mut bytes = write(&mem, &items);
-        assert_eq!(bytes[8..16], [2, 0, 0, 0, 0, 0, 0, 0]);
-        bytes[8] = 1;
+        let v3 = write(&mem, &items);
+        assert_eq!(v3[8..16], [3, 0, 0, 0, 0, 0, 0, 0]);
+        // Versions 1 and 2 had no end record: a log of one thread without
+        // kernel code reads the same without it.
+        let mut bytes = without_end(&v3, &items);
+        for version in [1, 2] {
+            bytes[8] = version;
+            let mut r = LogReader::new(&bytes[..]).unwrap();
+            assert!(!r.shows_kernel());
+            assert_eq!(collect(&mut r).unwrap(), items, "version {version}");
+            assert!(!r.is_truncated());
+        }
+        // Version 3 without its end record was cut short.
+        bytes[8] = 3;
         let mut r = LogReader::new(&bytes[..]).unwrap();
-        assert!(!r.shows_kernel());
-        assert_eq!(collect(&mut r).unwrap(), items);
+        let (back, err) = collect_until_error(&mut r);
+        assert_eq!(back, items);
+        assert!(
+            matches!(err, Some(ExecError::TruncatedLog { offset, len }) if offset == len && len == bytes.len() as u64),
+            "{err:?}"
+        );
+        assert!(r.is_truncated());
         // Unknown flags are an error.
         bytes[8] = 2;
         bytes[12] = 2;
@@ -1070,15 +1299,202 @@ mod tests {
     }
 
     #[test]
-    fn every_prefix_replays_a_prefix() {
+    fn every_prefix_replays_a_prefix_and_says_where_it_ends() {
         let (mem, items) = sample();
         let bytes = write(&mem, &items);
         for cut in HEADER_LEN..bytes.len() {
             let mut r = LogReader::new(&bytes[..cut]).unwrap();
-            let back = collect(&mut r).unwrap();
+            let (back, err) = collect_until_error(&mut r);
             assert!(back.len() <= items.len());
             assert_eq!(&items[..back.len()], &back[..], "cut at {cut}");
+            assert!(
+                matches!(err, Some(ExecError::TruncatedLog { offset, len }) if offset <= len && len == cut as u64),
+                "cut at {cut}: {err:?}"
+            );
+            let msg = err.unwrap().to_string();
+            assert!(msg.contains(&format!("of {cut}")), "{msg}");
         }
+        let (back, err) = collect_until_error(&mut LogReader::new(&bytes[..]).unwrap());
+        assert_eq!((back, err.is_none()), (items, true));
+    }
+
+    #[test]
+    fn end_record_must_count_the_instructions() {
+        let (mem, items) = sample();
+        let mut bytes = write(&mem, &items);
+        let n = bytes.len();
+        assert_eq!(bytes[n - 2], TAG_END);
+        bytes[n - 1] += 1;
+        let (_, err) = collect_until_error(&mut LogReader::new(&bytes[..]).unwrap());
+        assert!(
+            matches!(err, Some(ExecError::CorruptLog { offset, .. }) if offset == n as u64 - 2),
+            "{err:?}"
+        );
+        // Nothing may follow it.
+        bytes[n - 1] -= 1;
+        bytes.push(TAG_STOPPED);
+        bytes.push(0);
+        let (_, err) = collect_until_error(&mut LogReader::new(&bytes[..]).unwrap());
+        assert!(
+            matches!(err, Some(ExecError::CorruptLog { offset, .. }) if offset == n as u64),
+            "{err:?}"
+        );
+    }
+
+    /// The items up to the first error, and the error.
+    fn collect_until_error(r: &mut dyn ExecutionSource) -> (Vec<ExecItem>, Option<ExecError>) {
+        let mut out = Vec::new();
+        loop {
+            match r.next_item() {
+                Ok(Some(i)) => out.push(i),
+                Ok(None) => return (out, None),
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    }
+
+    /// A log without its end record.
+    fn without_end(bytes: &[u8], items: &[ExecItem]) -> Vec<u8> {
+        let n = items
+            .iter()
+            .filter(|i| matches!(i, ExecItem::Insn(_)))
+            .count();
+        let mut end = vec![TAG_END];
+        put_v(&mut end, n as u64);
+        assert!(bytes.ends_with(&end));
+        bytes[..bytes.len() - end.len()].to_vec()
+    }
+
+    /// Two processes, three threads: a thread and a fork child created by
+    /// clone records, switches between them mid-run, an exec in the child
+    /// that replaces its code at the same address, and the exits.
+    #[test]
+    fn threads_and_processes_round_trip() {
+        let parent = ThreadId::main_of(10);
+        let worker = ThreadId { pid: 10, tid: 11 };
+        let child = ThreadId::main_of(12);
+        // Parent's code: a loop with a call; the child's program after exec
+        // has other bytes at the same page.
+        let mem_a = mem_with(&[(0x1000, &[0x90, 0xff, 0xc9, 0x75, 0xfb, 0x0f, 0x05])]);
+        let mem_b = mem_with(&[(0x1000, &[0x48, 0x90, 0x0f, 0x05])]);
+        let ins = |ip, len, class, next| insn(ip, len, class, next);
+        let loop_body = |v: &mut Vec<(ExecItem, bool)>, n: usize| {
+            for i in 0..n {
+                v.push((ins(0x1000, 1, InsnClass::Other, 0x1001), false));
+                v.push((ins(0x1001, 2, InsnClass::Other, 0x1003), false));
+                let next = if i + 1 < n { 0x1000 } else { 0x1005 };
+                v.push((ins(0x1003, 2, InsnClass::CondBranch, next), false));
+            }
+        };
+        // (item, runs in the exec'd image)
+        let mut v: Vec<(ExecItem, bool)> = vec![(
+            ExecItem::Event(Event::Exec {
+                pid: 10,
+                path: "/bin/a".into(),
+            }),
+            false,
+        )];
+        loop_body(&mut v, 2);
+        v.push((ins(0x1005, 2, InsnClass::KernelEntry, 0x1000), false));
+        v.push((
+            ExecItem::Event(Event::SyscallEnter {
+                nr: 56,
+                args: [0x3d0f00, 0, 0, 0, 0, 0],
+            }),
+            false,
+        ));
+        v.push((
+            ExecItem::Event(Event::Clone {
+                child: worker,
+                kind: CloneKind::Thread,
+            }),
+            false,
+        ));
+        v.push((
+            ExecItem::Event(Event::SyscallExit { nr: 56, ret: 11 }),
+            false,
+        ));
+        v.push((ExecItem::Event(Event::Switch(worker)), false));
+        // The worker starts mid-loop; the parent's run state must not leak into it.
+        v.push((ins(0x1001, 2, InsnClass::Other, 0x1003), false));
+        v.push((ins(0x1003, 2, InsnClass::CondBranch, 0x1000), false));
+        v.push((ExecItem::Event(Event::Switch(parent)), false));
+        v.push((ins(0x1000, 1, InsnClass::Other, 0x1001), false));
+        v.push((
+            ExecItem::Event(Event::Clone {
+                child,
+                kind: CloneKind::Fork,
+            }),
+            false,
+        ));
+        v.push((ExecItem::Event(Event::Switch(child)), false));
+        v.push((ExecItem::Event(Event::Mappings(Vec::new())), false));
+        v.push((ins(0x1001, 2, InsnClass::Other, 0x1003), false));
+        v.push((ins(0x1003, 2, InsnClass::CondBranch, 0x1005), false));
+        v.push((ins(0x1005, 2, InsnClass::KernelEntry, 0x1000), false));
+        v.push((
+            ExecItem::Event(Event::SyscallEnter {
+                nr: 59,
+                args: [0; 6],
+            }),
+            false,
+        ));
+        v.push((
+            ExecItem::Event(Event::Exec {
+                pid: 12,
+                path: "/bin/b".into(),
+            }),
+            true,
+        ));
+        v.push((ExecItem::Event(Event::SyscallExit { nr: 59, ret: 0 }), true));
+        v.push((ins(0x1000, 2, InsnClass::Other, 0x1002), true));
+        v.push((ExecItem::Event(Event::Switch(worker)), false));
+        v.push((ins(0x1000, 1, InsnClass::Other, 0x1001), false));
+        v.push((ExecItem::Event(Event::Exit(ExitKind::Exited(0))), false));
+        v.push((ExecItem::Event(Event::Switch(child)), true));
+        v.push((ins(0x1002, 2, InsnClass::KernelEntry, 0x1004), true));
+        v.push((ExecItem::Event(Event::Exit(ExitKind::Exited(3))), true));
+        v.push((
+            ExecItem::Event(Event::Untraced {
+                thread: ThreadId::main_of(13),
+                why: "a test".into(),
+            }),
+            true,
+        ));
+        v.push((ExecItem::Event(Event::Switch(parent)), false));
+        v.push((ins(0x1001, 2, InsnClass::Other, 0x1003), false));
+        v.push((ExecItem::Event(Event::Exit(ExitKind::Exited(0))), false));
+        let items: Vec<ExecItem> = v.iter().map(|(i, _)| i.clone()).collect();
+        check_continuity(&items).unwrap();
+        let mut w = LogWriter::new(Vec::new()).unwrap();
+        for (item, exec_d) in &v {
+            w.write_item(item, if *exec_d { &mem_b } else { &mem_a })
+                .unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let mut r = LogReader::new(&bytes[..]).unwrap();
+        let mut back = Vec::new();
+        while let Some(item) = r.next_item().unwrap() {
+            // The reader holds each process's code as it was.
+            if let ExecItem::Insn(i) = &item {
+                let want = if v[back.len()].1 { &mem_b } else { &mem_a };
+                assert_eq!(r.memory().page(i.ip), want.page(i.ip), "{i:?}");
+            }
+            back.push(item);
+        }
+        assert_eq!(back, items);
+        assert_eq!(
+            r.process_memory(10).and_then(|m| m.page(0x1000)),
+            mem_a.page(0x1000)
+        );
+        assert_eq!(
+            r.process_memory(12).and_then(|m| m.page(0x1000)),
+            mem_b.page(0x1000)
+        );
+        assert_eq!(
+            thread_items(&back, worker).len(),
+            thread_items(&items, worker).len()
+        );
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Execution sources: where the simulated PT logic gets its retired instructions.
 //!
 //! An [`ExecutionSource`] yields [`ExecItem`]s in program order: one
-//! [`Retired`] per retired instruction of the traced thread, with
+//! [`Retired`] per retired instruction of the traced threads, with
 //! [`Event`]s between them for what the instruction stream alone cannot show
-//! (kernel entries and exits, signals, exec, mapping changes, the end).
+//! (kernel entries and exits, signals, exec, mapping changes, threads and
+//! processes created and ended, the end).
 //!
 //! The real sources see user mode only: the kernel runs unseen between a
 //! kernel entry and the return to user mode. A source whose
@@ -13,13 +14,15 @@
 //! that enter it ([`Event::Interrupt`]).
 //!
 //! Four sources exist:
-//! - [`ptrace::Tracer`] (Linux x86-64): single-steps a real process.
+//! - [`ptrace::Tracer`] (Linux x86-64): single-steps a real program, its
+//!   threads and the processes it forks.
 //! - [`log::LogReader`]: replays a compact execution log written by
 //!   [`log::LogWriter`] (record once, replay fast and often).
 //! - [`script::Script`]: a small program plus its branch outcomes, for unit tests
 //!   (it can show kernel code too).
-//! - [`valgrind::ValgrindSource`] (Linux x86-64): a program run under
-//!   valgrind, some forty times faster than single-stepping on long programs.
+//! - [`valgrind::ValgrindSource`] (Linux x86-64): a program (threads and
+//!   children too) run under valgrind, some forty times faster than
+//!   single-stepping on long programs.
 //!
 //! # Ordering contract
 //! - A [`Retired`]'s `next_ip` is where the instruction sent user-mode control:
@@ -38,6 +41,26 @@
 //!   ended in the call) and [`Event::Mappings`] if the memory map changed.
 //!   Other kernel entries (INT3, INT n) are followed by the [`Event::Signal`]
 //!   they raise, if any.
+//!
+//! # Threads and processes
+//! Every item belongs to one thread ([`ThreadId`]: process and thread id, as
+//! Linux numbers them). [`Event::Switch`] says that the items after it are
+//! another thread's; the contract above holds for each thread's own items.
+//! Items before the first switch belong to the initial thread: `(P, P)` for
+//! the `P` of an [`Event::Exec`] that comes before any instruction, else
+//! `(0, 0)` ([`ThreadCursor`] follows this). A single-threaded execution
+//! has no switch at all.
+//! - A thread creates another in a system call ([`Event::SyscallEnter`] of
+//!   clone, fork, vfork...): [`Event::Clone`] follows it in the creator's
+//!   items, before any item of the new thread. A thread of the same process
+//!   shares its address space; a new process starts with a copy of it
+//!   ([`Event::Mappings`] comes first among the child's items).
+//! - [`Event::Exec`] replaces the address space of the current thread's
+//!   process (code bytes known before no longer apply); [`Event::Mappings`]
+//!   is the map of the current thread's process.
+//! - [`Event::Exit`] ends the current thread; no item of it follows.
+//! - A thread or process that ran without being recorded is named by an
+//!   [`Event::Untraced`]: a recording never has a silent gap.
 //!
 //! # With the kernel shown
 //! - A kernel entry (SYSCALL, SYSENTER, INT n) goes to the kernel code: its
@@ -65,6 +88,44 @@ pub use insn::{decode_at, DecodedInsn, InsnClass};
 pub use maps::{Mapping, Perms};
 pub use memory::{CodeMemory, PAGE_SIZE};
 pub use pt_encoder::packet::ExecMode;
+
+/// A thread of a recording: the id of its process (thread group) and its own,
+/// as Linux numbers them (perf's `pid` and `tid`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadId {
+    /// Process id (the thread group's id).
+    pub pid: u32,
+    /// Thread id; equal to `pid` for a process's initial thread.
+    pub tid: u32,
+}
+
+impl ThreadId {
+    /// The initial thread of process `pid`.
+    pub const fn main_of(pid: u32) -> Self {
+        ThreadId { pid, tid: pid }
+    }
+}
+
+impl std::fmt::Display for ThreadId {
+    /// `pid/tid`, as perf prints them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.pid, self.tid)
+    }
+}
+
+/// What kind of task a thread created (the distinction perf's FORK record
+/// leaves to `pid` and `tid`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CloneKind {
+    /// A thread of the same process (`CLONE_THREAD`): same address space.
+    Thread,
+    /// A new process with a copy of the address space (fork, or clone
+    /// without `CLONE_THREAD`).
+    Fork,
+    /// vfork: a new process that borrows its parent's memory until it execs
+    /// or exits; the parent waits until then.
+    Vfork,
+}
 
 /// One retired instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -106,7 +167,7 @@ pub enum StopReason {
     Interrupted,
 }
 
-/// How the traced process ended.
+/// How a traced thread (or process) ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExitKind {
     /// `exit`/`exit_group` with this status.
@@ -119,18 +180,38 @@ pub enum ExitKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Event {
-    /// A program image was loaded: at the start of the recording, and on
-    /// every successful `execve`. The pid stands in for CR3 (not visible to
-    /// user space); it stays the same across `execve`.
+    /// A program image was loaded into the current thread's process: at the
+    /// start of the recording, and on every successful `execve`. The pid
+    /// stands in for CR3 (not visible to user space); it stays the same
+    /// across `execve`.
     Exec {
-        /// Process id of the traced thread.
+        /// Process id of the current thread.
         pid: u32,
         /// Path of the new program as the recorder saw it.
         path: String,
     },
-    /// The full memory map (from `/proc/pid/maps`): at the start and after any
-    /// kernel entry that changed it.
+    /// The full memory map of the current thread's process (from
+    /// `/proc/pid/maps`): at the start, first thing for a new process, and
+    /// after any kernel entry that changed it.
     Mappings(Vec<Mapping>),
+    /// The items that follow belong to this thread (see the module docs).
+    Switch(ThreadId),
+    /// The current thread created `child` (in the system call before this
+    /// event); the child's items follow a [`Event::Switch`] to it.
+    Clone {
+        /// The new thread.
+        child: ThreadId,
+        /// Thread or process.
+        kind: CloneKind,
+    },
+    /// A thread or process ran without being recorded (the source could not
+    /// follow it); `why` says what happened.
+    Untraced {
+        /// The thread (`tid` 0: the whole process).
+        thread: ThreadId,
+        /// Why it was not recorded, for a warning.
+        why: String,
+    },
     /// The preceding [`InsnClass::KernelEntry`] instruction entered the kernel
     /// as this system call.
     SyscallEnter {
@@ -176,9 +257,11 @@ pub enum Event {
         /// The first instruction of the handler (CPL 0).
         handler: u64,
     },
-    /// The process ended.
+    /// The current thread ended (for the last thread of a process, or one
+    /// ended by `exit_group` or a fatal signal: the process's status).
     Exit(ExitKind),
-    /// The recording ended early; the process was killed by the recorder.
+    /// The recording ended early; the traced processes were killed by the
+    /// recorder. Nothing follows.
     Stopped(StopReason),
 }
 
@@ -237,6 +320,15 @@ pub enum ExecError {
         /// What was wrong.
         what: &'static str,
     },
+    /// A log file ends before its end record: the recording that wrote it
+    /// was killed. Everything before `offset` was replayed.
+    #[error("execution log cut short at byte {offset} of {len}: the recording that wrote it did not finish (everything before was replayed)")]
+    TruncatedLog {
+        /// Where the incomplete record (or the missing end record) starts.
+        offset: u64,
+        /// The log's length.
+        len: u64,
+    },
     /// The log was written by an unknown format version.
     #[error("unsupported execution log version {0}")]
     UnsupportedVersion(u32),
@@ -270,6 +362,15 @@ pub trait ExecutionSource {
     fn shows_kernel(&self) -> bool {
         false
     }
+
+    /// The code bytes known of process `pid`'s current address space, also
+    /// after the process ended (for code that is in no file, such as the
+    /// vDSO, which a side-band has to dump). The default, for sources of one
+    /// process, is [`Self::memory`].
+    fn process_memory(&self, pid: u32) -> Option<&CodeMemory> {
+        let _ = pid;
+        Some(self.memory())
+    }
 }
 
 impl<S: ExecutionSource + ?Sized> ExecutionSource for &mut S {
@@ -281,6 +382,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for &mut S {
     }
     fn shows_kernel(&self) -> bool {
         (**self).shows_kernel()
+    }
+    fn process_memory(&self, pid: u32) -> Option<&CodeMemory> {
+        (**self).process_memory(pid)
     }
 }
 
@@ -294,6 +398,54 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for Box<S> {
     fn shows_kernel(&self) -> bool {
         (**self).shows_kernel()
     }
+    fn process_memory(&self, pid: u32) -> Option<&CodeMemory> {
+        (**self).process_memory(pid)
+    }
+}
+
+/// Follows which thread the items of a stream belong to (the rules are in
+/// the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadCursor {
+    current: Option<ThreadId>,
+    started: bool,
+}
+
+impl ThreadCursor {
+    /// A cursor before the first item.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes the next item; returns the thread it belongs to (for a
+    /// [`Event::Switch`], the thread switched to).
+    #[inline]
+    pub fn follow(&mut self, item: &ExecItem) -> ThreadId {
+        match item {
+            ExecItem::Insn(_) => self.started = true,
+            ExecItem::Event(Event::Switch(t)) => {
+                self.current = Some(*t);
+                self.started = true;
+            }
+            ExecItem::Event(Event::Exec { pid, .. }) if !self.started => {
+                self.current = Some(ThreadId::main_of(*pid));
+            }
+            ExecItem::Event(_) => {}
+        }
+        self.current()
+    }
+
+    /// Notes an instruction without looking at it (the thread cannot change).
+    #[inline]
+    pub(crate) fn saw_insn(&mut self) {
+        self.started = true;
+    }
+
+    /// The thread of the last item followed.
+    #[inline]
+    pub fn current(&self) -> ThreadId {
+        self.current.unwrap_or_default()
+    }
 }
 
 /// Drains a source into a vector (for tests and small executions).
@@ -305,30 +457,44 @@ pub fn collect(source: &mut dyn ExecutionSource) -> Result<Vec<ExecItem>, ExecEr
     Ok(out)
 }
 
-/// Checks the ordering contract on a sequence of items: every retired
-/// instruction starts where the previous one said control went, or at the
-/// handler of a signal or interrupt in between. Returns the index of the
-/// first violation.
+/// Checks the ordering contract on a sequence of items, thread by thread:
+/// every retired instruction starts where the thread's previous one said
+/// control went, or at the handler of a signal or interrupt in between.
+/// Returns the index of the first violation.
 pub fn check_continuity(items: &[ExecItem]) -> Result<(), usize> {
-    let mut expected: Option<u64> = None;
+    let mut expected: std::collections::HashMap<ThreadId, u64> = Default::default();
+    let mut cursor = ThreadCursor::new();
     for (i, item) in items.iter().enumerate() {
+        let thread = cursor.follow(item);
         match item {
             ExecItem::Insn(r) => {
-                if let Some(e) = expected {
-                    if e != r.ip {
-                        return Err(i);
-                    }
+                if expected.get(&thread).is_some_and(|&e| e != r.ip) {
+                    return Err(i);
                 }
-                expected = Some(r.next_ip);
+                expected.insert(thread, r.next_ip);
             }
             ExecItem::Event(
                 Event::Signal {
                     handler: Some(h), ..
                 }
                 | Event::Interrupt { handler: h, .. },
-            ) => expected = Some(*h),
+            ) => {
+                expected.insert(thread, *h);
+            }
             ExecItem::Event(_) => {}
         }
     }
     Ok(())
+}
+
+/// The items of one thread, in order (without the switches).
+pub fn thread_items(items: &[ExecItem], thread: ThreadId) -> Vec<ExecItem> {
+    let mut cursor = ThreadCursor::new();
+    items
+        .iter()
+        .filter(|item| {
+            cursor.follow(item) == thread && !matches!(item, ExecItem::Event(Event::Switch(_)))
+        })
+        .cloned()
+        .collect()
 }

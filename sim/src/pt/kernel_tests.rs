@@ -9,11 +9,9 @@ use super::*;
 use crate::exec::script::{Directive, Script};
 use crate::exec::{check_continuity, collect, ExecutionSource};
 use crate::traced::TracedFilter;
-use pt_decoder::error::ErrorCode;
 use pt_decoder::event::EventKind;
-use pt_decoder::flow::{FlowOptions, InsnDecoder, InsnInfo, Status};
 use pt_decoder::image::Image;
-use pt_decoder::{Config, PacketDecoder};
+use pt_decoder::{Config, Decoder, Granularity, Item, PacketDecoder};
 use pt_hal::config::AddrRange;
 
 /// Kernel code base (the kernel half of the address space).
@@ -233,42 +231,19 @@ fn decode(run: &Run) -> (Vec<u64>, Vec<EventKind>) {
             .unwrap();
     }
     let config = Config::default();
-    let mut dec = InsnDecoder::new(&run.bytes, &image, &config, FlowOptions::default());
-    let mut insn = InsnInfo {
-        ip: 0,
-        size: 0,
-        mode: ExecMode::Unknown,
-        speculative: false,
-        isid: 0,
-        class: None,
-    };
+    let dec = Decoder::builder(&run.bytes, &image)
+        .config(&config)
+        .granularity(Granularity::Instructions)
+        .build();
     let mut ips = Vec::new();
     let mut events = Vec::new();
-    let mut status = dec.sync_forward().unwrap();
-    loop {
-        while status.event_pending {
-            let (ev, st) = dec.event().unwrap();
-            if !ev.status_update {
-                events.push(ev.kind);
-            }
-            status = st;
+    for item in dec {
+        match item {
+            Item::Insn(i) => ips.push(i.insn.ip),
+            Item::Event(e) if !e.event.status_update => events.push(e.event.kind),
+            Item::Error(e) => panic!("{e} after {ips:x?}"),
+            _ => {}
         }
-        if status.eos {
-            break;
-        }
-        match dec.next(&mut insn) {
-            Ok(st) => status = st,
-            Err(ErrorCode::EventIgnored) => {
-                status = Status {
-                    event_pending: true,
-                    ..Status::default()
-                };
-                continue;
-            }
-            Err(ErrorCode::Eos) => break,
-            Err(e) => panic!("decode error {e:?} at {:#x} after {ips:x?}", insn.ip),
-        }
-        ips.push(insn.ip);
     }
     (ips, events)
 }

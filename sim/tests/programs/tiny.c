@@ -55,7 +55,7 @@ void start_c(long *sp) {
     sys(11, p, 8192, 0);
   }
   if (mode == 'e') { char *av[] = { argv[0], "w", 0 }; sys(59, (long)argv[0], (long)av, (long)(argv + argc + 1)); }
-  if (mode == 'l') for (;;) acc = f(acc);
+  if (mode == 'l') for (;;) hits = f(hits);
   sys(231, acc & 0x7f, 0, 0);
   for (;;) {}
 }

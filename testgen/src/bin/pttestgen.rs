@@ -46,7 +46,7 @@ fn parse_cpu(s: &str) -> Result<CpuArg, String> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = pt_cli::parse();
     let path = &args.pttfile;
     let source = match std::fs::read(path) {
         Ok(bytes) => String::from_utf8(bytes)

@@ -1,20 +1,17 @@
 //! ptxed: reconstruct the executed instructions from an Intel PT trace and the code
 //! image, compatible with libipt's ptxed (options and output).
 
+use pt_decoder::driver::{BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
-use pt_decoder::flow::{
-    Block, BlockDecoder, Checkpoint, InsnCheckpoint, InsnDecoder, InsnInfo, Status,
-};
+use pt_decoder::flow::{Block, InsnInfo};
 use pt_decoder::image::Image;
 use pt_decoder::insn;
 use pt_decoder::listing::{Listing, ListingOptions, Syntax};
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
-use std::ops::ControlFlow;
 
 mod args;
-mod parallel;
 
 use args::{parse_args, Parsed};
 
@@ -41,9 +38,8 @@ struct Options {
 }
 
 #[derive(Clone, Copy, Debug, Default)]
+/// The statistics asked for (`--stat`).
 struct Stats {
-    insn: u64,
-    blocks: u64,
     want_insn: bool,
     want_blocks: bool,
 }
@@ -73,13 +69,6 @@ fn mode_name(mode: ExecMode) -> &'static str {
         ExecMode::Bit64 => "64-bit",
         ExecMode::Unknown => "<unknown>",
     }
-}
-
-/// The address after the instruction at `ip`, following direct branches (as ptxed
-/// does with XED's branch displacement).
-fn xed_next_ip(image: &Image, ip: u64, mode: ExecMode) -> Option<u64> {
-    let d = insn::decode_at(image, ip, mode).ok()?;
-    Some(d.target.unwrap_or_else(|| d.next_ip()))
 }
 
 impl<'a, W: Write> Printer<'a, W> {
@@ -416,450 +405,46 @@ impl<'a, W: Write> Printer<'a, W> {
     }
 }
 
-/// What [`block_error_ip`] looks at in `block`.
-fn blame(block: &Block) -> (bool, u64, ExecMode) {
-    let empty = block.ninsn == 0;
-    (
-        empty,
-        if empty { block.ip } else { block.end_ip },
-        block.mode,
-    )
-}
-
-/// The IP to blame for an error after `block` (ptxed's rules: the instruction after
-/// the last one, unless the trace did not match the last one itself).
-fn block_error_ip(image: &Image, block: &Block, code: ErrorCode) -> u64 {
-    if block.ninsn == 0 {
-        return block.ip;
-    }
-    if code == ErrorCode::BadQuery {
-        return block.end_ip;
-    }
-    xed_next_ip(image, block.end_ip, block.mode).unwrap_or(block.end_ip)
-}
-
-/// What ptxed's decode loop needs from a flow decoder. The block and the instruction
-/// decoder are driven the same way (sync, events, errors, resync); they differ only
-/// in how one step is decoded, counted, printed and checked. Generic, not dynamic,
-/// so the hot path stays monomorphic.
-trait Driver {
-    /// Whether an offset error while printing an event met during resync fails the
-    /// resync (block decoder) or prints offset 0 (instruction decoder), as ptxed does.
-    const STRICT_RESYNC_OFFSET: bool;
-    fn sync_forward(&mut self) -> Result<Status, ErrorCode>;
-    fn sync_set(&mut self, offset: u64) -> Result<Status, ErrorCode>;
-    fn resync(&mut self) -> Result<Status, ErrorCode>;
-    fn offset(&self) -> Result<u64, ErrorCode>;
-    fn event(&mut self) -> Result<(Event, Status), ErrorCode>;
-    /// Forget the last block or instruction before a new sync.
-    fn reset(&mut self);
-    /// The IP to blame for `code` after the last block or instruction.
-    fn error_ip(&self, image: &Image, code: ErrorCode) -> u64;
-    /// Decode, count, print and check one block or instruction; `fast`: skip through
-    /// warm code first where nothing is printed.
-    fn step<W: Write>(
-        &mut self,
-        p: &mut Printer<'_, W>,
-        stats: &mut Stats,
-        offset: u64,
-        time: u64,
-        fast: bool,
-    ) -> Result<Status, ErrorCode>;
-    /// The decoder's state between two steps, where the output from here on depends on
-    /// nothing else (see [`BlockDecoder::checkpoint`]); `None` where it cannot be taken.
-    type Mark: Send;
-    fn mark(&self) -> Option<Self::Mark>;
-    /// Whether the decoder is where `mark` was taken, in the same state.
-    fn reached(&self, mark: &Self::Mark) -> bool;
-}
-
-/// The `Driver` calls both drivers pass straight to their flow decoder `dec`.
-macro_rules! forward_to_decoder {
-    () => {
-        fn sync_forward(&mut self) -> Result<Status, ErrorCode> {
-            self.dec.sync_forward()
-        }
-        fn sync_set(&mut self, offset: u64) -> Result<Status, ErrorCode> {
-            self.dec.sync_set(offset)
-        }
-        fn resync(&mut self) -> Result<Status, ErrorCode> {
-            self.dec.resync()
-        }
-        fn offset(&self) -> Result<u64, ErrorCode> {
-            self.dec.offset()
-        }
-        fn event(&mut self) -> Result<(Event, Status), ErrorCode> {
-            self.dec.event()
-        }
-    };
-}
-
-struct BlockDriver<'a> {
-    dec: BlockDecoder<'a>,
-    block: Block,
-    ips: Vec<u64>,
-}
-
-impl<'a> Driver for BlockDriver<'a> {
-    const STRICT_RESYNC_OFFSET: bool = true;
-
-    forward_to_decoder!();
-
-    /// With what an error right after it would blame ([`block_error_ip`]).
-    type Mark = (Checkpoint<'a>, (bool, u64, ExecMode));
-
-    fn mark(&self) -> Option<Self::Mark> {
-        Some((self.dec.checkpoint(), blame(&self.block)))
-    }
-
-    fn reached(&self, mark: &Self::Mark) -> bool {
-        blame(&self.block) == mark.1 && self.dec.reached(&mark.0)
-    }
-
-    fn reset(&mut self) {
-        self.block.ip = 0;
-        self.block.ninsn = 0;
-    }
-
-    fn error_ip(&self, image: &Image, code: ErrorCode) -> u64 {
-        block_error_ip(image, &self.block, code)
-    }
-
-    #[inline]
-    fn step<W: Write>(
-        &mut self,
-        p: &mut Printer<'_, W>,
-        stats: &mut Stats,
-        offset: u64,
-        time: u64,
-        fast: bool,
-    ) -> Result<Status, ErrorCode> {
-        let opts = p.opts;
-        if opts.quiet && !opts.check && fast {
-            let (insns, blocks) = self.dec.skip_blocks();
-            stats.insn += insns;
-            stats.blocks += blocks;
-        }
-        let r = self.dec.next(&mut self.block);
-        if opts.print_stats {
-            stats.insn += u64::from(self.block.ninsn);
-            stats.blocks += 1;
-        }
-        if !opts.quiet {
-            self.ips.clear();
-            let known = self.dec.block_ips(&mut self.ips);
-            let ips = known.then_some(&self.ips[..]);
-            if let Some(ip) = print_block(p, &self.block, ips, stats, offset, time) {
-                // libipt's ptxed names the decoder's offset here, --offset or not.
-                p.diagnose(
-                    self.dec.offset(),
-                    ip,
-                    "reconstruct error",
-                    ErrorCode::NoSync,
-                );
-            }
-        }
-        if opts.check {
-            check_block(p, &self.block, offset);
-        }
-        r
-    }
-}
-
-struct InsnDriver<'a> {
-    dec: InsnDecoder<'a>,
-    insn: InsnInfo,
-}
-
-impl<'a> Driver for InsnDriver<'a> {
-    const STRICT_RESYNC_OFFSET: bool = false;
-
-    forward_to_decoder!();
-
-    /// With the last instruction, which an error right after it would blame.
-    type Mark = (InsnCheckpoint<'a>, InsnInfo);
-
-    fn mark(&self) -> Option<Self::Mark> {
-        Some((self.dec.checkpoint()?, self.insn))
-    }
-
-    fn reached(&self, mark: &Self::Mark) -> bool {
-        self.insn == mark.1 && self.dec.reached(&mark.0)
-    }
-
-    fn reset(&mut self) {
-        self.insn.ip = 0;
-        self.insn.class = None;
-    }
-
-    fn error_ip(&self, image: &Image, code: ErrorCode) -> u64 {
-        insn_error_ip(image, &self.insn, code)
-    }
-
-    #[inline]
-    fn step<W: Write>(
-        &mut self,
-        p: &mut Printer<'_, W>,
-        stats: &mut Stats,
-        offset: u64,
-        time: u64,
-        fast: bool,
-    ) -> Result<Status, ErrorCode> {
-        let opts = p.opts;
-        if opts.quiet && !opts.check && fast {
-            stats.insn += self.dec.skip_blocks();
-        }
-        let r = match self.dec.next(&mut self.insn) {
-            // An event that could not be bound to the instruction: report it first.
-            Err(ErrorCode::EventIgnored) => {
-                return Ok(Status {
-                    event_pending: true,
-                    ..Status::default()
-                })
-            }
-            Err(e) if self.insn.class.is_none() => return Err(e),
-            r => r,
-        };
-        let insn = &self.insn;
-        if !opts.quiet {
-            let _ = p.insn_decoder_line(insn, offset, time);
-        }
-        if opts.print_stats {
-            stats.insn += 1;
-        }
-        if opts.check {
-            check_insn(p, insn, offset);
-        }
-        r
-    }
-}
-
-/// Take the pending event, remember its time and print it unless it only updates
-/// the status.
-fn take_event<D: Driver, W: Write>(
-    dec: &mut D,
-    p: &mut Printer<'_, W>,
-    time: &mut u64,
-    offset: u64,
-) -> Result<Status, ErrorCode> {
-    let (ev, status) = dec.event()?;
-    *time = ev.time.tsc.unwrap_or(0);
-    if !p.opts.quiet && !ev.status_update {
-        let _ = p.event(&ev, offset);
-    }
-    Ok(status)
-}
-
-/// Where a decode starts, and what it sees of its progress: the whole trace, or one
-/// piece of a parallel decode ([`parallel`]).
-trait Watch<D: Driver> {
-    /// Whether steps may skip through warm code (nothing is printed there).
-    fn fast(&self) -> bool {
-        true
-    }
-    /// The first synchronization.
-    fn first_sync(&mut self, dec: &mut D) -> Result<Status, ErrorCode> {
-        dec.sync_forward()
-    }
-    /// Between two steps, with `written` bytes of output so far; `Break` ends the
-    /// decode here.
-    fn between_steps(&mut self, _dec: &D, _written: usize, _stats: &Stats) -> ControlFlow<()> {
-        ControlFlow::Continue(())
-    }
-    /// An error was reported.
-    fn error(&mut self, _code: ErrorCode) {}
-}
-
-/// The whole trace on one thread.
-struct Whole;
-
-impl<D: Driver> Watch<D> for Whole {}
-
-/// How much output a sink took so far (only pieces of a parallel decode ask).
-trait Sink: Write {
-    fn written(&self) -> usize {
-        0
-    }
-}
-
-impl<W: Write> Sink for io::BufWriter<W> {}
-
-impl Sink for Vec<u8> {
-    fn written(&self) -> usize {
-        self.len()
-    }
-}
-
-/// Decode the whole trace with `dec`: sync, then alternate events and steps until
-/// the end, reporting errors and (with `--resync-on-error`) resyncing after them.
-fn run_decoder<D: Driver, W: Sink, T: Watch<D>>(
-    dec: &mut D,
-    image: &Image,
-    p: &mut Printer<'_, W>,
-    stats: &mut Stats,
-    watch: &mut T,
-) {
-    let opts = p.opts;
-    let mut sync = 0u64;
-    let mut time = 0u64;
-    let mut first = true;
-    loop {
-        dec.reset();
-        let synced = if first {
-            first = false;
-            watch.first_sync(dec)
-        } else {
-            dec.sync_forward()
-        };
-        let mut status = match synced {
-            Ok(s) => s,
-            Err(ErrorCode::Eos) => break,
-            Err(e) => {
-                watch.error(e);
-                p.diagnose(dec.offset(), dec.error_ip(image, e), "sync error", e);
-                match dec.offset() {
-                    Ok(new) if new > sync => {
-                        sync = new;
-                        continue;
-                    }
-                    _ => break,
-                }
-            }
-        };
-        loop {
-            let err = 'inner: loop {
-                // Events first.
-                while status.event_pending {
-                    let offset = if opts.print_offset {
-                        dec.offset()
-                    } else {
-                        Ok(0)
-                    };
-                    let r = offset.and_then(|offset| take_event(dec, p, &mut time, offset));
-                    match r {
-                        Ok(s) => status = s,
-                        Err(e) => break 'inner e,
-                    }
-                }
-                if status.eos {
-                    if !status.ip_suppressed && !opts.quiet {
-                        let _ = p.out.write_all(b"[end of trace]\n");
-                    }
-                    return;
-                }
-                if watch.between_steps(dec, p.out.written(), stats).is_break() {
-                    return;
-                }
-                let offset = if opts.print_offset || opts.check {
-                    match dec.offset() {
-                        Ok(o) => o,
-                        Err(e) => break 'inner e,
-                    }
-                } else {
-                    0
-                };
-                match dec.step(p, stats, offset, time, watch.fast()) {
-                    Ok(s) => status = s,
-                    Err(e) => break 'inner e,
-                }
-            };
-            if err == ErrorCode::Eos {
-                return;
-            }
-            watch.error(err);
-            p.diagnose(dec.offset(), dec.error_ip(image, err), "error", err);
-            if !opts.resync_on_error {
-                break;
-            }
-            match resync(dec, p, &mut time) {
-                Ok(s) => status = s,
-                Err(e) => {
-                    watch.error(e);
-                    p.diagnose(dec.offset(), dec.error_ip(image, e), "resync error", e);
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// `--resync-on-error`: find the next sync point, printing the events met on the way.
-fn resync<D: Driver, W: Write>(
-    dec: &mut D,
-    p: &mut Printer<'_, W>,
-    time: &mut u64,
-) -> Result<Status, ErrorCode> {
-    let opts = p.opts;
-    let status = loop {
-        match dec.resync() {
-            Ok(s) => break s,
-            Err(ErrorCode::EventIgnored) => {
-                let offset = if !opts.print_offset {
-                    0
-                } else if D::STRICT_RESYNC_OFFSET {
-                    dec.offset()?
-                } else {
-                    dec.offset().unwrap_or(0)
-                };
-                take_event(dec, p, time, offset)?;
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    if status.ip_suppressed && !opts.quiet {
-        let _ = p.out.write_all(b"[disabled]\n");
-    }
-    Ok(status)
-}
-
-/// Prints `block` (and its `[block]` line); returns the IP of a reconstruct error, where
-/// the listing did not reach the block's end.
+/// A block's instructions (and its `[block]` line), as ptxed prints them; `blocks`:
+/// the blocks so far, this one included.
 fn print_block<W: Write>(
     p: &mut Printer<'_, W>,
-    block: &Block,
-    ips: Option<&[u64]>,
-    stats: &Stats,
+    dec: &mut Decoder<'_>,
+    b: &BlockItem,
+    blocks: u64,
     offset: u64,
     time: u64,
-) -> Option<u64> {
+) {
+    let block = &b.block;
     if p.opts.show_blocks {
         if p.opts.print_stats {
-            let _ = writeln!(p.out, "[block {:x}]", stats.blocks);
+            let _ = writeln!(p.out, "[block {blocks:x}]");
         } else {
             let _ = p.out.write_all(b"[block]\n");
         }
     }
-    if block.ninsn == 0 {
-        return None;
-    }
-    // As libipt's ptxed: an instruction that cannot be read or decoded ends the block's
-    // listing; unless it was the last one, a reconstruct error follows.
-    let mut ip = block.ip;
-    if let Some(ips) = ips.filter(|ips| ips.len() == block.ninsn as usize) {
-        for &at in ips {
-            ip = at;
-            match p.insn_line(ip, block.mode, block.speculative, offset, time) {
-                Ok(Some(_)) => {}
-                Ok(None) => break,
-                Err(_) => return None,
-            }
-        }
-    } else {
-        let mut left = block.ninsn;
-        while left > 0 {
-            match p.insn_line(ip, block.mode, block.speculative, offset, time) {
-                Ok(Some(next)) => {
-                    left -= 1;
-                    if left > 0 {
-                        ip = next;
-                    }
+    let Some(ips) = dec.block_ips() else {
+        return;
+    };
+    // libipt's ptxed names the decoder's offset in a reconstruct error, --offset or not.
+    let here = Ok(b.offset);
+    for &ip in ips.ips {
+        match p.insn_line(ip, block.mode, block.speculative, offset, time) {
+            Ok(Some(_)) => {}
+            // An instruction that cannot be read or decoded ends the block's listing;
+            // unless it was the last one, a reconstruct error follows.
+            Ok(None) => {
+                if ip != block.end_ip {
+                    p.diagnose(here, ip, "reconstruct error", ErrorCode::NoSync);
                 }
-                Ok(None) => break,
-                Err(_) => return None,
+                return;
             }
+            Err(_) => return,
         }
     }
-    (ip != block.end_ip).then_some(ip)
+    if let Some(e) = ips.error {
+        p.diagnose(here, e.ip, "reconstruct error", e.code);
+    }
 }
 
 /// `--check`: decode the block's instructions again, independently of the flow
@@ -936,23 +521,17 @@ fn check_insn<W: Write>(p: &mut Printer<'_, W>, insn: &InsnInfo, offset: u64) {
     }
 }
 
-fn insn_error_ip(image: &Image, insn: &InsnInfo, code: ErrorCode) -> u64 {
-    if code == ErrorCode::BadQuery || insn.class.is_none() {
-        return insn.ip;
+/// The line ptxed prints for an error of `kind`.
+fn error_label(kind: FlowErrorKind) -> &'static str {
+    match kind {
+        FlowErrorKind::Sync => "sync error",
+        FlowErrorKind::Decode => "error",
+        FlowErrorKind::Resync => "resync error",
     }
-    xed_next_ip(image, insn.ip, insn.mode).unwrap_or(insn.ip)
-}
-
-/// Print and count what a parallel decode produced.
-fn take_joined<W: Write>(p: &mut Printer<'_, W>, stats: &mut Stats, j: parallel::Joined) {
-    let _ = p.out.write_all(&j.out);
-    stats.insn = j.insn;
-    stats.blocks = j.blocks;
 }
 
 fn run(prog: &str, args: &[String]) -> i32 {
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut out = io::BufWriter::with_capacity(1 << 16, pt_cli::stdout());
     // Not held while decoding: threads of a parallel decode would wait on it forever.
     let parsed = parse_args(prog, args, &mut out, &mut io::stderr().lock());
     let setup = match parsed {
@@ -962,69 +541,92 @@ fn run(prog: &str, args: &[String]) -> i32 {
         }
         Parsed::Run(s) => s,
     };
-    let mut stats = setup.stats;
+    let stats = setup.stats;
     let mut p = Printer::new(out, setup.opts, &setup.image);
-    let (trace, image, config) = (setup.trace.bytes(), &setup.image, &setup.config);
     let opts = setup.opts;
-    let threads = match opts.threads {
-        0 => parallel::default_threads(),
-        n => usize::try_from(n).unwrap_or(1),
-    };
-    // Only where the output cannot depend on where blocks end or on time (see
-    // `parallel`).
-    let share = threads > 1
-        && opts.quiet
-        && !opts.check
-        && !setup.flow.tick_events
-        && (opts.insn_decoder || !stats.want_blocks);
-    if opts.insn_decoder {
-        let make = || InsnDriver {
-            dec: InsnDecoder::new(trace, image, config, setup.flow),
-            insn: InsnInfo {
-                ip: 0,
-                size: 0,
-                mode: ExecMode::Unknown,
-                speculative: false,
-                isid: 0,
-                class: None,
-            },
-        };
-        let joined = share
-            .then(|| parallel::decode(trace, threads, make, image, opts, stats))
-            .flatten();
-        match joined {
-            Some(j) => take_joined(&mut p, &mut stats, j),
-            None => run_decoder(&mut make(), image, &mut p, &mut stats, &mut Whole),
-        }
-    } else {
-        let make = || BlockDriver {
-            dec: BlockDecoder::new(trace, image, config, setup.flow),
-            block: Block {
-                ip: 0,
-                end_ip: 0,
-                mode: ExecMode::Unknown,
-                ninsn: 0,
-                speculative: false,
-                truncated: false,
-                isid: 0,
-                class: None,
-            },
-            ips: Vec::new(),
-        };
-        let joined = share
-            .then(|| parallel::decode(trace, threads, make, image, opts, stats))
-            .flatten();
-        match joined {
-            Some(j) => take_joined(&mut p, &mut stats, j),
-            None => run_decoder(&mut make(), image, &mut p, &mut stats, &mut Whole),
+    let count_only = opts.quiet && !opts.check;
+    // Block counts depend on where pieces start: only one thread then.
+    let share = count_only && (opts.insn_decoder || !stats.want_blocks);
+    let mut dec = Decoder::builder(setup.trace.bytes(), &setup.image)
+        .config(&setup.config)
+        .flow(setup.flow)
+        .granularity(if opts.insn_decoder {
+            Granularity::Instructions
+        } else {
+            Granularity::Blocks
+        })
+        .resync(if opts.resync_on_error {
+            Resync::NextIp
+        } else {
+            Resync::NextPsb
+        })
+        .count_only(count_only)
+        .threads(if share {
+            usize::try_from(opts.threads).unwrap_or(1)
+        } else {
+            1
+        })
+        .min_piece(opts.min_piece)
+        .build();
+    // The time of the last event, as ptxed prints it with instructions.
+    let mut time = 0u64;
+    let mut item = Item::default();
+    while dec.next_into(&mut item) {
+        match item {
+            Item::Block(b) => {
+                let offset = if opts.print_offset || opts.check {
+                    b.offset
+                } else {
+                    0
+                };
+                if !opts.quiet {
+                    let blocks = dec.counts().blocks.unwrap_or(0);
+                    print_block(&mut p, &mut dec, &b, blocks, offset, time);
+                }
+                if opts.check {
+                    check_block(&mut p, &b.block, offset);
+                }
+            }
+            Item::Insn(i) => {
+                let offset = if opts.print_offset || opts.check {
+                    i.offset
+                } else {
+                    0
+                };
+                let insn = &i.insn;
+                if !opts.quiet {
+                    let _ = p.insn_decoder_line(insn, offset, time);
+                }
+                if opts.check {
+                    check_insn(&mut p, insn, offset);
+                }
+            }
+            Item::Event(e) => {
+                time = e.event.time.tsc.unwrap_or(0);
+                if !opts.quiet && !e.event.status_update {
+                    let _ = p.event(&e.event, e.offset);
+                }
+            }
+            Item::Error(e) => {
+                let offset = e.offset.ok_or(ErrorCode::NoSync);
+                p.diagnose(offset, e.ip, error_label(e.kind), e.code);
+            }
+            Item::EndOfTrace if !opts.quiet => {
+                let _ = p.out.write_all(b"[end of trace]\n");
+            }
+            Item::Disabled if !opts.quiet => {
+                let _ = p.out.write_all(b"[disabled]\n");
+            }
+            _ => {}
         }
     }
-    if setup.opts.print_stats {
+    if opts.print_stats {
+        let counts = dec.counts();
         if stats.want_insn {
-            let _ = writeln!(p.out, "insn: {}.", stats.insn);
+            let _ = writeln!(p.out, "insn: {}.", counts.insns);
         }
         if stats.want_blocks {
-            let _ = writeln!(p.out, "blocks:\t{}.", stats.blocks);
+            let _ = writeln!(p.out, "blocks:\t{}.", counts.blocks.unwrap_or(0));
         }
     }
     let _ = p.out.flush();

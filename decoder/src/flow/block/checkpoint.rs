@@ -36,10 +36,9 @@ pub struct Checkpoint<'a> {
     enabled: bool,
     speculative: bool,
     icnt: (bool, u32),
-    asid: (u64, u64),
+    asid: super::Asid,
     postponed: Option<Insn>,
     bound: u8,
-    branch_next: Option<bool>,
 }
 
 impl<'a> BlockDecoder<'a> {
@@ -55,10 +54,9 @@ impl<'a> BlockDecoder<'a> {
             enabled: self.enabled,
             speculative: self.speculative,
             icnt: (self.has_icnt, self.icnt),
-            asid: (self.cr3, self.vmcs),
+            asid: self.asid,
             postponed: self.postponed,
             bound: self.bound,
-            branch_next: self.branch_next,
         }
     }
 
@@ -75,10 +73,9 @@ impl<'a> BlockDecoder<'a> {
             && self.enabled == c.enabled
             && self.speculative == c.speculative
             && (self.has_icnt, self.icnt) == c.icnt
-            && (self.cr3, self.vmcs) == c.asid
+            && self.asid == c.asid
             && self.postponed == c.postponed
             && self.bound == c.bound
-            && self.branch_next == c.branch_next
             && self.evdec.same_course(&c.evdec)
     }
 }
