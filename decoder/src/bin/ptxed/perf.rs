@@ -275,10 +275,8 @@ pub(super) fn run<W: Write>(prog: &str, setup: &Setup, perf: &PerfArgs, out: W) 
                 PerfItem::Lost(l) => {
                     let _ = writeln!(p.out, "[lost: {l}]");
                 }
-                PerfItem::NoCode(n) => {
-                    if shown {
-                        let _ = writeln!(p.out, "[{n}]");
-                    }
+                PerfItem::NoCode(n) if shown => {
+                    let _ = writeln!(p.out, "[{n}]");
                 }
                 PerfItem::Decoded(item) => {
                     if !shown {
