@@ -580,6 +580,31 @@ impl<'a> Decoder<'a> {
     }
 }
 
+impl<'a> Decoder<'a> {
+    /// Decodes with the code of `image` from the next block or instruction on: a
+    /// context switch to another process, an exec (libipt's `pt_blk_set_image`). What
+    /// was learnt about the previous image's code is kept for when it comes back.
+    /// Returns `false` (and changes nothing) in a parallel decode, which has run
+    /// already.
+    pub fn set_image(&mut self, image: &'a Image) -> bool {
+        match &mut self.run {
+            None => {}
+            Some(Run::Blocks(e)) => e.set_image(image),
+            Some(Run::Insns(e)) => e.set_image(image),
+            Some(Run::Joined { .. }) => return false,
+        }
+        self.image = image;
+        true
+    }
+}
+
+impl<'a, S: Step<'a>> Engine<'a, S> {
+    fn set_image(&mut self, image: &'a Image) {
+        self.image = image;
+        self.dec.set_image(image);
+    }
+}
+
 impl Iterator for Decoder<'_> {
     type Item = Item;
 
@@ -627,6 +652,8 @@ pub(crate) trait Step<'a>: Sized + Send {
     fn failed_at_psb(&self) -> Option<u64>;
     /// See [`BlockDecoder::mode_known`].
     fn mode_known(&self) -> bool;
+    /// Decode with the code of `image` from the next step on.
+    fn set_image(&mut self, image: &'a Image);
 }
 
 /// Where a decode starts and what it sees of its progress: the whole trace, or one
@@ -1384,6 +1411,11 @@ impl<'a> Step<'a> for BlockStep<'a> {
     fn mode_known(&self) -> bool {
         self.dec.mode_known()
     }
+
+    fn set_image(&mut self, image: &'a Image) {
+        self.dec.set_image(image);
+        self.ips_known = false;
+    }
 }
 
 /// The instruction decoder as a [`Step`].
@@ -1501,5 +1533,9 @@ impl<'a> Step<'a> for InsnStep<'a> {
 
     fn mode_known(&self) -> bool {
         self.dec.block_decoder().mode_known()
+    }
+
+    fn set_image(&mut self, image: &'a Image) {
+        self.dec.set_image(image);
     }
 }
