@@ -476,6 +476,7 @@ impl<'a> Decoder<'a> {
             trace: self.trace,
             image: self.image,
             config: s.config,
+            flow: s.flow,
             holes,
         };
         let threads = match s.threads {
@@ -650,8 +651,8 @@ pub(crate) trait Step<'a>: Sized + Send {
     fn trace_position(&self) -> u64;
     /// See [`BlockDecoder::failed_at_psb`].
     fn failed_at_psb(&self) -> Option<u64>;
-    /// See [`BlockDecoder::mode_known`].
-    fn mode_known(&self) -> bool;
+    /// The block decoder underneath.
+    fn block_decoder(&self) -> &BlockDecoder<'a>;
     /// Decode with the code of `image` from the next step on.
     fn set_image(&mut self, image: &'a Image);
 }
@@ -725,6 +726,7 @@ pub(crate) struct Env<'a> {
     trace: &'a [u8],
     image: &'a Image,
     config: Config,
+    flow: FlowOptions,
     /// The holes in the trace ([`recover::find_holes`]; only with [`Resync::Recover`]).
     holes: Arc<[(u64, u64)]>,
 }
@@ -745,6 +747,10 @@ pub(crate) struct Engine<'a, S> {
     /// instructions decoded when it last changed.
     idle_pos: u64,
     idle_since: u64,
+    /// The decoder that tries resume points ([`Resync::Recover`]), made on first
+    /// use, and the image it has.
+    trial: Option<BlockDecoder<'a>>,
+    trial_image: *const Image,
     state: State,
     status: Status,
     /// The offset a failed sync was last retried from.
@@ -773,6 +779,8 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
             resumed: None,
             idle_pos: u64::MAX,
             idle_since: 0,
+            trial: None,
+            trial_image: core::ptr::null(),
             state: State::Sync { first: true },
             status: Status::default(),
             sync: 0,
@@ -1168,6 +1176,30 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
         Ok(items)
     }
 
+    /// Run `f` with the trial decoder (made on first use, seeing the trace up to
+    /// `end`), the main decoder's block decoder, the image, the configuration and
+    /// the trial's budget of instructions.
+    fn with_trial<R>(
+        &mut self,
+        end: u64,
+        f: impl FnOnce(&mut BlockDecoder<'a>, &BlockDecoder<'a>, &'a Image, &Config, u64) -> R,
+    ) -> R {
+        let image = self.image;
+        let trial = self.trial.get_or_insert_with(|| {
+            BlockDecoder::new(self.env.trace, image, &self.env.config, self.env.flow)
+        });
+        if !std::ptr::eq(self.trial_image, image) {
+            trial.set_image(image);
+            self.trial_image = image;
+        }
+        trial.set_end(end);
+        let budget = match self.settings.runaway {
+            0 => TRIAL_BUDGET,
+            n => n.min(TRIAL_BUDGET),
+        };
+        f(trial, self.dec.block_decoder(), image, &self.env.config, budget)
+    }
+
     /// Look for where to go on after an error at `from` ([`Resync::Recover`]), from
     /// `scan` on: the skipped trace, or a hole met first.
     fn find_resume(&mut self, from: u64, scan: u64) -> Item {
@@ -1184,11 +1216,32 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                 Some((start, _)) => start,
                 None => len,
             };
-            let mode_known = self.dec.mode_known();
-            let image = self.image;
             let trace = self.env.trace.get(..end as usize).unwrap_or_default();
-            let found = recover::find_resume(trace, scan, &self.env.config, |ip| {
-                mode_known && image.find(ip).is_some()
+            // What the trial decoder sees (see `see_from`).
+            let visible = hole.map_or(len, |(start, end)| (start + recover::PACKET_MAX).min(end));
+            let found = self.with_trial(visible, |trial, main, image, config, budget| {
+                recover::find_resume(trace, scan, config, |c| {
+                    if !main.mode_known() {
+                        return None;
+                    }
+                    if let Some(ip) = c.whole_ip() {
+                        return image.find(ip).map(|_| ip);
+                    }
+                    // A compressed address: try each way to complete it with code of
+                    // the image, on the trial decoder, up to the next PSB+.
+                    let psb = crate::packet::find_psb_forward(trace, c.offset as usize)?;
+                    let psb_end = recover::psb_end(trace, psb as u64, config)?;
+                    let mut ips = [0u64; MAX_COMPLETIONS];
+                    let n = image.completions(c.raw, c.bits(), &mut ips)?;
+                    ips[..n].iter().copied().find(|&ip| {
+                        let at = ResumePoint {
+                            offset: c.offset,
+                            kind: c.kind,
+                            ip,
+                        };
+                        verify(trial, main, &at, psb_end, budget)
+                    })
+                })
             });
             if let Some(at) = found {
                 self.state = State::Resume(at);
@@ -1214,6 +1267,61 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                 }
             }
         }
+    }
+}
+
+/// Most ways to complete a compressed IP packet's address that a resume tries.
+const MAX_COMPLETIONS: usize = 8;
+
+/// Most instructions a trial decode from a resume point takes to reach the next PSB+.
+const TRIAL_BUDGET: u64 = 1 << 24;
+
+/// Whether decoding from `at` on `trial` (with what `main` knows of the execution
+/// mode, address space and time) goes on without an error up to and through the
+/// PSB+ that ends at `psb_end`, within `budget` instructions: the flow agrees with
+/// all the trace up to there and with the state the PSB+ gives.
+fn verify<'a>(
+    trial: &mut BlockDecoder<'a>,
+    main: &BlockDecoder<'_>,
+    at: &ResumePoint,
+    psb_end: u64,
+    budget: u64,
+) -> bool {
+    let mut r = trial.resume_like(at, main);
+    let mut status = loop {
+        match r {
+            Ok(Progress::Done(s)) => break s,
+            Ok(Progress::EventFirst) => {
+                if trial.event().is_err() {
+                    return false;
+                }
+                r = trial.resync();
+            }
+            Err(_) => return false,
+        }
+    };
+    let mut insns = 0u64;
+    let mut block = NO_BLOCK;
+    loop {
+        // Past the PSB+: its status updates agreed with the flow.
+        if trial.offset().is_ok_and(|o| o >= psb_end) && !status.event_pending {
+            return true;
+        }
+        if status.event_pending {
+            match trial.event() {
+                Ok((_, s)) => status = s,
+                Err(_) => return false,
+            }
+            continue;
+        }
+        if status.eos || insns > budget {
+            return false;
+        }
+        match trial.next(&mut block) {
+            Ok(s) => status = s,
+            Err(_) => return false,
+        }
+        insns += u64::from(block.ninsn);
     }
 }
 
@@ -1408,8 +1516,8 @@ impl<'a> Step<'a> for BlockStep<'a> {
         self.dec.failed_at_psb()
     }
 
-    fn mode_known(&self) -> bool {
-        self.dec.mode_known()
+    fn block_decoder(&self) -> &BlockDecoder<'a> {
+        &self.dec
     }
 
     fn set_image(&mut self, image: &'a Image) {
@@ -1531,8 +1639,8 @@ impl<'a> Step<'a> for InsnStep<'a> {
         self.dec.block_decoder().failed_at_psb()
     }
 
-    fn mode_known(&self) -> bool {
-        self.dec.block_decoder().mode_known()
+    fn block_decoder(&self) -> &BlockDecoder<'a> {
+        self.dec.block_decoder()
     }
 
     fn set_image(&mut self, image: &'a Image) {

@@ -729,15 +729,36 @@ impl<'a> BlockDecoder<'a> {
     /// stack starts empty, as at a PSB). [`Progress::EventFirst`]: take the pending
     /// event, as after [`resync`](Self::resync).
     pub fn resume_at(&mut self, at: &ResumePoint) -> Result<Progress, ErrorCode> {
+        let context = (self.mode, self.asid, self.cbr, self.time);
+        self.resume_with(at, context)
+    }
+
+    /// [`resume_at`](Self::resume_at) with the execution mode, address space and time
+    /// `like` has learned (for trying a resume point on a second decoder).
+    pub fn resume_like(
+        &mut self,
+        at: &ResumePoint,
+        like: &BlockDecoder<'_>,
+    ) -> Result<Progress, ErrorCode> {
+        self.resume_with(at, (like.mode, like.asid, like.cbr, like.time))
+    }
+
+    fn resume_with(
+        &mut self,
+        at: &ResumePoint,
+        context: (ExecMode, Asid, Option<u32>, Timestamp),
+    ) -> Result<Progress, ErrorCode> {
         if at.kind == ResumeKind::Psb {
             return self.sync_set(at.offset).map(Progress::Done);
         }
-        let (mode, asid, cbr, time) = (self.mode, self.asid, self.cbr, self.time);
         self.reset();
-        (self.mode, self.asid, self.cbr, self.time) = (mode, asid, cbr, time);
+        (self.mode, self.asid, self.cbr, self.time) = context;
         // A TIP or an asynchronous branch comes with tracing on; a TIP.PGE turns it on.
         let enabled = at.kind != ResumeKind::TipPge;
-        self.evdec.resume_at(at.offset, enabled).map_err(code)?;
+        // The packet's address, completed: the last IP a compressed one builds on.
+        self.evdec
+            .resume_at(at.offset, enabled, at.ip)
+            .map_err(code)?;
         self.enabled = enabled;
         self.load_next_event();
         self.resync()

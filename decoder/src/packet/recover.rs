@@ -23,7 +23,7 @@ use super::{find_psb_forward, le, PacketDecoder};
 use crate::config::Config;
 use crate::error::ErrorCode;
 use pt_encoder::packet::{opcode, sext48};
-use pt_encoder::{IpPacketKind, Packet};
+use pt_encoder::{IpCompression, IpPacketKind, Packet};
 
 /// The shortest run of zero bytes that is a hole.
 pub const HOLE_MIN: usize = 256;
@@ -71,11 +71,11 @@ pub fn find_holes(trace: &[u8]) -> Vec<(u64, u64)> {
 pub enum ResumeKind {
     /// A PSB: synchronize there.
     Psb,
-    /// A TIP with a whole address: execution goes on at its target.
+    /// A TIP: execution goes on at its target.
     Tip,
-    /// A TIP.PGE with a whole address: tracing is enabled there.
+    /// A TIP.PGE: tracing is enabled there.
     TipPge,
-    /// A FUP with a whole address, with its TIP or TIP.PGD after it.
+    /// A FUP, with its TIP or TIP.PGD after it.
     Fup,
 }
 
@@ -98,19 +98,56 @@ pub struct ResumePoint {
     pub offset: u64,
     /// What it is.
     pub kind: ResumeKind,
-    /// The address an IP packet carries (0 for a PSB).
+    /// The address an IP packet stands for, its upper bits completed if it is
+    /// compressed (0 for a PSB).
     pub ip: u64,
 }
 
+/// An IP packet that may be a resume point, as [`find_resume`] shows it to its
+/// caller: found at a byte that may or may not start a packet, with the packets
+/// after it decoding cleanly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The packet's offset.
+    pub offset: u64,
+    /// What it is.
+    pub kind: ResumeKind,
+    /// How its address is compressed (never [`IpCompression::Suppressed`]).
+    pub compression: IpCompression,
+    /// Its payload: the low bits of the address.
+    pub raw: u64,
+}
+
+impl Candidate {
+    /// The address, if the packet holds all of it (sign-extended 48 bits or 64 bits).
+    pub fn whole_ip(&self) -> Option<u64> {
+        match self.compression {
+            IpCompression::Sext48 => Some(sext48(self.raw)),
+            IpCompression::Full => Some(self.raw),
+            _ => None,
+        }
+    }
+
+    /// How many low bits of the address the packet gives.
+    pub fn bits(&self) -> u32 {
+        match self.compression {
+            IpCompression::Update16 => 16,
+            IpCompression::Update32 => 32,
+            IpCompression::Sext48 | IpCompression::Update48 => 48,
+            _ => 64,
+        }
+    }
+}
+
 /// The first resume point at or after `from` in `trace` (see the [module
-/// docs](self)): the next PSB, unless an IP packet with a whole address comes
-/// first whose address `code` accepts (pass `|_| false` for PSBs only). `None` if
-/// there is none before the end.
+/// docs](self)): the next PSB, unless an IP packet comes first that `accept` takes
+/// (it returns the whole address the packet stands for; accept none for PSBs only).
+/// `None` if there is none before the end.
 pub fn find_resume(
     trace: &[u8],
     from: u64,
     config: &Config,
-    mut code: impl FnMut(u64) -> bool,
+    mut accept: impl FnMut(&Candidate) -> Option<u64>,
 ) -> Option<ResumePoint> {
     let from = usize::try_from(from).ok()?;
     if from >= trace.len() {
@@ -126,30 +163,52 @@ pub fn find_resume(
             opcode::FUP => ResumeKind::Fup,
             _ => continue,
         };
-        let n = match b >> 5 {
-            3 => 6,
-            6 => 8,
+        let (compression, n) = match b >> 5 {
+            1 => (IpCompression::Update16, 2),
+            2 => (IpCompression::Update32, 4),
+            3 => (IpCompression::Sext48, 6),
+            4 => (IpCompression::Update48, 6),
+            6 => (IpCompression::Full, 8),
             _ => continue,
         };
         let Some(payload) = trace.get(p + 1..p + 1 + n) else {
             break;
         };
-        let raw = le(payload, n);
-        let ip = if n == 6 { sext48(raw) } else { raw };
-        if !code(ip) || !decodes_cleanly(trace, p, end, kind == ResumeKind::Fup, config) {
-            continue;
-        }
-        return Some(ResumePoint {
+        let candidate = Candidate {
             offset: p as u64,
             kind,
-            ip,
-        });
+            compression,
+            raw: le(payload, n),
+        };
+        if !decodes_cleanly(trace, p, end, kind == ResumeKind::Fup, config) {
+            continue;
+        }
+        if let Some(ip) = accept(&candidate) {
+            return Some(ResumePoint {
+                offset: p as u64,
+                kind,
+                ip,
+            });
+        }
     }
     psb.map(|p| ResumePoint {
         offset: p as u64,
         kind: ResumeKind::Psb,
         ip: 0,
     })
+}
+
+/// Where the PSB+ of the PSB at `psb` ends: the offset after its PSBEND (`None` if
+/// the trace ends first or a packet in it does not decode).
+pub fn psb_end(trace: &[u8], psb: u64, config: &Config) -> Option<u64> {
+    let mut pkt = PacketDecoder::new(trace, config);
+    pkt.resume_at(psb).ok()?;
+    loop {
+        let (offset, p) = pkt.next_packet().ok()?;
+        if matches!(p, Packet::Psbend) {
+            return Some(offset + 2);
+        }
+    }
 }
 
 /// Whether the packets from `start` decode without an error up to `end` exactly (or
@@ -251,14 +310,14 @@ mod tests {
         ]);
         let psb = t.len() as u64;
         t.extend(encode(&[Packet::Psb, Packet::Psbend]));
-        let at = find_resume(&t, 0, &c, |ip| ip == 0x401000).unwrap();
+        let at = find_resume(&t, 0, &c, |k| k.whole_ip().filter(|&ip| ip == 0x401000)).unwrap();
         assert_eq!((at.offset, at.kind, at.ip), (4, ResumeKind::Tip, 0x401000));
         // Not code we know: the PSB.
-        let at = find_resume(&t, 0, &c, |_| false).unwrap();
+        let at = find_resume(&t, 0, &c, |_| None).unwrap();
         assert_eq!((at.offset, at.kind), (psb, ResumeKind::Psb));
         // From past it.
-        assert_eq!(find_resume(&t, 5, &c, |_| true).unwrap().offset, psb);
-        assert_eq!(find_resume(&t, psb + 1, &c, |_| true), None);
+        assert_eq!(find_resume(&t, 5, &c, |k| k.whole_ip()).unwrap().offset, psb);
+        assert_eq!(find_resume(&t, psb + 1, &c, |k| k.whole_ip()), None);
     }
 
     #[test]
@@ -272,18 +331,18 @@ mod tests {
             tnt(),
         ]);
         // The FUP has no TIP: the TIP.PGE.
-        let at = find_resume(&t, 0, &c, |_| true).unwrap();
+        let at = find_resume(&t, 0, &c, |k| k.whole_ip()).unwrap();
         assert_eq!((at.kind, at.ip), (ResumeKind::TipPge, 0x3000));
         let t = encode(&[
             fup,
             Packet::Pad,
             ip(IpPacketKind::Tip, IpCompression::Update16, 0x2010),
         ]);
-        let at = find_resume(&t, 0, &c, |_| true).unwrap();
+        let at = find_resume(&t, 0, &c, |k| k.whole_ip()).unwrap();
         assert_eq!((at.offset, at.kind, at.ip), (0, ResumeKind::Fup, 0x2000));
         // An IP packet header followed by bytes that are no packets.
         let mut t = encode(&[ip(IpPacketKind::Tip, IpCompression::Full, 0x2000)]);
         t.extend([0x02, 0xff, 0xff]);
-        assert_eq!(find_resume(&t, 0, &c, |_| true), None);
+        assert_eq!(find_resume(&t, 0, &c, |k| k.whole_ip()), None);
     }
 }
