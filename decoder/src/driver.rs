@@ -69,8 +69,8 @@ use crate::image::{CodeError, Image};
 use crate::insn;
 use crate::packet::recover::{self, ResumeKind, ResumePoint};
 use core::ops::ControlFlow;
-use std::sync::Arc;
 use pt_encoder::ExecMode;
+use std::sync::Arc;
 
 pub mod parallel;
 
@@ -1197,7 +1197,13 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
             0 => TRIAL_BUDGET,
             n => n.min(TRIAL_BUDGET),
         };
-        f(trial, self.dec.block_decoder(), image, &self.env.config, budget)
+        f(
+            trial,
+            self.dec.block_decoder(),
+            image,
+            &self.env.config,
+            budget,
+        )
     }
 
     /// Look for where to go on after an error at `from` ([`Resync::Recover`]), from

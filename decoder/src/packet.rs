@@ -9,8 +9,8 @@ use pt_encoder::packet::opcode::{self, ext, FirstByte};
 use pt_encoder::packet::{IpCompression, IpPacketKind, IpPayload, PSB_SIZE};
 use pt_encoder::{ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
 
-pub mod recover;
 mod record;
+pub mod recover;
 pub use record::{PacketKind, PacketRecord};
 
 const FIRST_BYTE: [FirstByte; 256] = {
@@ -674,7 +674,9 @@ impl<'a> PacketDecoder<'a> {
     /// trace): there it meets the end of the trace. For stopping at a hole
     /// ([`recover::find_holes`]); [`u64::MAX`] shows the whole trace again.
     pub fn set_end(&mut self, end: u64) {
-        let end = usize::try_from(end).unwrap_or(usize::MAX).min(self.full.len());
+        let end = usize::try_from(end)
+            .unwrap_or(usize::MAX)
+            .min(self.full.len());
         self.buf = &self.full[..end];
     }
 

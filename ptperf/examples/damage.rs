@@ -135,10 +135,7 @@ fn main() {
         "{:<14} {:>5}  {}",
         "damage",
         "runs",
-        names
-            .iter()
-            .map(|n| format!("{n:>28}"))
-            .collect::<String>()
+        names.iter().map(|n| format!("{n:>28}")).collect::<String>()
     );
     println!(
         "{:<14} {:>5}  {}   ours < other",

@@ -68,7 +68,7 @@ impl Damage {
 
     /// `trace` damaged with the random choices of `seed`.
     pub fn apply(self, trace: &[u8], seed: u64) -> Damaged {
-        let mut rng = SplitMix(seed ^ 0x5eed_0f_da3a_9e00);
+        let mut rng = SplitMix(seed ^ 0x005e_ed0f_da3a_9e00);
         let len = trace.len() as u64;
         let mut bytes = trace.to_vec();
         let mut cut = None;
@@ -270,7 +270,9 @@ impl Truth {
                 Decoded::Insn { ip, offset } => {
                     let n = truth.ids.len();
                     if next_truth() != Some(ip) {
-                        bad = Some(format!("the decode differs from the log at instruction {n}"));
+                        bad = Some(format!(
+                            "the decode differs from the log at instruction {n}"
+                        ));
                         return;
                     }
                     let id = *index.entry(ip).or_insert_with(|| {
@@ -278,7 +280,9 @@ impl Truth {
                         truth.table.len() as u32 - 1
                     });
                     truth.ids.push(id);
-                    truth.offsets.push(u32::try_from(offset).unwrap_or(u32::MAX));
+                    truth
+                        .offsets
+                        .push(u32::try_from(offset).unwrap_or(u32::MAX));
                 }
                 Decoded::Break => bad = Some("the undamaged trace does not decode".into()),
             }
@@ -641,7 +645,13 @@ mod tests {
     fn a_segment_counts_while_it_agrees() {
         let t = truth(&[(1, 0), (2, 0), (3, 10), (4, 10), (5, 20)]);
         let mut s = Scorer::new(&t);
-        for d in [insn(1, 0), insn(2, 0), insn(9, 10), insn(4, 10), insn(5, 20)] {
+        for d in [
+            insn(1, 0),
+            insn(2, 0),
+            insn(9, 10),
+            insn(4, 10),
+            insn(5, 20),
+        ] {
             s.take(d);
         }
         // 1, 2 right; then a wrong turn: 4 and 5 do not count.
@@ -652,7 +662,13 @@ mod tests {
     fn a_wrong_segment_is_placed_anew_after_the_next_psb() {
         let t = truth(&[(1, 0), (2, 0), (3, 10), (4, 100), (5, 110)]);
         let mut s = Scorer::new(&t);
-        for d in [insn(1, 0), insn(9, 0), insn(3, 10), insn(4, 100), insn(5, 110)] {
+        for d in [
+            insn(1, 0),
+            insn(9, 0),
+            insn(3, 10),
+            insn(4, 100),
+            insn(5, 110),
+        ] {
             s.take(d);
         }
         // 1; then wrong up to the PSB at 100; 4 and 5 again.

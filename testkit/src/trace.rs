@@ -79,19 +79,6 @@ pub const STEER_CODE: &[u8] = &[
     0xeb, 0xe0, // 1e: jmp 0x00
 ];
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn builds_traces() {
-        let t = encode(&[Packet::Psb, Packet::Psbend, tnt_str("!.!")]);
-        assert_eq!(&t[..2], &[0x02, 0x82]);
-        assert!(matches!(tnt(&[true; 7]), Packet::Tnt64(_)));
-        assert_eq!(psb_at(STEER_BASE)[2], ip(IpPacketKind::Fup, 0x1000));
-    }
-}
-
 /// Where [`LOOP_CODE`] is loaded.
 pub const LOOP_BASE: u64 = 0x1000;
 
@@ -121,6 +108,8 @@ struct Gen {
     next_psb: usize,
     psb_every: usize,
     insns: u64,
+    /// How TIPs carry their address.
+    tip_ip: IpCompression,
 }
 
 impl Gen {
@@ -161,7 +150,7 @@ impl Gen {
         self.timing();
         self.put(Packet::Ip(
             IpPacketKind::Tip,
-            IpPayload::new(IpCompression::Full, ip),
+            IpPayload::new(self.tip_ip, ip),
         ));
     }
 
@@ -198,7 +187,7 @@ impl Gen {
         to
     }
 
-    fn trace(seed: u64, bytes: usize, psb_every: usize) -> (Vec<u8>, u64) {
+    fn trace(seed: u64, bytes: usize, psb_every: usize, tip_ip: IpCompression) -> (Vec<u8>, u64) {
         let mut g = Gen {
             rng: crate::Rng(seed),
             out: Vec::new(),
@@ -207,6 +196,7 @@ impl Gen {
             next_psb: 0,
             psb_every,
             insns: 0,
+            tip_ip,
         };
         while g.out.len() < bytes {
             g.boundary(LOOP_BASE); // add
@@ -237,5 +227,29 @@ impl Gen {
 /// bytes, with a PSB+ every `psb_every` bytes, random branch outcomes and timing
 /// packets from `seed`; and the instructions it holds.
 pub fn loop_trace(seed: u64, bytes: usize, psb_every: usize) -> (Vec<u8>, u64) {
-    Gen::trace(seed, bytes, psb_every)
+    Gen::trace(seed, bytes, psb_every, IpCompression::Full)
+}
+
+/// [`loop_trace`] with TIPs whose addresses are compressed as `tip_ip` says (the
+/// code's addresses differ only in their low 16 bits, and the PSB+ gives a full IP).
+pub fn loop_trace_with(
+    seed: u64,
+    bytes: usize,
+    psb_every: usize,
+    tip_ip: IpCompression,
+) -> (Vec<u8>, u64) {
+    Gen::trace(seed, bytes, psb_every, tip_ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_traces() {
+        let t = encode(&[Packet::Psb, Packet::Psbend, tnt_str("!.!")]);
+        assert_eq!(&t[..2], &[0x02, 0x82]);
+        assert!(matches!(tnt(&[true; 7]), Packet::Tnt64(_)));
+        assert_eq!(psb_at(STEER_BASE)[2], ip(IpPacketKind::Fup, 0x1000));
+    }
 }

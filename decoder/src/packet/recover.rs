@@ -231,9 +231,7 @@ fn decodes_cleanly(trace: &[u8], start: usize, end: usize, fup: bool, config: &C
                 }
                 if want_tip {
                     match p {
-                        Packet::Ip(IpPacketKind::Tip | IpPacketKind::TipPgd, _) => {
-                            want_tip = false
-                        }
+                        Packet::Ip(IpPacketKind::Tip | IpPacketKind::TipPgd, _) => want_tip = false,
                         Packet::Pad
                         | Packet::Cyc { .. }
                         | Packet::Mtc { .. }
@@ -316,7 +314,10 @@ mod tests {
         let at = find_resume(&t, 0, &c, |_| None).unwrap();
         assert_eq!((at.offset, at.kind), (psb, ResumeKind::Psb));
         // From past it.
-        assert_eq!(find_resume(&t, 5, &c, |k| k.whole_ip()).unwrap().offset, psb);
+        assert_eq!(
+            find_resume(&t, 5, &c, |k| k.whole_ip()).unwrap().offset,
+            psb
+        );
         assert_eq!(find_resume(&t, psb + 1, &c, |k| k.whole_ip()), None);
     }
 

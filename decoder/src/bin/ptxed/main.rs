@@ -1,16 +1,14 @@
 //! ptxed: reconstruct the executed instructions from an Intel PT trace and the code
 //! image, compatible with libipt's ptxed (options and output).
 
-use pt_decoder::driver::{
-    BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync, SkipItem,
-};
+use pt_decoder::driver::{BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync, SkipItem};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
 use pt_decoder::flow::{Block, InsnInfo};
 use pt_decoder::image::Image;
 use pt_decoder::insn;
-use pt_decoder::packet::recover::ResumeKind;
 use pt_decoder::listing::{Listing, ListingOptions, Syntax};
+use pt_decoder::packet::recover::ResumeKind;
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
 
