@@ -10,7 +10,8 @@
 //! flow, broken at its errors and resynchronizations. Each segment is placed in the
 //! recorded execution by its start (the trace offset the decoder was at, and the
 //! instructions that follow); from there on its instructions count while they agree
-//! with the recording. After the first disagreement the segment is wrong (the
+//! with the recording, and while the decoder is near where the undamaged decode was
+//! in the trace ([`SLACK`]). After the first disagreement the segment is wrong (the
 //! decoder took a wrong turn without noticing) until the decoder passes the next PSB:
 //! there, where its flow agrees with the PSB+, it may have found its way again, and
 //! its instructions are placed anew. Each recorded instruction counts once.
@@ -317,6 +318,13 @@ impl Truth {
 /// Where a segment may start: this many bytes of trace either side of its offset.
 const WINDOW: u64 = 4096;
 
+/// How far from where the undamaged decode was in the trace a decoder may be when
+/// it decodes an instruction for it to count: an instruction counts only if it was
+/// decoded from the right part of the trace. (Decoding on through damaged or lost
+/// bytes, as libipt does through a zeroed hole, reads bits that belong elsewhere;
+/// the instructions so guessed are right about half the time per branch, by luck.)
+const SLACK: u64 = 512;
+
 /// Most places a segment's start is followed from at once.
 const MAX_CANDIDATES: usize = 256;
 
@@ -394,7 +402,11 @@ impl<'t> Scorer<'t> {
                 let truth = self.truth;
                 let mut last = None;
                 self.alive.retain(|&j| {
-                    let ok = truth.ip(j + k) == Some(ip);
+                    let ok = truth.ip(j + k) == Some(ip)
+                        && truth
+                            .offsets
+                            .get(j + k)
+                            .is_some_and(|&o| u64::from(o).abs_diff(offset) <= SLACK);
                     if !ok {
                         last = Some(j);
                     }
@@ -428,7 +440,7 @@ impl<'t> Scorer<'t> {
             .offsets
             .partition_point(|&o| u64::from(o) <= offset.saturating_add(WINDOW));
         let mut c: Vec<(u64, usize)> = (lo..hi)
-            .filter(|&j| t.ip(j) == Some(ip) && !self.is_counted(j))
+            .filter(|&j| t.ip(j) == Some(ip))
             .map(|j| (u64::from(t.offsets[j]).abs_diff(offset), j))
             .collect();
         c.sort_unstable();
@@ -656,6 +668,18 @@ mod tests {
         }
         // 1, 2 right; then a wrong turn: 4 and 5 do not count.
         assert_eq!(s.finish().recovered, 2);
+    }
+
+    #[test]
+    fn instructions_count_only_where_the_trace_says_them() {
+        let t = truth(&[(1, 0), (2, 0), (3, 10), (4, 2000)]);
+        let mut s = Scorer::new(&t);
+        // Right addresses, but the last decoded from trace far from where it is: a
+        // guess through a hole.
+        for d in [insn(1, 0), insn(2, 0), insn(3, 10), insn(4, 10 + 4096)] {
+            s.take(d);
+        }
+        assert_eq!(s.finish().recovered, 3);
     }
 
     #[test]
