@@ -26,7 +26,7 @@
 //! between a kernel entry and the next user instruction (a kernel entry
 //! followed by an event or a user instruction): it is treated as untraced,
 //! which is right for OS = 0 only. A configuration with OS = 1 therefore
-//! needs a source that shows the kernel; [`crate::record::record_sim`]
+//! needs a source that shows the kernel; [`crate::record::record_into`]
 //! refuses others ([`PtError::KernelTracing`]). There the pid stands in for
 //! CR3 ([`cr3_of_pid`]), set by [`Event::Exec`] without a PIP.
 //!
