@@ -83,20 +83,48 @@ pub struct TraceCheck {
 }
 
 /// One piece of a thread's trace: its AUX data while it ran one program.
-struct Piece {
-    thread: ThreadId,
-    execs: u32,
-    comm: String,
-    data: Vec<u8>,
-    maps: Vec<MapLine>,
+#[derive(Clone, Debug)]
+pub struct TracePiece {
+    /// The thread.
+    pub thread: ThreadId,
+    /// Its execs before the piece (the recording's first program counts).
+    pub execs: u32,
+    /// The program's command name.
+    pub comm: String,
+    /// The trace.
+    pub data: Vec<u8>,
+    /// The executable mappings of its process (the last seen at each address).
+    pub maps: Vec<MapLine>,
 }
 
-/// A recording read for checking.
-struct Recording {
-    config: TraceConfig,
-    filters: Vec<FilterSpec>,
-    decoder: Config,
-    pieces: Vec<Piece>,
+impl TracePiece {
+    /// The image to decode the piece with: its process's executable mappings.
+    pub fn image(&self) -> Image {
+        image_of(&self.maps)
+    }
+}
+
+/// A full-trace recording of the simulator, read back for checking (a small
+/// reader of our own files; the decoder's perf.data session supersedes it).
+#[derive(Clone, Debug)]
+pub struct Recording {
+    /// The configuration of the intel_pt event.
+    pub config: TraceConfig,
+    /// Its address filters.
+    pub filters: Vec<FilterSpec>,
+    /// The decoder's configuration (MTC, CTC and TSC ratios).
+    pub decoder: Config,
+    /// Snapshot mode: the pieces hold the snapshots one after the other.
+    pub snapshot: bool,
+    /// Every thread's trace, one piece per program it ran, in file order.
+    pub pieces: Vec<TracePiece>,
+}
+
+impl Recording {
+    /// Reads the simulated recording `path` (see the module docs).
+    pub fn read(path: &Path) -> Result<Self, String> {
+        read_recording(path)
+    }
 }
 
 /// The file an MMAP2 names, as the decoder loads it: `[vdso]` through the
@@ -122,9 +150,6 @@ fn read_recording(path: &Path) -> Result<Recording, String> {
         .intel_pt_info()
         .ok_or_else(|| err(&"no intel_pt AUXTRACE_INFO: not an Intel PT recording"))?
         .map_err(|e| err(&e))?;
-    if info.snapshot_mode != 0 {
-        return Err(err(&"a snapshot recording: not checked against its execution"));
-    }
     let pt = perf
         .events()
         .iter()
@@ -165,7 +190,7 @@ fn read_recording(path: &Path) -> Result<Recording, String> {
     let mut execs: HashMap<ThreadId, u32> = HashMap::new();
     let mut comms: HashMap<u32, String> = HashMap::new();
     let mut open: HashMap<ThreadId, usize> = HashMap::new();
-    let mut pieces: Vec<Piece> = Vec::new();
+    let mut pieces: Vec<TracePiece> = Vec::new();
     // Thread → process, from ITRACE_START (which comes before a thread's trace).
     let mut pids: HashMap<u32, u32> = HashMap::new();
     for r in perf.records() {
@@ -215,7 +240,7 @@ fn read_recording(path: &Path) -> Result<Recording, String> {
                     tid: a.tid,
                 };
                 let i = *open.entry(t).or_insert_with(|| {
-                    pieces.push(Piece {
+                    pieces.push(TracePiece {
                         thread: t,
                         execs: execs.get(&t).copied().unwrap_or(0),
                         comm: comms.get(&t.pid).cloned().unwrap_or_default(),
@@ -233,8 +258,33 @@ fn read_recording(path: &Path) -> Result<Recording, String> {
         config,
         filters,
         decoder,
+        snapshot: info.snapshot_mode != 0,
         pieces,
     })
+}
+
+/// The instructions each thread's trace shows, in order: the ground truth
+/// of the execution log `log` for a recording with `config` and `filters`
+/// (every thread and program of it).
+pub fn ground_truth(
+    log: &Path,
+    config: &TraceConfig,
+    filters: &[FilterSpec],
+) -> Result<std::collections::BTreeMap<ThreadId, Vec<u64>>, String> {
+    let mut r = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut f = TracedFilter::new(config).filters(filters);
+    let mut cursor = pt_sim::exec::ThreadCursor::new();
+    let mut out: std::collections::BTreeMap<ThreadId, Vec<u64>> = Default::default();
+    while let Some(item) = r
+        .next_item()
+        .map_err(|e| format!("{}: {e}", log.display()))?
+    {
+        let t = cursor.follow(&item);
+        if let Some(ip) = f.shown(&item, r.memory()) {
+            out.entry(t).or_default().push(ip);
+        }
+    }
+    Ok(out)
 }
 
 /// Decodes every thread of the recording `perf_data` and compares each with
@@ -274,6 +324,12 @@ fn verify_with(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Vec<TraceCheck>, String> {
     let rec = read_recording(perf_data)?;
+    if rec.snapshot {
+        return Err(format!(
+            "{}: a snapshot recording: its snapshots are not checked against the execution",
+            perf_data.display()
+        ));
+    }
     let config = config.unwrap_or(rec.config);
     let mut out = Vec::new();
     let mut decoded_before = 0;
@@ -321,7 +377,7 @@ fn image_of(maps: &[MapLine]) -> Image {
 }
 
 fn check_piece(
-    p: &Piece,
+    p: &TracePiece,
     config: &Config,
     filter: TracedFilter,
     log: &Path,

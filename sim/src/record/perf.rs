@@ -167,11 +167,56 @@ pub fn sim_pmu_type() -> u32 {
     (8..).find(|t| !used.contains(t)).unwrap_or(8)
 }
 
-/// The GNU build id of an ELF file's bytes, if it has one.
+/// The GNU build id of an ELF file's bytes, if it has one: from its note
+/// sections, or from its PT_NOTE segments (a memory image such as the vDSO
+/// captured page by page may lack the section headers).
 pub fn build_id_of(data: &[u8]) -> Option<BuildId> {
     use object::Object;
-    let obj = object::File::parse(data).ok()?;
-    obj.build_id().ok().flatten().map(BuildId::new)
+    if let Some(id) = object::File::parse(data)
+        .ok()
+        .and_then(|obj| obj.build_id().ok().flatten().map(BuildId::new))
+    {
+        return Some(id);
+    }
+    note_build_id(data)
+}
+
+/// The NT_GNU_BUILD_ID note of a 64-bit little-endian ELF image's PT_NOTE
+/// segments.
+fn note_build_id(d: &[u8]) -> Option<BuildId> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(d.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(d.get(o..o + 8)?.try_into().ok()?));
+    if d.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let phoff = usize::try_from(u64_at(0x20)?).ok()?;
+    let (phentsize, phnum) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
+    for i in 0..phnum {
+        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if u32_at(ph)? != 4 {
+            continue;
+        }
+        let off = usize::try_from(u64_at(ph + 8)?).ok()?;
+        let size = usize::try_from(u64_at(ph + 0x20)?).ok()?;
+        let notes = d.get(off..off.checked_add(size)?)?;
+        let mut at = 0;
+        while at + 12 <= notes.len() {
+            let word = |o: usize| u32::from_le_bytes(notes[o..o + 4].try_into().unwrap_or([0; 4]));
+            let (namesz, descsz, ty) = (word(at) as usize, word(at + 4) as usize, word(at + 8));
+            let name_at = at + 12;
+            let desc_at = name_at + namesz.div_ceil(4) * 4;
+            let end = desc_at + descsz.div_ceil(4) * 4;
+            if end > notes.len() {
+                break;
+            }
+            if ty == 3 && notes.get(name_at..name_at + namesz) == Some(b"GNU\0") {
+                return Some(BuildId::new(&notes[desc_at..desc_at + descsz]));
+            }
+            at = end;
+        }
+    }
+    None
 }
 
 /// A stand-in build id for code without one: 20 bytes hashed from the code.
@@ -324,7 +369,8 @@ impl PerfDataSink {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
         }
-        let debug = opts.debug_dir();
+        // Absolute: MMAP2 records name the dumps in it, as the kernel names files.
+        let debug = std::path::absolute(opts.debug_dir()).map_err(io(&path))?;
         if debug.exists() {
             std::fs::remove_dir_all(&debug).map_err(io(&debug))?;
         }
@@ -493,12 +539,17 @@ impl PerfDataSink {
 
     /// The file an executable mapping is read from in perf: its own path,
     /// `[vdso]`, or a dump beside the perf.data for code in no file.
-    fn map_file(&mut self, pid: u32, m: &Mapping) -> (String, u64) {
+    fn map_file(&mut self, pid: u32, m: &Mapping) -> Option<(String, u64)> {
+        // Not a mapping of the process (the kernel's emulated page): the
+        // kernel has no MMAP2 for it.
+        if m.path == "[vsyscall]" {
+            return None;
+        }
         if m.path == "[vdso]" {
             if !self.vdsos.contains(&(pid, m.start, m.end)) {
                 self.vdsos.push((pid, m.start, m.end));
             }
-            return (m.path.clone(), 0);
+            return Some((m.path.clone(), 0));
         }
         if m.path.starts_with('/') && Path::new(&m.path).is_file() {
             if !self.looked_up.contains(&m.path) {
@@ -507,7 +558,7 @@ impl PerfDataSink {
                     self.build_ids.insert(m.path.clone(), b);
                 }
             }
-            return (m.path.clone(), m.offset);
+            return Some((m.path.clone(), m.offset));
         }
         let path = self
             .debug
@@ -521,7 +572,7 @@ impl PerfDataSink {
                 path: path.clone(),
             });
         }
-        (path.display().to_string(), 0)
+        Some((path.display().to_string(), 0))
     }
 
     /// Writes the code in no file that the memory holds now: dumps and the
@@ -754,7 +805,9 @@ impl RecordSink for PerfDataSink {
                 }))?;
             }
             TaskEvent::Mmap { thread, mapping: m } => {
-                let (name, pgoff) = self.map_file(thread.pid, m);
+                let Some((name, pgoff)) = self.map_file(thread.pid, m) else {
+                    return Ok(());
+                };
                 let file = std::fs::metadata(&name)
                     .ok()
                     .filter(|_| name.starts_with('/'))
