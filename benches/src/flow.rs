@@ -17,6 +17,7 @@
 
 use pt_decoder::config::Config;
 use pt_decoder::image::Image;
+use pt_decoder::listing::Listing;
 use pt_decoder::{Decoder, Granularity, Item};
 use pt_encoder::packet::{ExecMode, IpCompression, IpPayload, LastIp, ModeExec, Packet, Tnt};
 use pt_encoder::IpPacketKind;
@@ -558,6 +559,41 @@ pub fn quiet_blocks(trace: &[u8], image: &Image, config: &Config) -> u64 {
 /// The instruction decoder as ptxed `--quiet --insn-decoder` drives it.
 pub fn quiet_insns(trace: &[u8], image: &Image, config: &Config) -> u64 {
     quiet(trace, image, config, Granularity::Instructions)
+}
+
+/// The full listing, as ptxed prints it without `--quiet`: every instruction's line
+/// (address and text, as `listing` renders them) into `out`, which is emptied whenever
+/// it holds a megabyte (as a buffered writer would pass it on). Returns the number of
+/// instructions listed.
+pub fn listing_blocks(
+    trace: &[u8],
+    image: &Image,
+    config: &Config,
+    listing: &mut Listing,
+    out: &mut Vec<u8>,
+) -> u64 {
+    let mut dec = Decoder::builder(trace, image)
+        .config(config)
+        .granularity(Granularity::Blocks)
+        .build();
+    let mut item = Item::default();
+    let mut insns = 0;
+    while dec.next_into(&mut item) {
+        let Item::Block(b) = &item else {
+            continue;
+        };
+        let mode = b.block.mode;
+        if let Some(ips) = dec.block_ips() {
+            for &ip in ips.ips {
+                out.extend_from_slice(listing.line(image, ip, mode).text());
+                insns += 1;
+            }
+        }
+        if out.len() >= 1 << 20 {
+            out.clear();
+        }
+    }
+    insns
 }
 
 fn quiet(trace: &[u8], image: &Image, config: &Config, granularity: Granularity) -> u64 {

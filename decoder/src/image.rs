@@ -74,6 +74,12 @@ pub enum LoadError {
         /// What is wrong with it.
         message: &'static str,
     },
+    /// The file is a directory.
+    #[error("{} is a directory", path.display())]
+    Directory {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file does not start with the ELF magic.
     #[error("{}: not an ELF file", path.display())]
     NotElf {
@@ -102,7 +108,7 @@ impl LoadError {
     /// The libipt error code closest to this error (for libipt-style messages).
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Io { .. } => ErrorCode::BadFile,
+            Self::Io { .. } | Self::Directory { .. } => ErrorCode::BadFile,
             Self::BadOffset { .. } | Self::BadArgument { .. } | Self::Wraps { .. } => {
                 ErrorCode::Invalid
             }
@@ -306,7 +312,13 @@ fn map_file(path: &Path) -> Result<Arc<Backing>, LoadError> {
         source,
     };
     let file = File::open(path).map_err(io)?;
-    let file_size = file.metadata().map_err(io)?.len();
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(LoadError::Directory {
+            path: path.to_path_buf(),
+        });
+    }
+    let file_size = meta.len();
     if file_size == 0 {
         // Nothing to map (and mapping zero bytes fails on some systems).
         return Ok(Arc::new(Backing::Owned(Box::default())));
@@ -672,7 +684,7 @@ impl RawArg {
     pub fn parse(arg: &str) -> Result<Self, LoadError> {
         let (rest, base) = split_base(arg).ok_or(LoadError::BadArgument {
             arg: arg.to_string(),
-            message: "failed to parse base address",
+            message: "no base address (<file>[:<from>[-<to>]]:<base>)",
         })?;
         let (path, offset, size) = match rest.rsplit_once(':') {
             Some((file, range)) => match parse_range(range) {
@@ -681,7 +693,7 @@ impl RawArg {
                     if to <= from {
                         return Err(LoadError::BadArgument {
                             arg: arg.to_string(),
-                            message: "bad file range",
+                            message: "bad range: the end is not after the start",
                         });
                     }
                     (file, from, Some(to - from))

@@ -7,13 +7,9 @@
 //! the sign-extended displacement, wrapping in 64 bits (no truncation to the operand
 //! size in 16- and 32-bit code).
 //!
-//! [`Disassembler`] formats instructions in Intel syntax close to what ptxed prints
-//! with XED.
+//! The text of instructions (ptxed's listing) is the [`crate::listing`] module's.
 
-use iced_x86::{
-    Code, Decoder, DecoderError, DecoderOptions, Formatter, Instruction, IntelFormatter,
-    MemorySizeOptions, OpKind, Register,
-};
+use iced_x86::{Code, Decoder, DecoderError, DecoderOptions, Instruction, OpKind, Register};
 use pt_encoder::packet::ExecMode;
 
 use crate::error::ErrorCode;
@@ -369,7 +365,7 @@ fn is_legacy_prefix(b: u8) -> bool {
 /// Recognizes APX `JMPABS imm64` (REX2 with M0=0 and W=0, opcode A1, no 66/67
 /// prefix) in 64-bit code, which iced-x86 does not know. Returns the instruction's
 /// length and absolute target.
-fn decode_jmpabs(bytes: &[u8]) -> Option<(usize, u64)> {
+pub(crate) fn decode_jmpabs(bytes: &[u8]) -> Option<(usize, u64)> {
     let mut at = 0;
     let (mut osz, mut asz) = (false, false);
     while let Some(&b) = bytes.get(at) {
@@ -463,10 +459,31 @@ impl<'a> Run<'a> {
             return self.rewind(pos, failure);
         }
         let len = self.instr.len();
+        if self.instr.op_code().fwait() {
+            return self.fwait(pos);
+        }
         let Some(raw) = rest.get(..len) else {
             return self.rewind(pos, Step::Invalid);
         };
         let insn = classify(&self.instr, raw, self.ip);
+        self.ip = insn.next_ip();
+        Step::Insn(insn)
+    }
+
+    /// iced-x86 decodes `FWAIT` and the x87 instruction after it as one instruction
+    /// (`FSTSW AX` for `9B DF E0`); libipt and XED see two: `FWAIT` (with any
+    /// prefixes before it) is an instruction of its own.
+    fn fwait(&mut self, pos: usize) -> Step {
+        let rest = self.bytes.get(pos..).unwrap_or_default();
+        let size = fwait_size(rest);
+        let insn = Insn {
+            ip: self.ip,
+            size: size as u8,
+            class: InsnClass::Other,
+            kind: InsnKind::Other,
+            target: None,
+        };
+        self.reposition(pos + size);
         self.ip = insn.next_ip();
         Step::Insn(insn)
     }
@@ -494,6 +511,11 @@ impl<'a> Run<'a> {
         let _ = self.decoder.set_position(pos);
         self.decoder.set_ip(self.ip);
     }
+}
+
+/// The size of the `FWAIT` (9B) at the start of `bytes`, with the prefixes before it.
+pub(crate) fn fwait_size(bytes: &[u8]) -> usize {
+    bytes.iter().position(|&b| b == 0x9b).map_or(1, |at| at + 1)
 }
 
 /// Whether `bytes` could be the start of a JMPABS cut short (so that reading more
@@ -537,152 +559,6 @@ pub fn decode_at<S: CodeSource + ?Sized>(
     let mut buf = [0; MAX_INSN_SIZE];
     let n = src.read(ip, &mut buf)?;
     decode(buf.get(..n).unwrap_or_default(), ip, mode)
-}
-
-/// Formats instructions in Intel syntax, close to XED's as ptxed prints it:
-/// `0x`-prefixed lowercase hex, explicit memory sizes, `rip`-relative operands,
-/// XED's condition-code mnemonics (`jz`, `jnz`, `jnb`, `jnbe`, `jnl`, `jnle`).
-///
-/// Known differences from XED: iced-x86 omits some implicit operands XED shows
-/// (e.g. string instructions' memory operands) and spells some rare mnemonics
-/// differently.
-pub struct Disassembler {
-    formatter: IntelFormatter,
-    instr: Instruction,
-}
-
-impl Default for Disassembler {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Disassembler {
-    /// A formatter with XED-like options.
-    pub fn new() -> Self {
-        use iced_x86::{CC_a, CC_ae, CC_e, CC_g, CC_ge, CC_ne};
-        let mut formatter = IntelFormatter::new();
-        let o = formatter.options_mut();
-        o.set_hex_prefix("0x");
-        o.set_hex_suffix("");
-        o.set_uppercase_hex(false);
-        o.set_small_hex_numbers_in_decimal(false);
-        o.set_add_leading_zero_to_hex_numbers(false);
-        o.set_branch_leading_zeros(false);
-        o.set_displacement_leading_zeros(false);
-        o.set_space_after_operand_separator(true);
-        o.set_memory_size_options(MemorySizeOptions::Always);
-        o.set_rip_relative_addresses(true);
-        o.set_always_show_scale(true);
-        o.set_show_branch_size(false);
-        o.set_cc_e(CC_e::z);
-        o.set_cc_ne(CC_ne::nz);
-        o.set_cc_ae(CC_ae::nb);
-        o.set_cc_a(CC_a::nbe);
-        o.set_cc_ge(CC_ge::nl);
-        o.set_cc_g(CC_g::nle);
-        Self {
-            formatter,
-            instr: Instruction::default(),
-        }
-    }
-
-    /// Decodes the instruction at the start of `bytes` (the code at `ip`) and appends
-    /// its text to `out`. Returns its length. Does not allocate when `out` has room.
-    pub fn format(
-        &mut self,
-        bytes: &[u8],
-        ip: u64,
-        mode: ExecMode,
-        out: &mut String,
-    ) -> Result<usize, CodeError> {
-        let bad = CodeError::new(ErrorCode::BadInsn, ip);
-        let bitness = bitness(mode, ip)?;
-        let bytes = bytes.get(..MAX_INSN_SIZE).unwrap_or(bytes);
-        let mut decoder = Decoder::try_with_ip(bitness, bytes, ip, DecoderOptions::NONE)
-            .map_err(|_| CodeError::new(ErrorCode::Internal, ip))?;
-        decoder.decode_out(&mut self.instr);
-        if self.instr.is_invalid() {
-            if bitness == 64 {
-                if let Some((size, target)) = decode_jmpabs(bytes) {
-                    use core::fmt::Write;
-                    let _ = write!(out, "jmpabs {target:#x}");
-                    return Ok(size);
-                }
-            }
-            return Err(bad);
-        }
-        let start = out.len();
-        self.formatter.format(&self.instr, out);
-        xed_touches(&self.instr, bytes, start, out);
-        Ok(self.instr.len())
-    }
-}
-
-impl Disassembler {
-    /// Formats the instruction at `ip` in `src` (which may continue into the next
-    /// section) into `out`. Returns its length.
-    pub fn format_at<S: CodeSource + ?Sized>(
-        &mut self,
-        src: &S,
-        ip: u64,
-        mode: ExecMode,
-        out: &mut String,
-    ) -> Result<usize, CodeError> {
-        let mut buf = [0; MAX_INSN_SIZE];
-        let n = src.read(ip, &mut buf)?;
-        self.format(buf.get(..n).unwrap_or_default(), ip, mode, out)
-    }
-}
-
-/// Brings iced-x86's text closer to XED's for two very common instructions: XED
-/// shows the register operand of the multi-byte NOP (`0F 1F /r`) and writes LEA's
-/// address operand as `ptr [...]`.
-fn xed_touches(instr: &Instruction, bytes: &[u8], start: usize, out: &mut String) {
-    match instr.code() {
-        Code::Lea_r16_m | Code::Lea_r32_m | Code::Lea_r64_m => {
-            if let Some(at) = out.get(start..).and_then(|s| s.find('[')) {
-                out.insert_str(start + at, "ptr ");
-            }
-        }
-        Code::Nop_rm16 | Code::Nop_rm32 | Code::Nop_rm64 => {
-            const R16: [&str; 16] = [
-                "ax", "cx", "dx", "bx", "sp", "bp", "si", "di", "r8w", "r9w", "r10w", "r11w",
-                "r12w", "r13w", "r14w", "r15w",
-            ];
-            const R32: [&str; 16] = [
-                "eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "r8d", "r9d", "r10d",
-                "r11d", "r12d", "r13d", "r14d", "r15d",
-            ];
-            const R64: [&str; 16] = [
-                "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11",
-                "r12", "r13", "r14", "r15",
-            ];
-            // Prefixes, then an optional REX (64-bit mode only), then 0F 1F modrm.
-            let mut at = bytes.iter().take_while(|&&b| is_legacy_prefix(b)).count();
-            let mut rex_r = 0;
-            if let Some(&rex) = bytes.get(at) {
-                if instr.code() == Code::Nop_rm64
-                    || (rex & 0xf0 == 0x40 && bytes.get(at + 1) == Some(&0x0f))
-                {
-                    rex_r = usize::from(rex & 4 != 0) * 8;
-                    at += 1;
-                }
-            }
-            let Some(&modrm) = bytes.get(at + 2) else {
-                return;
-            };
-            let reg = usize::from((modrm >> 3) & 7) + rex_r;
-            let names = match instr.code() {
-                Code::Nop_rm16 => &R16,
-                Code::Nop_rm32 => &R32,
-                _ => &R64,
-            };
-            out.push_str(", ");
-            out.push_str(names[reg]);
-        }
-        _ => {}
-    }
 }
 
 #[cfg(test)]
@@ -884,11 +760,6 @@ mod tests {
     fn jmpabs() {
         let bytes = [0xd5, 0x00, 0xa1, 0x0d, 0x10, 0, 0, 0, 0, 0, 0];
         check(Bit64, &bytes, C::Jump, K::Jmpabs, None);
-        let mut out = String::new();
-        let size = Disassembler::new()
-            .format(&bytes, 0x1000, Bit64, &mut out)
-            .unwrap();
-        assert_eq!((size, out.as_str()), (11, "jmpabs 0x100d"));
         // W=1, an operand-size prefix or the wrong map are not JMPABS.
         for bad in [
             &[0xd5, 0x08, 0xa1, 0, 0, 0, 0, 0, 0, 0, 0][..],
@@ -900,6 +771,18 @@ mod tests {
         }
         // D5 is AAD outside 64-bit mode.
         check(Bit32, &[0xd5, 0x0a], C::Other, K::Other, None);
+    }
+
+    #[test]
+    fn fwait_is_an_instruction_of_its_own() {
+        // 9B DF E0 is FWAIT, then FNSTSW AX (libipt and XED), not FSTSW AX.
+        check(Bit64, &[0x9b], C::Other, K::Other, None);
+        let insn = decode(&[0x9b, 0xdf, 0xe0], 0x1000, Bit64).unwrap();
+        assert_eq!(insn.size, 1);
+        let insn = decode(&[0x66, 0x9b, 0xdb, 0xe3], 0x1000, Bit32).unwrap();
+        assert_eq!(insn.size, 2);
+        let insn = decode(&[0xdf, 0xe0], 0x1000, Bit64).unwrap();
+        assert_eq!(insn.size, 2);
     }
 
     #[test]
@@ -968,64 +851,6 @@ mod tests {
         assert_eq!(
             decode_at(&image, 0x2000, Bit64),
             Err(CodeError::no_map(0x2000))
-        );
-    }
-
-    #[test]
-    fn xed_like_text() {
-        let mut dis = Disassembler::new();
-        let mut out = String::new();
-        let mut text = |bytes: &[u8], ip: u64| {
-            out.clear();
-            dis.format(bytes, ip, Bit64, &mut out).unwrap();
-            out.clone()
-        };
-        assert_eq!(text(&[0x74, 0x10], 0x1000), "jz 0x1012");
-        assert_eq!(text(&[0x75, 0x10], 0x1000), "jnz 0x1012");
-        assert_eq!(
-            text(&[0xe8, 0xfb, 0xff, 0xff, 0xff], 0x401000),
-            "call 0x401000"
-        );
-        assert_eq!(
-            text(&[0x48, 0x8b, 0x43, 0x08], 0),
-            "mov rax, qword ptr [rbx+0x8]"
-        );
-        assert_eq!(
-            text(&[0x48, 0x8b, 0x05, 0x10, 0, 0, 0], 0),
-            "mov rax, qword ptr [rip+0x10]"
-        );
-        assert_eq!(text(&[0x48, 0x83, 0xec, 0x08], 0), "sub rsp, 0x8");
-        assert_eq!(text(&[0xc3], 0), "ret");
-        assert_eq!(
-            text(&[0x0f, 0x1f, 0x44, 0x00, 0x00], 0),
-            "nop dword ptr [rax+rax*1], eax"
-        );
-        assert_eq!(
-            text(&[0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0], 0),
-            "nop word ptr [rax+rax*1], ax"
-        );
-        assert_eq!(
-            text(&[0x4c, 0x0f, 0x1f, 0x00], 0),
-            "nop qword ptr [rax], r8"
-        );
-        assert_eq!(
-            text(&[0x48, 0x8d, 0x05, 0x10, 0, 0, 0], 0),
-            "lea rax, ptr [rip+0x10]"
-        );
-        assert!(dis.format(&[0x0f, 0xff], 0, Bit64, &mut out).is_err());
-        let mut image = crate::image::Image::new();
-        image
-            .add_bytes(0x2000, vec![0x90, 0xe8, 0xfb], "a")
-            .unwrap();
-        image
-            .add_bytes(0x2003, vec![0xff, 0xff, 0xff], "b")
-            .unwrap();
-        out.clear();
-        assert_eq!(dis.format_at(&image, 0x2001, Bit64, &mut out), Ok(5));
-        assert_eq!(out, "call 0x2001");
-        assert_eq!(
-            dis.format_at(&image, 0x3000, Bit64, &mut out),
-            Err(CodeError::no_map(0x3000))
         );
     }
 }

@@ -107,6 +107,8 @@
 //! * [`flow`]: events + code → blocks ([`flow::BlockDecoder`]) or instructions
 //!   ([`flow::InsnDecoder`]), libipt's flow decoders, with the counting fast path;
 //! * [`driver`]: the decode loop over them ([`Decoder`]), one thread or several;
+//! * [`listing`]: instructions as libipt's ptxed prints them (XED's Intel or AT&T
+//!   text), formatted once per address;
 //! * [`dump`], [`sideband`]: the ptdump tool's library half, the simulator's
 //!   side-band files.
 //!
@@ -123,8 +125,10 @@ pub mod event;
 pub mod flow;
 pub mod image;
 pub mod insn;
+pub mod listing;
 pub mod packet;
 pub mod parallel;
+pub mod perf;
 pub mod query;
 pub mod sideband;
 pub mod time;

@@ -4,7 +4,8 @@
 
 use pt_decoder::block_cache::{BlockCache, BlockEnd};
 use pt_decoder::image::{CodeError, CodeSource, Image};
-use pt_decoder::insn::{decode_at, Disassembler, InsnClass, InsnKind};
+use pt_decoder::insn::{decode_at, InsnClass, InsnKind};
+use pt_decoder::listing::{Listing, ListingOptions};
 use pt_decoder::ErrorCode;
 use pt_encoder::packet::ExecMode;
 
@@ -113,11 +114,9 @@ fn vdso_bytes_overlay_a_file_section_and_blocks_follow() {
     assert_eq!(cache.block(after).ip, 0x1015);
     assert_eq!(cache.block(after).end, BlockEnd::SectionEnd);
     // Reading across the overlay boundary works; past the file it does not.
-    let mut text = String::new();
-    Disassembler::new()
-        .format_at(&image, 0x1010, ExecMode::Bit64, &mut text)
-        .unwrap();
-    assert_eq!(text, "call 0x1020");
+    let mut listing = Listing::new(ListingOptions::default());
+    let line = listing.line(&image, 0x1010, ExecMode::Bit64);
+    assert_eq!(line.text(), b"0000000000001010  call 0x1020\n");
     assert_eq!(
         cache
             .lookup(&image, 0x1040, ExecMode::Bit64)

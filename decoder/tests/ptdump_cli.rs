@@ -59,7 +59,11 @@ fn dumps_a_file_and_a_range() {
 fn errors_are_one_line_on_stderr() {
     let f = trace_file("b.pt");
     let f = f.to_str().unwrap();
-    let cases: [(&[&str], i32, &str); 6] = [
+    let dir = std::env::temp_dir();
+    let dir = dir.to_str().unwrap();
+    let zz = format!("{f}:zz");
+    let extra = [f, "more"];
+    let cases: [(&[&str], i32, &str); 10] = [
         (&[], 1, "No processor trace file specified."),
         (&["--mtc-freq", f], 1, "--mtc-freq: bad argument:"),
         (
@@ -68,8 +72,20 @@ fn errors_are_one_line_on_stderr() {
             "specify either --time or --tcal.",
         ),
         (&["--frobnicate", f], 1, "unknown option: --frobnicate."),
-        (&[&format!("{f}:8-4")], 2, "invalid argument."),
+        (
+            &[&format!("{f}:8-4")],
+            1,
+            "the end 0x4 is not after the start 0x8.",
+        ),
         (&[&format!("{f}:0x100")], 1, "bad offset 0x100 into"),
+        (&[&zz], 1, "'zz' is no offset or range (<from>[-<to>])."),
+        (&[dir], 1, "it is a directory."),
+        (
+            &["/nonexistent/t.pt"],
+            1,
+            "failed to open /nonexistent/t.pt: No such file or directory.",
+        ),
+        (&extra, 1, "more: one trace file, after the options"),
     ];
     for (args, want_code, want_err) in cases {
         let (code, out, err) = ptdump(args);

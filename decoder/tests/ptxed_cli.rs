@@ -1,5 +1,6 @@
-//! ptxed's command line: help, version, argument errors and their exit codes, as
-//! libipt's ptxed has them.
+//! ptxed's command line: help, version, argument errors and their exit codes. The
+//! messages are libipt's ptxed's where those say what is wrong, and say more where
+//! libipt's do not (which file, which offset, why); every argument error exits with 1.
 
 use std::process::{Command, Output};
 
@@ -61,7 +62,34 @@ fn argument_errors() {
 
     let o = ptxed(&["--cpu", "6"]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(stderr(&o), "ptxed: cpu must be specified as f/m[/s]\n");
+    assert_eq!(
+        stderr(&o),
+        "ptxed: --cpu 6: cpu must be specified as f/m[/s] (family/model[/stepping]).\n"
+    );
+
+    // A missing value is an error (libipt's ptxed exits with 0 here).
+    for opt in [
+        "--pt",
+        "--raw",
+        "--elf",
+        "--cpu",
+        "--sideband",
+        "--iscache-limit",
+    ] {
+        let o = ptxed(&[opt]);
+        assert_eq!(o.status.code(), Some(1), "{opt}");
+        assert_eq!(stderr(&o), format!("ptxed: {opt}: missing argument.\n"));
+    }
+
+    let o = ptxed(&["--iscache-limit", "x"]);
+    assert_eq!(stderr(&o), "ptxed: --iscache-limit: bad argument: x.\n");
+
+    let o = ptxed(&["--threads", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "ptxed: --threads: value too small: 0 (at least 1).\n"
+    );
 
     let o = ptxed(&["--filter:addr0_cfg", "16"]);
     assert_eq!(
@@ -95,7 +123,34 @@ fn file_errors() {
     let pt = temp_file("t.pt", &[0x02, 0x82]);
     let pt = pt.to_str().expect("utf-8 path");
     let o = ptxed(&["--pt", &format!("{pt}:0x10")]);
-    assert_eq!(stderr(&o), format!("ptxed: bad offset 0x10 into {pt}.\n"));
+    assert_eq!(
+        stderr(&o),
+        format!("ptxed: bad offset 0x10 into {pt}: the file has 0x2 bytes.\n")
+    );
+    let o = ptxed(&["--pt", &format!("{pt}:1-0x10")]);
+    assert_eq!(
+        stderr(&o),
+        format!("ptxed: bad range 0x10 in {pt}: the file has 0x2 bytes.\n")
+    );
+    // A range that is none, after an existing file: not a file name with a ':'.
+    let o = ptxed(&["--pt", &format!("{pt}:zz")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!("ptxed: bad range in {pt}:zz: 'zz' is no offset or range (<from>[-<to>]).\n")
+    );
+    let o = ptxed(&["--pt", &format!("{pt}:2-1")]);
+    assert_eq!(
+        stderr(&o),
+        format!("ptxed: bad range in {pt}:2-1: the end 0x1 is not after the start 0x2.\n")
+    );
+    let dir = std::env::temp_dir();
+    let dir = dir.to_str().expect("utf-8 path");
+    let o = ptxed(&["--pt", dir]);
+    assert_eq!(
+        stderr(&o),
+        format!("ptxed: failed to open {dir}: it is a directory.\n")
+    );
 
     let o = ptxed(&["--pt", pt, "--pt", pt]);
     assert_eq!(stderr(&o), format!("ptxed: duplicate pt sources: {pt}.\n"));
@@ -112,11 +167,39 @@ fn file_errors() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stderr(&o),
+        format!("ptxed: --raw {empty}:0x1000: {empty} is empty.\n")
+    );
+    let o = ptxed(&["--raw", pt, "--pt", pt]);
+    assert_eq!(
+        stderr(&o),
+        format!("ptxed: --raw {pt}: no base address (<file>[:<from>[-<to>]]:<base>).\n")
+    );
+    let o = ptxed(&["--raw", &format!("{pt}:4-2:0x1000"), "--pt", pt]);
+    assert_eq!(
+        stderr(&o),
+        format!("ptxed: --raw {pt}:4-2:0x1000: bad range: the end is not after the start.\n")
+    );
+    let o = ptxed(&["--raw", &format!("{pt}:0x10:0x1000"), "--pt", pt]);
+    assert_eq!(
+        stderr(&o),
         format!(
-            "ptxed: failed to add {empty} at 0x1000: invalid argument.\n\
-             ptxed: --raw: failed to load '{empty}'.\n"
+            "ptxed: --raw {pt}:0x10:0x1000: bad offset 0x10 into {pt}: the file has 0x2 bytes.\n"
         )
     );
+    let o = ptxed(&["--raw", "/nonexistent/code.bin:0x1000", "--pt", pt]);
+    assert_eq!(
+        stderr(&o),
+        "ptxed: --raw /nonexistent/code.bin:0x1000: failed to open /nonexistent/code.bin: \
+         No such file or directory.\n"
+    );
+    let o = ptxed(&["--elf", dir, "--pt", pt]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!("ptxed: --elf {dir}: {dir} is a directory.\n")
+    );
+    let o = ptxed(&["--elf", pt, "--pt", pt]);
+    assert_eq!(stderr(&o), format!("ptxed: --elf {pt}: not an ELF file.\n"));
 }
 
 #[test]

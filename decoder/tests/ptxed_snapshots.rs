@@ -27,9 +27,14 @@ const BASE: u64 = 0x40_1000;
 /// 37: ptwrite eax (4)
 /// 3b: xend (3)
 /// 3e: jmp rax
+/// 50: nop
+/// 51: 0f a7 c2 (a VIA PadLock opcode XED does not know)
+/// 54: nop
+/// 55: nop
 /// ```
 fn code() -> Vec<u8> {
-    let mut c = vec![0xcc; 0x48];
+    let mut c = vec![0xcc; 0x60];
+    c[0x50..0x56].copy_from_slice(&[0x90, 0x0f, 0xa7, 0xc2, 0x90, 0x90]);
     c[0x00..0x05].copy_from_slice(&[0xb8, 0x03, 0x00, 0x00, 0x00]);
     c[0x05..0x0a].copy_from_slice(&[0xe8, 0x16, 0x00, 0x00, 0x00]);
     c[0x0a..0x0c].copy_from_slice(&[0xff, 0xc8]);
@@ -185,6 +190,41 @@ fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
 #[test]
 fn default_output_with_disassembly() {
     insta::assert_snapshot!(ptxed("default", &trace(), ""));
+}
+
+#[test]
+fn att_syntax_and_raw_bytes() {
+    insta::assert_snapshot!(ptxed("att", &trace(), "--att"));
+    insta::assert_snapshot!(ptxed("raw", &trace(), "--raw-insn"));
+    insta::assert_snapshot!(ptxed(
+        "insn-raw-att",
+        &trace(),
+        "--insn-decoder --raw-insn --att --offset"
+    ));
+    // Raw bytes go with the text: not printed with --no-inst, as in libipt's ptxed.
+    insta::assert_snapshot!(ptxed("no-inst-raw", &trace(), "--no-inst --raw-insn"));
+}
+
+/// Straight-line code with an instruction XED does not decode, left at 0x56.
+fn xed_error_trace() -> Vec<u8> {
+    bytes(&[
+        Packet::Psb,
+        Packet::Psbend,
+        Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)),
+        ip(IpPacketKind::TipPge, BASE + 0x50),
+        ip(IpPacketKind::Fup, BASE + 0x56),
+        Packet::Ip(IpPacketKind::TipPgd, IpPayload::SUPPRESSED),
+    ])
+}
+
+#[test]
+fn xed_decode_error_ends_the_block() {
+    insta::assert_snapshot!(ptxed("xed-error", &xed_error_trace(), ""));
+    insta::assert_snapshot!(ptxed(
+        "xed-error-insn",
+        &xed_error_trace(),
+        "--insn-decoder --raw-insn"
+    ));
 }
 
 #[test]

@@ -1,9 +1,11 @@
 //! ptdump's command line, parsed the way libipt's ptdump parses it: options first (values
 //! as separate arguments, numbers like `strtoull(…, 0)`), then one trace file that may
-//! carry a `:from[-to]` byte range.
+//! carry a `:from[-to]` byte range ([`TraceFile`], which ptxed's `--pt` shares).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::ops::Range;
+use std::path::Path;
 
 use super::{dump, write_diag, DumpOptions};
 use crate::config::{Config, Cpu, Errata};
@@ -16,12 +18,11 @@ pub struct Args {
     pub options: DumpOptions,
     /// Decoder configuration (cpu, timing parameters); errata are filled in by [`run`].
     pub config: Config,
-    /// The trace file name (range suffix removed).
-    pub file: String,
-    /// First byte of the range.
-    pub offset: u64,
-    /// Size of the range; 0 = to the end of the file.
-    pub size: u64,
+    /// The trace file as given: `<file>[:<from>[-<to>]]` (see [`TraceFile::open`]);
+    /// empty with `--perf`.
+    pub trace: String,
+    /// `--perf*`: dump a perf.data's AUX data instead.
+    pub perf: super::perf::PerfDumpArgs,
 }
 
 /// What the command line asks for.
@@ -96,39 +97,170 @@ fn arg_uint(option: &str, arg: Option<&String>, max: u64) -> Result<u64, CliErro
     Ok(v)
 }
 
-/// Split `file:from[-to]`. The suffix after the last `:` is a range only if it parses as
-/// one; otherwise the colon belongs to the file name. `to <= from` is an error.
-pub fn split_range(arg: &str) -> Result<(String, u64, u64), CliError> {
-    let Some(colon) = arg.rfind(':') else {
-        return Ok((arg.to_string(), 0, 0));
+/// The operating system's reason for `e`, without Rust's ` (os error N)`.
+pub fn os_reason(e: &io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => text[..at].to_string(),
+        _ => text,
+    }
+}
+
+/// Why a trace file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// The file could not be opened or read.
+    #[error("failed to open {path}: {reason}.")]
+    Open {
+        /// The file.
+        path: String,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// The file is a directory.
+    #[error("failed to open {path}: it is a directory.")]
+    Directory {
+        /// The file.
+        path: String,
+    },
+    /// The `:<from>[-<to>]` suffix is no byte range.
+    #[error("bad range in {arg}: {why}.")]
+    BadRange {
+        /// The argument as given.
+        arg: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The range starts at or beyond the end of the file.
+    #[error("bad offset {offset:#x} into {path}: the file has {size:#x} bytes.")]
+    BadOffset {
+        /// The file.
+        path: String,
+        /// The first byte asked for.
+        offset: u64,
+        /// The file's size.
+        size: u64,
+    },
+    /// The range ends beyond the end of the file.
+    #[error("bad range {end:#x} in {path}: the file has {size:#x} bytes.")]
+    BadEnd {
+        /// The file.
+        path: String,
+        /// The end asked for.
+        end: u64,
+        /// The file's size.
+        size: u64,
+    },
+}
+
+/// A trace file argument `<file>[:<from>[-<to>]]` split into the file and the byte
+/// range (`to` exclusive; `None`: to the end), without opening anything but to check
+/// whether a `:` belongs to the file name.
+///
+/// The suffix after the last `:` is a range where it reads as one (C numbers: `0x` hex,
+/// `0` octal or decimal), unless the whole argument names an existing file. Where it
+/// does not read as a range, the `:` belongs to the file name, unless the part before
+/// it names an existing file and the whole does not: then the range is bad.
+pub fn split_range(arg: &str) -> Result<(&str, u64, Option<u64>), FileError> {
+    let bad = |why: String| FileError::BadRange {
+        arg: arg.to_string(),
+        why,
     };
-    let (name, range) = (&arg[..colon], &arg[colon + 1..]);
-    if range.is_empty() {
-        return Ok((arg.to_string(), 0, 0));
+    let Some((name, range)) = arg.rsplit_once(':') else {
+        return Ok((arg, 0, None));
+    };
+    if range.is_empty() || Path::new(arg).exists() {
+        return Ok((arg, 0, None));
     }
     let (from, to) = match range.split_once('-') {
         // A leading '-' is a sign, not the separator.
         Some((f, t)) if !f.trim_start().is_empty() => (f, Some(t)),
         _ => (range, None),
     };
-    let Some(begin) = parse_u64(from) else {
-        return Ok((arg.to_string(), 0, 0));
+    let (Some(begin), to) = (parse_u64(from), to.map(|t| (t, parse_u64(t)))) else {
+        if Path::new(name).exists() {
+            return Err(bad(format!(
+                "'{range}' is no offset or range (<from>[-<to>])"
+            )));
+        }
+        return Ok((arg, 0, None));
     };
     match to {
-        None => Ok((name.to_string(), begin, 0)),
-        Some(t) => {
-            let Some(end) = parse_u64(t) else {
-                return Ok((arg.to_string(), 0, 0));
-            };
-            if end <= begin {
-                // ptdump exits with the error code's number here (pte_invalid).
-                return Err(CliError {
-                    message: format!("bad file {arg}: {}.", ErrorCode::Invalid.message()),
-                    exit_code: 2,
-                });
+        None => Ok((name, begin, None)),
+        Some((_, Some(end))) if end > begin => Ok((name, begin, Some(end))),
+        Some((_, Some(end))) => Err(bad(format!(
+            "the end {end:#x} is not after the start {begin:#x}"
+        ))),
+        Some((t, None)) => {
+            if Path::new(name).exists() {
+                Err(bad(format!("'{t}' is no end offset")))
+            } else {
+                Ok((arg, 0, None))
             }
-            Ok((name.to_string(), begin, end - begin))
         }
+    }
+}
+
+/// A trace file opened (mapped where possible) and the byte range of it to decode.
+pub struct TraceFile {
+    trace: Trace,
+    range: Range<usize>,
+    path: String,
+}
+
+impl TraceFile {
+    /// Opens `arg`, `<file>[:<from>[-<to>]]` (see [`split_range`]), and checks the range
+    /// against the file.
+    pub fn open(arg: &str) -> Result<Self, FileError> {
+        let (path, from, to) = split_range(arg)?;
+        let trace = load(path).map_err(|e| match e.kind() {
+            _ if Path::new(path).is_dir() => FileError::Directory {
+                path: path.to_string(),
+            },
+            _ => FileError::Open {
+                path: path.to_string(),
+                reason: os_reason(&e),
+            },
+        })?;
+        let size = trace.bytes().len() as u64;
+        if from >= size {
+            return Err(FileError::BadOffset {
+                path: path.to_string(),
+                offset: from,
+                size,
+            });
+        }
+        let end = match to {
+            Some(end) if end > size => {
+                return Err(FileError::BadEnd {
+                    path: path.to_string(),
+                    end,
+                    size,
+                })
+            }
+            Some(end) => end,
+            None => size,
+        };
+        Ok(Self {
+            trace,
+            // Both are at most the size of a file in memory.
+            range: from as usize..end as usize,
+            path: path.to_string(),
+        })
+    }
+
+    /// The bytes of the range.
+    pub fn bytes(&self) -> &[u8] {
+        self.trace
+            .bytes()
+            .get(self.range.clone())
+            .unwrap_or_default()
+    }
+
+    /// The file's name (without the range).
+    pub fn path(&self) -> &str {
+        &self.path
     }
 }
 
@@ -137,14 +269,15 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
     let mut options = DumpOptions::default();
     let mut config = Config::default();
     let mut file = None;
+    let mut perf = super::perf::PerfDumpArgs::default();
     let mut idx = 0;
     while idx < args.len() {
         let a = args[idx].as_str();
         if !a.starts_with('-') {
-            if idx + 1 < args.len() {
-                return Err(cli_err(
-                    "[<options>] <ptfile>.  Use --help or -h for help.".into(),
-                ));
+            if let Some(extra) = args.get(idx + 1) {
+                return Err(cli_err(format!(
+                    "{extra}: one trace file, after the options ([<options>] <ptfile>; see --help)."
+                )));
             }
             file = Some(a.to_string());
             break;
@@ -210,20 +343,25 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
                     config.cpuid_0x15_ebx = v;
                 }
             }
+            _ if super::perf::PerfDumpArgs::takes(a) => {
+                idx += 1;
+                let v = arg_value(a, args.get(idx))?;
+                perf.set(a, v).map_err(cli_err)?;
+            }
             _ => return Err(cli_err(format!("unknown option: {a}."))),
         }
         idx += 1;
     }
-    let Some(file) = file else {
-        return Err(cli_err("No processor trace file specified.".into()));
+    let trace = match file {
+        Some(t) => t,
+        None if perf.file.is_some() => String::new(),
+        None => return Err(cli_err("No processor trace file specified.".into())),
     };
-    let (file, offset, size) = split_range(&file)?;
     Ok(Command::Dump(Box::new(Args {
         options,
         config,
-        file,
-        offset,
-        size,
+        trace,
+        perf,
     })))
 }
 
@@ -255,7 +393,9 @@ options:\n\
   --nom-freq <n>            the nominal core:bus ratio (MSR_PLATFORM_INFO[15:8]).\n\
   --cpuid-0x15.eax <n>      CPUID 0x15 EAX (TSC:crystal ratio denominator).\n\
   --cpuid-0x15.ebx <n>      CPUID 0x15 EBX (TSC:crystal ratio numerator).\n\
-  <ptfile>[:<from>[-<to>]]  the trace file, optionally a byte range of it.\n"
+  <ptfile>[:<from>[-<to>]]  the trace file, optionally a byte range of it.\n\n\
+perf.data:\n{}",
+        super::perf::HELP
     )
 }
 
@@ -294,29 +434,6 @@ pub fn load(path: &str) -> io::Result<Trace> {
     Ok(Trace::Read(v))
 }
 
-/// The byte range of `trace` that `args` selects, or ptdump's message why not.
-pub fn select<'t>(trace: &'t [u8], args: &Args) -> Result<&'t [u8], CliError> {
-    let len = trace.len() as u64;
-    if args.offset >= len {
-        return Err(cli_err(format!(
-            "bad offset 0x{:x} into {}.",
-            args.offset, args.file
-        )));
-    }
-    let mut end = len;
-    if args.size != 0 {
-        let range_end = args.offset.saturating_add(args.size);
-        if range_end > len {
-            return Err(cli_err(format!(
-                "bad range 0x{range_end:x} in {}.",
-                args.file
-            )));
-        }
-        end = range_end;
-    }
-    Ok(&trace[args.offset as usize..end as usize])
-}
-
 /// Run ptdump with `args` (without the program name); `prog` prefixes error lines.
 /// Returns the process exit code.
 pub fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, mut err: E) -> i32 {
@@ -347,22 +464,17 @@ pub fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, mut err:
             }
         }
     }
-    let trace = match load(&args.file) {
+    if args.perf.file.is_some() {
+        return super::perf::run_perf(prog, &args.perf, &args.config, &args.options, out, err);
+    }
+    let trace = match TraceFile::open(&args.trace) {
         Ok(t) => t,
-        Err(e) => {
-            let code = e.raw_os_error().unwrap_or(0);
-            let _ = writeln!(err, "{prog}: failed to open {}: {code}.", args.file);
-            return 1;
-        }
-    };
-    let bytes = match select(trace.bytes(), &args) {
-        Ok(b) => b,
         Err(e) => {
             let _ = writeln!(err, "{prog}: {e}");
             return 1;
         }
     };
-    match dump(bytes, &args.config, &args.options, &mut out) {
+    match dump(trace.bytes(), &args.config, &args.options, &mut out) {
         Ok(()) => 0,
         // A closed pipe (e.g. `| head`) ends the dump quietly.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
@@ -408,7 +520,7 @@ mod tests {
         assert_eq!(a.config.cpu, Some("6/94".parse().unwrap()));
         assert!(a.options.show_time && a.options.track_time && a.options.show_time_as_delta);
         assert!(!a.options.show_offset);
-        assert_eq!((a.file.as_str(), a.offset, a.size), ("t.pt", 0, 0));
+        assert_eq!(a.trace, "t.pt");
     }
 
     #[test]
@@ -422,7 +534,7 @@ mod tests {
         assert_eq!(e("--bogus t"), "unknown option: --bogus.");
         assert_eq!(e("--cpu 6 t"), "cpu must be specified as f/m[/s]");
         assert_eq!(e("--raw"), "No processor trace file specified.");
-        assert!(e("a b").contains("Use --help"));
+        assert!(e("a b").starts_with("b: one trace file"));
         assert_eq!(parse_args(&args("--help")), Ok(Command::Help));
         let Command::Dump(a) = parse_args(&args("--cpu 6/94 --cpu none t")).unwrap() else {
             panic!("not a dump")
@@ -432,29 +544,55 @@ mod tests {
 
     #[test]
     fn file_ranges() {
-        assert_eq!(split_range("t.pt").unwrap(), ("t.pt".into(), 0, 0));
-        assert_eq!(split_range("t.pt:0x10").unwrap(), ("t.pt".into(), 16, 0));
-        assert_eq!(split_range("t.pt:16-32").unwrap(), ("t.pt".into(), 16, 16));
-        assert_eq!(split_range("c:t.pt").unwrap(), ("c:t.pt".into(), 0, 0));
-        assert_eq!(split_range("t.pt:").unwrap(), ("t.pt:".into(), 0, 0));
-        assert!(split_range("t.pt:5-3").is_err());
-        let a = Args {
-            options: DumpOptions::default(),
-            config: Config::default(),
-            file: "t".into(),
-            offset: 2,
-            size: 2,
-        };
-        assert_eq!(select(&[1, 2, 3, 4, 5], &a).unwrap(), &[3, 4]);
-        assert!(select(&[1, 2, 3], &a).is_err());
-        assert!(select(
-            &[],
-            &Args {
-                size: 0,
-                offset: 0,
-                ..a
-            }
-        )
-        .is_err());
+        let dir = std::env::temp_dir().join(format!("ptdump-ranges-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("t.pt");
+        std::fs::write(&f, [1, 2, 3, 4, 5]).unwrap();
+        let f = f.to_str().unwrap();
+        let colon = dir.join("c:t.pt");
+        std::fs::write(&colon, [9]).unwrap();
+        let colon = colon.to_str().unwrap();
+        let r = |s: &str| split_range(s).map(|(n, a, b)| (n.to_string(), a, b));
+        assert_eq!(r(f).unwrap(), (f.to_string(), 0, None));
+        assert_eq!(r(&format!("{f}:0x1")).unwrap(), (f.to_string(), 1, None));
+        assert_eq!(r(&format!("{f}:1-3")).unwrap(), (f.to_string(), 1, Some(3)));
+        // A ':' in a file name, or before nothing.
+        assert_eq!(r(colon).unwrap(), (colon.to_string(), 0, None));
+        assert_eq!(r(&format!("{f}:")).unwrap(), (format!("{f}:"), 0, None));
+        assert_eq!(
+            r("/no/such:zz").unwrap(),
+            ("/no/such:zz".to_string(), 0, None)
+        );
+        // A range that is none, after an existing file.
+        let e = r(&format!("{f}:zz")).unwrap_err().to_string();
+        assert!(
+            e.ends_with("'zz' is no offset or range (<from>[-<to>])."),
+            "{e}"
+        );
+        let e = r(&format!("{f}:5-3")).unwrap_err().to_string();
+        assert!(
+            e.ends_with("the end 0x3 is not after the start 0x5."),
+            "{e}"
+        );
+        let t = TraceFile::open(&format!("{f}:2-4")).unwrap();
+        assert_eq!(t.bytes(), &[3, 4]);
+        let e = TraceFile::open(&format!("{f}:5"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            e,
+            format!("bad offset 0x5 into {f}: the file has 0x5 bytes.")
+        );
+        let e = TraceFile::open(&format!("{f}:1-6"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(e, format!("bad range 0x6 in {f}: the file has 0x5 bytes."));
+        let d = dir.to_str().unwrap();
+        let e = TraceFile::open(d).err().unwrap().to_string();
+        assert_eq!(e, format!("failed to open {d}: it is a directory."));
+        let e = TraceFile::open("/no/such").err().unwrap().to_string();
+        assert_eq!(e, "failed to open /no/such: No such file or directory.");
     }
 }

@@ -1,20 +1,25 @@
 //! ptxed: reconstruct the executed instructions from an Intel PT trace and the code
 //! image, compatible with libipt's ptxed (options and output).
 
-use pt_decoder::config::{Config, Cpu, Errata};
 use pt_decoder::driver::{BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync};
-use pt_decoder::dump::cli::{load, Trace};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
-use pt_decoder::flow::{Block, FlowOptions, InsnInfo};
-use pt_decoder::image::{Image, LoadError};
-use pt_decoder::insn::{self, Disassembler};
-use pt_decoder::sideband::{Explicit, Sideband, SidebandError};
+use pt_decoder::flow::{Block, InsnInfo};
+use pt_decoder::image::Image;
+use pt_decoder::insn;
+use pt_decoder::listing::{Listing, ListingOptions, Syntax};
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
 
+mod args;
+mod perf;
+
+use args::{parse_args, Parsed};
+
 #[derive(Clone, Copy, Debug, Default)]
 struct Options {
+    /// AT&T syntax (`--att`).
+    att: bool,
     no_inst: bool,
     quiet: bool,
     print_stats: bool,
@@ -40,400 +45,6 @@ struct Stats {
     want_blocks: bool,
 }
 
-const HELP: &str = "usage: {prog} [<options>]
-
-options:
-  --help|-h                            this text.
-  --version                            display version information and exit.
-  --no-inst                            do not print instructions (only addresses).
-  --quiet|-q                           do not print anything (except errors).
-  --offset                             print the offset into the trace file.
-  --time                               print the current timestamp.
-  --raw-insn                           print the raw bytes of each instruction.
-  --check                              perform checks (expensive).
-  --resync-on-error                    resync on decode errors more aggressively.
-  --event:time                         print the tsc for events if available.
-  --event:ip                           print the ip of events if available.
-  --event:tick                         request tick events.
-  --event:iflags                       request iflags events.
-  --filter:addr<n>_cfg <cfg>           set IA32_RTIT_CTL.ADDRn_CFG to <cfg>.
-  --filter:addr<n>_a <base>            set IA32_RTIT_ADDRn_A to <base>.
-  --filter:addr<n>_b <limit>           set IA32_RTIT_ADDRn_B to <limit>.
-  --stat                               print statistics (even when quiet).
-                                       collects all statistics unless one or more are selected.
-  --stat:insn                          collect number of instructions.
-  --stat:blocks                        collect number of blocks.
-  --threads <n>                        with --quiet, decode pieces of the trace between PSBs
-                                       on <n> threads (default: one per core; 1: one thread).
-                                       the output is the same; not with --check, --event:tick
-                                       or block statistics.
-  --threads:min-piece <n>              give each thread at least <n> bytes of the trace
-                                       (default: 256 KiB).
-  --pt <file>[:<from>[-<to>]]          load the processor trace data from <file>.
-                                       an optional offset or range can be given.
-  --elf <<file>[:<base>]               load an ELF from <file> at address <base>.
-                                       use the default load address if <base> is omitted.
-  --raw <file>[:<from>[-<to>]]:<base>  load a raw binary from <file> at address <base>.
-                                       an optional offset or range can be given.
-  --sideband <file>                    load the code image and the recording parameters (cpu,
-                                       mtc-freq, nom-freq, cpuid-0x15) from the side-band file
-                                       of a trace recorded on the PT simulator (ptrec);
-                                       explicit options win over its parameters.
-  --cpu none|f/m[/s]                   set cpu to the given value and decode according to:
-                                         none     spec (default)
-                                         f/m[/s]  family/model[/stepping]
-  --mtc-freq <n>                       set the MTC frequency (IA32_RTIT_CTL[17:14]) to <n>.
-  --nom-freq <n>                       set the nominal frequency (MSR_PLATFORM_INFO[15:8]) to <n>.
-  --cpuid-0x15.eax                     set the value of cpuid[0x15].eax.
-  --cpuid-0x15.ebx                     set the value of cpuid[0x15].ebx.
-  --insn-decoder                       use the instruction flow decoder.
-  --insn:keep-tcal-on-ovf              preserve timing calibration on overflow.
-  --block-decoder                      use the block decoder (default).
-  --block:show-blocks                  show blocks in the output.
-  --block:end-on-call                  set the end-on-call block decoder flag.
-  --block:end-on-jump                  set the end-on-jump block decoder flag.
-  --block:keep-tcal-on-ovf             preserve timing calibration on overflow.
-
-You must specify at least one binary or ELF file (--raw|--elf).
-You must specify exactly one processor trace file (--pt).
-";
-
-/// strtoull(…, 0): 0x hex, leading-0 octal, else decimal; the whole string.
-fn parse_u64(s: &str) -> Option<u64> {
-    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16).ok()
-    } else if s.len() > 1 && s.starts_with('0') {
-        u64::from_str_radix(&s[1..], 8).ok()
-    } else {
-        s.parse().ok()
-    }
-}
-
-/// Splits `file[:from[-to]]` into the file name and the byte range.
-fn split_range(arg: &str) -> Result<(&str, u64, Option<u64>), ()> {
-    let Some((name, range)) = arg.rsplit_once(':') else {
-        return Ok((arg, 0, None));
-    };
-    match range.split_once('-') {
-        None => match parse_u64(range) {
-            Some(from) => Ok((name, from, None)),
-            None => Ok((arg, 0, None)),
-        },
-        Some((a, b)) => match (parse_u64(a), parse_u64(b)) {
-            (Some(from), Some(to)) if to > from => Ok((name, from, Some(to))),
-            (Some(_), Some(_)) => Err(()),
-            _ => Ok((arg, 0, None)),
-        },
-    }
-}
-
-/// What the command line asked for.
-struct Setup {
-    opts: Options,
-    stats: Stats,
-    config: Config,
-    flow: FlowOptions,
-    image: Image,
-    trace: TraceFile,
-}
-
-enum Parsed {
-    Run(Box<Setup>),
-    Exit(i32),
-}
-
-/// The trace file (mapped where possible) and the range of it to decode.
-struct TraceFile {
-    file: Trace,
-    range: std::ops::Range<usize>,
-}
-
-impl TraceFile {
-    fn bytes(&self) -> &[u8] {
-        self.file
-            .bytes()
-            .get(self.range.clone())
-            .unwrap_or_default()
-    }
-}
-
-fn load_pt(prog: &str, arg: &str, err: &mut impl Write) -> Result<TraceFile, ()> {
-    let Ok((name, from, to)) = split_range(arg) else {
-        let _ = writeln!(err, "{prog}: bad file {arg}: invalid argument.");
-        return Err(());
-    };
-    let data = match load(name) {
-        Ok(d) => d,
-        Err(e) => {
-            let _ = writeln!(
-                err,
-                "{prog}: failed to open {name}: {}.",
-                e.raw_os_error().unwrap_or(0)
-            );
-            return Err(());
-        }
-    };
-    let len = data.bytes().len() as u64;
-    if from >= len {
-        let _ = writeln!(err, "{prog}: bad offset 0x{from:x} into {name}.");
-        return Err(());
-    }
-    let end = match to {
-        Some(to) if to > len => {
-            let _ = writeln!(err, "{prog}: bad range 0x{to:x} in {name}.");
-            return Err(());
-        }
-        Some(to) => to,
-        None => len,
-    };
-    Ok(TraceFile {
-        file: data,
-        range: from as usize..end as usize,
-    })
-}
-
-fn parse_args(prog: &str, args: &[String], out: &mut impl Write, err: &mut impl Write) -> Parsed {
-    let mut opts = Options::default();
-    let mut stats = Stats::default();
-    let mut config = Config::default();
-    let mut flow = FlowOptions::default();
-    let (mut keep_tcal_insn, mut keep_tcal_block) = (false, false);
-    let mut image = Image::new();
-    let mut trace: Option<TraceFile> = None;
-    let mut cpu: Option<Cpu> = None;
-    let mut explicit = Explicit::default();
-    let mut sideband: Option<Sideband> = None;
-    let mut i = 0;
-    macro_rules! fail {
-        ($($t:tt)*) => {{
-            let _ = writeln!(err, $($t)*);
-            return Parsed::Exit(1);
-        }};
-    }
-    macro_rules! value {
-        ($opt:expr, $max:expr) => {{
-            let arg = args.get(i).map(String::as_str);
-            i += 1;
-            match arg {
-                None | Some("") => fail!("{prog}: {}: missing argument.", $opt),
-                Some(a) if a.starts_with("--") => fail!("{prog}: {}: missing argument.", $opt),
-                Some(a) => match parse_u64(a) {
-                    None => fail!("{prog}: {}: bad argument: {a}.", $opt),
-                    Some(v) if v > $max => fail!("{prog}: {}: value too big: {a}.", $opt),
-                    Some(v) => v,
-                },
-            }
-        }};
-    }
-    while i < args.len() {
-        let arg = args[i].as_str();
-        i += 1;
-        match arg {
-            "--help" | "-h" => {
-                let _ = out.write_all(HELP.replace("{prog}", prog).as_bytes());
-                return Parsed::Exit(0);
-            }
-            "--version" => {
-                let v = env!("CARGO_PKG_VERSION");
-                let _ = writeln!(out, "{prog}-{v} / pt-decoder-{v}");
-                return Parsed::Exit(0);
-            }
-            "--pt" => {
-                let Some(file) = args.get(i) else {
-                    let _ = writeln!(err, "{prog}: --pt: missing argument.");
-                    return Parsed::Exit(0);
-                };
-                i += 1;
-                if trace.is_some() {
-                    fail!("{prog}: duplicate pt sources: {file}.");
-                }
-                if let Some(c) = cpu {
-                    match Errata::for_cpu(c) {
-                        Ok(e) => config.errata = e,
-                        Err(_) => {
-                            let _ = writeln!(out, "[0, 0: config error: unknown cpu]");
-                        }
-                    }
-                }
-                config.cpu = cpu;
-                match load_pt(prog, file, err) {
-                    Ok(t) => trace = Some(t),
-                    Err(()) => return Parsed::Exit(1),
-                }
-            }
-            "--raw" | "--elf" => {
-                let Some(file) = args.get(i) else {
-                    let _ = writeln!(err, "{prog}: {arg}: missing argument.");
-                    return Parsed::Exit(0);
-                };
-                i += 1;
-                let r = if arg == "--raw" {
-                    image.add_raw_arg(file).map(|_| ())
-                } else {
-                    image.add_elf_arg(file).map(|_| ())
-                };
-                if let Err(e) = r {
-                    // libipt names the file without its range and load address.
-                    let (rest, base) = match file.rsplit_once(':') {
-                        Some((rest, base)) if parse_u64(base).is_some() => {
-                            (rest, parse_u64(base).unwrap_or(0))
-                        }
-                        _ => (file.as_str(), 0),
-                    };
-                    let name = split_range(rest).map_or(rest, |(name, _, _)| name);
-                    if arg == "--raw" && !matches!(e, LoadError::BadArgument { .. }) {
-                        let _ = writeln!(
-                            err,
-                            "{prog}: failed to add {name} at 0x{base:x}: {}.",
-                            e.code().message()
-                        );
-                    } else {
-                        let _ = writeln!(err, "{prog}: {e}.");
-                    }
-                    fail!("{prog}: {arg}: failed to load '{name}'.");
-                }
-            }
-            "--sideband" => {
-                let Some(file) = args.get(i) else {
-                    fail!("{prog}: --sideband: missing argument.");
-                };
-                i += 1;
-                if sideband.is_some() {
-                    fail!("{prog}: duplicate side-band files: {file}.");
-                }
-                let sb = match Sideband::read(std::path::Path::new(file)) {
-                    Ok(sb) => sb,
-                    // An I/O error names the file itself.
-                    Err(e @ SidebandError::Io { .. }) => fail!("{prog}: {e}."),
-                    Err(e) => fail!("{prog}: {file}: {e}."),
-                };
-                if let Err(e) = sb.load(&mut image) {
-                    fail!("{prog}: {file}: {e}.");
-                }
-                sideband = Some(sb);
-            }
-            // AT&T syntax is not offered; accept the flag and print Intel syntax.
-            "--att" => {}
-            "--no-inst" => opts.no_inst = true,
-            "--quiet" | "-q" => opts.quiet = true,
-            "--offset" => opts.print_offset = true,
-            "--time" => opts.print_time = true,
-            "--raw-insn" => opts.print_raw_insn = true,
-            "--event:time" => opts.event_time = true,
-            "--event:ip" => opts.event_ip = true,
-            "--event:tick" => flow.tick_events = true,
-            "--event:iflags" => flow.iflags_events = true,
-            "--check" => opts.check = true,
-            "--resync-on-error" => opts.resync_on_error = true,
-            "--threads" => opts.threads = value!("--threads", 1024).max(1),
-            "--threads:min-piece" => opts.min_piece = value!("--threads:min-piece", u64::MAX),
-            "--iscache-limit" => {
-                value!(arg, u64::MAX);
-            }
-            "--verbose" | "-v" => {}
-            "--stat" => opts.print_stats = true,
-            "--stat:insn" => {
-                opts.print_stats = true;
-                stats.want_insn = true;
-            }
-            "--stat:blocks" => {
-                opts.print_stats = true;
-                stats.want_blocks = true;
-            }
-            "--cpu" => {
-                if trace.is_some() {
-                    fail!("{prog}: please specify cpu before the pt source file.");
-                }
-                let Some(c) = args.get(i) else {
-                    let _ = writeln!(err, "{prog}: --cpu: missing argument.");
-                    return Parsed::Exit(0);
-                };
-                i += 1;
-                explicit.cpu = true;
-                if c == "none" {
-                    cpu = None;
-                } else {
-                    match c.parse::<Cpu>() {
-                        Ok(c) => cpu = Some(c),
-                        Err(_) => fail!("{prog}: cpu must be specified as f/m[/s]"),
-                    }
-                }
-            }
-            "--mtc-freq" => {
-                config.mtc_freq = value!("--mtc-freq", 0xff) as u8;
-                explicit.mtc_freq = true;
-            }
-            "--nom-freq" => {
-                config.nom_freq = value!("--nom-freq", 0xff) as u8;
-                explicit.nom_freq = true;
-            }
-            "--cpuid-0x15.eax" => {
-                config.cpuid_0x15_eax = value!("--cpuid-0x15.eax", 0xffff_ffff) as u32;
-                explicit.cpuid_0x15_eax = true;
-            }
-            "--cpuid-0x15.ebx" => {
-                config.cpuid_0x15_ebx = value!("--cpuid-0x15.ebx", 0xffff_ffff) as u32;
-                explicit.cpuid_0x15_ebx = true;
-            }
-            "--insn-decoder" | "--block-decoder" => {
-                if trace.is_some() {
-                    fail!("{arg}: please specify {prog} before the pt source file.");
-                }
-                opts.insn_decoder = arg == "--insn-decoder";
-            }
-            // Each applies to its own decoder only, as in libipt.
-            "--insn:keep-tcal-on-ovf" => keep_tcal_insn = true,
-            "--block:keep-tcal-on-ovf" => keep_tcal_block = true,
-            "--block:show-blocks" => opts.show_blocks = true,
-            "--block:end-on-call" => flow.end_on_call = true,
-            "--block:end-on-jump" => flow.end_on_jump = true,
-            _ => {
-                let filter = arg.strip_prefix("--filter:addr").and_then(|rest| {
-                    let (n, field) = rest.split_once('_')?;
-                    let n: usize = n.parse().ok().filter(|&n| n < 4)?;
-                    matches!(field, "cfg" | "a" | "b").then_some((n, field))
-                });
-                let Some((n, field)) = filter else {
-                    fail!("{prog}: unknown option: {arg}.");
-                };
-                if trace.is_some() {
-                    fail!("{prog}: please specify {arg} before --pt.");
-                }
-                match field {
-                    "cfg" => flow.filter.cfg[n] = value!(arg, 15) as u8,
-                    "a" => flow.filter.a[n] = value!(arg, u64::MAX),
-                    _ => flow.filter.b[n] = value!(arg, u64::MAX),
-                }
-            }
-        }
-    }
-    let Some(trace) = trace else {
-        fail!("{prog}: no pt file.");
-    };
-    if let Some(sb) = &sideband {
-        if sb.configure(&mut config, explicit).is_err() {
-            let _ = writeln!(out, "[0, 0: config error: unknown cpu]");
-        }
-    }
-    if opts.print_stats && !stats.want_insn && !stats.want_blocks {
-        stats.want_insn = true;
-        stats.want_blocks = !opts.insn_decoder;
-    }
-    flow.keep_tcal_on_ovf = if opts.insn_decoder {
-        keep_tcal_insn
-    } else {
-        keep_tcal_block
-    };
-    Parsed::Run(Box::new(Setup {
-        opts,
-        stats,
-        config,
-        flow,
-        image,
-        trace,
-    }))
-}
-
 /// `v` as 16 lower-case hex digits (`%016x`), without the formatting machinery.
 fn hex16(v: u64) -> [u8; 16] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -444,13 +55,12 @@ fn hex16(v: u64) -> [u8; 16] {
     out
 }
 
-/// Output with a reusable line buffer.
+/// Output: events, diagnostics and the instruction listing.
 struct Printer<'a, W: Write> {
     out: W,
     opts: Options,
     image: &'a Image,
-    dis: Disassembler,
-    text: String,
+    listing: Listing,
 }
 
 fn mode_name(mode: ExecMode) -> &'static str {
@@ -462,72 +72,21 @@ fn mode_name(mode: ExecMode) -> &'static str {
     }
 }
 
-/// Brings the disassembler's text closer to XED's as ptxed prints it: XED ends an
-/// instruction without operands with a blank and writes far memory operands as
-/// `far ptr [...]`.
-fn xed_style(text: &mut String, bytes: &[u8], ip: u64, mode: ExecMode) {
-    for size in ["far fword ptr ", "far dword ptr ", "far tbyte ptr "] {
-        if let Some(at) = text.find(size) {
-            text.replace_range(at..at + size.len(), "far ptr ");
+impl<'a, W: Write> Printer<'a, W> {
+    fn new(out: W, opts: Options, image: &'a Image) -> Self {
+        let listing = Listing::new(ListingOptions {
+            syntax: if opts.att { Syntax::Att } else { Syntax::Intel },
+            raw_insn: opts.print_raw_insn,
+            no_inst: opts.no_inst,
+        });
+        Self {
+            out,
+            opts,
+            image,
+            listing,
         }
     }
-    if let Some(rest) = text.strip_prefix("data64 ") {
-        *text = rest.to_string();
-    }
-    // XED shows the hint NOPs 0F 18 and 0F 1F with their r/m operand only.
-    if text.starts_with("nop ") && is_nop_0f18_0f1f(bytes) {
-        if let Some(at) = text.rfind(", ") {
-            text.truncate(at);
-        }
-    }
-    // `imul r, r/m, imm` with r/m = r: XED names the register twice.
-    if let Some(ops) = text.strip_prefix("imul ") {
-        if let Some((reg, imm)) = ops.split_once(", ") {
-            let is_imm = imm.starts_with("0x") || imm.starts_with('-');
-            if is_imm && !reg.contains(' ') && !imm.contains(", ") {
-                *text = format!("imul {reg}, {reg}, {imm}");
-            }
-        }
-    }
-    if text.contains(' ') && text != "ret far" {
-        return;
-    }
-    // XED lists implicit operands too (suppressed in the text, but followed by the
-    // separator blank): only instructions without any operand end without one.
-    let bitness = mode.bits().unwrap_or(64);
-    let mut decoder =
-        iced_x86::Decoder::with_ip(bitness, bytes, ip, iced_x86::DecoderOptions::NONE);
-    let instr = decoder.decode();
-    let mut factory = iced_x86::InstructionInfoFactory::new();
-    let info = factory.info(&instr);
-    let implicit = !info.used_registers().is_empty()
-        || !info.used_memory().is_empty()
-        || instr.rflags_read() != 0
-        || instr.rflags_written() != 0
-        || instr.rflags_cleared() != 0
-        || instr.rflags_set() != 0
-        || instr.rflags_undefined() != 0
-        || instr.flow_control() != iced_x86::FlowControl::Next;
-    if implicit {
-        text.push(' ');
-    }
-}
 
-/// Whether `bytes` start with opcode 0F 18 or 0F 1F (after prefixes and REX).
-fn is_nop_0f18_0f1f(bytes: &[u8]) -> bool {
-    let at = bytes
-        .iter()
-        .take_while(|&&b| {
-            matches!(
-                b,
-                0x66 | 0x67 | 0x2e | 0x3e | 0x26 | 0x36 | 0x64 | 0x65 | 0xf2 | 0xf3 | 0x40..=0x4f
-            )
-        })
-        .count();
-    matches!(bytes.get(at..at + 2), Some([0x0f, 0x18 | 0x1f]))
-}
-
-impl<W: Write> Printer<'_, W> {
     fn ip_field(&mut self, key: &str, ip: u64) -> io::Result<()> {
         if self.opts.event_ip {
             write!(self.out, ", {key}: {ip:016x}")?;
@@ -778,8 +337,11 @@ impl<W: Write> Printer<'_, W> {
         self.out.write_all(b"]\n")
     }
 
-    /// One instruction line (without the newline); `false` if the instruction could
-    /// not be read.
+    /// One instruction line: the offset, time and speculation columns, then the
+    /// listing's line (address, raw bytes, text). Returns where a block walk goes on
+    /// after the instruction, or `None` if it could not be read or decoded (the line
+    /// says why).
+    #[inline]
     fn insn_line(
         &mut self,
         ip: u64,
@@ -787,58 +349,48 @@ impl<W: Write> Printer<'_, W> {
         speculative: bool,
         offset: u64,
         time: u64,
-    ) -> io::Result<Option<usize>> {
+    ) -> io::Result<Option<u64>> {
         let o = &mut self.out;
         if self.opts.print_offset {
-            write!(o, "{offset:016x}  ")?;
+            o.write_all(&hex16(offset))?;
+            o.write_all(b"  ")?;
         }
         if self.opts.print_time {
-            write!(o, "{time:016x}  ")?;
+            o.write_all(&hex16(time))?;
+            o.write_all(b"  ")?;
         }
         if speculative {
             o.write_all(b"? ")?;
         }
-        o.write_all(&hex16(ip))?;
-        if self.opts.no_inst && !self.opts.print_raw_insn {
-            return Ok(Some(0));
+        let line = self.listing.line(self.image, ip, mode);
+        o.write_all(line.text())?;
+        Ok(line.error().is_none().then(|| line.next_ip()))
+    }
+
+    /// An instruction line of the instruction flow decoder: XED sees the instruction's
+    /// bytes only, and with `--no-inst` the instruction is not decoded at all.
+    #[inline]
+    fn insn_decoder_line(&mut self, insn: &InsnInfo, offset: u64, time: u64) -> io::Result<()> {
+        let o = &mut self.out;
+        if self.opts.print_offset {
+            o.write_all(&hex16(offset))?;
+            o.write_all(b"  ")?;
         }
-        let mut raw = [0u8; 15];
-        let n = match self.image.read(ip, &mut raw) {
-            Ok(n) => n,
-            Err(e) => {
-                write!(self.out, " [fetch error: {}]", e.code.message())?;
-                return Ok(None);
-            }
-        };
-        self.text.clear();
-        match self.dis.format(&raw[..n], ip, mode, &mut self.text) {
-            Ok(len) => {
-                if self.opts.print_raw_insn {
-                    for b in &raw[..len.min(n)] {
-                        write!(self.out, " {b:02x}")?;
-                    }
-                    for _ in len.min(n)..15 {
-                        self.out.write_all(b"   ")?;
-                    }
-                }
-                if !self.opts.no_inst {
-                    xed_style(&mut self.text, &raw[..n], ip, mode);
-                    write!(self.out, "  {}", self.text)?;
-                }
-                Ok(Some(len))
-            }
-            Err(_) => {
-                for b in &raw[..n] {
-                    write!(self.out, " {b:02x}")?;
-                }
-                for _ in n..15 {
-                    self.out.write_all(b"   ")?;
-                }
-                self.out
-                    .write_all(b" [xed decode error: (1) BUFFER_TOO_SHORT]")?;
-                Ok(None)
-            }
+        if self.opts.print_time {
+            o.write_all(&hex16(time))?;
+            o.write_all(b"  ")?;
         }
+        if insn.speculative {
+            o.write_all(b"? ")?;
+        }
+        if self.opts.no_inst {
+            o.write_all(&hex16(insn.ip))?;
+            return o.write_all(b"\n");
+        }
+        let line = self
+            .listing
+            .line_sized(self.image, insn.ip, insn.mode, insn.size);
+        o.write_all(line.text())
     }
 
     fn diagnose(&mut self, offset: Result<u64, ErrorCode>, ip: u64, kind: &str, code: ErrorCode) {
@@ -875,15 +427,24 @@ fn print_block<W: Write>(
     let Some(ips) = dec.block_ips() else {
         return;
     };
+    // libipt's ptxed names the decoder's offset in a reconstruct error, --offset or not.
+    let here = Ok(b.offset);
     for &ip in ips.ips {
-        let line = p.insn_line(ip, block.mode, block.speculative, offset, time);
-        let _ = p.out.write_all(b"\n");
-        if !matches!(line, Ok(Some(_))) {
-            return;
+        match p.insn_line(ip, block.mode, block.speculative, offset, time) {
+            Ok(Some(_)) => {}
+            // An instruction that cannot be read or decoded ends the block's listing;
+            // unless it was the last one, a reconstruct error follows.
+            Ok(None) => {
+                if ip != block.end_ip {
+                    p.diagnose(here, ip, "reconstruct error", ErrorCode::NoSync);
+                }
+                return;
+            }
+            Err(_) => return,
         }
     }
     if let Some(e) = ips.error {
-        p.diagnose(Ok(offset), e.ip, "reconstruct error", e.code);
+        p.diagnose(here, e.ip, "reconstruct error", e.code);
     }
 }
 
@@ -981,19 +542,19 @@ fn run(prog: &str, args: &[String]) -> i32 {
         }
         Parsed::Run(s) => s,
     };
-    let stats = setup.stats;
-    let mut p = Printer {
-        out,
-        opts: setup.opts,
-        image: &setup.image,
-        dis: Disassembler::new(),
-        text: String::with_capacity(128),
+    if setup.perf.file.is_some() {
+        return perf::run(prog, &setup, &setup.perf, out);
+    }
+    let Some(trace) = &setup.trace else {
+        return 1;
     };
+    let stats = setup.stats;
+    let mut p = Printer::new(out, setup.opts, &setup.image);
     let opts = setup.opts;
     let count_only = opts.quiet && !opts.check;
     // Block counts depend on where pieces start: only one thread then.
     let share = count_only && (opts.insn_decoder || !stats.want_blocks);
-    let mut dec = Decoder::builder(setup.trace.bytes(), &setup.image)
+    let mut dec = Decoder::builder(trace.bytes(), &setup.image)
         .config(&setup.config)
         .flow(setup.flow)
         .granularity(if opts.insn_decoder {
@@ -1041,8 +602,7 @@ fn run(prog: &str, args: &[String]) -> i32 {
                 };
                 let insn = &i.insn;
                 if !opts.quiet {
-                    let _ = p.insn_line(insn.ip, insn.mode, insn.speculative, offset, time);
-                    let _ = p.out.write_all(b"\n");
+                    let _ = p.insn_decoder_line(insn, offset, time);
                 }
                 if opts.check {
                     check_insn(&mut p, insn, offset);

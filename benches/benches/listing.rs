@@ -1,0 +1,137 @@
+//! The full instruction listing (ptxed without `--quiet`: every instruction's address
+//! and text as libipt's ptxed prints them through XED), in instructions per second, on
+//! one thread, on a real program: gzip compressing 200 KB into a file (the start of the C library)
+//! on the simulated PT CPU (valgrind execution source), about 50M instructions. The
+//! recording is kept in `target/listing-recorded/` and reused; delete it to record anew.
+//!
+//! Each iteration decodes the whole trace with a fresh listing (its line cache filled
+//! on the way) into a buffer emptied every megabyte: what `ptxed > /dev/null` does,
+//! without the write system calls. For libipt's ptxed on the same input:
+//! `ptxed $(ptrec --ptxed-args target/listing-recorded/gzip.pt) > /dev/null`.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::process::Command;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use pt_benches::flow::{listing_blocks, quiet_blocks};
+use pt_decoder::config::Config;
+use pt_decoder::image::Image;
+use pt_decoder::listing::{Listing, ListingOptions, Syntax};
+use pt_decoder::sideband::{Explicit, Sideband};
+use pt_hal::config::TraceConfig;
+use pt_sim::backend::SimOutput;
+use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
+use pt_sim::pt::SimParams;
+use pt_sim::record::{record_sim, sideband_path, SimRecording};
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/listing-recorded")
+}
+
+/// gzip of 200 KB, recorded once (ptrec's default configuration).
+fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
+    let dir = dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let trace = dir.join("gzip.pt");
+    let sideband = sideband_path(&trace);
+    if !sideband.exists() {
+        let have_valgrind = Command::new("valgrind")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !have_valgrind {
+            return Err("valgrind is not installed".into());
+        }
+        let libc = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .ok_or("no C library to compress")?;
+        let data = std::fs::read(libc).map_err(|e| format!("{libc}: {e}"))?;
+        let input = dir.join("input.bin");
+        std::fs::write(&input, &data[..data.len().min(200_000)])
+            .map_err(|e| format!("{}: {e}", input.display()))?;
+        // Into input.bin.gz, keeping the input.
+        let args = [
+            "-k".to_string(),
+            "-f".to_string(),
+            input.display().to_string(),
+        ];
+        let mut source = ValgrindSource::record("gzip", &args, ValgrindOptions::default())
+            .map_err(|e| e.to_string())?;
+        let rec = SimRecording {
+            config: TraceConfig::perf_default(),
+            filters: Vec::new(),
+            params: SimParams::default(),
+            output: SimOutput::default(),
+            trace: trace.clone(),
+            log: None,
+        };
+        eprintln!("recording gzip on the simulator");
+        let summary = record_sim(&mut source, &rec, |_| {})?;
+        eprintln!(
+            "recorded gzip: {} instructions, {} trace bytes",
+            summary.instructions, summary.trace_bytes
+        );
+    }
+    let sb = Sideband::read(&sideband).map_err(|e| e.to_string())?;
+    let mut image = Image::new();
+    sb.load(&mut image).map_err(|e| e.to_string())?;
+    let mut config = Config::default();
+    let _ = sb.configure(&mut config, Explicit::default());
+    let bytes = std::fs::read(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+    Ok((bytes, image, config))
+}
+
+fn listing(c: &mut Criterion) {
+    let (trace, image, config) = match recorded() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("listing: skipped: {e}");
+            return;
+        }
+    };
+    let n = quiet_blocks(&trace, &image, &config);
+    let mut out = Vec::with_capacity(2 << 20);
+    let mut check = Listing::new(ListingOptions::default());
+    // The listing must cover the whole flow, or the figure means nothing.
+    assert_eq!(
+        listing_blocks(&trace, &image, &config, &mut check, &mut out),
+        n
+    );
+    eprintln!("gzip: {n} instructions, {} trace bytes", trace.len());
+    let mut g = c.benchmark_group("listing");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(n));
+    for (name, options) in [
+        ("intel", ListingOptions::default()),
+        (
+            "att",
+            ListingOptions {
+                syntax: Syntax::Att,
+                ..ListingOptions::default()
+            },
+        ),
+        (
+            "raw_insn",
+            ListingOptions {
+                raw_insn: true,
+                ..ListingOptions::default()
+            },
+        ),
+    ] {
+        g.bench_function(format!("gzip/{name}"), |b| {
+            b.iter(|| {
+                let mut listing = Listing::new(options);
+                listing_blocks(black_box(&trace), &image, &config, &mut listing, &mut out)
+            })
+        });
+    }
+    g.bench_function("gzip/quiet", |b| {
+        b.iter(|| quiet_blocks(black_box(&trace), &image, &config))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, listing);
+criterion_main!(benches);
