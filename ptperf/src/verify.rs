@@ -339,14 +339,9 @@ fn verify_with(
             .thread(p.thread)
             .execs(p.execs);
         let mut profiler = profile.is_some().then(|| Profiler::new(&p.maps));
-        let flow = check_piece(
-            p,
-            &rec.decoder,
-            filter,
-            log,
-            profiler.as_mut(),
-            &mut |n| progress(decoded_before + n),
-        )?;
+        let flow = check_piece(p, &rec.decoder, filter, log, profiler.as_mut(), &mut |n| {
+            progress(decoded_before + n)
+        })?;
         decoded_before += flow.decoded;
         if let (Some(slot), Some(pr)) = (profile.as_deref_mut(), profiler) {
             let pp = pr.finish(&p.data, &rec.decoder);

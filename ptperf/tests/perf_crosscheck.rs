@@ -15,9 +15,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -84,14 +82,28 @@ fn snapshot_at_exit() {
     // keeps the end of the run, from its first PSB on.
     let (d, data) = sample_recording();
     let log = log_of(data);
-    let out = replay(d, "snapshot", &["-e", "intel_pt/psb_period=0/u", "-Se4096"], &log);
+    let out = replay(
+        d,
+        "snapshot",
+        &["-e", "intel_pt/psb_period=0/u", "-Se4096"],
+        &log,
+    );
     let got = perf_instructions(&out);
     let want = truth(&out, &log);
     assert_eq!(got.len(), 1);
     let (tid, g) = got.iter().next().unwrap();
     let w = &want[tid];
-    assert!(g.len() > 1000 && g.len() < w.len() / 2, "{} of {}", g.len(), w.len());
-    assert_eq!(g[..], w[w.len() - g.len()..], "not the end of the execution");
+    assert!(
+        g.len() > 1000 && g.len() < w.len() / 2,
+        "{} of {}",
+        g.len(),
+        w.len()
+    );
+    assert_eq!(
+        g[..],
+        w[w.len() - g.len()..],
+        "not the end of the execution"
+    );
     perf_report_quiet(&out);
 }
 
@@ -102,52 +114,36 @@ fn snapshots_on_sigusr2() {
     // are the execution up to the second one.
     let d = dir("perf-crosscheck-sigusr2");
     let data = d.join("loop.data");
-    let mut child = ptperf()
-        .args(["record", "--backend", "sim", "-e", "intel_pt/psb_period=0/u", "-S65536", "-o"])
-        .arg(&data)
-        .arg("--")
-        .arg(tiny())
-        .arg("l")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let log = log_of(&data);
-    let grown = |n: u64| {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(20) {
-            if std::fs::metadata(&log).map_or(0, |m| m.len()) > n {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the recording did not grow");
-    };
-    let signal = |sig| {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, sig) };
-    };
-    grown(20_000);
-    signal(libc::SIGUSR2);
-    let first = std::fs::metadata(&log).unwrap().len();
-    grown(first + 20_000);
-    signal(libc::SIGUSR2);
-    std::thread::sleep(Duration::from_millis(300));
-    signal(libc::SIGINT);
+    let child = start_spin(&["-e", "intel_pt/psb_period=0/u", "-S65536"], &data);
+    // Each snapshot is on disk once taken: wait for it before the next.
+    for n in 1..=2 {
+        signal(&child, libc::SIGUSR2);
+        wait_for_auxtrace(&data, n);
+    }
+    signal(&child, libc::SIGINT);
     let o = child.wait_with_output().unwrap();
     let err = stderr(&o);
     // perf record dies of the signal that stopped it, after its closing lines.
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(o.status.signal(), Some(libc::SIGINT), "{err}");
     assert!(err.contains("[ perf record: Captured and wrote"), "{err}");
+    assert_eq!(auxtrace_count(&data), 2, "two snapshots, no more");
     let got = perf_instructions(&data);
     let want = truth(&data, &log);
     let (tid, g) = got.iter().next().unwrap();
     let w = &want[tid];
-    assert!(g.len() > 1000 && g.len() < w.len(), "{} of {}", g.len(), w.len());
-    assert_eq!(g[..], w[..g.len()], "the snapshots are not the execution up to the second");
-    // Two snapshots: two AUXTRACE records.
-    let (dump, _) = perf(&[OsStr::new("script"), OsStr::new("-D"), OsStr::new("-i"), data.as_os_str()]);
-    assert_eq!(dump.matches("PERF_RECORD_AUXTRACE ").count(), 2, "{dump}");
+    assert!(
+        g.len() > 1000 && g.len() < w.len(),
+        "{} of {}",
+        g.len(),
+        w.len()
+    );
+    assert_eq!(
+        g[..],
+        w[..g.len()],
+        "the snapshots are not the execution up to the second"
+    );
     perf_report_quiet(&data);
 }
 
@@ -191,5 +187,9 @@ fn vdso_code_through_the_build_id_cache() {
         OsStr::new("ip,dso"),
     ]);
     let vdso = out.lines().filter(|l| l.contains("[vdso]")).count();
-    assert!(vdso > 10, "{vdso} vDSO instructions of {}", got.values().map(Vec::len).sum::<usize>());
+    assert!(
+        vdso > 10,
+        "{vdso} vDSO instructions of {}",
+        got.values().map(Vec::len).sum::<usize>()
+    );
 }

@@ -81,7 +81,11 @@ fn error(event: &str, at: usize, msg: &str, help: Option<&str>) -> EventError {
     } else {
         (event.to_string(), PREFIX.len() + at)
     };
-    let mut out = format!("{PREFIX}'{shown}'\n{:width$}\\___ {msg}\n", "", width = idx + 1);
+    let mut out = format!(
+        "{PREFIX}'{shown}'\n{:width$}\\___ {msg}\n",
+        "",
+        width = idx + 1
+    );
     if let Some(h) = help {
         out.push_str(&format!("\n{h}\n"));
     }
@@ -262,7 +266,10 @@ mod tests {
         assert!(e.exclude_user && !e.exclude_kernel);
         assert_eq!(parse("intel_pt/config=0x2001/u").unwrap().config, 0x2001);
         assert_eq!(parse("intel_pt/name=x/uk").unwrap().name, "x");
-        assert_eq!(parse("intel_pt/notnt/").unwrap().config & bits::NOTNT, bits::NOTNT);
+        assert_eq!(
+            parse("intel_pt/notnt/").unwrap().config & bits::NOTNT,
+            bits::NOTNT
+        );
     }
 
     #[test]
@@ -284,9 +291,15 @@ mod tests {
             Some("Run 'perf list' for a list of valid events")
         );
         let e = parse("intel_pt/mtc_period=16/u").unwrap_err().0;
-        assert!(e.contains("\\___ value too big for format, maximum is 15"), "{e}");
+        assert!(
+            e.contains("\\___ value too big for format, maximum is 15"),
+            "{e}"
+        );
         // The event is cut at the front when the place is far in.
-        assert!(e.starts_with("event syntax error: '..mtc_period=16/u'"), "{e}");
+        assert!(
+            e.starts_with("event syntax error: '..mtc_period=16/u'"),
+            "{e}"
+        );
         let e = parse("intel_pt/psb_period/").unwrap_err().0;
         assert!(e.contains("no value assigned for term"), "{e}");
         let e = parse("intel_pt/tsc=x/").unwrap_err().0;
@@ -294,7 +307,10 @@ mod tests {
         let e = parse("cycles").unwrap_err().0;
         assert!(e.contains("not an intel_pt event"), "{e}");
         let e = parse("foo/x/").unwrap_err().0;
-        assert!(e.contains("Cannot find PMU `foo'. Missing kernel support?"), "{e}");
+        assert!(
+            e.contains("Cannot find PMU `foo'. Missing kernel support?"),
+            "{e}"
+        );
         let e = parse("intel_pt//q").unwrap_err().0;
         assert!(e.contains("parser error"), "{e}");
     }

@@ -238,10 +238,7 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
             "S" | "snapshot" => o.snapshot = Some(snapshot_opts(inline.unwrap_or(""))?),
             "p" | "pid" => {
                 let v = value("a pid")?;
-                o.pid = Some(
-                    v.parse()
-                        .map_err(|_| bad(format!("invalid pid `{v}'")))?,
-                );
+                o.pid = Some(v.parse().map_err(|_| bad(format!("invalid pid `{v}'")))?);
             }
             "backend" => {
                 o.backend = match value("auto|perf|sim")?.as_str() {
@@ -427,8 +424,15 @@ pub(crate) fn signame(s: i32) -> String {
 /// Dies of `sig` (its default action), as perf record does when the
 /// program was killed or the recording was interrupted.
 fn die_of(sig: i32) -> ExitCode {
-    // SAFETY: restoring the default action and raising the signal on ourselves.
+    // SAFETY: no core file (the signal is the program's or the user's, not
+    // a fault of ours), the default action restored, the signal raised on
+    // ourselves.
     unsafe {
+        let none = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }
@@ -513,8 +517,15 @@ mod tests {
 
     #[test]
     fn perfs_option_syntax() {
-        let o = parse_args(&args(&["-e", "intel_pt/cyc/u", "-Se16384", "-otest.data", "ls", "-l"]))
-            .unwrap();
+        let o = parse_args(&args(&[
+            "-e",
+            "intel_pt/cyc/u",
+            "-Se16384",
+            "-otest.data",
+            "ls",
+            "-l",
+        ]))
+        .unwrap();
         assert_eq!(o.event.config & pt_perf_data::intel_pt::config::CYC, 2);
         let s = o.snapshot.unwrap();
         assert_eq!((s.aux_size, s.size, s.on_exit), (16384, 16384, true));
@@ -530,7 +541,12 @@ mod tests {
         assert!(parse_args(&args(&["-p", "1", "true"])).is_err());
         let e = parse_args(&args(&["-Sx", "true"])).unwrap_err().0;
         assert!(e.contains("Invalid snapshot option"), "{e}");
-        let e = parse_args(&args(&["--filter", "jump 1", "true"])).unwrap_err().0;
-        assert!(e.contains("Failed to parse address filter: 'jump 1'"), "{e}");
+        let e = parse_args(&args(&["--filter", "jump 1", "true"]))
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("Failed to parse address filter: 'jump 1'"),
+            "{e}"
+        );
     }
 }

@@ -217,7 +217,7 @@ fn summary_line(s: &RecordSummary, seconds: f64) {
         p.len()
     };
     eprintln!(
-        "ptperf record: simulated {} instructions ({} traced) in {} thread{} of {} process{}, {} trace bytes, {} PSBs{}{} in {:.2} s ({:.2} M instructions/s)",
+        "ptperf record: simulated {} instructions ({} traced) in {} thread{} of {} process{}, {} trace bytes, {} PSB{}{}{} in {:.2} s ({:.2} M instructions/s)",
         s.instructions,
         s.traced,
         threads,
@@ -226,7 +226,12 @@ fn summary_line(s: &RecordSummary, seconds: f64) {
         if processes == 1 { "" } else { "es" },
         s.trace_bytes,
         s.psbs,
-        if s.overflows > 0 { format!(", {} overflows", s.overflows) } else { String::new() },
+        if s.psbs == 1 { "" } else { "s" },
+        match s.overflows {
+            0 => String::new(),
+            1 => ", 1 overflow".to_string(),
+            n => format!(", {n} overflows"),
+        },
         if s.lost_bytes > 0 { format!(", {} bytes lost", s.lost_bytes) } else { String::new() },
         seconds,
         s.instructions as f64 / seconds.max(1e-9) / 1e6

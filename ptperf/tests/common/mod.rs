@@ -55,6 +55,45 @@ pub fn tiny() -> &'static PathBuf {
     P.get_or_init(|| build("tiny", "../sim/tests/programs/tiny.c", NOLIBC))
 }
 
+/// Calls and branches, "ready" on stdout, then an endless loop (no libc).
+pub fn spin() -> &'static PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build("spin", "tests/programs/spin.c", NOLIBC))
+}
+
+/// Starts `ptperf record --backend sim ARGS -o DATA -- spin` with stdout
+/// and stderr piped, and waits for the program's "ready" line: the
+/// program has run that far (with either execution source).
+pub fn start_spin(args: &[&str], data: &Path) -> std::process::Child {
+    use std::io::Read;
+    let mut child = ptperf()
+        .args(["record", "--backend", "sim"])
+        .args(args)
+        .arg("-o")
+        .arg(data)
+        .arg("--")
+        .arg(spin())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut line = [0u8; 6];
+    let ok = out.read_exact(&mut line).is_ok() && &line == b"ready\n";
+    if !ok {
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        panic!("the program did not get ready: {}", stderr(&o));
+    }
+    child
+}
+
+/// Sends `sig` to `child`.
+pub fn signal(child: &std::process::Child, sig: i32) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, sig) };
+}
+
 /// Two threads, statically linked.
 pub fn threads() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
@@ -91,7 +130,8 @@ pub fn stderr(o: &Output) -> String {
 }
 
 /// `ptperf record --backend sim ARGS -o DIR/NAME.data [--] CMD`: must
-/// succeed; returns the file.
+/// write the file and end as the program did, with an exit status (which
+/// may not be 0: perf record ends with its program's); returns the file.
 pub fn record(dir: &Path, name: &str, args: &[&str], cmd: &[&OsStr]) -> PathBuf {
     let data = dir.join(format!("{name}.data"));
     let o = ptperf()
@@ -103,8 +143,47 @@ pub fn record(dir: &Path, name: &str, args: &[&str], cmd: &[&OsStr]) -> PathBuf 
         .args(cmd)
         .output()
         .unwrap();
-    assert!(o.status.success(), "{name}: {}", stderr(&o));
+    assert_recorded(name, &o);
     data
+}
+
+/// `ptperf record` wrote its file and ended with its program's exit status.
+pub fn assert_recorded(what: &str, o: &Output) {
+    let err = stderr(o);
+    assert!(o.status.code().is_some(), "{what}: {:?}: {err}", o.status);
+    assert!(
+        err.contains("[ perf record: Captured and wrote"),
+        "{what}: {err}"
+    );
+    assert!(!err.contains("ptperf record: warning"), "{what}: {err}");
+}
+
+/// AUXTRACE records in a perf.data as far as it is complete on disk (0
+/// while it cannot be read yet).
+pub fn auxtrace_count(data: &Path) -> usize {
+    let Ok(file) = pt_perf_data::MappedFile::open(data) else {
+        return 0;
+    };
+    let Ok(perf) = file.parse() else {
+        return 0;
+    };
+    perf.records()
+        .map_while(Result::ok)
+        .filter(|(_, r)| matches!(r, pt_perf_data::Record::Auxtrace(_)))
+        .count()
+}
+
+/// Waits (a minute at most) until `data` holds `n` AUXTRACE records on disk.
+pub fn wait_for_auxtrace(data: &Path, n: usize) {
+    let t = std::time::Instant::now();
+    while auxtrace_count(data) < n {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "{}: {n} AUXTRACE records not written",
+            data.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Replays the execution log `log` with `args` into `DIR/NAME.data`.
@@ -212,7 +291,11 @@ pub fn truth(data: &Path, log: &Path) -> BTreeMap<u32, Vec<u64>> {
 }
 
 /// Thread by thread: perf's instructions are exactly `want`'s.
-pub fn assert_same_threads(what: &str, got: &BTreeMap<u32, Vec<u64>>, want: &BTreeMap<u32, Vec<u64>>) {
+pub fn assert_same_threads(
+    what: &str,
+    got: &BTreeMap<u32, Vec<u64>>,
+    want: &BTreeMap<u32, Vec<u64>>,
+) {
     let tids = |m: &BTreeMap<u32, Vec<u64>>| m.keys().copied().collect::<Vec<_>>();
     assert_eq!(tids(got), tids(want), "{what}: threads");
     for (tid, w) in want {
@@ -278,4 +361,58 @@ pub fn ptxed_args(rec: &Recording, piece: &TracePiece, trace: &Path) -> Vec<Stri
     a.push("--pt".into());
     a.push(trace.display().to_string());
     a
+}
+
+/// The task records of a perf.data, one line each in file order:
+/// `comm PID/TID NAME [exec]`, `fork PID/TID from PPID/PTID`,
+/// `exit PID/TID`, `mmap2 PID FILE`, `itrace_start PID/TID`.
+pub fn task_records(data: &Path) -> Vec<String> {
+    use pt_perf_data::{misc, MappedFile, Record};
+    let file = MappedFile::open(data).unwrap();
+    let perf = file.parse().unwrap();
+    let mut out = Vec::new();
+    for r in perf.records() {
+        let (_, r) = r.unwrap();
+        match r {
+            Record::Comm(c) => out.push(format!(
+                "comm {}/{} {}{}",
+                c.pid,
+                c.tid,
+                c.comm.to_str_lossy(),
+                if c.misc & misc::COMM_EXEC != 0 {
+                    " exec"
+                } else {
+                    ""
+                }
+            )),
+            Record::Fork(f) => out.push(format!(
+                "fork {}/{} from {}/{}",
+                f.pid, f.tid, f.ppid, f.ptid
+            )),
+            Record::Exit(f) => out.push(format!("exit {}/{}", f.pid, f.tid)),
+            Record::Mmap2(m) => out.push(format!("mmap2 {} {}", m.pid, m.filename.to_str_lossy())),
+            Record::ItraceStart(s) => out.push(format!("itrace_start {}/{}", s.pid, s.tid)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every thread's AUX data, by tid, in file order.
+pub fn aux_by_thread(data: &Path) -> BTreeMap<u32, Vec<u8>> {
+    use pt_perf_data::{MappedFile, Record};
+    let file = MappedFile::open(data).unwrap();
+    let perf = file.parse().unwrap();
+    let mut out: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+    for r in perf.records() {
+        if let (_, Record::Auxtrace(a)) = r.unwrap() {
+            out.entry(a.tid).or_default().extend_from_slice(a.data);
+        }
+    }
+    out
+}
+
+/// Fails the test where a tool that CI installs is missing.
+pub fn valgrind_installed() {
+    pt_testkit::tool("valgrind", "valgrind");
 }

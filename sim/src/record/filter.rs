@@ -480,7 +480,8 @@ mod tests {
     #[test]
     fn perfs_syntax_with_numbers() {
         let t = std::fs::canonicalize("/bin/true").unwrap();
-        let f = FilterSpec::parse_list("filter 0x1000/0x100@/bin/true, tracestop 0x2000/8").unwrap();
+        let f =
+            FilterSpec::parse_list("filter 0x1000/0x100@/bin/true, tracestop 0x2000/8").unwrap();
         assert_eq!(
             f,
             vec![
@@ -517,7 +518,10 @@ mod tests {
             ("stop 0x1000", "(Operation not supported)"),
             ("filter 1/1 filter 2/1 filter 3/1", "exceeds maximum (2)"),
             ("filter main", "Unable to resolve kernel symbols"),
-            ("filter nosuchsym @ /bin/true", "Symbol 'nosuchsym' not found."),
+            (
+                "filter nosuchsym @ /bin/true",
+                "Symbol 'nosuchsym' not found.",
+            ),
             ("filter 1/1@/no/such/file", "Failed to parse address filter"),
         ] {
             let e = FilterSpec::parse_list(bad).unwrap_err().0;
@@ -553,10 +557,7 @@ mod tests {
         let r = f.resolve(&maps).unwrap();
         assert_eq!((r.start, r.end), (0x7000_1800, 0x7000_18ff));
         // Clamped to the mapping it starts in.
-        let f = FilterSpec {
-            size: 0x10000,
-            ..f
-        };
+        let f = FilterSpec { size: 0x10000, ..f };
         let r = f.resolve(&maps).unwrap();
         assert_eq!((r.start, r.end), (0x7000_1800, 0x7000_4fff));
         let other = FilterSpec {

@@ -406,9 +406,13 @@ impl PerfDataSink {
             },
         ];
         let file = File::create(&path).map_err(io(&path))?;
-        let mut w = PerfFileWriter::new(file, events).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut w =
+            PerfFileWriter::new(file, events).map_err(|e| format!("{}: {e}", path.display()))?;
         w.set_feature(pmu_mappings(pmu));
-        for f in host_features(&format!("6.1 (ptperf {})", env!("CARGO_PKG_VERSION")), &opts.cmdline) {
+        for f in host_features(
+            &format!("6.1 (ptperf {})", env!("CARGO_PKG_VERSION")),
+            &opts.cmdline,
+        ) {
             match f {
                 Feature::CpuId(_) | Feature::CpuDesc(_) | Feature::NrCpus { .. } => {}
                 f => w.set_feature(f),
@@ -560,10 +564,7 @@ impl PerfDataSink {
             }
             return Some((m.path.clone(), m.offset));
         }
-        let path = self
-            .debug
-            .join("anon")
-            .join(format!("{pid}-{:x}", m.start));
+        let path = self.debug.join("anon").join(format!("{pid}-{:x}", m.start));
         if !self.dumps.iter().any(|d| d.path == path) {
             self.dumps.push(Dump {
                 pid,
@@ -623,7 +624,9 @@ impl PerfDataSink {
                 // A fuller merge replaces the entry of an earlier checkpoint.
                 let oh = hex(old.as_bytes());
                 let _ = std::fs::remove_dir_all(self.debug.join("[vdso]").join(&oh));
-                let _ = std::fs::remove_file(self.debug.join(".build-id").join(&oh[..2]).join(&oh[2..]));
+                let _ = std::fs::remove_file(
+                    self.debug.join(".build-id").join(&oh[..2]).join(&oh[2..]),
+                );
             }
         }
         let dir = self.debug.join("[vdso]").join(&h);
@@ -704,7 +707,12 @@ fn read_range(mem: &crate::exec::CodeMemory, start: u64, end: u64) -> Option<Vec
 }
 
 /// AUXTRACE_INFO for a simulated recording (see the module docs).
-fn intel_pt_info(pmu: u32, params: &SimParams, snapshot: bool, filters: &[FilterSpec]) -> IntelPtInfo {
+fn intel_pt_info(
+    pmu: u32,
+    params: &SimParams,
+    snapshot: bool,
+    filters: &[FilterSpec],
+) -> IntelPtInfo {
     let c = &params.clock;
     let tsc_hz = u64::from(c.nom_freq) * 100_000_000;
     let shift = 31;
@@ -759,7 +767,9 @@ impl RecordSink for PerfDataSink {
 
     fn trace(&mut self, thread: ThreadId, bytes: &[u8], tsc: u64) -> Result<(), String> {
         let Some(a) = self.areas.get_mut(&thread) else {
-            return Err(format!("trace bytes of thread {thread}, which has no trace"));
+            return Err(format!(
+                "trace bytes of thread {thread}, which has no trace"
+            ));
         };
         a.last_tsc = tsc;
         if let Some(r) = &mut a.ring {
@@ -877,7 +887,11 @@ impl RecordSink for PerfDataSink {
     }
 
     fn snapshot(&mut self, tsc: u64) -> Result<(), String> {
-        self.take_snapshot(tsc)
+        self.take_snapshot(tsc)?;
+        // On disk at once, as perf record writes a snapshot when it is
+        // taken: a recording killed later keeps it.
+        let p = self.path.display().to_string();
+        self.writer()?.checkpoint().map_err(|e| format!("{p}: {e}"))
     }
 
     fn checkpoint(&mut self, memory: ProcessMemory<'_>, _tsc: u64) -> Result<(), String> {
@@ -886,9 +900,7 @@ impl RecordSink for PerfDataSink {
         self.write_code(memory)?;
         self.set_build_ids()?;
         let p = self.path.display().to_string();
-        self.writer()?
-            .checkpoint()
-            .map_err(|e| format!("{p}: {e}"))
+        self.writer()?.checkpoint().map_err(|e| format!("{p}: {e}"))
     }
 
     fn finish(
