@@ -64,7 +64,7 @@ fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
         );
     }
     let rec = ptperf::verify::Recording::read(&data)?;
-    let config = rec.decoder.clone();
+    let config = rec.decoder;
     let first = rec
         .pieces
         .into_iter()
