@@ -2,12 +2,15 @@
 //! from damaged copies of its trace (see `ptperf::damage`).
 //!
 //! ```text
-//! cargo run --release -p ptperf --example damage -- DIR/x.pt [--seeds A..B]
+//! cargo run --release -p ptperf --example damage -- RECORDING [--log LOG] [--seeds A..B]
 //!     [--kinds flip1,flip10,flip100,zero,cut,truncate] [--libipt PATH] [--verbose]
 //! ```
 //!
-//! `DIR/x.pt` is a recording of `ptrec --backend sim` (with `x.pt.sideband` and
-//! `x.pt.log` beside it). For every kind of damage and every seed it damages the
+//! RECORDING is a perf.data of `ptperf record` on the simulator, with the execution
+//! log it kept (`perf.data.log`, or `--log LOG`, e.g. the log a recording was
+//! replayed from with `--source log`); the thread with the most trace is damaged.
+//! Or a raw simulator recording `DIR/x.pt` (the former `ptrec`'s: `x.pt.sideband`
+//! and `x.pt.log` beside it). For every kind of damage and every seed it damages the
 //! trace, decodes it with this crate's decoder (its default policy, and libipt's
 //! policy `Resync::NextPsb`) and, with `--libipt` (or `PT_REFERENCE_PTXED`), with
 //! libipt's ptxed, and prints per kind the average and the worst share of the
@@ -18,10 +21,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use pt_decoder::Resync;
-use ptperf::damage::{score_libipt, score_ours, with_suffix, Damage, Recording, Score, Truth};
+use ptperf::damage::{
+    open_perf_data, score_libipt, score_ours, with_suffix, Damage, Recording, Score, Truth,
+};
 
 struct Args {
     trace: PathBuf,
+    log: Option<PathBuf>,
     seeds: std::ops::Range<u64>,
     kinds: Vec<Damage>,
     libipt: Option<PathBuf>,
@@ -30,7 +36,7 @@ struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: damage TRACE [--seeds A..B] [--kinds flip1,flip10,flip100,zero,cut,truncate] \
+        "usage: damage RECORDING [--log LOG] [--seeds A..B] [--kinds flip1,flip10,flip100,zero,cut,truncate] \
          [--libipt PTXED] [--verbose]"
     );
     std::process::exit(2)
@@ -39,6 +45,7 @@ fn usage() -> ! {
 fn parse() -> Args {
     let mut it = std::env::args().skip(1);
     let mut trace = None;
+    let mut log = None;
     let mut seeds = 0..10;
     let mut kinds = Damage::ALL.to_vec();
     let mut libipt = std::env::var_os("PT_REFERENCE_PTXED").map(PathBuf::from);
@@ -68,6 +75,7 @@ fn parse() -> Args {
                     })
                     .collect();
             }
+            "--log" => log = Some(it.next().unwrap_or_else(|| usage()).into()),
             "--libipt" => libipt = Some(it.next().unwrap_or_else(|| usage()).into()),
             "--no-libipt" => libipt = None,
             "--verbose" | "-v" => verbose = true,
@@ -77,6 +85,7 @@ fn parse() -> Args {
     }
     Args {
         trace: trace.unwrap_or_else(|| usage()),
+        log,
         seeds,
         kinds,
         libipt,
@@ -106,17 +115,27 @@ impl Column {
 
 fn main() {
     let args = parse();
-    let rec = Recording::open(&args.trace).unwrap_or_else(|e| {
-        eprintln!("damage: {e}");
-        std::process::exit(1)
-    });
     let t0 = Instant::now();
-    let truth = Truth::new(
-        &rec,
-        &with_suffix(&args.trace, ".log"),
-        &with_suffix(&args.trace, ".sideband"),
-    )
-    .unwrap_or_else(|e| {
+    let perf_data = std::fs::read(&args.trace)
+        .map(|b| b.starts_with(b"PERFILE2"))
+        .unwrap_or(false);
+    let log = args
+        .log
+        .clone()
+        .unwrap_or_else(|| with_suffix(&args.trace, ".log"));
+    let opened = if perf_data {
+        open_perf_data(&args.trace, &log).and_then(|(rec, ips)| {
+            let mut ips = ips.into_iter();
+            let truth = Truth::of(&rec, || ips.next())?;
+            Ok((rec, truth))
+        })
+    } else {
+        Recording::open(&args.trace).and_then(|rec| {
+            let truth = Truth::new(&rec, &log, &with_suffix(&args.trace, ".sideband"))?;
+            Ok((rec, truth))
+        })
+    };
+    let (rec, truth) = opened.unwrap_or_else(|e| {
         eprintln!("damage: {}: {e}", args.trace.display());
         std::process::exit(1)
     });

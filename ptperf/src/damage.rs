@@ -24,12 +24,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use pt_decoder::image::Image;
-use pt_decoder::{Config, Decoder, Item, Resync};
-use pt_sim::exec::log::LogReader;
-use pt_sim::exec::ExecutionSource;
 use pt_decoder::sideband::Sideband;
+use pt_decoder::{Config, Decoder, Item, Resync};
 use pt_hal::config::{RtitRegs, TraceConfig};
 use pt_hal::msr::{AddrCfg, RtitCtl};
+use pt_sim::exec::log::LogReader;
+use pt_sim::exec::ExecutionSource;
 use pt_sim::exec::ThreadId;
 use pt_sim::traced::TracedFilter;
 
@@ -192,6 +192,71 @@ impl Recording {
     }
 }
 
+/// A recording of `ptperf record` on the simulator (a perf.data) with the execution
+/// log it was recorded from: the trace of the thread with the most trace (it must
+/// have run one program), and its recorded instructions.
+pub fn open_perf_data(perf_data: &Path, log: &Path) -> Result<(Recording, Vec<u64>), String> {
+    let rec = crate::verify::Recording::read(perf_data)?;
+    let piece = rec
+        .pieces
+        .iter()
+        .max_by_key(|p| p.data.len())
+        .ok_or_else(|| format!("{}: no trace", perf_data.display()))?;
+    if rec
+        .pieces
+        .iter()
+        .filter(|p| p.thread == piece.thread)
+        .count()
+        > 1
+    {
+        return Err(format!(
+            "{}: thread {} ran several programs: record one",
+            perf_data.display(),
+            piece.thread.tid
+        ));
+    }
+    let mut truth = crate::verify::ground_truth(log, &rec.config, &rec.filters)?;
+    let ips = truth.remove(&piece.thread).unwrap_or_default();
+    let c = &rec.decoder;
+    let mut ptxed_args: Vec<String> = vec!["--cpu".into(), "none".into()];
+    for (opt, v) in [
+        ("--mtc-freq", u32::from(c.mtc_freq)),
+        ("--nom-freq", u32::from(c.nom_freq)),
+        ("--cpuid-0x15.eax", c.cpuid_0x15_eax),
+        ("--cpuid-0x15.ebx", c.cpuid_0x15_ebx),
+    ] {
+        ptxed_args.extend([opt.to_string(), v.to_string()]);
+    }
+    for m in &piece.maps {
+        raw_arg(&mut ptxed_args, &m.path, m.file_offset, m.start, m.end);
+    }
+    let recording = Recording {
+        trace: piece.data.clone(),
+        image: piece.image(),
+        config: rec.decoder,
+        ptxed_args,
+    };
+    Ok((recording, ips))
+}
+
+/// libipt ptxed's `--raw` option for a mapping of `file` at `start..end` from
+/// `offset` on (none if the file does not reach there).
+fn raw_arg(args: &mut Vec<String>, file: &Path, offset: u64, start: u64, end: u64) {
+    // A mapping's last page may reach past the end of the file.
+    let size = std::fs::metadata(file).map_or(0, |md| md.len());
+    let to = (offset + (end - start)).min(size);
+    if to > offset {
+        args.push("--raw".into());
+        args.push(format!(
+            "{}:{:#x}-{:#x}:{:#x}",
+            file.display(),
+            offset,
+            to,
+            start
+        ));
+    }
+}
+
 /// libipt ptxed's options for the configuration and code of a side-band file (read
 /// from `path`): its parameters, and each mapping of a file as `--raw`.
 fn ptxed_args(sb: &Sideband, path: &Path) -> Result<Vec<String>, String> {
@@ -213,19 +278,13 @@ fn ptxed_args(sb: &Sideband, path: &Path) -> Result<Vec<String>, String> {
         }
     }
     for m in sb.merged_maps() {
-        let file = sb.resolve(&m.path);
-        let size = std::fs::metadata(&file).map_or(0, |md| md.len());
-        let to = (m.file_offset + (m.end - m.start)).min(size);
-        if to > m.file_offset {
-            args.push("--raw".into());
-            args.push(format!(
-                "{}:{:#x}-{:#x}:{:#x}",
-                file.display(),
-                m.file_offset,
-                to,
-                m.start
-            ));
-        }
+        raw_arg(
+            &mut args,
+            &sb.resolve(&m.path),
+            m.file_offset,
+            m.start,
+            m.end,
+        );
     }
     Ok(args)
 }
@@ -300,7 +359,7 @@ impl Truth {
         let mut filter = traced_filter(&sb)?;
         let mut reader = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let mut log_error = None;
-        let mut next_truth = || loop {
+        let next_truth = || loop {
             match reader.next_item() {
                 Ok(Some(item)) => {
                     if let Some(ip) = filter.shown(&item, reader.memory()) {
@@ -314,6 +373,19 @@ impl Truth {
                 }
             }
         };
+        let truth = Truth::of(rec, next_truth)?;
+        if let Some(e) = log_error {
+            return Err(format!("{}: {e}", log.display()));
+        }
+        Ok(truth)
+    }
+
+    /// The recorded instructions `next_truth` hands out, placed in `rec`'s trace by a
+    /// decode of the undamaged trace, which must agree with them one by one.
+    pub fn of(
+        rec: &Recording,
+        mut next_truth: impl FnMut() -> Option<u64>,
+    ) -> Result<Truth, String> {
         let mut index = std::collections::HashMap::new();
         let mut truth = Truth {
             table: Vec::new(),
@@ -357,9 +429,6 @@ impl Truth {
         }
         if next_truth().is_some() {
             return Err("the decode ends before the log".into());
-        }
-        if let Some(e) = log_error {
-            return Err(format!("{}: {e}", log.display()));
         }
         Ok(truth)
     }
