@@ -15,7 +15,18 @@
 //! * [`Item::EndOfTrace`], [`Item::Disabled`]: statuses (the trace ended while
 //!   tracing was on; tracing is off after a resync);
 //! * [`Item::Counts`]: in count-only mode, the instructions (and blocks) passed since
-//!   the last item (at least every 1024 steps, so that a caller sees progress).
+//!   the last item (at least every 1024 steps, so that a caller sees progress);
+//! * [`Item::Skipped`]: after an error, the trace skipped to where decoding goes on.
+//!
+//! After an error the default policy, [`Resync::Recover`], goes on at the nearest
+//! packet from which the flow is known again (a PSB, or an IP packet whose address
+//! is whole, or whose compressed address the image completes and a trial decode up
+//! to the next PSB+ confirms: [`crate::packet::recover`]) and says what it skipped;
+//! it also reports a trace that ends inside a packet and holes (long runs of zero
+//! bytes). [`Resync::NextPsb`] and [`Resync::NextIp`] are libipt's ptxed's ways,
+//! output for output. Under every policy the runaway guard
+//! ([`DecoderBuilder::runaway_limit`]) turns a flow that goes on without using trace
+//! into an error.
 //!
 //! In count-only mode ([`DecoderBuilder::count_only`]) the driver takes warm code
 //! through the block decoder's counting fast path ([`crate::flow::BlockDecoder::skip_blocks`])

@@ -8,11 +8,14 @@
 //!   No packet is that long and no PT implementation pads that much.
 //! * A *resume point* ([`find_resume`]) is a packet from which the flow is known
 //!   again without anything before it: a PSB (the processor's own sync point), or an
-//!   IP packet with a whole address (IPBytes 011, sign-extended 48 bits, or 110, 64
-//!   bits): a TIP (execution goes on at its target), a TIP.PGE (tracing enabled
+//!   IP packet — a TIP (execution goes on at its target), a TIP.PGE (tracing enabled
 //!   there) or a FUP followed by its TIP or TIP.PGD (an asynchronous branch or
-//!   disable). An IP packet with a compressed address is not one: its upper bits
-//!   come from the last IP, which the damage may have changed.
+//!   disable) — whose whole address the caller accepts ([`Candidate`]). An address of
+//!   IPBytes 011 (sign-extended 48 bits) or 110 (64 bits) is whole; a compressed one
+//!   takes its upper bits from the last IP, which the damage may have changed, so
+//!   the caller must complete it itself: the decode driver tries each address of the
+//!   image's code with those low bits on a second decoder, up to and through the next
+//!   PSB+, and takes the one whose flow agrees with all the trace up to there.
 //!
 //! Bytes after damage may not start at a packet boundary, so an IP packet found byte
 //! by byte is taken only if its address is code the caller knows and the packets

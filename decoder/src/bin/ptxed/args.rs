@@ -31,9 +31,11 @@ options:
   --libipt-resync                      handle decode errors as libipt does: resync at the next
                                        psb (or with --resync-on-error at the next ip), report
                                        neither truncation nor holes. by default decoding
-                                       goes on at the nearest psb or ip packet with a whole
-                                       address, says what it skipped, and reports a trace
-                                       that ends inside a packet and holes (runs of zeros).
+                                       goes on at the nearest psb or ip packet whose address
+                                       is known (whole, or completed from the code and
+                                       confirmed up to the next psb), says what it skipped,
+                                       and reports a trace that ends inside a packet and
+                                       holes (runs of zeros).
   --runaway-limit <n>                  end a flow that runs on for <n> instructions without
                                        using trace with an error (default: 2^24 or twice the
                                        code size; 0: never).
