@@ -240,7 +240,7 @@ fn missing_code_is_named() {
     assert!(
         nocode
             .iter()
-            .all(|n| n.contains("[vdso]") && n.contains("vdso: no copy")),
+            .all(|n| n.contains("[vdso]") && n.contains("the vdso: no copy")),
         "{nocode:?}"
     );
     let theirs = perf_flows(&file, None);
