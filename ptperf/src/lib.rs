@@ -16,3 +16,7 @@ pub mod decode;
 pub mod profile;
 pub mod sample;
 pub mod verify;
+pub mod itrace;
+pub mod script;
+pub mod symbols;
+pub mod synth;

@@ -1,0 +1,677 @@
+//! Samples from a perf.data session, as perf's intel-pt.c synthesizes them: the
+//! queues' decoders ([`crate::decode`]) run in time order (perf's auxtrace heap),
+//! each state becomes the samples `--itrace` asks for ([`Sample`]), and errors
+//! become [`TraceError`]s.
+//!
+//! ```no_run
+//! use pt_decoder::perf::{Session, SessionOptions};
+//! use ptperf::itrace::SynthOpts;
+//! use ptperf::synth::{Event, Synth};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let file = pt_perf_data::MappedFile::open("perf.data")?;
+//! let perf = file.parse()?;
+//! let session = Session::new(&perf, SessionOptions::for_file("perf.data"))?;
+//! let opts = SynthOpts::parse("i1i")?;
+//! let mut synth = Synth::new(&session, opts);
+//! synth.run(&mut |e: Event<'_>| {
+//!     if let Event::Sample(s) = e {
+//!         println!("{:x}", s.ip);
+//!     }
+//!     std::ops::ControlFlow::Continue(())
+//! });
+//! # Ok(())
+//! # }
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::ControlFlow;
+
+use pt_decoder::image::Image;
+use pt_decoder::perf::Session;
+
+use crate::code::CodeWalker;
+use crate::decode::insn::{Insn, Op};
+use crate::decode::{self, sflags, ty, Buffer, Decoder, Params, State, WalkError, Walker};
+use crate::itrace::{self, PeriodType, SynthOpts};
+use crate::sample::{flags, Kind, Sample, TraceError};
+
+/// What the synthesizer hands out.
+#[derive(Clone, Copy, Debug)]
+pub enum Event<'e> {
+    /// A sample.
+    Sample(&'e Sample),
+    /// A decoder error.
+    Error(&'e TraceError),
+}
+
+/// The consumer's answer: go on or stop (a closed pipe).
+pub type Flow = ControlFlow<()>;
+
+/// perf's flags of an instruction's operation (`intel_pt_insn_type`).
+pub fn insn_type(op: Op) -> u32 {
+    use flags::*;
+    match op {
+        Op::Other => 0,
+        Op::Call => BRANCH | CALL,
+        Op::Ret => BRANCH | RETURN,
+        Op::Jcc | Op::Loop => BRANCH | CONDITIONAL,
+        Op::Jmp => BRANCH,
+        Op::Iret => BRANCH | RETURN | INTERRUPT,
+        Op::Int => BRANCH | CALL | INTERRUPT,
+        Op::Syscall => BRANCH | CALL | SYSCALLRET,
+        Op::Sysret => BRANCH | RETURN | SYSCALLRET,
+        Op::Vmentry => BRANCH | CALL | VMENTRY,
+    }
+}
+
+/// The code one queue runs at its current time, as the decoder's [`Walker`].
+struct QueueCode<'w, 's> {
+    walker: &'w mut CodeWalker,
+    image: &'s Image,
+}
+
+impl Walker for QueueCode<'_, '_> {
+    fn walk(
+        &mut self,
+        insn: &mut Insn,
+        ip: &mut u64,
+        to_ip: u64,
+        max_insn_cnt: u64,
+        _nr: bool,
+    ) -> Result<u64, WalkError> {
+        self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
+    }
+}
+
+/// One queue's decoding (perf's `struct intel_pt_queue`).
+struct PtQueue<'s> {
+    /// The session's queue index.
+    idx: usize,
+    dec: Decoder<'s>,
+    state: State,
+    have_sample: bool,
+    timestamp: u64,
+    flags: u32,
+    insn_len: u8,
+    insn: [u8; 16],
+    last_insn_cnt: u64,
+    ipc_insn_cnt: u64,
+    ipc_cyc_cnt: u64,
+    sample_ipc: bool,
+    last_in_insn_cnt: u64,
+    last_in_cyc_cnt: u64,
+    last_br_insn_cnt: u64,
+    last_br_cyc_cnt: u64,
+    cbr_seen: u32,
+    pid: i32,
+    tid: i32,
+    cpu: i32,
+    image: &'s Image,
+    /// perf time at which the thread or its code changes next.
+    next_change: Option<u64>,
+    /// The time the context was last looked up at.
+    ctx_time: Option<u64>,
+}
+
+/// Synthesizes the samples of a session (see the [module docs](self)).
+pub struct Synth<'s, 'a> {
+    session: &'s Session<'a>,
+    opts: SynthOpts,
+    walker: CodeWalker,
+    queues: Vec<PtQueue<'s>>,
+    timeless: bool,
+    branches_filter: u32,
+    num_events: u64,
+    kernel_start: u64,
+    cbr2khz: u64,
+    max_non_turbo_ratio: u32,
+    cap_event_trace: bool,
+}
+
+/// Nanoseconds to TSC ticks with the session's conversion (perf's
+/// `intel_pt_ns_to_ticks`).
+fn ns_to_ticks(session: &Session<'_>, ns: u64) -> u64 {
+    let info = session.info();
+    if info.time_mult == 0 {
+        return 0;
+    }
+    let shift = info.time_shift.min(63);
+    let quot = ns / info.time_mult;
+    let rem = ns % info.time_mult;
+    (quot << shift).wrapping_add((rem << shift) / info.time_mult)
+}
+
+/// perf's PT config bits used here.
+const CFG_PASS_THRU: u64 = 1 << 0;
+const CFG_BRANCH_EN: u64 = 1 << 13;
+
+impl<'s, 'a> Synth<'s, 'a> {
+    /// A synthesizer of `session`'s samples for `opts` (perf's defaults for `perf
+    /// script` if `opts.set` is false).
+    pub fn new(session: &'s Session<'a>, opts: SynthOpts) -> Self {
+        let mut opts = if opts.set {
+            opts
+        } else {
+            let mut d = SynthOpts::default_for(true);
+            d.thread_stack = opts.thread_stack;
+            d
+        };
+        let timeless = !session.is_timed() || opts.timeless_decoding;
+        if timeless && opts.period_type == PeriodType::Nanosecs {
+            // perf has no time to count in: it samples every instruction.
+            opts.period = opts.period.max(1);
+        }
+        let mut branches_filter = 0;
+        if opts.calls {
+            branches_filter |= flags::CALL | flags::ASYNC | flags::TRACE_END;
+        }
+        if opts.returns {
+            branches_filter |= flags::RETURN | flags::TRACE_BEGIN;
+        }
+        let max_non_turbo_ratio = u32::from(session.config().nom_freq);
+        let tsc_freq = ns_to_ticks(session, 1_000_000_000);
+        let cbr2khz = if max_non_turbo_ratio != 0 {
+            tsc_freq / u64::from(max_non_turbo_ratio) / 1000
+        } else {
+            0
+        };
+        let kernel_start = session
+            .mappings()
+            .iter()
+            .filter(|m| m.kind == pt_decoder::perf::MappingKind::Kernel)
+            .map(|m| m.start)
+            .min()
+            .unwrap_or(1 << 63);
+        let mut s = Synth {
+            session,
+            opts,
+            walker: CodeWalker::new(),
+            queues: Vec::new(),
+            timeless,
+            branches_filter,
+            num_events: 0,
+            kernel_start,
+            cbr2khz,
+            max_non_turbo_ratio,
+            cap_event_trace: session.info().cap_event_trace.unwrap_or(0) != 0,
+        };
+        s.setup_queues();
+        s
+    }
+
+    /// The options in effect.
+    pub fn opts(&self) -> &SynthOpts {
+        &self.opts
+    }
+
+    /// Instructions walked so far (all queues).
+    pub fn walked(&self) -> u64 {
+        self.walker.walked
+    }
+
+    fn params(&self) -> Params {
+        let s = self.session;
+        let info = s.info();
+        let config = s.pt_config();
+        let mut p = Params {
+            return_compression: info.noretcomp_bit == 0 || config & info.noretcomp_bit == 0,
+            branch_enable: !(config & CFG_PASS_THRU != 0 && config & CFG_BRANCH_EN == 0),
+            ctl: config,
+            max_non_turbo_ratio: self.max_non_turbo_ratio,
+            mtc_period: u32::from(s.config().mtc_freq),
+            tsc_ctc_ratio_n: info.mtc.map_or(0, |m| m.tsc_ctc_ratio_n as u32),
+            tsc_ctc_ratio_d: info.mtc.map_or(0, |m| m.tsc_ctc_ratio_d as u32),
+            quick: self.opts.quick,
+            ..Params::default()
+        };
+        if self.opts.instructions {
+            if self.opts.period != 0 {
+                match self.opts.period_type {
+                    PeriodType::Instructions => {
+                        p.period_type = decode::PeriodType::Instructions;
+                        p.period = self.opts.period;
+                    }
+                    PeriodType::Ticks => {
+                        p.period_type = decode::PeriodType::Ticks;
+                        p.period = self.opts.period;
+                    }
+                    PeriodType::Nanosecs => {
+                        p.period_type = decode::PeriodType::Ticks;
+                        p.period = ns_to_ticks(s, self.opts.period);
+                    }
+                }
+            }
+            if p.period == 0 {
+                p.period_type = decode::PeriodType::Instructions;
+                p.period = 1;
+            }
+        }
+        p
+    }
+
+    fn setup_queues(&mut self) {
+        let params = self.params();
+        let snapshot = self.session.snapshot();
+        for (idx, q) in self.session.queues().iter().enumerate() {
+            if q.pieces.is_empty() {
+                continue;
+            }
+            let bufs: Vec<Buffer<'s>> = q
+                .pieces
+                .iter()
+                .enumerate()
+                .map(|(i, p)| Buffer {
+                    data: p.data,
+                    consecutive: i > 0 && !snapshot,
+                    reference: p.reference,
+                    trace_nr: if i > 0 && !snapshot { 1 } else { i as u64 + 1 },
+                })
+                .collect();
+            let ctx = self.session.running(idx, None);
+            self.queues.push(PtQueue {
+                idx,
+                dec: Decoder::new(params, bufs),
+                state: State::default(),
+                have_sample: false,
+                timestamp: 0,
+                flags: 0,
+                insn_len: 0,
+                insn: [0; 16],
+                last_insn_cnt: 0,
+                ipc_insn_cnt: 0,
+                ipc_cyc_cnt: 0,
+                sample_ipc: false,
+                last_in_insn_cnt: 0,
+                last_in_cyc_cnt: 0,
+                last_br_insn_cnt: 0,
+                last_br_cyc_cnt: 0,
+                cbr_seen: u32::MAX,
+                pid: ctx.pid.map_or(-1, |p| p as i32),
+                tid: ctx.tid.map_or(-1, |t| t as i32),
+                cpu: q.cpu.map_or(-1, |c| c as i32),
+                image: self.session.image(ctx.pid, None),
+                next_change: None,
+                ctx_time: None,
+            });
+        }
+    }
+
+    /// The thread and code of queue `qi` at its current time.
+    fn update_context(&mut self, qi: usize) {
+        let s = self.session;
+        let q = &mut self.queues[qi];
+        let time = (!self.timeless && q.timestamp != 0).then(|| s.tsc_to_time(q.timestamp));
+        if q.ctx_time.is_some()
+            && match (time, q.next_change) {
+                (Some(t), Some(n)) => t < n,
+                _ => true,
+            }
+        {
+            return;
+        }
+        let ctx = s.running(q.idx, time);
+        q.pid = ctx.pid.map_or(-1, |p| p as i32);
+        q.tid = ctx.tid.map_or(-1, |t| t as i32);
+        if q.cpu < 0 {
+            if let Some(c) = ctx.cpu {
+                q.cpu = c as i32;
+            }
+        }
+        q.image = s.image(ctx.pid, time);
+        q.next_change = time.and_then(|t| s.next_change(q.idx, &ctx, t));
+        q.ctx_time = Some(time.unwrap_or(0));
+    }
+
+    fn decode(&mut self, qi: usize) -> State {
+        self.update_context(qi);
+        let q = &mut self.queues[qi];
+        let mut code = QueueCode {
+            walker: &mut self.walker,
+            image: q.image,
+        };
+        *q.dec.decode(&mut code)
+    }
+
+    /// Runs every queue to its end, handing each sample and error to `sink` in
+    /// perf's order; stops early if `sink` says so.
+    pub fn run(&mut self, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+        if self.timeless {
+            let order: Vec<usize> = self.session.timeless_order().to_vec();
+            let mut done = vec![false; self.queues.len()];
+            for idx in order {
+                if let Some(qi) = self.queues.iter().position(|q| q.idx == idx) {
+                    if !done[qi] {
+                        done[qi] = true;
+                        let mut ts = u64::MAX;
+                        self.run_decoder(qi, &mut ts, sink)?;
+                    }
+                }
+            }
+            for qi in 0..self.queues.len() {
+                if !done[qi] {
+                    let mut ts = u64::MAX;
+                    self.run_decoder(qi, &mut ts, sink)?;
+                }
+            }
+            return Flow::Continue(());
+        }
+        // Each queue's first timestamp puts it on the heap (perf's
+        // intel_pt_setup_queue).
+        let mut heap = BinaryHeap::new();
+        for qi in 0..self.queues.len() {
+            loop {
+                let st = self.decode(qi);
+                if let Some(e) = st.err {
+                    if e == decode::Error::NoData {
+                        break;
+                    }
+                    continue;
+                }
+                if st.timestamp != 0 {
+                    let q = &mut self.queues[qi];
+                    q.timestamp = st.timestamp;
+                    q.state = st;
+                    q.have_sample = true;
+                    self.sample_flags(qi);
+                    heap.push(Reverse((self.queues[qi].timestamp, qi)));
+                    break;
+                }
+            }
+        }
+        while let Some(Reverse((_, qi))) = heap.pop() {
+            let mut ts = match heap.peek() {
+                Some(Reverse((t, _))) => t.saturating_add(1),
+                None => u64::MAX,
+            };
+            if self.run_decoder(qi, &mut ts, sink)? {
+                heap.push(Reverse((ts, qi)));
+            }
+        }
+        Flow::Continue(())
+    }
+
+    /// perf's `intel_pt_run_decoder`: samples and decodes until the queue's time
+    /// reaches `*ts` (`true`, `*ts` set to it) or its trace ends (`false`).
+    fn run_decoder(
+        &mut self,
+        qi: usize,
+        ts: &mut u64,
+        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> ControlFlow<(), bool> {
+        loop {
+            self.sample(qi, sink)?;
+            let st = self.decode(qi);
+            if let Some(e) = st.err {
+                if e == decode::Error::NoData {
+                    return ControlFlow::Continue(false);
+                }
+                self.queues[qi].timestamp = st.est_timestamp;
+                if self.opts.errors {
+                    self.synth_error(qi, &st, sink)?;
+                }
+                continue;
+            }
+            let kernel_start = self.kernel_start;
+            let timeless = self.timeless;
+            let q = &mut self.queues[qi];
+            q.state = st;
+            q.have_sample = true;
+            self.sample_flags(qi);
+            let q = &mut self.queues[qi];
+            if !timeless
+                && (st.from_ip >= kernel_start || st.from_ip == 0)
+                && st.to_ip != 0
+                && st.to_ip < kernel_start
+            {
+                q.timestamp = st.est_timestamp;
+            } else if st.timestamp > q.timestamp {
+                q.timestamp = st.timestamp;
+            }
+            if !timeless && q.timestamp >= *ts {
+                *ts = q.timestamp;
+                return ControlFlow::Continue(true);
+            }
+        }
+    }
+
+    /// perf's `intel_pt_sample_flags`.
+    fn sample_flags(&mut self, qi: usize) {
+        let cap_event_trace = self.cap_event_trace;
+        let q = &mut self.queues[qi];
+        let st = &q.state;
+        q.insn_len = 0;
+        if st.flags & sflags::ABORT_TX != 0 {
+            q.flags = flags::BRANCH | flags::TX_ABORT;
+        } else if st.flags & sflags::ASYNC != 0 {
+            q.flags = if st.to_ip == 0 {
+                flags::BRANCH | flags::ASYNC | flags::TRACE_END
+            } else if st.from_nr && !st.to_nr {
+                flags::BRANCH | flags::CALL | flags::ASYNC | flags::VMEXIT
+            } else {
+                flags::BRANCH | flags::CALL | flags::ASYNC | flags::INTERRUPT
+            };
+        } else {
+            q.flags = if st.from_ip != 0 {
+                insn_type(st.insn_op)
+            } else {
+                flags::BRANCH | flags::TRACE_BEGIN
+            };
+            if st.flags & sflags::IN_TX != 0 {
+                q.flags |= flags::IN_TX;
+            }
+            q.insn_len = st.insn_len;
+            q.insn = st.insn;
+        }
+        if st.type_ & ty::TRACE_BEGIN != 0 {
+            q.flags |= flags::TRACE_BEGIN;
+        }
+        if st.type_ & ty::TRACE_END != 0 {
+            q.flags |= flags::TRACE_END;
+        }
+        if cap_event_trace {
+            if st.type_ & ty::IFLAG_CHG != 0 {
+                if !st.from_iflag {
+                    q.flags |= flags::INTR_DISABLE;
+                }
+                if st.from_iflag != st.to_iflag {
+                    q.flags |= flags::INTR_TOGGLE;
+                }
+            } else if !st.to_iflag {
+                q.flags |= flags::INTR_DISABLE;
+            }
+        }
+    }
+
+    fn skip_event(&mut self) -> bool {
+        if self.opts.initial_skip == 0 {
+            return false;
+        }
+        let skip = self.num_events < self.opts.initial_skip;
+        self.num_events += 1;
+        skip
+    }
+
+    /// A sample of `kind` from the queue's state (perf's `intel_pt_prep_b_sample`).
+    fn prep(&self, qi: usize, kind: Kind) -> Sample {
+        let q = &self.queues[qi];
+        Sample {
+            kind,
+            ip: q.state.from_ip,
+            addr: q.state.to_ip,
+            flags: q.flags,
+            time: (!self.timeless).then(|| self.session.tsc_to_time(q.timestamp)),
+            tsc: q.timestamp,
+            cpu: q.cpu,
+            pid: q.pid,
+            tid: q.tid,
+            period: 1,
+            insn_cnt: 0,
+            cyc_cnt: 0,
+            insn_len: q.insn_len,
+            insn: q.insn,
+            payload: 0,
+            aux: 0,
+            queue: q.idx as u32,
+        }
+    }
+
+    /// perf's `intel_pt_prep_p_sample`: power and PTWRITE events with no IP have no
+    /// flags.
+    fn prep_p(&self, qi: usize, kind: Kind) -> Sample {
+        let mut s = self.prep(qi, kind);
+        if s.ip == 0 {
+            s.flags = 0;
+        }
+        s
+    }
+
+    /// perf's `intel_pt_sample`.
+    fn sample(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+        let q = &mut self.queues[qi];
+        if !q.have_sample {
+            return Flow::Continue(());
+        }
+        q.have_sample = false;
+        let st = q.state;
+        q.ipc_insn_cnt = st.tot_insn_cnt;
+        if self.opts.approx_ipc {
+            q.ipc_cyc_cnt = st.cycles;
+            q.sample_ipc = true;
+        } else {
+            q.ipc_cyc_cnt = st.tot_cyc_cnt;
+            q.sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
+        }
+
+        if self.opts.pwr_events {
+            if st.type_ & ty::PSB_EVT != 0 && !self.skip_event() {
+                let mut s = self.prep_p(qi, Kind::Psb);
+                s.flags = 0;
+                s.payload = st.psb_offset;
+                sink(Event::Sample(&s))?;
+            }
+            if st.cbr != self.queues[qi].cbr_seen {
+                let skip_cbr =
+                    self.opts.initial_skip != 0 && self.num_events + 4 < self.opts.initial_skip;
+                if !skip_cbr {
+                    self.queues[qi].cbr_seen = st.cbr;
+                    let mut s = self.prep_p(qi, Kind::Cbr);
+                    s.payload = st.cbr_payload & 0xffff;
+                    s.aux = self.max_non_turbo_ratio;
+                    sink(Event::Sample(&s))?;
+                }
+            }
+            let pwr = [
+                (ty::MWAIT_OP, Kind::Mwait, st.mwait_payload),
+                (ty::PWR_ENTRY, Kind::Pwre, st.pwre_payload),
+                (ty::EX_STOP, Kind::Exstop, 0),
+                (ty::PWR_EXIT, Kind::Pwrx, st.pwrx_payload),
+            ];
+            for (bit, kind, payload) in pwr {
+                if st.type_ & bit != 0 && !self.skip_event() {
+                    let mut s = self.prep_p(qi, kind);
+                    s.payload = payload;
+                    if kind == Kind::Exstop {
+                        s.aux = u32::from(st.flags & sflags::FUP_IP != 0);
+                    }
+                    sink(Event::Sample(&s))?;
+                }
+            }
+        }
+
+        if self.opts.instructions && st.type_ & ty::INSTRUCTION != 0 && !self.skip_event() {
+            let mut s = self.prep(qi, Kind::Instructions);
+            let q = &mut self.queues[qi];
+            s.period = if self.opts.quick != 0 {
+                1
+            } else {
+                st.tot_insn_cnt.wrapping_sub(q.last_insn_cnt)
+            };
+            if q.sample_ipc {
+                s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_in_cyc_cnt);
+            }
+            if s.cyc_cnt != 0 {
+                s.insn_cnt = q.ipc_insn_cnt.wrapping_sub(q.last_in_insn_cnt);
+                q.last_in_insn_cnt = q.ipc_insn_cnt;
+                q.last_in_cyc_cnt = q.ipc_cyc_cnt;
+            }
+            q.last_insn_cnt = st.tot_insn_cnt;
+            sink(Event::Sample(&s))?;
+        }
+
+        if self.opts.transactions && st.type_ & ty::TRANSACTION != 0 && !self.skip_event() {
+            let s = self.prep(qi, Kind::Transactions);
+            sink(Event::Sample(&s))?;
+        }
+
+        if self.opts.ptwrites && st.type_ & ty::PTW != 0 && !self.skip_event() {
+            let mut s = self.prep_p(qi, Kind::Ptwrite);
+            s.payload = st.ptw_payload;
+            s.aux = u32::from(st.flags & sflags::FUP_IP != 0);
+            sink(Event::Sample(&s))?;
+        }
+
+        if st.type_ & ty::BRANCH == 0 {
+            return Flow::Continue(());
+        }
+
+        if self.opts.branches {
+            let f = self.queues[qi].flags;
+            if (self.branches_filter == 0 || self.branches_filter & f != 0) && !self.skip_event()
+            {
+                let mut s = self.prep(qi, Kind::Branches);
+                let q = &mut self.queues[qi];
+                if q.sample_ipc {
+                    s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_br_cyc_cnt);
+                }
+                if s.cyc_cnt != 0 {
+                    s.insn_cnt = q.ipc_insn_cnt.wrapping_sub(q.last_br_insn_cnt);
+                    q.last_br_insn_cnt = q.ipc_insn_cnt;
+                    q.last_br_cyc_cnt = q.ipc_cyc_cnt;
+                }
+                sink(Event::Sample(&s))?;
+            }
+        }
+        Flow::Continue(())
+    }
+
+    /// perf's `intel_ptq_synth_error`.
+    fn synth_error(
+        &mut self,
+        qi: usize,
+        st: &State,
+        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> Flow {
+        let Some(err) = st.err else {
+            return Flow::Continue(());
+        };
+        let minus = self.opts.error_minus_flags;
+        if (err == decode::Error::Ovr && minus & itrace::ERR_FLG_OVERFLOW != 0)
+            || (err == decode::Error::Lost && minus & itrace::ERR_FLG_DATA_LOST != 0)
+        {
+            return Flow::Continue(());
+        }
+        let q = &self.queues[qi];
+        let e = TraceError {
+            code: err.code(),
+            msg: err.message(),
+            cpu: q.cpu,
+            pid: q.pid,
+            tid: q.tid,
+            ip: st.from_ip,
+            time: if self.timeless {
+                0
+            } else {
+                self.session.tsc_to_time(q.timestamp)
+            },
+            queue: q.idx as u32,
+        };
+        sink(Event::Error(&e))
+    }
+
+    /// The CBR-to-kHz factor (TSC frequency / maximum non-turbo ratio / 1000).
+    pub fn cbr2khz(&self) -> u64 {
+        self.cbr2khz
+    }
+}
