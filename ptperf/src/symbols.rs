@@ -36,22 +36,30 @@ pub struct Symbol {
 #[derive(Clone, Debug, Default)]
 pub struct SymbolTable {
     syms: Vec<Symbol>,
+    /// `.plt` entries: perf inserts them after the others into its tree, below
+    /// them, so a symbol of the table that covers an entry (`_init` stretched to
+    /// the next symbol) is found first.
+    plt: Vec<Symbol>,
 }
 
 impl SymbolTable {
     /// The symbol holding `addr` (perf's `symbols__find`).
     pub fn find(&self, addr: u64) -> Option<&Symbol> {
-        let i = self.syms.partition_point(|s| s.start <= addr);
+        Self::find_in(&self.syms, addr).or_else(|| Self::find_in(&self.plt, addr))
+    }
+
+    fn find_in(syms: &[Symbol], addr: u64) -> Option<&Symbol> {
+        let i = syms.partition_point(|s| s.start <= addr);
         // perf's tree search finds the last symbol starting at or before the address
         // if it covers it; a point symbol covers its own address.
         let mut j = i;
         while j > 0 {
             j -= 1;
-            let s = &self.syms[j];
+            let s = &syms[j];
             if addr < s.end || (addr == s.end && s.start == s.end) {
                 return Some(s);
             }
-            if s.start != self.syms[i - 1].start {
+            if s.start != syms[i - 1].start {
                 break;
             }
         }
@@ -60,12 +68,12 @@ impl SymbolTable {
 
     /// How many symbols.
     pub fn len(&self) -> usize {
-        self.syms.len()
+        self.syms.len() + self.plt.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.syms.is_empty()
+        self.len() == 0
     }
 
     /// The symbols of the ELF file `data` (an empty table if it is no ELF file).
@@ -142,14 +150,14 @@ impl SymbolTable {
         fixup_end(&mut syms);
         Some(SymbolTable {
             syms: fixup_duplicate(syms),
+            plt: Vec::new(),
         })
     }
 
     /// Adds `.plt` symbols from the runtime file.
     fn add_plt(&mut self, hdr: &elf::FileHeader64<Endianness>, e: Endianness, data: &[u8]) {
-        self.syms
-            .extend(plt_symbols(hdr, e, data).unwrap_or_default());
-        self.syms.sort_by_key(|s| s.start);
+        self.plt = plt_symbols(hdr, e, data).unwrap_or_default();
+        self.plt.sort_by_key(|s| s.start);
     }
 }
 
@@ -417,6 +425,7 @@ mod tests {
         fixup_end(&mut v);
         let t = SymbolTable {
             syms: fixup_duplicate(v),
+            plt: Vec::new(),
         };
         assert_eq!(t.find(0x18).unwrap().name, "a");
         assert_eq!(t.find(0x25).unwrap().name, "bb");
