@@ -318,6 +318,12 @@ fn debuglink(data: &[u8]) -> Option<String> {
 fn candidates(path: &Path, name: &str, build_id: Option<&[u8]>) -> Vec<PathBuf> {
     let mut v = Vec::new();
     let data = map(path);
+    // perf reads the build id from the file when the recording names none.
+    let own_id: Option<Vec<u8>> = data.as_deref().and_then(|d| {
+        use object::Object;
+        object::File::parse(d).ok()?.build_id().ok()?.map(<[u8]>::to_vec)
+    });
+    let build_id = build_id.or(own_id.as_deref());
     if let Some(link) = data.as_deref().and_then(debuglink) {
         let dir = Path::new(name).parent().unwrap_or(Path::new("/"));
         v.push(PathBuf::from(&link));

@@ -338,6 +338,9 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// perf's order; stops early if `sink` says so.
     pub fn run(&mut self, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
         if self.timeless {
+            for (time, qi) in self.truncations() {
+                self.lost_error(qi, time, sink)?;
+            }
             let order: Vec<usize> = self.session.timeless_order().to_vec();
             let mut done = vec![false; self.queues.len()];
             for idx in order {
@@ -380,10 +383,66 @@ impl<'s, 'a> Synth<'s, 'a> {
                 }
             }
         }
-        while let Some(Reverse((_, qi))) = heap.pop() {
+        // AUX records that say data was lost are errors at their time (perf's
+        // intel_pt_lost), between the samples before and after it.
+        for (time, qi) in self.truncations() {
+            let tsc = self.session.time_to_tsc(time);
+            self.process_queues(&mut heap, tsc, sink)?;
+            self.lost_error(qi, time, sink)?;
+        }
+        self.process_queues(&mut heap, u64::MAX, sink)
+    }
+
+    /// The AUX records with the truncated flag: (perf time, queue).
+    fn truncations(&self) -> Vec<(u64, usize)> {
+        let mut v = Vec::new();
+        for (qi, q) in self.queues.iter().enumerate() {
+            for l in &self.session.queues()[q.idx].lost {
+                if l.kind == pt_decoder::perf::LostKind::Truncated {
+                    v.push((l.time.unwrap_or(0), l.record_offset, qi));
+                }
+            }
+        }
+        v.sort();
+        v.into_iter().map(|(t, _, qi)| (t, qi)).collect()
+    }
+
+    /// perf's `intel_pt_lost`: "Lost trace data" for the thread the AUX record names.
+    fn lost_error(&mut self, qi: usize, time: u64, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+        if !self.opts.errors || self.opts.error_minus_flags & itrace::ERR_FLG_DATA_LOST != 0 {
+            return Flow::Continue(());
+        }
+        let q = &self.queues[qi];
+        let ctx = self.session.running(q.idx, Some(time));
+        let e = TraceError {
+            code: decode::Error::Lost.code(),
+            msg: decode::Error::Lost.message(),
+            cpu: ctx.cpu.map_or(-1, |c| c as i32),
+            pid: ctx.pid.map_or(-1, |p| p as i32),
+            tid: ctx.tid.map_or(-1, |t| t as i32),
+            ip: 0,
+            time,
+            queue: q.idx as u32,
+        };
+        sink(Event::Error(&e))
+    }
+
+    /// perf's `intel_pt_process_queues`: runs the queues in time order until each
+    /// has reached `timestamp`.
+    fn process_queues(
+        &mut self,
+        heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
+        timestamp: u64,
+        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> Flow {
+        while let Some(&Reverse((ordinal, qi))) = heap.peek() {
+            if ordinal >= timestamp {
+                break;
+            }
+            heap.pop();
             let mut ts = match heap.peek() {
-                Some(Reverse((t, _))) => t.saturating_add(1),
-                None => u64::MAX,
+                Some(Reverse((t, _))) => t.saturating_add(1).min(timestamp),
+                None => timestamp,
             };
             if self.run_decoder(qi, &mut ts, sink)? {
                 heap.push(Reverse((ts, qi)));

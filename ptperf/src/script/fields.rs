@@ -199,9 +199,21 @@ impl Selection {
             }
             None => (&[OutType::Hardware, OutType::Synth], s),
         };
+        if list.is_empty() && types.len() == 2 {
+            return Err(BadFields(
+                "Cannot set fields to 'none' for all event types.".into(),
+            ));
+        }
+        // A list with no + or - replaces the fields; one with them edits them.
+        if !list.contains(['+', '-']) {
+            for &t in types {
+                let o = &mut self.out[t as usize];
+                o.fields = 0;
+                o.user_set = true;
+            }
+        }
         let mut change = Change::Default;
-        let mut first = true;
-        for tok in list.split(',') {
+        for tok in list.split(',').filter(|t| !t.is_empty()) {
             let mut tok = tok;
             if let Some(t) = tok.strip_prefix('+') {
                 if change == Change::Set {
@@ -221,15 +233,6 @@ impl Selection {
                 }
                 change = Change::Set;
             }
-            if first && change == Change::Set {
-                for &t in types {
-                    let o = &mut self.out[t as usize];
-                    o.fields = 0;
-                    o.user_set = true;
-                    o.user_set_fields = 0;
-                }
-            }
-            first = false;
             if tok == "flags" {
                 self.flags = change != Change::Remove;
                 continue;
@@ -251,6 +254,7 @@ impl Selection {
                     o.fields |= bit;
                     o.user_set_fields |= bit;
                 }
+                o.user_set = true;
             }
         }
         Ok(())

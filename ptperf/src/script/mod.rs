@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
     pub itrace: Option<String>,
     /// comma separated output fields; +field adds, -field removes
-    #[arg(short = 'F', long = "fields")]
+    #[arg(short = 'F', long = "fields", allow_hyphen_values = true)]
     pub fields: Vec<String>,
     /// Decode instructions from itrace (raw bytes)
     #[arg(long = "insn-trace", num_args = 0..=1, require_equals = true, default_missing_value = "")]
@@ -221,6 +221,37 @@ impl Plan {
     }
 }
 
+/// A copy of this process's vdso in a temporary file (removed when dropped), as
+/// perf makes one (`vdso__get_file`).
+struct OwnVdso(std::path::PathBuf);
+
+impl OwnVdso {
+    fn write() -> Option<Self> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+        let (a, b) = line.split_whitespace().next()?.split_once('-')?;
+        let (a, b) = (
+            u64::from_str_radix(a, 16).ok()?,
+            u64::from_str_radix(b, 16).ok()?,
+        );
+        if b <= a || b - a > 1 << 20 {
+            return None;
+        }
+        // SAFETY: the kernel maps the vdso readable for the whole range
+        // /proc/self/maps gives, for the life of the process.
+        let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) };
+        let path = std::env::temp_dir().join(format!("ptperf-vdso.so-{}", std::process::id()));
+        std::fs::write(&path, bytes).ok()?;
+        Some(OwnVdso(path))
+    }
+}
+
+impl Drop for OwnVdso {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn run(a: &Args) -> Result<(), String> {
     let plan = Plan::new(a)?;
     let file = MappedFile::open(&a.input).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
@@ -232,6 +263,12 @@ fn run(a: &Args) -> Result<(), String> {
     so.cpus = plan.cpus.clone();
     if let Some(s) = &a.symfs {
         so.sysroot = Some(s.into());
+    }
+    // As perf does, this machine's own vdso stands in for a recorded one no
+    // build-id cache holds.
+    let vdso = OwnVdso::write();
+    if let Some(v) = &vdso {
+        so.vdso.push(("[vdso]".into(), v.0.clone()));
     }
     let session =
         Session::new(&perf, so).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
