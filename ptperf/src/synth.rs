@@ -111,8 +111,8 @@ struct PtQueue<'s> {
     image: &'s Image,
     /// perf time at which the thread or its code changes next.
     next_change: Option<u64>,
-    /// The time the context was last looked up at.
-    ctx_time: Option<u64>,
+    /// The time the context was last looked up at (`Some(None)`: without a time).
+    ctx_time: Option<Option<u64>>,
 }
 
 /// Synthesizes the samples of a session (see the [module docs](self)).
@@ -303,12 +303,13 @@ impl<'s, 'a> Synth<'s, 'a> {
         let s = self.session;
         let q = &mut self.queues[qi];
         let time = (!self.timeless && q.timestamp != 0).then(|| s.tsc_to_time(q.timestamp));
-        if q.ctx_time.is_some()
-            && match (time, q.next_change) {
-                (Some(t), Some(n)) => t < n,
-                _ => true,
-            }
-        {
+        // Still valid: looked up at a time, and no change since (untimed: once).
+        let valid = match (q.ctx_time, time) {
+            (Some(None), None) => true,
+            (Some(Some(_)), Some(t)) => q.next_change.is_none_or(|n| t < n),
+            _ => false,
+        };
+        if valid {
             return;
         }
         let ctx = s.running(q.idx, time);
@@ -321,7 +322,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         }
         q.image = s.image(ctx.pid, time);
         q.next_change = time.and_then(|t| s.next_change(q.idx, &ctx, t));
-        q.ctx_time = Some(time.unwrap_or(0));
+        q.ctx_time = Some(time);
     }
 
     fn decode(&mut self, qi: usize) -> State {
@@ -588,10 +589,13 @@ impl<'s, 'a> Synth<'s, 'a> {
 
     /// perf's `intel_pt_sample`.
     fn sample(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
-        let q = &mut self.queues[qi];
-        if !q.have_sample {
+        if !self.queues[qi].have_sample {
             return Flow::Continue(());
         }
+        // The thread is the one running at the state's time (perf has processed the
+        // side-band up to it before it samples).
+        self.update_context(qi);
+        let q = &mut self.queues[qi];
         q.have_sample = false;
         let st = q.state;
         q.ipc_insn_cnt = st.tot_insn_cnt;
