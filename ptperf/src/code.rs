@@ -66,6 +66,8 @@ pub struct Block {
     pub end: End,
     /// Where the instruction lengths start in the walker's arena.
     lens: u32,
+    /// Where the instructions' bytes start in the walker's arena.
+    bytes: u32,
 }
 
 /// The blocks of one image.
@@ -74,6 +76,7 @@ struct Cache {
     blocks: Vec<Block>,
     index: IpMap<u32>,
     lens: Vec<u8>,
+    bytes: Vec<u8>,
 }
 
 /// Instructions and bytes per block at most (long straight-line code is split).
@@ -82,6 +85,7 @@ const MAX_BLOCK: u32 = 4096;
 impl Cache {
     fn build(&mut self, image: &Image, ip: u64) -> u32 {
         let lens = self.lens.len() as u32;
+        let bytes_at = self.bytes.len() as u32;
         let mut at = ip;
         let mut n = 0u32;
         let mut last = Insn::default();
@@ -98,6 +102,10 @@ impl Cache {
             let got = image.read(at, &mut bytes).unwrap_or(0);
             let insn = Insn::from_pt(&pi, &bytes[..got]);
             self.lens.push(pi.size);
+            let kept = usize::from(pi.size).min(got);
+            self.bytes.extend_from_slice(&bytes[..kept]);
+            self.bytes
+                .resize(self.bytes.len() + usize::from(pi.size) - kept, 0);
             n += 1;
             last = insn;
             last_ip = at;
@@ -117,6 +125,7 @@ impl Cache {
             last,
             end,
             lens,
+            bytes: bytes_at,
         });
         self.index.insert(ip, id);
         id
@@ -140,6 +149,8 @@ struct Cursor {
     block: u32,
     /// Index of the next instruction in the block.
     index: u32,
+    /// Offset of its bytes in the arena.
+    byte_off: u32,
     /// Its IP.
     ip: u64,
 }
@@ -147,7 +158,9 @@ struct Cursor {
 /// perf's instruction walk over one process's code, with a block cache per image.
 #[derive(Default)]
 pub struct CodeWalker {
-    caches: HashMap<u64, Cache>,
+    /// Caches by image stamp (few images: a short list, the last one used first).
+    caches: Vec<(u64, Cache)>,
+    last: usize,
     cursor: Option<Cursor>,
     /// Instructions walked in total.
     pub walked: u64,
@@ -159,8 +172,24 @@ impl CodeWalker {
         Self::default()
     }
 
+    fn cache_index(&mut self, stamp: u64) -> usize {
+        if self.caches.get(self.last).is_some_and(|c| c.0 == stamp) {
+            return self.last;
+        }
+        let i = match self.caches.iter().position(|c| c.0 == stamp) {
+            Some(i) => i,
+            None => {
+                self.caches.push((stamp, Cache::default()));
+                self.caches.len() - 1
+            }
+        };
+        self.last = i;
+        i
+    }
+
     fn cache(&mut self, image: &Image) -> &mut Cache {
-        self.caches.entry(image.stamp()).or_default()
+        let i = self.cache_index(image.stamp());
+        &mut self.caches[i].1
     }
 
     /// The block that starts at `ip` in `image`.
@@ -182,15 +211,6 @@ impl CodeWalker {
         }
     }
 
-    /// The instruction at `ip`, as perf describes it (for samples that stop on an
-    /// instruction that is no branch).
-    fn insn_at(image: &Image, ip: u64) -> Option<Insn> {
-        let pi = decode_at(image, ip, ExecMode::Bit64).ok()?;
-        let mut bytes = [0u8; INSN_BUF];
-        let got = image.read(ip, &mut bytes).unwrap_or(0);
-        Some(Insn::from_pt(&pi, &bytes[..got]))
-    }
-
     /// perf's walk (see [`Walker::walk`]) in `image`.
     pub fn walk(
         &mut self,
@@ -209,15 +229,17 @@ impl CodeWalker {
         let mut cnt = 0u64;
         loop {
             // Start in the block the last walk stopped in, or at a block of its own.
-            let (bid, mut index) = match self.cursor {
-                Some(c) if c.stamp == stamp && c.ip == *ip => (c.block, c.index),
+            let ci = self.cache_index(stamp);
+            let (bid, mut index, mut boff) = match self.cursor {
+                Some(c) if c.stamp == stamp && c.ip == *ip => (c.block, c.index, c.byte_off),
                 _ => {
-                    let c = self.cache(image);
-                    (c.lookup(image, *ip), 0)
+                    let c = &mut self.caches[ci].1;
+                    let id = c.lookup(image, *ip);
+                    (id, 0, c.blocks[id as usize].bytes)
                 }
             };
             self.cursor = None;
-            let c = self.caches.get_mut(&stamp).expect("cache exists");
+            let c = &mut self.caches[ci].1;
             let b = c.blocks[bid as usize];
             if b.ninsn == 0 {
                 return Err(WalkError::NoCode);
@@ -251,17 +273,28 @@ impl CodeWalker {
                     *insn = if is_last {
                         b.last
                     } else {
-                        Self::insn_at(image, at).ok_or(WalkError::NoCode)?
+                        // A plain instruction: its length and bytes are in the block.
+                        let n = usize::from(len).min(INSN_BUF);
+                        let mut buf = [0u8; INSN_BUF];
+                        let from = boff as usize;
+                        buf[..n].copy_from_slice(&c.bytes[from..from + n]);
+                        Insn {
+                            length: len,
+                            buf,
+                            ..Insn::default()
+                        }
                     };
                     self.cursor = Some(Cursor {
                         stamp,
                         block: bid,
                         index: index + 1,
+                        byte_off: boff + u32::from(len),
                         ip: at.wrapping_add(u64::from(len)),
                     });
                     return Ok(cnt);
                 }
                 at = at.wrapping_add(u64::from(len));
+                boff += u32::from(len);
                 index += 1;
                 if to_ip != 0 && at == to_ip {
                     *ip = at;
@@ -272,6 +305,7 @@ impl CodeWalker {
                             stamp,
                             block: bid,
                             index,
+                            byte_off: boff,
                             ip: at,
                         });
                     }

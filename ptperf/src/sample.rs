@@ -180,6 +180,9 @@ pub struct Sample {
     pub payload: u64,
     /// PTWRITE: the FUP's IP is the PTWRITE's. CBR: the maximum non-turbo ratio.
     pub aux: u32,
+    /// The thread's call depth after this branch (perf's `thread_stack__depth`;
+    /// kept only when a thread stack is, e.g. for `-F callindent`).
+    pub depth: u32,
     /// Where the sample came from: the queue's index in the session.
     pub queue: u32,
 }

@@ -15,7 +15,7 @@
 //! let opts = SynthOpts::parse("i1i")?;
 //! let mut synth = Synth::new(&session, opts);
 //! synth.run(&mut |e: Event<'_>| {
-//!     if let Event::Sample(s) = e {
+//!     if let Event::Sample(s, _) = e {
 //!         println!("{:x}", s.ip);
 //!     }
 //!     std::ops::ControlFlow::Continue(())
@@ -32,39 +32,151 @@ use pt_decoder::image::Image;
 use pt_decoder::perf::Session;
 
 use crate::code::CodeWalker;
-use crate::decode::insn::{Insn, Op};
-use crate::decode::{self, sflags, ty, Buffer, Decoder, Params, State, WalkError, Walker};
+use crate::decode::insn::Insn;
+use crate::decode::{self, sflags, ty, Buffer, Decoder, Params, WalkError, Walker};
 use crate::itrace::{self, PeriodType, SynthOpts};
 use crate::sample::{flags, Kind, Sample, TraceError};
+
+/// One entry of a synthesized branch stack (`--itrace=l`), perf's
+/// `struct branch_entry` as intel-pt.c fills it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BranchEntry {
+    /// Branch source.
+    pub from: u64,
+    /// Branch target.
+    pub to: u64,
+    /// In a transaction.
+    pub in_tx: bool,
+    /// A transaction abort.
+    pub abort: bool,
+}
+
+/// A sample's call chain and branch stack (`--itrace=g`, `l`); empty unless asked
+/// for.
+#[derive(Clone, Debug, Default)]
+pub struct Stacks {
+    /// The sample's IP then the return addresses, innermost first (perf's chain
+    /// without its context markers).
+    pub callchain: Vec<u64>,
+    /// The last branches, latest first.
+    pub branches: Vec<BranchEntry>,
+}
+
+/// perf's thread stack (thread-stack.c) of one thread: the return addresses of
+/// the calls seen, and a ring of the last branches.
+#[derive(Default)]
+struct ThreadStack {
+    stack: Vec<(u64, bool)>,
+    trace_nr: u64,
+    br: Vec<BranchEntry>,
+    br_pos: usize,
+    br_nr: usize,
+}
+
+impl ThreadStack {
+    fn flush(&mut self) {
+        self.stack.clear();
+        self.br_pos = 0;
+        self.br_nr = 0;
+    }
+
+    fn pop(&mut self, ret_addr: u64) {
+        if let Some(i) = self.stack.iter().rposition(|&(r, _)| r == ret_addr) {
+            self.stack.truncate(i);
+        }
+    }
+
+    fn pop_trace_end(&mut self) {
+        while self.stack.last().is_some_and(|&(_, te)| te) {
+            self.stack.pop();
+        }
+    }
+
+    /// perf's `thread_stack__event`.
+    #[allow(clippy::too_many_arguments)]
+    fn event(&mut self, f: u32, from: u64, to: u64, insn_len: u8, trace_nr: u64, callstack: bool, br_sz: usize) {
+        if trace_nr != self.trace_nr {
+            if self.trace_nr != 0 {
+                self.flush();
+            }
+            self.trace_nr = trace_nr;
+        }
+        if br_sz != 0 {
+            if self.br.len() != br_sz {
+                self.br = vec![BranchEntry::default(); br_sz];
+            }
+            if self.br_pos == 0 {
+                self.br_pos = br_sz;
+            }
+            self.br_pos -= 1;
+            self.br[self.br_pos] = BranchEntry {
+                from,
+                to,
+                in_tx: f & flags::IN_TX != 0,
+                abort: f & flags::TX_ABORT != 0,
+            };
+            if self.br_nr < br_sz {
+                self.br_nr += 1;
+            }
+        }
+        if !callstack {
+            return;
+        }
+        if f & flags::CALL != 0 {
+            if to == 0 {
+                return;
+            }
+            let ret = from.wrapping_add(u64::from(insn_len));
+            if ret == to {
+                return;
+            }
+            self.stack.push((ret, f & flags::TRACE_END != 0));
+        } else if f & flags::TRACE_BEGIN != 0 {
+            self.pop(to);
+            self.pop_trace_end();
+        } else if f & flags::RETURN != 0 && from != 0 {
+            self.pop(to);
+        }
+    }
+
+    /// perf's `thread_stack__br_sample`.
+    fn br_sample(&self, sz: usize, out: &mut Vec<BranchEntry>) {
+        out.clear();
+        if self.br_nr == 0 {
+            return;
+        }
+        let nr = self.br_nr.min(sz);
+        let first = (self.br.len() - self.br_pos).min(nr);
+        out.extend_from_slice(&self.br[self.br_pos..self.br_pos + first]);
+        if self.br_nr >= self.br.len() {
+            let rest = self.br_pos.min(nr - first);
+            out.extend_from_slice(&self.br[..rest]);
+        }
+    }
+
+    /// perf's `thread_stack__sample` (user-space chains: no context markers).
+    fn sample(&self, ip: u64, sz: usize, out: &mut Vec<u64>) {
+        out.clear();
+        if sz < 2 {
+            return;
+        }
+        out.push(ip);
+        let n = self.stack.len().min(sz - 2);
+        out.extend(self.stack.iter().rev().take(n).map(|&(r, _)| r));
+    }
+}
 
 /// What the synthesizer hands out.
 #[derive(Clone, Copy, Debug)]
 pub enum Event<'e> {
-    /// A sample.
-    Sample(&'e Sample),
+    /// A sample, with its call chain and branch stack.
+    Sample(&'e Sample, &'e Stacks),
     /// A decoder error.
     Error(&'e TraceError),
 }
 
 /// The consumer's answer: go on or stop (a closed pipe).
 pub type Flow = ControlFlow<()>;
-
-/// perf's flags of an instruction's operation (`intel_pt_insn_type`).
-pub fn insn_type(op: Op) -> u32 {
-    use flags::*;
-    match op {
-        Op::Other => 0,
-        Op::Call => BRANCH | CALL,
-        Op::Ret => BRANCH | RETURN,
-        Op::Jcc | Op::Loop => BRANCH | CONDITIONAL,
-        Op::Jmp => BRANCH,
-        Op::Iret => BRANCH | RETURN | INTERRUPT,
-        Op::Int => BRANCH | CALL | INTERRUPT,
-        Op::Syscall => BRANCH | CALL | SYSCALLRET,
-        Op::Sysret => BRANCH | RETURN | SYSCALLRET,
-        Op::Vmentry => BRANCH | CALL | VMENTRY,
-    }
-}
 
 /// The code one queue runs at its current time, as the decoder's [`Walker`].
 struct QueueCode<'w, 's> {
@@ -85,12 +197,53 @@ impl Walker for QueueCode<'_, '_> {
     }
 }
 
+/// The fields of a decoder state the samples take (a small copy of it).
+#[derive(Clone, Copy)]
+struct Brief {
+    type_: u32,
+    flags: u32,
+    cbr: u32,
+    from_ip: u64,
+    to_ip: u64,
+    tot_insn_cnt: u64,
+    tot_cyc_cnt: u64,
+    cycles: u64,
+    trace_nr: u64,
+    cbr_payload: u64,
+    psb_offset: u64,
+    ptw_payload: u64,
+    mwait_payload: u64,
+    pwre_payload: u64,
+    pwrx_payload: u64,
+}
+
+impl Brief {
+    fn of(s: &decode::State) -> Self {
+        Brief {
+            type_: s.type_,
+            flags: s.flags,
+            cbr: s.cbr,
+            from_ip: s.from_ip,
+            to_ip: s.to_ip,
+            tot_insn_cnt: s.tot_insn_cnt,
+            tot_cyc_cnt: s.tot_cyc_cnt,
+            cycles: s.cycles,
+            trace_nr: s.trace_nr,
+            cbr_payload: s.cbr_payload,
+            psb_offset: s.psb_offset,
+            ptw_payload: s.ptw_payload,
+            mwait_payload: s.mwait_payload,
+            pwre_payload: s.pwre_payload,
+            pwrx_payload: s.pwrx_payload,
+        }
+    }
+}
+
 /// One queue's decoding (perf's `struct intel_pt_queue`).
 struct PtQueue<'s> {
     /// The session's queue index.
     idx: usize,
     dec: Decoder<'s>,
-    state: State,
     have_sample: bool,
     timestamp: u64,
     flags: u32,
@@ -128,6 +281,11 @@ pub struct Synth<'s, 'a> {
     cbr2khz: u64,
     max_non_turbo_ratio: u32,
     cap_event_trace: bool,
+    use_thread_stack: bool,
+    callstack: bool,
+    br_stack_sz: usize,
+    threads: std::collections::HashMap<i32, ThreadStack>,
+    stacks: Stacks,
 }
 
 /// Nanoseconds to TSC ticks with the session's conversion (perf's
@@ -196,6 +354,15 @@ impl<'s, 'a> Synth<'s, 'a> {
             cbr2khz,
             max_non_turbo_ratio,
             cap_event_trace: session.info().cap_event_trace.unwrap_or(0) != 0,
+            use_thread_stack: opts.callchain || opts.thread_stack || opts.last_branch,
+            callstack: opts.callchain || opts.thread_stack,
+            br_stack_sz: if opts.last_branch {
+                opts.last_branch_sz as usize
+            } else {
+                0
+            },
+            threads: Default::default(),
+            stacks: Stacks::default(),
         };
         s.setup_queues();
         s
@@ -254,6 +421,14 @@ impl<'s, 'a> Synth<'s, 'a> {
     fn setup_queues(&mut self) {
         let params = self.params();
         let snapshot = self.session.snapshot();
+        // perf numbers the AUXTRACE buffers in file order, over all queues.
+        let mut offsets: Vec<u64> = self
+            .session
+            .queues()
+            .iter()
+            .flat_map(|q| q.pieces.iter().map(|p| p.record_offset))
+            .collect();
+        offsets.sort_unstable();
         for (idx, q) in self.session.queues().iter().enumerate() {
             if q.pieces.is_empty() {
                 continue;
@@ -266,14 +441,13 @@ impl<'s, 'a> Synth<'s, 'a> {
                     data: p.data,
                     consecutive: i > 0 && !snapshot,
                     reference: p.reference,
-                    trace_nr: if i > 0 && !snapshot { 1 } else { i as u64 + 1 },
+                    trace_nr: offsets.partition_point(|&o| o < p.record_offset) as u64 + 1,
                 })
                 .collect();
             let ctx = self.session.running(idx, None);
             self.queues.push(PtQueue {
                 idx,
                 dec: Decoder::new(params, bufs),
-                state: State::default(),
                 have_sample: false,
                 timestamp: 0,
                 flags: 0,
@@ -325,14 +499,15 @@ impl<'s, 'a> Synth<'s, 'a> {
         q.ctx_time = Some(time);
     }
 
-    fn decode(&mut self, qi: usize) -> State {
+    /// Decodes the queue's next state (perf's `ptq->state` is the decoder's).
+    fn decode(&mut self, qi: usize) {
         self.update_context(qi);
         let q = &mut self.queues[qi];
         let mut code = QueueCode {
             walker: &mut self.walker,
             image: q.image,
         };
-        *q.dec.decode(&mut code)
+        q.dec.decode(&mut code);
     }
 
     /// Runs every queue to its end, handing each sample and error to `sink` in
@@ -366,7 +541,8 @@ impl<'s, 'a> Synth<'s, 'a> {
         let mut heap = BinaryHeap::new();
         for qi in 0..self.queues.len() {
             loop {
-                let st = self.decode(qi);
+                self.decode(qi);
+                let st = self.queues[qi].dec.state();
                 if let Some(e) = st.err {
                     if e == decode::Error::NoData {
                         break;
@@ -375,8 +551,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                 }
                 if st.timestamp != 0 {
                     let q = &mut self.queues[qi];
-                    q.timestamp = st.timestamp;
-                    q.state = st;
+                    q.timestamp = q.dec.state().timestamp;
                     q.have_sample = true;
                     self.sample_flags(qi);
                     heap.push(Reverse((self.queues[qi].timestamp, qi)));
@@ -462,32 +637,33 @@ impl<'s, 'a> Synth<'s, 'a> {
     ) -> ControlFlow<(), bool> {
         loop {
             self.sample(qi, sink)?;
-            let st = self.decode(qi);
+            self.decode(qi);
+            let st = self.queues[qi].dec.state();
             if let Some(e) = st.err {
                 if e == decode::Error::NoData {
                     return ControlFlow::Continue(false);
                 }
-                self.queues[qi].timestamp = st.est_timestamp;
+                self.queues[qi].timestamp = self.queues[qi].dec.state().est_timestamp;
                 if self.opts.errors {
-                    self.synth_error(qi, &st, sink)?;
+                    self.synth_error(qi, sink)?;
                 }
                 continue;
             }
+            let (from_ip, to_ip, timestamp, est) = (st.from_ip, st.to_ip, st.timestamp, st.est_timestamp);
             let kernel_start = self.kernel_start;
             let timeless = self.timeless;
             let q = &mut self.queues[qi];
-            q.state = st;
             q.have_sample = true;
             self.sample_flags(qi);
             let q = &mut self.queues[qi];
             if !timeless
-                && (st.from_ip >= kernel_start || st.from_ip == 0)
-                && st.to_ip != 0
-                && st.to_ip < kernel_start
+                && (from_ip >= kernel_start || from_ip == 0)
+                && to_ip != 0
+                && to_ip < kernel_start
             {
-                q.timestamp = st.est_timestamp;
-            } else if st.timestamp > q.timestamp {
-                q.timestamp = st.timestamp;
+                q.timestamp = est;
+            } else if timestamp > q.timestamp {
+                q.timestamp = timestamp;
             }
             if !timeless && q.timestamp >= *ts {
                 *ts = q.timestamp;
@@ -500,7 +676,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     fn sample_flags(&mut self, qi: usize) {
         let cap_event_trace = self.cap_event_trace;
         let q = &mut self.queues[qi];
-        let st = &q.state;
+        let st = q.dec.state();
         q.insn_len = 0;
         if st.flags & sflags::ABORT_TX != 0 {
             q.flags = flags::BRANCH | flags::TX_ABORT;
@@ -514,7 +690,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             };
         } else {
             q.flags = if st.from_ip != 0 {
-                insn_type(st.insn_op)
+                crate::decode::insn::op_flags(st.insn_op)
             } else {
                 flags::BRANCH | flags::TRACE_BEGIN
             };
@@ -558,8 +734,8 @@ impl<'s, 'a> Synth<'s, 'a> {
         let q = &self.queues[qi];
         Sample {
             kind,
-            ip: q.state.from_ip,
-            addr: q.state.to_ip,
+            ip: q.dec.state().from_ip,
+            addr: q.dec.state().to_ip,
             flags: q.flags,
             time: (!self.timeless).then(|| self.session.tsc_to_time(q.timestamp)),
             tsc: q.timestamp,
@@ -573,14 +749,38 @@ impl<'s, 'a> Synth<'s, 'a> {
             insn: q.insn,
             payload: 0,
             aux: 0,
+            depth: 0,
             queue: q.idx as u32,
         }
     }
 
+    /// perf's `intel_pt_prep_sample`: a sample with the thread's call chain and
+    /// branch stack (when asked for) in `self.stacks`.
+    fn prep_full(&mut self, qi: usize, kind: Kind) -> Sample {
+        let s = self.prep(qi, kind);
+        self.stacks.callchain.clear();
+        self.stacks.branches.clear();
+        let ts = self.threads.get(&self.queues[qi].tid);
+        if self.opts.callchain {
+            let sz = self.opts.callchain_sz as usize + 1;
+            match ts {
+                Some(ts) => ts.sample(s.ip, sz, &mut self.stacks.callchain),
+                None if sz >= 2 => self.stacks.callchain.push(s.ip),
+                None => {}
+            }
+        }
+        if self.opts.last_branch {
+            if let Some(ts) = ts {
+                ts.br_sample(self.br_stack_sz, &mut self.stacks.branches);
+            }
+        }
+        s
+    }
+
     /// perf's `intel_pt_prep_p_sample`: power and PTWRITE events with no IP have no
     /// flags.
-    fn prep_p(&self, qi: usize, kind: Kind) -> Sample {
-        let mut s = self.prep(qi, kind);
+    fn prep_p(&mut self, qi: usize, kind: Kind) -> Sample {
+        let mut s = self.prep_full(qi, kind);
         if s.ip == 0 {
             s.flags = 0;
         }
@@ -597,7 +797,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         self.update_context(qi);
         let q = &mut self.queues[qi];
         q.have_sample = false;
-        let st = q.state;
+        let st = Brief::of(q.dec.state());
         q.ipc_insn_cnt = st.tot_insn_cnt;
         if self.opts.approx_ipc {
             q.ipc_cyc_cnt = st.cycles;
@@ -612,7 +812,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                 let mut s = self.prep_p(qi, Kind::Psb);
                 s.flags = 0;
                 s.payload = st.psb_offset;
-                sink(Event::Sample(&s))?;
+                sink(Event::Sample(&s, &self.stacks))?;
             }
             if st.cbr != self.queues[qi].cbr_seen {
                 let skip_cbr =
@@ -622,7 +822,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                     let mut s = self.prep_p(qi, Kind::Cbr);
                     s.payload = st.cbr_payload & 0xffff;
                     s.aux = self.max_non_turbo_ratio;
-                    sink(Event::Sample(&s))?;
+                    sink(Event::Sample(&s, &self.stacks))?;
                 }
             }
             let pwr = [
@@ -638,13 +838,13 @@ impl<'s, 'a> Synth<'s, 'a> {
                     if kind == Kind::Exstop {
                         s.aux = u32::from(st.flags & sflags::FUP_IP != 0);
                     }
-                    sink(Event::Sample(&s))?;
+                    sink(Event::Sample(&s, &self.stacks))?;
                 }
             }
         }
 
         if self.opts.instructions && st.type_ & ty::INSTRUCTION != 0 && !self.skip_event() {
-            let mut s = self.prep(qi, Kind::Instructions);
+            let mut s = self.prep_full(qi, Kind::Instructions);
             let q = &mut self.queues[qi];
             s.period = if self.opts.quick != 0 {
                 1
@@ -660,23 +860,42 @@ impl<'s, 'a> Synth<'s, 'a> {
                 q.last_in_cyc_cnt = q.ipc_cyc_cnt;
             }
             q.last_insn_cnt = st.tot_insn_cnt;
-            sink(Event::Sample(&s))?;
+            sink(Event::Sample(&s, &self.stacks))?;
         }
 
         if self.opts.transactions && st.type_ & ty::TRANSACTION != 0 && !self.skip_event() {
-            let s = self.prep(qi, Kind::Transactions);
-            sink(Event::Sample(&s))?;
+            let s = self.prep_full(qi, Kind::Transactions);
+            sink(Event::Sample(&s, &self.stacks))?;
         }
 
         if self.opts.ptwrites && st.type_ & ty::PTW != 0 && !self.skip_event() {
             let mut s = self.prep_p(qi, Kind::Ptwrite);
             s.payload = st.ptw_payload;
             s.aux = u32::from(st.flags & sflags::FUP_IP != 0);
-            sink(Event::Sample(&s))?;
+            sink(Event::Sample(&s, &self.stacks))?;
         }
 
         if st.type_ & ty::BRANCH == 0 {
             return Flow::Continue(());
+        }
+
+        let tid = self.queues[qi].tid;
+        let mut depth = 0;
+        if self.use_thread_stack {
+            let (f, len) = (self.queues[qi].flags, self.queues[qi].insn_len);
+            let ts = self.threads.entry(tid).or_insert_with(|| ThreadStack {
+                trace_nr: st.trace_nr,
+                ..Default::default()
+            });
+            ts.event(f, st.from_ip, st.to_ip, len, st.trace_nr, self.callstack, self.br_stack_sz);
+            depth = ts.stack.len() as u32;
+        } else if let Some(ts) = self.threads.get_mut(&tid) {
+            if st.trace_nr != ts.trace_nr {
+                if ts.trace_nr != 0 {
+                    ts.flush();
+                }
+                ts.trace_nr = st.trace_nr;
+            }
         }
 
         if self.opts.branches {
@@ -684,6 +903,9 @@ impl<'s, 'a> Synth<'s, 'a> {
             if (self.branches_filter == 0 || self.branches_filter & f != 0) && !self.skip_event()
             {
                 let mut s = self.prep(qi, Kind::Branches);
+                s.depth = depth;
+                self.stacks.callchain.clear();
+                self.stacks.branches.clear();
                 let q = &mut self.queues[qi];
                 if q.sample_ipc {
                     s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_br_cyc_cnt);
@@ -693,19 +915,15 @@ impl<'s, 'a> Synth<'s, 'a> {
                     q.last_br_insn_cnt = q.ipc_insn_cnt;
                     q.last_br_cyc_cnt = q.ipc_cyc_cnt;
                 }
-                sink(Event::Sample(&s))?;
+                sink(Event::Sample(&s, &self.stacks))?;
             }
         }
         Flow::Continue(())
     }
 
     /// perf's `intel_ptq_synth_error`.
-    fn synth_error(
-        &mut self,
-        qi: usize,
-        st: &State,
-        sink: &mut dyn FnMut(Event<'_>) -> Flow,
-    ) -> Flow {
+    fn synth_error(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+        let st = self.queues[qi].dec.state();
         let Some(err) = st.err else {
             return Flow::Continue(());
         };

@@ -289,7 +289,7 @@ fn run(a: &Args) -> Result<(), String> {
     };
     let _ = synth.run(&mut |e: Event<'_>| -> Flow {
         match e {
-            Event::Sample(s) => {
+            Event::Sample(s, _) => {
                 if keep(s.tid, s.pid, s.time) {
                     printer.sample(s);
                 }
