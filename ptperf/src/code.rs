@@ -17,7 +17,7 @@ use pt_decoder::insn::decode_at;
 use pt_encoder::ExecMode;
 
 use crate::decode::insn::{Branch, Insn, INSN_BUF};
-use crate::decode::{WalkError, Walker};
+use crate::decode::{PlainInsn, WalkError, Walker};
 
 /// A multiplicative hash for code addresses.
 #[derive(Default)]
@@ -320,6 +320,52 @@ impl CodeWalker {
     }
 }
 
+impl CodeWalker {
+    /// See [`Walker::plain_run`]: the instructions after the last walk's stop, up
+    /// to (not including) its block's last instruction.
+    pub fn plain_run(
+        &mut self,
+        image: &Image,
+        ip: u64,
+        max: usize,
+        out: &mut Vec<PlainInsn>,
+    ) -> usize {
+        let Some(cur) = self.cursor else { return 0 };
+        if cur.stamp != image.stamp() || cur.ip != ip {
+            return 0;
+        }
+        let ci = self.cache_index(cur.stamp);
+        let c = &self.caches[ci].1;
+        let b = &c.blocks[cur.block as usize];
+        // The block's last instruction is left to the plain walk (it may branch).
+        let end = b.ninsn.saturating_sub(1);
+        if cur.index >= end {
+            return 0;
+        }
+        let n = ((end - cur.index) as usize).min(max);
+        let lens = &c.lens[b.lens as usize..][..b.ninsn as usize];
+        let mut at = ip;
+        let mut boff = cur.byte_off as usize;
+        for &len in &lens[cur.index as usize..cur.index as usize + n] {
+            let k = usize::from(len).min(INSN_BUF);
+            let mut bytes = [0u8; INSN_BUF];
+            bytes[..k].copy_from_slice(&c.bytes[boff..boff + k]);
+            out.push(PlainInsn { ip: at, len, bytes });
+            at = at.wrapping_add(u64::from(len));
+            boff += usize::from(len);
+        }
+        self.walked += n as u64;
+        self.cursor = Some(Cursor {
+            stamp: cur.stamp,
+            block: cur.block,
+            index: cur.index + n as u32,
+            byte_off: boff as u32,
+            ip: at,
+        });
+        n
+    }
+}
+
 /// A [`CodeWalker`] over one image, as the decoder's [`Walker`].
 pub struct ImageWalker<'w, 'i> {
     /// The walker.
@@ -338,6 +384,10 @@ impl Walker for ImageWalker<'_, '_> {
         _nr: bool,
     ) -> Result<u64, WalkError> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
+    }
+
+    fn plain_run(&mut self, ip: u64, max: usize, out: &mut Vec<PlainInsn>) -> usize {
+        self.walker.plain_run(self.image, ip, max, out)
     }
 }
 

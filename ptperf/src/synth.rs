@@ -195,6 +195,10 @@ impl Walker for QueueCode<'_, '_> {
     ) -> Result<u64, WalkError> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
+
+    fn plain_run(&mut self, ip: u64, max: usize, out: &mut Vec<decode::PlainInsn>) -> usize {
+        self.walker.plain_run(self.image, ip, max, out)
+    }
 }
 
 /// The fields of a decoder state the samples take (a small copy of it).
@@ -266,6 +270,10 @@ struct PtQueue<'s> {
     next_change: Option<u64>,
     /// The time the context was last looked up at (`Some(None)`: without a time).
     ctx_time: Option<Option<u64>>,
+    /// The TSC it was checked at last.
+    ctx_tsc: u64,
+    /// The last TSC converted to perf time, and the time.
+    time_of: (u64, u64),
 }
 
 /// Synthesizes the samples of a session (see the [module docs](self)).
@@ -286,6 +294,9 @@ pub struct Synth<'s, 'a> {
     br_stack_sz: usize,
     threads: std::collections::HashMap<i32, ThreadStack>,
     stacks: Stacks,
+    /// The fast path for samples of every instruction applies.
+    fast_runs: bool,
+    run: Vec<decode::PlainInsn>,
 }
 
 /// Nanoseconds to TSC ticks with the session's conversion (perf's
@@ -363,7 +374,19 @@ impl<'s, 'a> Synth<'s, 'a> {
             },
             threads: Default::default(),
             stacks: Stacks::default(),
+            fast_runs: false,
+            run: Vec::new(),
         };
+        // Every instruction sampled and nothing else asked of each: the decoder may
+        // hand out runs of plain instructions at once.
+        s.fast_runs = s.opts.instructions
+            && s.opts.period_type == PeriodType::Instructions
+            && s.opts.period == 1
+            && s.opts.initial_skip == 0
+            && s.opts.quick == 0
+            && !s.opts.callchain
+            && !s.opts.last_branch
+            && !s.opts.approx_ipc;
         s.setup_queues();
         s
     }
@@ -468,6 +491,8 @@ impl<'s, 'a> Synth<'s, 'a> {
                 image: self.session.image(ctx.pid, None),
                 next_change: None,
                 ctx_time: None,
+                ctx_tsc: 0,
+                time_of: (u64::MAX, 0),
             });
         }
     }
@@ -476,6 +501,10 @@ impl<'s, 'a> Synth<'s, 'a> {
     fn update_context(&mut self, qi: usize) {
         let s = self.session;
         let q = &mut self.queues[qi];
+        if q.ctx_time.is_some() && q.ctx_tsc == q.timestamp {
+            return;
+        }
+        q.ctx_tsc = q.timestamp;
         let time = (!self.timeless && q.timestamp != 0).then(|| s.tsc_to_time(q.timestamp));
         // Still valid: looked up at a time, and no change since (untimed: once).
         let valid = match (q.ctx_time, time) {
@@ -636,7 +665,11 @@ impl<'s, 'a> Synth<'s, 'a> {
         sink: &mut dyn FnMut(Event<'_>) -> Flow,
     ) -> ControlFlow<(), bool> {
         loop {
+            let sampled = self.queues[qi].have_sample;
             self.sample(qi, sink)?;
+            if sampled && self.fast_runs {
+                self.plain_runs(qi, sink)?;
+            }
             self.decode(qi);
             let st = self.queues[qi].dec.state();
             if let Some(e) = st.err {
@@ -670,6 +703,38 @@ impl<'s, 'a> Synth<'s, 'a> {
                 return ControlFlow::Continue(true);
             }
         }
+    }
+
+    /// The fast path for samples of every instruction: the plain instructions
+    /// that follow the one just sampled, taken from the decoder in one go
+    /// ([`Decoder::take_plain_run`]) and sampled as perf would have sampled the
+    /// states it returns for them one by one.
+    fn plain_runs(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+        let mut run = std::mem::take(&mut self.run);
+        let q = &mut self.queues[qi];
+        let mut code = QueueCode {
+            walker: &mut self.walker,
+            image: q.image,
+        };
+        let n = q.dec.take_plain_run(&mut code, 4096, &mut run);
+        if n > 0 {
+            let mut s = self.prep(qi, Kind::Instructions);
+            let q = &mut self.queues[qi];
+            q.last_insn_cnt = q.dec.state().tot_insn_cnt;
+            q.ipc_insn_cnt = q.last_insn_cnt;
+            for p in &run[..n] {
+                s.ip = p.ip;
+                s.insn_len = p.len;
+                s.insn = p.bytes;
+                let r = sink(Event::Sample(&s, &self.stacks));
+                if r.is_break() {
+                    self.run = run;
+                    return r;
+                }
+            }
+        }
+        self.run = run;
+        Flow::Continue(())
     }
 
     /// perf's `intel_pt_sample_flags`.
@@ -730,14 +795,24 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// A sample of `kind` from the queue's state (perf's `intel_pt_prep_b_sample`).
-    fn prep(&self, qi: usize, kind: Kind) -> Sample {
-        let q = &self.queues[qi];
+    fn prep(&mut self, qi: usize, kind: Kind) -> Sample {
+        let timeless = self.timeless;
+        let session = self.session;
+        let q = &mut self.queues[qi];
+        let time = if timeless {
+            None
+        } else {
+            if q.time_of.0 != q.timestamp {
+                q.time_of = (q.timestamp, session.tsc_to_time(q.timestamp));
+            }
+            Some(q.time_of.1)
+        };
         Sample {
             kind,
             ip: q.dec.state().from_ip,
             addr: q.dec.state().to_ip,
             flags: q.flags,
-            time: (!self.timeless).then(|| self.session.tsc_to_time(q.timestamp)),
+            time,
             tsc: q.timestamp,
             cpu: q.cpu,
             pid: q.pid,
@@ -758,6 +833,9 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// branch stack (when asked for) in `self.stacks`.
     fn prep_full(&mut self, qi: usize, kind: Kind) -> Sample {
         let s = self.prep(qi, kind);
+        if !self.opts.callchain && !self.opts.last_branch {
+            return s;
+        }
         self.stacks.callchain.clear();
         self.stacks.branches.clear();
         let ts = self.threads.get(&self.queues[qi].tid);

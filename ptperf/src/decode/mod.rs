@@ -198,6 +198,26 @@ pub trait Walker {
     fn pgd_ip(&mut self, _ip: u64) -> Option<bool> {
         None
     }
+
+    /// The plain (not branching) instructions from `ip` on, at most `max`, that
+    /// the next walks would step through one by one before the instruction that
+    /// ends their run of code: their IPs, lengths and bytes into `out`, and the
+    /// walker moved past them as if walked. 0 when the walker cannot tell cheaply
+    /// (the fast path of [`Decoder::take_plain_run`]).
+    fn plain_run(&mut self, _ip: u64, _max: usize, _out: &mut Vec<PlainInsn>) -> usize {
+        0
+    }
+}
+
+/// One plain instruction of a run ([`Walker::plain_run`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlainInsn {
+    /// Its IP.
+    pub ip: u64,
+    /// Its length.
+    pub len: u8,
+    /// Its bytes.
+    pub bytes: [u8; INSN_BUF],
 }
 
 /// One step of the decode, as perf's `struct intel_pt_state`.
@@ -2724,6 +2744,53 @@ impl<'a> Decoder<'a> {
         self.state.tot_insn_cnt = self.tot_insn_cnt;
         self.state.tot_cyc_cnt = self.sample_tot_cyc_cnt;
         &self.state
+    }
+
+    /// The fast path of instruction sampling at every instruction: when the last
+    /// state sampled a plain instruction in the middle of a run of code, the next
+    /// states (up to the instruction that ends the run) would each sample the next
+    /// instruction with nothing else changed. This takes up to `max` of them at
+    /// once: their instructions into `out` (from the walker), the decoder left as
+    /// if it had returned them one by one (its state is the last one's). 0 when
+    /// the fast path does not apply.
+    pub fn take_plain_run(
+        &mut self,
+        code: &mut dyn Walker,
+        max: usize,
+        out: &mut Vec<PlainInsn>,
+    ) -> usize {
+        out.clear();
+        let applies = self.state.err.is_none()
+            && self.state.type_ == ty::INSTRUCTION
+            && self.state.insn_op == Op::Other
+            && self.state.to_ip == 0
+            && matches!(
+                self.pkt_state,
+                PktState::Tnt | PktState::TntCont | PktState::Tip | PktState::TipPgd
+            )
+            && self.period_type == PeriodType::Instructions
+            && self.period == 1
+            && !self.hop
+            && !self.emulated_ptwrite
+            && self.cbr == self.cbr_seen;
+        if !applies {
+            return 0;
+        }
+        let n = code.plain_run(self.ip, max, out);
+        let Some(last) = out.get(n.wrapping_sub(1)).copied() else {
+            return 0;
+        };
+        self.mtc_insn = true;
+        self.count_insns(n as u64);
+        self.period_insn_cnt = 0;
+        self.no_progress = 0;
+        self.ip = last.ip.wrapping_add(u64::from(last.len));
+        self.state.from_ip = last.ip;
+        self.state.insn_len = last.len;
+        self.state.insn = last.bytes;
+        self.state.tot_insn_cnt = self.tot_insn_cnt;
+        self.state.est_timestamp = self.est_timestamp();
+        n
     }
 
     /// Moves on to the last PSB whose TSC is before `timestamp` (perf's

@@ -33,13 +33,26 @@ pub(crate) mod w {
 
     /// `%*x` (right-aligned in `width`).
     pub fn hex_w(buf: &mut Vec<u8>, v: u64, width: usize) {
-        let digits = if v == 0 {
-            1
+        // One copy of a 16-digit field, the common case.
+        let mut tmp = [b' '; 16];
+        let mut i = 16;
+        let mut x = v;
+        loop {
+            i -= 1;
+            tmp[i] = HEX[(x & 15) as usize];
+            x >>= 4;
+            if x == 0 {
+                break;
+            }
+        }
+        let digits = 16 - i;
+        if width >= 16 {
+            pad(buf, width - 16);
+            buf.extend_from_slice(&tmp);
         } else {
-            (64 - v.leading_zeros() as usize).div_ceil(4)
-        };
-        pad(buf, width.saturating_sub(digits));
-        hex(buf, v);
+            pad(buf, width.saturating_sub(digits));
+            buf.extend_from_slice(&tmp[i..]);
+        }
     }
 
     /// `%u`.
