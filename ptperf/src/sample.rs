@@ -185,6 +185,9 @@ pub struct Sample {
     pub depth: u32,
     /// Where the sample came from: the queue's index in the session.
     pub queue: u32,
+    /// The code image (`pt_decoder::image::Image::stamp`) the thread ran when
+    /// sampled: addresses of samples with the same stamp resolve the same way.
+    pub code: u64,
 }
 
 /// A decoder error, as perf reports it (`PERF_RECORD_AUXTRACE_ERROR` of type

@@ -826,6 +826,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             aux: 0,
             depth: 0,
             queue: q.idx as u32,
+            code: q.image.stamp(),
         }
     }
 

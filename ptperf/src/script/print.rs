@@ -32,26 +32,21 @@ pub(crate) mod w {
     }
 
     /// `%*x` (right-aligned in `width`).
+    #[inline]
     pub fn hex_w(buf: &mut Vec<u8>, v: u64, width: usize) {
-        // One copy of a 16-digit field, the common case.
-        let mut tmp = [b' '; 16];
-        let mut i = 16;
-        let mut x = v;
-        loop {
-            i -= 1;
-            tmp[i] = HEX[(x & 15) as usize];
-            x >>= 4;
-            if x == 0 {
-                break;
-            }
-        }
-        let digits = 16 - i;
-        if width >= 16 {
-            pad(buf, width - 16);
-            buf.extend_from_slice(&tmp);
+        let digits = if v == 0 {
+            1
         } else {
-            pad(buf, width.saturating_sub(digits));
-            buf.extend_from_slice(&tmp[i..]);
+            (64 - v.leading_zeros() as usize).div_ceil(4)
+        };
+        let total = width.max(digits);
+        let start = buf.len();
+        buf.resize(start + total, b' ');
+        let out = &mut buf[start + total - digits..start + total];
+        let mut x = v;
+        for c in out.iter_mut().rev() {
+            *c = HEX[(x & 15) as usize];
+            x >>= 4;
         }
     }
 
@@ -143,6 +138,7 @@ mod st {
 }
 
 /// The symbol part of a line, resolved once per address.
+#[derive(Clone)]
 struct Resolved {
     /// `sym+0xoff` or `[unknown]` pieces.
     sym: Option<(std::rc::Rc<str>, u64)>,
@@ -167,6 +163,8 @@ pub struct Printer<'s, 'a> {
     pub buf: Vec<u8>,
     /// kHz per CBR unit (for `cbr` events' frequency).
     pub cbr2khz: u64,
+    /// Resolved addresses by (code image, pid, address).
+    cache: Vec<Option<((u64, i32, u64), Resolved)>>,
 }
 
 /// perf's event modifiers (`evsel__add_modifiers`) of an attr.
@@ -328,11 +326,28 @@ impl<'s, 'a> Printer<'s, 'a> {
             sym_names: Default::default(),
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
+            cache: vec![None; 1 << 13],
         })
     }
 
+    /// [`Self::resolve_uncached`] through a direct-mapped cache keyed by the code
+    /// image the sample ran in (its mappings do not change while it is the same)
+    /// and the address.
+    fn resolve(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> Resolved {
+        let slot = ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> 51) as usize;
+        if let Some((k, r)) = &self.cache[slot] {
+            if *k == (stamp, pid, ip) {
+                return r.clone();
+            }
+        }
+        let r = self.resolve_uncached(pid, ip, time);
+        self.cache[slot] = Some(((stamp, pid, ip), r.clone()));
+        r
+    }
+
     /// What `ip` of process `pid` at `time` is: symbol and offset, and the dso.
-    fn resolve(&mut self, pid: i32, ip: u64, time: Option<u64>) -> Resolved {
+    fn resolve_uncached(&mut self, pid: i32, ip: u64, time: Option<u64>) -> Resolved {
         let s = self.session;
         let pid = (pid >= 0).then_some(pid as u32);
         let Some(m) = s.mapping(pid, ip, time) else {
@@ -645,7 +660,7 @@ impl<'s, 'a> Printer<'s, 'a> {
                 self.buf.push(b' ');
                 w::hex_w(&mut self.buf, s.ip, 16);
                 if fields & (f::SYM | f::DSO) != 0 {
-                    let r = self.resolve(s.pid, s.ip, s.time);
+                    let r = self.resolve(s.code, s.pid, s.ip, s.time);
                     self.sym_part(&r, fields);
                 }
             }
@@ -653,7 +668,7 @@ impl<'s, 'a> Printer<'s, 'a> {
                 self.buf.extend_from_slice(b" => ");
                 w::hex_w(&mut self.buf, s.addr, 16);
                 if fields & (f::SYM | f::DSO) != 0 {
-                    let r = self.resolve(s.pid, s.addr, s.time);
+                    let r = self.resolve(s.code, s.pid, s.addr, s.time);
                     self.sym_part(&r, fields);
                 }
             }
@@ -672,12 +687,14 @@ impl<'s, 'a> Printer<'s, 'a> {
             self.buf.push(b' ');
             w::hex_w(&mut self.buf, s.ip, 16);
             if fields & (f::SYM | f::DSO) != 0 {
-                let r = self.resolve(s.pid, s.ip, s.time);
+                let r = self.resolve(s.code, s.pid, s.ip, s.time);
                 self.sym_part(&r, fields);
             }
         }
-        self.insn(fields, s);
-        self.ipc(fields, s);
+        if fields & (f::INSN | f::INSNLEN | f::IPC) != 0 {
+            self.insn(fields, s);
+            self.ipc(fields, s);
+        }
         self.buf.push(b'\n');
     }
 
