@@ -163,6 +163,8 @@ pub struct Printer<'s, 'a> {
     pub buf: Vec<u8>,
     /// kHz per CBR unit (for `cbr` events' frequency).
     pub cbr2khz: u64,
+    /// The last thread name looked up: (tid, from, until, name).
+    comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
     /// Resolved addresses by (code image, pid, address).
     cache: Vec<Option<((u64, i32, u64), Resolved)>>,
 }
@@ -327,6 +329,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
             cache: vec![None; 1 << 13],
+            comm_cache: None,
         })
     }
 
@@ -415,12 +418,43 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
     }
 
-    fn comm(&self, pid: i32, tid: i32, time: Option<u64>) -> Option<&'s str> {
-        let _ = pid;
+    /// The thread's name at `time` (cached for the span the name holds).
+    fn comm(&mut self, tid: i32, time: Option<u64>) -> Option<&'s str> {
         if tid < 0 {
             return None;
         }
-        self.session.comm(tid as u32, time)
+        let t = time.unwrap_or(0);
+        if let Some((ctid, lo, hi, c)) = self.comm_cache {
+            if ctid == tid && time.is_some() && t >= lo && t < hi {
+                return c;
+            }
+        }
+        let th = self.session.thread(tid as u32, time)?;
+        let comm = th.comm_at(time);
+        if time.is_some() {
+            // The span: from this name's change (or the thread's start) to the next
+            // change, the thread's exit or the next thread of the same id.
+            let lo = th
+                .comms
+                .iter()
+                .rev()
+                .find(|c| c.time <= t)
+                .map_or(th.start.unwrap_or(0), |c| c.time.max(th.start.unwrap_or(0)));
+            let hi = th
+                .comms
+                .iter()
+                .find(|c| c.time > t)
+                .map_or(u64::MAX, |c| c.time);
+            let hi = self
+                .session
+                .threads()
+                .filter(|o| o.tid == tid as u32)
+                .filter_map(|o| o.start)
+                .filter(|&st| st > t)
+                .fold(hi, u64::min);
+            self.comm_cache = Some((tid, lo.min(t), hi, comm));
+        }
+        comm
     }
 
     fn time(&mut self, t: u64) {
@@ -452,7 +486,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     fn start(&mut self, fields: u64, s: &Sample) {
         if fields & f::COMM != 0 {
             let tid = s.tid;
-            let comm = self.comm(s.pid, tid, s.time);
+            let comm = self.comm(tid, s.time);
             let b = &mut self.buf;
             match comm {
                 Some(c) => w::str_w(b, c.as_bytes(), 16),
