@@ -163,6 +163,8 @@ pub struct Plan {
     pub cpus: Option<Vec<u32>>,
     /// The time range.
     pub time: Option<TimeRange>,
+    /// Pad dso names to 50 columns (`--call-trace`).
+    pub pad_dso: bool,
 }
 
 impl Plan {
@@ -210,6 +212,7 @@ impl Plan {
         let cpus = a.cpu.as_deref().map(|s| parse_list(s, "cpu")).transpose()?;
         let time = a.time.as_deref().map(parse_time).transpose()?;
         Ok(Plan {
+            pad_dso: a.call_trace,
             opts,
             sel,
             ns,
@@ -289,9 +292,9 @@ fn run(a: &Args) -> Result<(), String> {
     };
     let _ = synth.run(&mut |e: Event<'_>| -> Flow {
         match e {
-            Event::Sample(s, _) => {
+            Event::Sample(s, st) => {
                 if keep(s.tid, s.pid, s.time) {
-                    printer.sample(s);
+                    printer.sample_with(s, st);
                 }
             }
             Event::Error(e) => {

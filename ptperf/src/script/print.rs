@@ -10,6 +10,7 @@ use super::Plan;
 use crate::itrace::SynthOpts;
 use crate::sample::{flags, Kind, Sample, TraceError};
 use crate::symbols::Symbols;
+use crate::synth::Stacks;
 
 /// Writes numbers and padding into a byte buffer.
 pub(crate) mod w {
@@ -163,6 +164,12 @@ pub struct Printer<'s, 'a> {
     pub buf: Vec<u8>,
     /// kHz per CBR unit (for `cbr` events' frequency).
     pub cbr2khz: u64,
+    /// Samples carry call chains (`--itrace=g`): printed one entry a line.
+    callchains: bool,
+    /// perf's `spacing` of callindent lines (kept from line to line).
+    spacing: usize,
+    /// Width dso names are padded to (perf's `pad_output_len_dso`; 0: none).
+    pub pad_dso: usize,
     /// The last thread name looked up: (tid, from, until, name).
     comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
     /// Resolved addresses by (code image, pid, address).
@@ -330,6 +337,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             cbr2khz: 0,
             cache: vec![None; 1 << 13],
             comm_cache: None,
+            spacing: 0,
+            callchains: opts.callchain,
+            pad_dso: if plan.pad_dso { 50 } else { 0 },
         })
     }
 
@@ -413,8 +423,8 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
         if fields & f::DSO != 0 {
             b.extend_from_slice(b" (");
-            b.extend_from_slice(r.dso.as_bytes());
-            b.push(b')');
+            self.dso_name(&r.dso.clone());
+            self.buf.push(b')');
         }
     }
 
@@ -488,12 +498,18 @@ impl<'s, 'a> Printer<'s, 'a> {
             let tid = s.tid;
             let comm = self.comm(tid, s.time);
             let b = &mut self.buf;
+            // Events with call chains (all but branches) have the name unpadded.
+            let width = if self.callchains && fields & f::IP != 0 && s.kind != Kind::Branches {
+                0
+            } else {
+                16
+            };
             match comm {
-                Some(c) => w::str_w(b, c.as_bytes(), 16),
+                Some(c) => w::str_w(b, c.as_bytes(), width),
                 None => {
                     let mut t = vec![b':'];
                     w::int(&mut t, i64::from(tid));
-                    w::str_w(b, &t, 16);
+                    w::str_w(b, &t, width);
                 }
             }
             b.push(b' ');
@@ -653,8 +669,134 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
     }
 
-    /// One sample's line.
+    /// A dso name as perf writes it (padded with `--call-trace`).
+    fn dso_name(&mut self, dso: &str) {
+        let b = &mut self.buf;
+        if self.pad_dso != 0 {
+            let n = dso.len().min(self.pad_dso - 1);
+            b.extend_from_slice(&dso.as_bytes()[..n]);
+            w::pad(b, self.pad_dso - n);
+        } else {
+            b.extend_from_slice(dso.as_bytes());
+        }
+    }
+
+    /// perf's `perf_sample__fprintf_callindent`: the call depth as indentation and
+    /// the function called or returned from.
+    fn callindent(&mut self, s: &Sample, fields: u64) {
+        let mut depth = s.depth as usize;
+        if s.flags & flags::RETURN != 0 {
+            depth += 1;
+        }
+        let al = self.resolve(s.code, s.pid, s.ip, s.time);
+        let mut ip = 0;
+        let mut name: Option<std::rc::Rc<str>> = None;
+        if s.flags & (flags::CALL | flags::TRACE_BEGIN) != 0 {
+            let r = self.resolve(s.code, s.pid, s.addr, s.time);
+            match r.sym {
+                Some((n, _)) => name = Some(n),
+                None => ip = s.addr,
+            }
+        } else if s.flags & (flags::RETURN | flags::TRACE_END) != 0 {
+            match &al.sym {
+                Some((n, _)) => name = Some(n.clone()),
+                None => ip = s.ip,
+            }
+        }
+        if fields & f::DSO != 0 && fields & (f::IP | f::ADDR) == 0 {
+            self.buf.push(b'(');
+            self.dso_name(&al.dso.clone());
+            self.buf.extend_from_slice(b")\t");
+        }
+        let start = self.buf.len();
+        if let Some(n) = &name {
+            w::pad(&mut self.buf, depth * 4);
+            self.buf.extend_from_slice(n.as_bytes());
+        } else if ip != 0 {
+            w::pad(&mut self.buf, depth * 4);
+            w::hex_w(&mut self.buf, ip, 16);
+        }
+        let len = self.buf.len() - start;
+        if len > self.spacing || (len != 0 && len + 52 < self.spacing) {
+            self.spacing = (len + 4).div_ceil(32) * 32;
+        }
+        if len < self.spacing {
+            w::pad(&mut self.buf, self.spacing - len);
+        }
+    }
+
+    /// perf's `perf_sample__fprintf_brstack`.
+    fn brstack(&mut self, s: &Sample, st: &Stacks, fields: u64) {
+        for e in &st.branches {
+            self.buf.extend_from_slice(b" 0x");
+            w::hex(&mut self.buf, e.from);
+            if fields & f::DSO != 0 {
+                let r = self.resolve(s.code, s.pid, e.from, s.time);
+                self.buf.push(b'(');
+                self.dso_name(&r.dso.clone());
+                self.buf.push(b')');
+            }
+            self.buf.extend_from_slice(b"/0x");
+            w::hex(&mut self.buf, e.to);
+            if fields & f::DSO != 0 {
+                let r = self.resolve(s.code, s.pid, e.to, s.time);
+                self.buf.push(b'(');
+                self.dso_name(&r.dso.clone());
+                self.buf.push(b')');
+            }
+            self.buf.extend_from_slice(b"/-/");
+            self.buf.push(if e.in_tx { b'X' } else { b'-' });
+            self.buf.push(b'/');
+            self.buf.push(if e.abort { b'A' } else { b'-' });
+            self.buf.extend_from_slice(b"/0/ ");
+        }
+    }
+
+    /// perf's `sample__fprintf_callchain`: one line per entry, the addresses
+    /// file-relative in user-space code.
+    fn callchain(&mut self, s: &Sample, st: &Stacks, fields: u64) {
+        for &ip in &st.callchain {
+            let pid = (s.pid >= 0).then_some(s.pid as u32);
+            let m = self
+                .session
+                .mapping(pid, ip, s.time)
+                .map(|m| (m.start, m.pgoff, m.kind != pt_decoder::perf::MappingKind::Kernel));
+            let r = self.resolve(s.code, s.pid, ip, s.time);
+            let addr = match m {
+                Some((start, pgoff, true)) => ip.wrapping_sub(start).wrapping_add(pgoff),
+                _ => ip,
+            };
+            self.buf.push(b'\t');
+            w::hex_w(&mut self.buf, addr, 16);
+            if fields & f::SYM != 0 {
+                self.buf.push(b' ');
+                match &r.sym {
+                    Some((name, off)) => {
+                        self.buf.extend_from_slice(name.as_bytes());
+                        if fields & f::SYMOFFSET != 0 {
+                            self.buf.extend_from_slice(b"+0x");
+                            w::hex(&mut self.buf, *off);
+                        }
+                    }
+                    None => self.buf.extend_from_slice(b"[unknown]"),
+                }
+            }
+            if fields & f::DSO != 0 {
+                self.buf.extend_from_slice(b" (");
+                self.dso_name(&r.dso.clone());
+                self.buf.push(b')');
+            }
+            self.buf.push(b'\n');
+        }
+    }
+
+    /// One sample's line, without call chain or branch stack.
     pub fn sample(&mut self, s: &Sample) {
+        self.sample_with(s, &Stacks::default());
+    }
+
+    /// One sample's line (and lines of its call chain).
+    pub fn sample_with(&mut self, s: &Sample, st: &Stacks) {
         let t = if s.kind.is_synth() {
             OutType::Synth
         } else {
@@ -690,6 +832,9 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
         if s.kind == Kind::Branches {
             // perf_sample__fprintf_bts
+            if fields & f::CALLINDENT != 0 {
+                self.callindent(s, fields);
+            }
             if fields & f::IP != 0 {
                 self.buf.push(b' ');
                 w::hex_w(&mut self.buf, s.ip, 16);
@@ -718,12 +863,20 @@ impl<'s, 'a> Printer<'s, 'a> {
             w::hex_w(&mut self.buf, s.addr, 16);
         }
         if fields & f::IP != 0 {
-            self.buf.push(b' ');
-            w::hex_w(&mut self.buf, s.ip, 16);
-            if fields & (f::SYM | f::DSO) != 0 {
-                let r = self.resolve(s.code, s.pid, s.ip, s.time);
-                self.sym_part(&r, fields);
+            if self.callchains {
+                self.buf.push(b'\n');
+                self.callchain(s, st, fields);
+            } else {
+                self.buf.push(b' ');
+                w::hex_w(&mut self.buf, s.ip, 16);
+                if fields & (f::SYM | f::DSO) != 0 {
+                    let r = self.resolve(s.code, s.pid, s.ip, s.time);
+                    self.sym_part(&r, fields);
+                }
             }
+        }
+        if fields & f::BRSTACK != 0 {
+            self.brstack(s, st, fields);
         }
         if fields & (f::INSN | f::INSNLEN | f::IPC) != 0 {
             self.insn(fields, s);
