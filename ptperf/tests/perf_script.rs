@@ -103,6 +103,14 @@ const CHECKS: &[&[&str]] = &[
     &["--itrace=b", "-F", "tid,ip,sym"],
     &["--itrace=i1i", "-F", "-comm,-dso"],
     &["--insn-trace"],
+    &["--call-trace"],
+    &["--call-ret-trace"],
+    &["--itrace=cr", "-F", "+callindent"],
+    &["--itrace=i100ig"],
+    &["--itrace=i97ig4", "-F", "-dso"],
+    &["--itrace=bg"],
+    &["--itrace=i1000il8", "-F", "+brstack"],
+    &["--itrace=i1000il", "-F", "ip,brstack"],
 ];
 
 fn check_all(file: &Path) {
@@ -219,6 +227,24 @@ fn lost_piece_errors() {
     for args in [&["--itrace=be"][..], &["--itrace=i1ie"], &[]] {
         same(&file, args);
     }
+}
+
+/// `--json`: one object per sample, as many as perf has lines.
+#[test]
+fn json_lines() {
+    let dir = scratch("s_json");
+    let (file, _) = record(&dir, &demo(), &[], Layout::default());
+    let lines = same(&file, &["--itrace=bi1000ig"]);
+    let out = run(&ptperf(), &file, &["--itrace=bi1000ig", "--json"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let objects: Vec<&str> = text.lines().collect();
+    assert!(objects.len() > 100 && objects.len() < lines);
+    for o in &objects {
+        assert!(o.starts_with("{\"event\":\"") && o.ends_with('}'), "{o}");
+    }
+    assert!(objects.iter().any(|o| o.contains("\"callchain\":[\"0x")));
+    assert!(objects.iter().any(|o| o.contains("\"flags\":\"call\"")));
 }
 
 /// Bad options: perf's error line, a non-zero exit.

@@ -57,9 +57,9 @@ pub struct Args {
     /// look for files under this directory
     #[arg(long = "symfs")]
     pub symfs: Option<String>,
-    /// Show a progress bar on a terminal
-    #[arg(long = "progress", hide = true)]
-    pub progress: bool,
+    /// One JSON object per sample (and per error) instead of perf's text
+    #[arg(long = "json")]
+    pub json: bool,
 }
 
 /// A comma-separated list of numbers (perf's cpu/tid lists, `a-b` ranges too).
@@ -283,6 +283,7 @@ fn run(a: &Args) -> Result<(), String> {
     let tids = plan.tids.clone();
     let pids = plan.pids.clone();
     let time = plan.time;
+    let json = a.json;
     let keep = |tid: i32, pid: i32, t: Option<u64>| {
         tids.as_ref().is_none_or(|v| v.contains(&(tid as u32)))
             && pids.as_ref().is_none_or(|v| v.contains(&(pid as u32)))
@@ -294,13 +295,21 @@ fn run(a: &Args) -> Result<(), String> {
         match e {
             Event::Sample(s, st) => {
                 if keep(s.tid, s.pid, s.time) {
-                    printer.sample_with(s, st);
+                    if json {
+                        printer.json(s, st);
+                    } else {
+                        printer.sample_with(s, st);
+                    }
                 }
             }
             Event::Error(e) => {
                 errors += 1;
                 if keep(e.tid, e.pid, (e.time != 0).then_some(e.time)) {
-                    printer.error(e);
+                    if json {
+                        printer.json_error(e);
+                    } else {
+                        printer.error(e);
+                    }
                 }
             }
         }

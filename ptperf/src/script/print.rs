@@ -790,6 +790,145 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
     }
 
+    /// A JSON string.
+    fn json_str(&mut self, v: &str) {
+        let b = &mut self.buf;
+        b.push(b'"');
+        for c in v.chars() {
+            match c {
+                '"' => b.extend_from_slice(b"\\\""),
+                '\\' => b.extend_from_slice(b"\\\\"),
+                c if (c as u32) < 0x20 => {
+                    b.extend_from_slice(b"\\u00");
+                    b.push(b"0123456789abcdef"[(c as usize) >> 4]);
+                    b.push(b"0123456789abcdef"[(c as usize) & 15]);
+                }
+                c => {
+                    let mut t = [0u8; 4];
+                    b.extend_from_slice(c.encode_utf8(&mut t).as_bytes());
+                }
+            }
+        }
+        b.push(b'"');
+    }
+
+    fn json_key(&mut self, k: &str) {
+        self.buf.extend_from_slice(b",\"");
+        self.buf.extend_from_slice(k.as_bytes());
+        self.buf.extend_from_slice(b"\":");
+    }
+
+    fn json_addr(&mut self, key: &str, s: &Sample, a: u64) {
+        self.json_key(key);
+        self.buf.extend_from_slice(b"\"0x");
+        w::hex(&mut self.buf, a);
+        self.buf.push(b'"');
+        let r = self.resolve(s.code, s.pid, a, s.time);
+        if let Some((name, off)) = &r.sym {
+            self.json_key(&format!("{key}_sym"));
+            self.json_str(&name.clone());
+            self.json_key(&format!("{key}_symoff"));
+            w::dec(&mut self.buf, *off);
+        }
+        self.json_key(&format!("{key}_dso"));
+        self.json_str(&r.dso.clone());
+    }
+
+    /// One sample as a JSON object on a line (`--json`): every field perf can
+    /// print for it, whatever `-F` says.
+    pub fn json(&mut self, s: &Sample, st: &Stacks) {
+        self.buf.extend_from_slice(b"{\"event\":");
+        self.json_str(s.kind.name());
+        let comm = self.comm(s.tid, s.time);
+        if let Some(c) = comm {
+            self.json_key("comm");
+            self.json_str(c);
+        }
+        for (k, v) in [("pid", s.pid), ("tid", s.tid), ("cpu", s.cpu)] {
+            self.json_key(k);
+            w::int(&mut self.buf, i64::from(v));
+        }
+        if let Some(t) = s.time {
+            self.json_key("time");
+            w::dec(&mut self.buf, t);
+        }
+        self.json_key("period");
+        w::dec(&mut self.buf, s.period);
+        self.json_addr("ip", s, s.ip);
+        if s.kind == Kind::Branches {
+            self.json_addr("addr", s, s.addr);
+        }
+        self.json_key("flags");
+        let fs = flags::to_string(s.flags);
+        self.json_str(fs.trim_end());
+        if s.insn_len != 0 {
+            self.json_key("insn");
+            self.buf.push(b'"');
+            for &x in &s.insn[..usize::from(s.insn_len).min(16)] {
+                self.buf.push(b"0123456789abcdef"[usize::from(x >> 4)]);
+                self.buf.push(b"0123456789abcdef"[usize::from(x & 15)]);
+            }
+            self.buf.push(b'"');
+        }
+        if s.cyc_cnt != 0 {
+            self.json_key("insn_cnt");
+            w::dec(&mut self.buf, s.insn_cnt);
+            self.json_key("cyc_cnt");
+            w::dec(&mut self.buf, s.cyc_cnt);
+        }
+        if s.kind.is_synth() {
+            self.json_key("payload");
+            w::dec(&mut self.buf, s.payload);
+        }
+        if !st.callchain.is_empty() {
+            self.json_key("callchain");
+            self.buf.push(b'[');
+            for (i, ip) in st.callchain.iter().enumerate() {
+                if i > 0 {
+                    self.buf.push(b',');
+                }
+                self.buf.extend_from_slice(b"\"0x");
+                w::hex(&mut self.buf, *ip);
+                self.buf.push(b'"');
+            }
+            self.buf.push(b']');
+        }
+        if !st.branches.is_empty() {
+            self.json_key("brstack");
+            self.buf.push(b'[');
+            for (i, e) in st.branches.iter().enumerate() {
+                if i > 0 {
+                    self.buf.push(b',');
+                }
+                self.buf.extend_from_slice(b"{\"from\":\"0x");
+                w::hex(&mut self.buf, e.from);
+                self.buf.extend_from_slice(b"\",\"to\":\"0x");
+                w::hex(&mut self.buf, e.to);
+                self.buf.extend_from_slice(b"\"}");
+            }
+            self.buf.push(b']');
+        }
+        self.buf.extend_from_slice(b"}\n");
+    }
+
+    /// A decoder error as a JSON object on a line.
+    pub fn json_error(&mut self, e: &TraceError) {
+        self.buf.extend_from_slice(b"{\"event\":\"error\",\"code\":");
+        w::dec(&mut self.buf, u64::from(e.code));
+        self.json_key("msg");
+        self.json_str(e.msg);
+        for (k, v) in [("pid", e.pid), ("tid", e.tid), ("cpu", e.cpu)] {
+            self.json_key(k);
+            w::int(&mut self.buf, i64::from(v));
+        }
+        self.json_key("time");
+        w::dec(&mut self.buf, e.time);
+        self.json_key("ip");
+        self.buf.extend_from_slice(b"\"0x");
+        w::hex(&mut self.buf, e.ip);
+        self.buf.extend_from_slice(b"\"}\n");
+    }
+
     /// One sample's line, without call chain or branch stack.
     pub fn sample(&mut self, s: &Sample) {
         self.sample_with(s, &Stacks::default());
