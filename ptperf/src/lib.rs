@@ -17,6 +17,7 @@ pub mod profile;
 pub mod sample;
 pub mod verify;
 pub mod itrace;
+pub mod report;
 pub mod script;
 pub mod symbols;
 pub mod synth;

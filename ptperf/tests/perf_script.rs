@@ -229,6 +229,58 @@ fn lost_piece_errors() {
     }
 }
 
+/// `perf report --stdio` and `ptperf report --stdio`: the same rows (perf's header
+/// ends with a random tip, so the `#` lines are left out).
+fn same_report(file: &Path, args: &[&str]) -> usize {
+    let perf = pt_testkit::tool("perf", "linux-perf");
+    let rows = |tool: &Path| -> Vec<String> {
+        let mut cmd = Command::new(tool);
+        if tool.ends_with("perf") {
+            let mut beside = file.as_os_str().to_owned();
+            beside.push(".debug");
+            cmd.arg("--buildid-dir").arg(beside);
+        }
+        let out = cmd
+            .arg("report")
+            .arg("-i")
+            .arg(file)
+            .arg("--stdio")
+            .args(args)
+            .env("PERF_PAGER", "cat")
+            .env("HOME", tmp())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{} report {args:?}: {}", tool.display(), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let theirs = rows(&perf);
+    let ours = rows(&ptperf());
+    assert_eq!(theirs, ours, "report {args:?}");
+    ours.len()
+}
+
+#[test]
+fn report_rows() {
+    let dir = scratch("s_report");
+    let (file, _) = record(&dir, &demo(), &[], Layout::default());
+    let mut n = 0;
+    for args in [
+        &["--itrace=i1i"][..],
+        &["--itrace=b"],
+        &["--itrace=i100i"],
+        &["--itrace=c"],
+        &["--itrace=i1i", "--sort", "dso,sym"],
+        &["--itrace=i1i", "--sort", "comm,sym"],
+    ] {
+        n += same_report(&file, args);
+    }
+    assert!(n > 100);
+}
+
 /// `--json`: one object per sample, as many as perf has lines.
 #[test]
 fn json_lines() {

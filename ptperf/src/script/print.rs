@@ -140,10 +140,16 @@ mod st {
 
 /// The symbol part of a line, resolved once per address.
 #[derive(Clone)]
-struct Resolved {
+pub(crate) struct Resolved {
     /// `sym+0xoff` or `[unknown]` pieces.
-    sym: Option<(std::rc::Rc<str>, u64)>,
-    dso: std::rc::Rc<str>,
+    pub sym: Option<(std::rc::Rc<str>, u64)>,
+    /// The dso's name (as recorded; `[unknown]` outside any mapping).
+    pub dso: std::rc::Rc<str>,
+    /// The address as perf's map sees it (`ip - start + pgoff`), or the IP outside
+    /// any mapping.
+    pub addr: u64,
+    /// Whether a mapping holds it.
+    pub mapped: bool,
 }
 
 /// Prints samples as perf script does.
@@ -346,7 +352,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// [`Self::resolve_uncached`] through a direct-mapped cache keyed by the code
     /// image the sample ran in (its mappings do not change while it is the same)
     /// and the address.
-    fn resolve(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> Resolved {
+    pub(crate) fn resolve(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> Resolved {
         let slot = ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             >> 51) as usize;
         if let Some((k, r)) = &self.cache[slot] {
@@ -367,6 +373,8 @@ impl<'s, 'a> Printer<'s, 'a> {
             return Resolved {
                 sym: None,
                 dso: self.unknown.clone(),
+                addr: ip,
+                mapped: false,
             };
         };
         let dso = match self.dso_names.get(&m.filename) {
@@ -377,10 +385,15 @@ impl<'s, 'a> Printer<'s, 'a> {
                 d
             }
         };
-        let Ok(file) = s.code_file(m) else {
-            return Resolved { sym: None, dso };
-        };
         let addr = ip.wrapping_sub(m.start).wrapping_add(m.pgoff);
+        let Ok(file) = s.code_file(m) else {
+            return Resolved {
+                sym: None,
+                dso,
+                addr,
+                mapped: true,
+            };
+        };
         let bid = m.build_id.filter(|b| b.len > 0);
         let table = self
             .symbols
@@ -402,7 +415,12 @@ impl<'s, 'a> Printer<'s, 'a> {
             }
             None => None,
         };
-        Resolved { sym, dso }
+        Resolved {
+            sym,
+            dso,
+            addr,
+            mapped: true,
+        }
     }
 
     /// `sym+0xoff (dso)` as perf's `sample__fprintf_sym` writes it after the IP.
@@ -429,7 +447,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     }
 
     /// The thread's name at `time` (cached for the span the name holds).
-    fn comm(&mut self, tid: i32, time: Option<u64>) -> Option<&'s str> {
+    pub(crate) fn comm(&mut self, tid: i32, time: Option<u64>) -> Option<&'s str> {
         if tid < 0 {
             return None;
         }
@@ -667,6 +685,14 @@ impl<'s, 'a> Printer<'s, 'a> {
         if len > 0 && len < 34 {
             w::pad(b, 34 - len);
         }
+    }
+
+    /// The synthesized events' names with perf's modifiers, in perf's order.
+    pub fn event_names(&self) -> Vec<(Kind, String)> {
+        self.names
+            .iter()
+            .map(|(k, n)| (*k, String::from_utf8_lossy(n).into_owned()))
+            .collect()
     }
 
     /// A dso name as perf writes it (padded with `--call-trace`).
