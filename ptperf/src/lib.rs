@@ -16,6 +16,7 @@ pub mod decode;
 pub mod profile;
 pub mod sample;
 pub mod verify;
+pub mod inject;
 pub mod itrace;
 pub mod report;
 pub mod script;

@@ -10,6 +10,7 @@ const USAGE: &str = "\
  The commands are:
    script          Read perf.data and display the trace's samples as perf script does
    report          Read perf.data and display its profile as perf report --stdio does
+   inject          Write a perf.data with the trace's samples, as perf inject --itrace does
 
  See 'ptperf COMMAND -h' for the options of a command.
 ";
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
     match cmd {
         "script" => ptperf::script::main(&args[1..]),
         "report" => ptperf::report::main(&args[1..]),
+        "inject" => ptperf::inject::main(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

@@ -281,6 +281,40 @@ fn report_rows() {
     assert!(n > 100);
 }
 
+/// Runs a command; its stdout (it must succeed).
+fn output(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd.env("PERF_PAGER", "cat").env("HOME", tmp()).output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// `ptperf inject --itrace=...l` writes the samples with their branch stacks: perf
+/// script prints the same from it as from the trace (and as from perf inject's own
+/// file).
+#[test]
+fn inject_branch_stacks() {
+    let perf = pt_testkit::tool("perf", "linux-perf");
+    let dir = scratch("s_inject");
+    let (file, _) = record(&dir, &demo(), &[], Layout::default());
+    for itrace in ["i100il8", "b", "bi1000il4", "i1000ig"] {
+        let ours = dir.join(format!("ours-{itrace}.data"));
+        let theirs = dir.join(format!("perf-{itrace}.data"));
+        let opt = format!("--itrace={itrace}");
+        output(Command::new(ptperf()).args(["inject", "-i"]).arg(&file).arg("-o").arg(&ours).arg(&opt));
+        output(Command::new(&perf).args(["inject", "-i"]).arg(&file).arg("-o").arg(&theirs).arg(&opt));
+        for fields in [&[][..], &["-F", "ip,brstack"]] {
+            let from_ours = output(Command::new(&perf).args(["script", "-i"]).arg(&ours).args(fields));
+            let from_perfs = output(Command::new(&perf).args(["script", "-i"]).arg(&theirs).args(fields));
+            assert!(from_ours == from_perfs, "{itrace} {fields:?}: perf script reads ours differently from perf inject's");
+            if !itrace.contains('g') {
+                let from_trace = output(Command::new(&perf).args(["script", "-i"]).arg(&file).arg(&opt).args(fields));
+                assert!(from_ours == from_trace, "{itrace} {fields:?}: not the trace's samples");
+            }
+            assert!(!from_ours.is_empty());
+        }
+    }
+}
+
 /// `--json`: one object per sample, as many as perf has lines.
 #[test]
 fn json_lines() {

@@ -183,7 +183,7 @@ pub struct Printer<'s, 'a> {
 }
 
 /// perf's event modifiers (`evsel__add_modifiers`) of an attr.
-fn modifiers(flags_: AttrFlags, precise: u8) -> String {
+pub(crate) fn modifiers(flags_: AttrFlags, precise: u8) -> String {
     let ex = |b: u64| flags_.has(b);
     let mut m = String::new();
     let mut guest_default = false;
