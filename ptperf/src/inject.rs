@@ -227,6 +227,8 @@ fn run(a: &Args) -> Result<(), String> {
     let mut synth = Synth::new(&session, opts);
     let mut buf_chain: Vec<u8> = Vec::new();
     let mut buf_br: Vec<u8> = Vec::new();
+    let bar = crate::progress::bar(synth.total_bytes());
+    crate::progress::attach(&mut synth, bar.as_ref());
     let _ = synth.run(&mut |e: Event<'_>| -> Flow {
         let Event::Sample(s, stacks) = e else {
             return Flow::Continue(());
@@ -241,6 +243,9 @@ fn run(a: &Args) -> Result<(), String> {
         }
         Flow::Continue(())
     });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
     if let Err(e) = w.write(&Record::FinishedRound) {
         err.get_or_insert(e.to_string());
     }

@@ -14,6 +14,7 @@
 pub mod code;
 pub mod decode;
 pub mod profile;
+pub mod progress;
 pub mod sample;
 pub mod verify;
 pub mod inject;

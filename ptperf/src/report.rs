@@ -144,6 +144,8 @@ fn run(a: &Args) -> Result<(), String> {
     let unknown_comm: Rc<str> = ":-1".into();
     let mut comms: HashMap<String, Rc<str>> = HashMap::new();
     let mut dsos: HashMap<Rc<str>, Rc<str>> = HashMap::new();
+    let bar = crate::progress::bar(synth.total_bytes());
+    crate::progress::attach(&mut synth, bar.as_ref());
     let _ = synth.run(&mut |e: Event<'_>| -> Flow {
         let Event::Sample(s, st) = e else {
             return Flow::Continue(());
@@ -206,6 +208,9 @@ fn run(a: &Args) -> Result<(), String> {
         h.3 += 1;
         Flow::Continue(())
     });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
 
     let mut out = std::io::BufWriter::new(pt_cli::stdout());
     if a.folded {

@@ -294,6 +294,10 @@ pub struct Synth<'s, 'a> {
     br_stack_sz: usize,
     threads: std::collections::HashMap<i32, ThreadStack>,
     stacks: Stacks,
+    /// Called now and then with (trace bytes decoded, trace bytes in all).
+    progress: Option<Box<dyn FnMut(u64, u64) + 's>>,
+    total_bytes: u64,
+    ticks: u32,
     /// The fast path for samples of every instruction applies.
     fast_runs: bool,
     run: Vec<decode::PlainInsn>,
@@ -376,6 +380,14 @@ impl<'s, 'a> Synth<'s, 'a> {
             stacks: Stacks::default(),
             fast_runs: false,
             run: Vec::new(),
+            progress: None,
+            total_bytes: session
+                .queues()
+                .iter()
+                .flat_map(|q| q.pieces.iter())
+                .map(|p| p.data.len() as u64)
+                .sum(),
+            ticks: 0,
         };
         // Every instruction sampled and nothing else asked of each: the decoder may
         // hand out runs of plain instructions at once.
@@ -389,6 +401,29 @@ impl<'s, 'a> Synth<'s, 'a> {
             && !s.opts.approx_ipc;
         s.setup_queues();
         s
+    }
+
+    /// Calls `f` now and then with the trace bytes decoded so far and the bytes
+    /// in all (for a progress bar).
+    pub fn on_progress(&mut self, f: impl FnMut(u64, u64) + 's) {
+        self.progress = Some(Box::new(f));
+    }
+
+    fn tick(&mut self) {
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks & 0xffff != 0 {
+            return;
+        }
+        let done: u64 = self.queues.iter().map(|q| q.dec.position().pos).sum();
+        let total = self.total_bytes;
+        if let Some(p) = &mut self.progress {
+            p(done.min(total), total);
+        }
+    }
+
+    /// The trace bytes of all queues.
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
     }
 
     /// The options in effect.
@@ -671,6 +706,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                 self.plain_runs(qi, sink)?;
             }
             self.decode(qi);
+            self.tick();
             let st = self.queues[qi].dec.state();
             if let Some(e) = st.err {
                 if e == decode::Error::NoData {

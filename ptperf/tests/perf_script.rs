@@ -333,6 +333,31 @@ fn json_lines() {
     assert!(objects.iter().any(|o| o.contains("\"flags\":\"call\"")));
 }
 
+/// A closed stdout ends `ptperf script` quietly (as a C tool: SIGPIPE), and no
+/// progress bar is drawn into a pipe.
+#[test]
+fn closed_pipe_is_quiet() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = scratch("s_pipe");
+    let (file, _) = record(&dir, &demo(), &[], Layout::default());
+    let mut child = Command::new(ptperf())
+        .args(["script", "--itrace=i1i", "-i"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 100];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGPIPE), "{st:?} {err}");
+    assert!(err.is_empty(), "{err}");
+}
+
 /// Bad options: perf's error line, a non-zero exit.
 #[test]
 fn bad_options() {

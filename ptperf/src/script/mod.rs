@@ -291,6 +291,8 @@ fn run(a: &Args) -> Result<(), String> {
                 t.is_none_or(|t| t >= r.start && (r.end == 0 || t <= r.end))
             })
     };
+    let bar = crate::progress::bar(synth.total_bytes());
+    crate::progress::attach(&mut synth, bar.as_ref());
     let _ = synth.run(&mut |e: Event<'_>| -> Flow {
         match e {
             Event::Sample(s, st) => {
@@ -319,6 +321,9 @@ fn run(a: &Args) -> Result<(), String> {
         }
         Flow::Continue(())
     });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
     let _ = out.write_all(&printer.buf);
     drop(out);
     if errors > 0 {
