@@ -113,7 +113,7 @@ impl Cache {
                 break End::Branch;
             }
             at = at.wrapping_add(u64::from(pi.size));
-            if section_end.is_none_or(|e| at >= e) {
+            if section_end.map_or(true, |e| at >= e) {
                 break End::SectionEnd;
             }
         };

@@ -22,7 +22,10 @@ use crate::synth::{Event, Flow, Stacks, Synth};
 
 /// `ptperf inject`'s command line.
 #[derive(Parser, Debug)]
-#[command(name = "ptperf inject", about = "Write a perf.data with the samples of its Intel PT trace, as perf inject --itrace does")]
+#[command(
+    name = "ptperf inject",
+    about = "Write a perf.data with the samples of its Intel PT trace, as perf inject --itrace does"
+)]
 pub struct Args {
     /// input file name
     #[arg(short = 'i', long = "input", default_value = "perf.data")]
@@ -97,7 +100,8 @@ fn run(a: &Args) -> Result<(), String> {
         }
         Some(s) => opts.parse_into(s).map_err(|e| e.to_string())?,
     }
-    let file = MappedFile::open(&a.input).map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
+    let file =
+        MappedFile::open(&a.input).map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
     let perf = file
         .parse()
         .map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
@@ -117,9 +121,7 @@ fn run(a: &Args) -> Result<(), String> {
         .ok_or_else(|| format!("ptperf inject: {}: no intel_pt event", a.input))?;
     let mut base = EventAttr {
         size: pt.attr.size,
-        sample_type: SampleType(
-            pt.attr.sample_type.0 & st::MASK | st::IP | st::TID | st::PERIOD,
-        ),
+        sample_type: SampleType(pt.attr.sample_type.0 & st::MASK | st::IP | st::TID | st::PERIOD),
         read_format: pt.attr.read_format,
         ..Default::default()
     };
@@ -138,7 +140,12 @@ fn run(a: &Args) -> Result<(), String> {
         | AttrFlags::EXCLUDE_GUEST
         | AttrFlags::SAMPLE_ID_ALL;
     base.flags = AttrFlags(pt.attr.flags.0 & keep);
-    let mut id = pt.ids.first().copied().unwrap_or(0).wrapping_add(1_000_000_000);
+    let mut id = pt
+        .ids
+        .first()
+        .copied()
+        .unwrap_or(0)
+        .wrapping_add(1_000_000_000);
     if id == 0 {
         id = 1;
     }

@@ -332,7 +332,10 @@ mod tests {
     fn bad_strings() {
         for s in ["k", "i10x", "i10m", "s", "g0", "l2000", "e+"] {
             let e = SynthOpts::parse(s).unwrap_err();
-            assert_eq!(e.to_string(), format!("Bad Instruction Tracing options '{s}'"));
+            assert_eq!(
+                e.to_string(),
+                format!("Bad Instruction Tracing options '{s}'")
+            );
         }
     }
 }

@@ -13,13 +13,13 @@
 
 pub mod code;
 pub mod decode;
-pub mod profile;
-pub mod progress;
-pub mod sample;
-pub mod verify;
 pub mod inject;
 pub mod itrace;
+pub mod profile;
+pub mod progress;
 pub mod report;
+pub mod sample;
 pub mod script;
 pub mod symbols;
 pub mod synth;
+pub mod verify;

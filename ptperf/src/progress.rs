@@ -11,9 +11,9 @@ pub fn bar(total: u64) -> Option<ProgressBar> {
         return None;
     }
     let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    if let Ok(style) =
-        ProgressStyle::with_template("decoding {wide_bar} {percent:>3}% {bytes}/{total_bytes} {eta}")
-    {
+    if let Ok(style) = ProgressStyle::with_template(
+        "decoding {wide_bar} {percent:>3}% {bytes}/{total_bytes} {eta}",
+    ) {
         b.set_style(style);
     }
     Some(b)

@@ -24,7 +24,10 @@ use crate::synth::{Event, Flow, Synth};
 
 /// `ptperf report`'s command line.
 #[derive(Parser, Debug)]
-#[command(name = "ptperf report", about = "Read perf.data and display the profile of its Intel PT trace as perf report --stdio does")]
+#[command(
+    name = "ptperf report",
+    about = "Read perf.data and display the profile of its Intel PT trace as perf report --stdio does"
+)]
 pub struct Args {
     /// input file name
     #[arg(short = 'i', long = "input", default_value = "perf.data")]
@@ -102,7 +105,11 @@ fn run(a: &Args) -> Result<(), String> {
             "comm" => SortKey::Comm,
             "dso" => SortKey::Dso,
             "sym" | "symbol" => SortKey::Sym,
-            _ => return Err(format!("Error: Invalid --sort key: `{k}' (ptperf report knows comm, dso, sym)")),
+            _ => {
+                return Err(format!(
+                    "Error: Invalid --sort key: `{k}' (ptperf report knows comm, dso, sym)"
+                ))
+            }
         });
     }
     if keys.is_empty() {
@@ -117,7 +124,8 @@ fn run(a: &Args) -> Result<(), String> {
         opts.callchain = true;
         opts.callchain_sz = crate::itrace::DEFAULT_CALLCHAIN_SZ;
     }
-    let file = MappedFile::open(&a.input).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
+    let file =
+        MappedFile::open(&a.input).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
     let perf = file
         .parse()
         .map_err(|e| format!("ptperf report: {}: {e}", a.input))?;

@@ -224,7 +224,10 @@ mod tests {
             to_string(BRANCH | CALL | SYSCALLRET | TRACE_END),
             "tr end  syscall"
         );
-        assert_eq!(to_string(BRANCH | CONDITIONAL | IN_TX), "jcc               (x)");
+        assert_eq!(
+            to_string(BRANCH | CONDITIONAL | IN_TX),
+            "jcc               (x)"
+        );
         assert_eq!(to_string(BRANCH | CALL | RETURN), "bcr");
     }
 }

@@ -88,10 +88,10 @@ impl SymbolTable {
         }
     }
 
-    fn load_syms<'d>(
+    fn load_syms(
         hdr: &elf::FileHeader64<Endianness>,
         e: Endianness,
-        data: &'d [u8],
+        data: &[u8],
     ) -> Option<Self> {
         let sections = hdr.sections(e, data).ok()?;
         let exec = hdr.e_type(e) == elf::ET_EXEC;
@@ -227,10 +227,10 @@ fn fixup_duplicate(syms: Vec<Symbol>) -> Vec<Symbol> {
 
 /// perf's `dso__synthesize_plt_symbols`: `name@plt` for each `.rela.plt` entry, at
 /// `.plt`'s file offset past its header.
-fn plt_symbols<'d>(
+fn plt_symbols(
     hdr: &elf::FileHeader64<Endianness>,
     e: Endianness,
-    data: &'d [u8],
+    data: &[u8],
 ) -> Option<Vec<Symbol>> {
     let sections = hdr.sections(e, data).ok()?;
     let by_name = |n: &[u8]| {
@@ -251,10 +251,7 @@ fn plt_symbols<'d>(
     let entsize = plt.sh_entsize(e);
     let mut off = plt.sh_offset(e).wrapping_add(entsize);
     let relas: &[elf::Rela64<Endianness>] = data
-        .read_slice_at(
-            rela.sh_offset(e),
-            (rela.sh_size(e) / 24).try_into().ok()?,
-        )
+        .read_slice_at(rela.sh_offset(e), (rela.sh_size(e) / 24).try_into().ok()?)
         .ok()?;
     let mut out = Vec::new();
     for r in relas {
@@ -321,7 +318,11 @@ fn candidates(path: &Path, name: &str, build_id: Option<&[u8]>) -> Vec<PathBuf> 
     // perf reads the build id from the file when the recording names none.
     let own_id: Option<Vec<u8>> = data.as_deref().and_then(|d| {
         use object::Object;
-        object::File::parse(d).ok()?.build_id().ok()?.map(<[u8]>::to_vec)
+        object::File::parse(d)
+            .ok()?
+            .build_id()
+            .ok()?
+            .map(<[u8]>::to_vec)
     });
     let build_id = build_id.or(own_id.as_deref());
     if let Some(link) = data.as_deref().and_then(debuglink) {
@@ -329,7 +330,10 @@ fn candidates(path: &Path, name: &str, build_id: Option<&[u8]>) -> Vec<PathBuf> 
         v.push(PathBuf::from(&link));
         v.push(dir.join(&link));
         v.push(dir.join(".debug").join(&link));
-        v.push(PathBuf::from(format!("/usr/lib/debug{}/{link}", dir.display())));
+        v.push(PathBuf::from(format!(
+            "/usr/lib/debug{}/{link}",
+            dir.display()
+        )));
     }
     let hex: Option<String> =
         build_id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>());
@@ -371,9 +375,11 @@ impl Symbols {
 
     /// The symbols of the file at `path` only (empty if it cannot be read).
     pub fn of(&mut self, path: &Path) -> &SymbolTable {
-        self.files
-            .entry(path.to_path_buf())
-            .or_insert_with(|| map(path).map(|m| SymbolTable::from_elf(&m)).unwrap_or_default())
+        self.files.entry(path.to_path_buf()).or_insert_with(|| {
+            map(path)
+                .map(|m| SymbolTable::from_elf(&m))
+                .unwrap_or_default()
+        })
     }
 
     /// The symbols of the code recorded as `name` and found at `path`, from the
@@ -388,8 +394,9 @@ impl Symbols {
                     continue;
                 }
                 let mut t = match ElfFile64::<Endianness>::parse(&*m) {
-                    Ok(f) => SymbolTable::load_syms(f.elf_header(), f.endian(), &m)
-                        .unwrap_or_default(),
+                    Ok(f) => {
+                        SymbolTable::load_syms(f.elf_header(), f.endian(), &m).unwrap_or_default()
+                    }
                     Err(_) => continue,
                 };
                 if let Some(r) = runtime.as_deref() {

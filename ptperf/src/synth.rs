@@ -94,7 +94,16 @@ impl ThreadStack {
 
     /// perf's `thread_stack__event`.
     #[allow(clippy::too_many_arguments)]
-    fn event(&mut self, f: u32, from: u64, to: u64, insn_len: u8, trace_nr: u64, callstack: bool, br_sz: usize) {
+    fn event(
+        &mut self,
+        f: u32,
+        from: u64,
+        to: u64,
+        insn_len: u8,
+        trace_nr: u64,
+        callstack: bool,
+        br_sz: usize,
+    ) {
         if trace_nr != self.trace_nr {
             if self.trace_nr != 0 {
                 self.flush();
@@ -544,7 +553,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         // Still valid: looked up at a time, and no change since (untimed: once).
         let valid = match (q.ctx_time, time) {
             (Some(None), None) => true,
-            (Some(Some(_)), Some(t)) => q.next_change.is_none_or(|n| t < n),
+            (Some(Some(_)), Some(t)) => q.next_change.map_or(true, |n| t < n),
             _ => false,
         };
         if valid {
@@ -592,8 +601,8 @@ impl<'s, 'a> Synth<'s, 'a> {
                     }
                 }
             }
-            for qi in 0..self.queues.len() {
-                if !done[qi] {
+            for (qi, done) in done.into_iter().enumerate() {
+                if !done {
                     let mut ts = u64::MAX;
                     self.run_decoder(qi, &mut ts, sink)?;
                 }
@@ -648,7 +657,12 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_lost`: "Lost trace data" for the thread the AUX record names.
-    fn lost_error(&mut self, qi: usize, time: u64, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+    fn lost_error(
+        &mut self,
+        qi: usize,
+        time: u64,
+        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> Flow {
         if !self.opts.errors || self.opts.error_minus_flags & itrace::ERR_FLG_DATA_LOST != 0 {
             return Flow::Continue(());
         }
@@ -718,7 +732,8 @@ impl<'s, 'a> Synth<'s, 'a> {
                 }
                 continue;
             }
-            let (from_ip, to_ip, timestamp, est) = (st.from_ip, st.to_ip, st.timestamp, st.est_timestamp);
+            let (from_ip, to_ip, timestamp, est) =
+                (st.from_ip, st.to_ip, st.timestamp, st.est_timestamp);
             let kernel_start = self.kernel_start;
             let timeless = self.timeless;
             let q = &mut self.queues[qi];
@@ -1002,7 +1017,15 @@ impl<'s, 'a> Synth<'s, 'a> {
                 trace_nr: st.trace_nr,
                 ..Default::default()
             });
-            ts.event(f, st.from_ip, st.to_ip, len, st.trace_nr, self.callstack, self.br_stack_sz);
+            ts.event(
+                f,
+                st.from_ip,
+                st.to_ip,
+                len,
+                st.trace_nr,
+                self.callstack,
+                self.br_stack_sz,
+            );
             depth = ts.stack.len() as u32;
         } else if let Some(ts) = self.threads.get_mut(&tid) {
             if st.trace_nr != ts.trace_nr {
@@ -1015,8 +1038,7 @@ impl<'s, 'a> Synth<'s, 'a> {
 
         if self.opts.branches {
             let f = self.queues[qi].flags;
-            if (self.branches_filter == 0 || self.branches_filter & f != 0) && !self.skip_event()
-            {
+            if (self.branches_filter == 0 || self.branches_filter & f != 0) && !self.skip_event() {
                 let mut s = self.prep(qi, Kind::Branches);
                 s.depth = depth;
                 self.stacks.callchain.clear();

@@ -62,7 +62,11 @@ fn same(file: &Path, args: &[&str]) -> usize {
         let t = String::from_utf8_lossy(&theirs.stdout);
         let o = String::from_utf8_lossy(&ours.stdout);
         let (tl, ol): (Vec<&str>, Vec<&str>) = (t.lines().collect(), o.lines().collect());
-        let at = tl.iter().zip(&ol).position(|(a, b)| a != b).unwrap_or(tl.len().min(ol.len()));
+        let at = tl
+            .iter()
+            .zip(&ol)
+            .position(|(a, b)| a != b)
+            .unwrap_or(tl.len().min(ol.len()));
         panic!(
             "{} {args:?}: output differs at line {} (perf {} lines, ptperf {}):\nperf:   {:?}\nptperf: {:?}",
             file.display(),
@@ -98,7 +102,11 @@ const CHECKS: &[&[&str]] = &[
     &["--itrace=bp", "--ns"],
     &["--itrace=i1i", "-F", "ip"],
     &["--itrace=b", "-F", "+flags,+addr,+insn,+insnlen"],
-    &["--itrace=i7i", "-F", "comm,tid,pid,cpu,time,event,ip,sym,symoff,dso,addr,flags,insn,insnlen"],
+    &[
+        "--itrace=i7i",
+        "-F",
+        "comm,tid,pid,cpu,time,event,ip,sym,symoff,dso,addr,flags,insn,insnlen",
+    ],
     &["--itrace=b", "-F", "ip,addr,sym,dso"],
     &["--itrace=b", "-F", "tid,ip,sym"],
     &["--itrace=i1i", "-F", "-comm,-dso"],
@@ -118,7 +126,11 @@ fn check_all(file: &Path) {
     for args in CHECKS {
         lines += same(file, args);
     }
-    assert!(lines > 1000, "{}: only {lines} lines in all", file.display());
+    assert!(
+        lines > 1000,
+        "{}: only {lines} lines in all",
+        file.display()
+    );
 }
 
 /// The C program per thread, timed (perf record's default layout).
@@ -190,7 +202,11 @@ fn system_tool() {
 #[test]
 fn threads_per_cpu() {
     let dir = scratch("s_threads");
-    let prog = program_as("script_threads", "../../../decoder/tests/programs/perf_threads", &["-O1", "-static", "-pthread"]);
+    let prog = program_as(
+        "script_threads",
+        "../../../decoder/tests/programs/perf_threads",
+        &["-O1", "-static", "-pthread"],
+    );
     let (file, _) = record(
         &dir,
         &prog,
@@ -250,7 +266,12 @@ fn same_report(file: &Path, args: &[&str]) -> usize {
             .env("HOME", tmp())
             .output()
             .unwrap();
-        assert!(out.status.success(), "{} report {args:?}: {}", tool.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{} report {args:?}: {}",
+            tool.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -283,8 +304,16 @@ fn report_rows() {
 
 /// Runs a command; its stdout (it must succeed).
 fn output(cmd: &mut Command) -> Vec<u8> {
-    let out = cmd.env("PERF_PAGER", "cat").env("HOME", tmp()).output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = cmd
+        .env("PERF_PAGER", "cat")
+        .env("HOME", tmp())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout
 }
 
@@ -300,15 +329,51 @@ fn inject_branch_stacks() {
         let ours = dir.join(format!("ours-{itrace}.data"));
         let theirs = dir.join(format!("perf-{itrace}.data"));
         let opt = format!("--itrace={itrace}");
-        output(Command::new(ptperf()).args(["inject", "-i"]).arg(&file).arg("-o").arg(&ours).arg(&opt));
-        output(Command::new(&perf).args(["inject", "-i"]).arg(&file).arg("-o").arg(&theirs).arg(&opt));
+        output(
+            Command::new(ptperf())
+                .args(["inject", "-i"])
+                .arg(&file)
+                .arg("-o")
+                .arg(&ours)
+                .arg(&opt),
+        );
+        output(
+            Command::new(&perf)
+                .args(["inject", "-i"])
+                .arg(&file)
+                .arg("-o")
+                .arg(&theirs)
+                .arg(&opt),
+        );
         for fields in [&[][..], &["-F", "ip,brstack"]] {
-            let from_ours = output(Command::new(&perf).args(["script", "-i"]).arg(&ours).args(fields));
-            let from_perfs = output(Command::new(&perf).args(["script", "-i"]).arg(&theirs).args(fields));
-            assert!(from_ours == from_perfs, "{itrace} {fields:?}: perf script reads ours differently from perf inject's");
+            let from_ours = output(
+                Command::new(&perf)
+                    .args(["script", "-i"])
+                    .arg(&ours)
+                    .args(fields),
+            );
+            let from_perfs = output(
+                Command::new(&perf)
+                    .args(["script", "-i"])
+                    .arg(&theirs)
+                    .args(fields),
+            );
+            assert!(
+                from_ours == from_perfs,
+                "{itrace} {fields:?}: perf script reads ours differently from perf inject's"
+            );
             if !itrace.contains('g') {
-                let from_trace = output(Command::new(&perf).args(["script", "-i"]).arg(&file).arg(&opt).args(fields));
-                assert!(from_ours == from_trace, "{itrace} {fields:?}: not the trace's samples");
+                let from_trace = output(
+                    Command::new(&perf)
+                        .args(["script", "-i"])
+                        .arg(&file)
+                        .arg(&opt)
+                        .args(fields),
+                );
+                assert!(
+                    from_ours == from_trace,
+                    "{itrace} {fields:?}: not the trace's samples"
+                );
             }
             assert!(!from_ours.is_empty());
         }
@@ -349,10 +414,20 @@ fn closed_pipe_is_quiet() {
         .spawn()
         .unwrap();
     let mut first = [0u8; 100];
-    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
     drop(child.stdout.take());
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let st = child.wait().unwrap();
     assert_eq!(st.signal(), Some(libc::SIGPIPE), "{st:?} {err}");
     assert!(err.is_empty(), "{err}");
@@ -367,7 +442,10 @@ fn bad_options() {
         (&["--itrace=k"][..], "Bad Instruction Tracing options 'k'"),
         (&["--itrace=i10x"], "Bad Instruction Tracing options 'i10x'"),
         (&["-F", "ip,bogus"], "Invalid field requested"),
-        (&["-F", "+ip,sym"], "Cannot mix +-field with overridden fields"),
+        (
+            &["-F", "+ip,sym"],
+            "Cannot mix +-field with overridden fields",
+        ),
         (&["--time", "5,1"], "Invalid time string '5,1'"),
     ] {
         let out = run(&ptperf(), &file, args);

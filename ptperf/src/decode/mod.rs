@@ -1217,7 +1217,8 @@ impl<'a> Decoder<'a> {
                 self.pkt_state = PktState::ErrResync;
                 return Err(Stop::Mismatch);
             }
-            return self.bug();
+            // perf reports an internal error and walks on (its loop ignores it).
+            let _ = self.bug();
         }
     }
 
@@ -2832,10 +2833,7 @@ impl<'a> Decoder<'a> {
             return;
         };
         let mut off = self.at + first;
-        loop {
-            let Some(tsc) = next_tsc(&self.data[off..]) else {
-                break;
-            };
+        while let Some(tsc) = next_tsc(&self.data[off..]) {
             if tsc_8b(tsc, self.buf_timestamp) >= timestamp {
                 break;
             }

@@ -137,15 +137,8 @@ pub struct Selection {
     pub flags: bool,
 }
 
-const DEFAULT_COMMON: u64 = f::COMM
-    | f::TID
-    | f::CPU
-    | f::TIME
-    | f::EVNAME
-    | f::IP
-    | f::SYM
-    | f::SYMOFFSET
-    | f::DSO;
+const DEFAULT_COMMON: u64 =
+    f::COMM | f::TID | f::CPU | f::TIME | f::EVNAME | f::IP | f::SYM | f::SYMOFFSET | f::DSO;
 
 impl Default for Selection {
     fn default() -> Self {

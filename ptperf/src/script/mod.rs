@@ -19,7 +19,10 @@ pub use print::Printer;
 
 /// `ptperf script`'s command line (perf script's options for Intel PT).
 #[derive(Parser, Debug)]
-#[command(name = "ptperf script", about = "Read perf.data and display its Intel PT trace as perf script does")]
+#[command(
+    name = "ptperf script",
+    about = "Read perf.data and display its Intel PT trace as perf script does"
+)]
 pub struct Args {
     /// input file name
     #[arg(short = 'i', long = "input", default_value = "perf.data")]
@@ -204,7 +207,11 @@ impl Plan {
         for f in &a.fields {
             sel.parse(f).map_err(|e| e.0)?;
         }
-        if sel.out.iter().any(|o| o.fields & fields::f::CALLINDENT != 0) {
+        if sel
+            .out
+            .iter()
+            .any(|o| o.fields & fields::f::CALLINDENT != 0)
+        {
             opts.thread_stack = true;
         }
         let tids = a.tid.as_deref().map(|s| parse_list(s, "tid")).transpose()?;
@@ -257,7 +264,8 @@ impl Drop for OwnVdso {
 
 fn run(a: &Args) -> Result<(), String> {
     let plan = Plan::new(a)?;
-    let file = MappedFile::open(&a.input).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
+    let file =
+        MappedFile::open(&a.input).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
     let perf = file
         .parse()
         .map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
@@ -285,11 +293,9 @@ fn run(a: &Args) -> Result<(), String> {
     let time = plan.time;
     let json = a.json;
     let keep = |tid: i32, pid: i32, t: Option<u64>| {
-        tids.as_ref().is_none_or(|v| v.contains(&(tid as u32)))
-            && pids.as_ref().is_none_or(|v| v.contains(&(pid as u32)))
-            && time.is_none_or(|r| {
-                t.is_none_or(|t| t >= r.start && (r.end == 0 || t <= r.end))
-            })
+        tids.as_ref().map_or(true, |v| v.contains(&(tid as u32)))
+            && pids.as_ref().map_or(true, |v| v.contains(&(pid as u32)))
+            && time.map_or(true, |r| t.map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end)))
     };
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());

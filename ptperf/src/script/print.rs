@@ -152,6 +152,9 @@ pub(crate) struct Resolved {
     pub mapped: bool,
 }
 
+/// A resolved address by (code image, pid, address).
+type CacheEntry = ((u64, i32, u64), Resolved);
+
 /// Prints samples as perf script does.
 pub struct Printer<'s, 'a> {
     session: &'s Session<'a>,
@@ -179,7 +182,7 @@ pub struct Printer<'s, 'a> {
     /// The last thread name looked up: (tid, from, until, name).
     comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
     /// Resolved addresses by (code image, pid, address).
-    cache: Vec<Option<((u64, i32, u64), Resolved)>>,
+    cache: Vec<Option<CacheEntry>>,
 }
 
 /// perf's event modifiers (`evsel__add_modifiers`) of an attr.
@@ -187,8 +190,7 @@ pub(crate) fn modifiers(flags_: AttrFlags, precise: u8) -> String {
     let ex = |b: u64| flags_.has(b);
     let mut m = String::new();
     let mut guest_default = false;
-    if ex(AttrFlags::EXCLUDE_KERNEL) || ex(AttrFlags::EXCLUDE_USER) || ex(AttrFlags::EXCLUDE_HV)
-    {
+    if ex(AttrFlags::EXCLUDE_KERNEL) || ex(AttrFlags::EXCLUDE_USER) || ex(AttrFlags::EXCLUDE_HV) {
         if !ex(AttrFlags::EXCLUDE_KERNEL) {
             m.push('k');
         }
@@ -353,7 +355,8 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// image the sample ran in (its mappings do not change while it is the same)
     /// and the address.
     pub(crate) fn resolve(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> Resolved {
-        let slot = ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        let slot = ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             >> 51) as usize;
         if let Some((k, r)) = &self.cache[slot] {
             if *k == (stamp, pid, ip) {
@@ -395,9 +398,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             };
         };
         let bid = m.build_id.filter(|b| b.len > 0);
-        let table = self
-            .symbols
-            .of_dso(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()));
+        let table =
+            self.symbols
+                .of_dso(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()));
         let key = table as *const _ as usize;
         let sym = match table.find(addr) {
             Some(sy) => {
@@ -620,8 +623,8 @@ impl<'s, 'a> Printer<'s, 'a> {
                 w::dec(&mut t, freq);
                 w::str_w(b, &t, 4);
                 b.extend_from_slice(b" MHz ");
-                if mnt != 0 {
-                    let pct = (5 + (1000 * cbr) / mnt) / 10;
+                if let Some(q) = (1000 * cbr).checked_div(mnt) {
+                    let pct = (5 + q) / 10;
                     b.push(b'(');
                     t.clear();
                     w::dec(&mut t, pct);
@@ -783,10 +786,13 @@ impl<'s, 'a> Printer<'s, 'a> {
     fn callchain(&mut self, s: &Sample, st: &Stacks, fields: u64) {
         for &ip in &st.callchain {
             let pid = (s.pid >= 0).then_some(s.pid as u32);
-            let m = self
-                .session
-                .mapping(pid, ip, s.time)
-                .map(|m| (m.start, m.pgoff, m.kind != pt_decoder::perf::MappingKind::Kernel));
+            let m = self.session.mapping(pid, ip, s.time).map(|m| {
+                (
+                    m.start,
+                    m.pgoff,
+                    m.kind != pt_decoder::perf::MappingKind::Kernel,
+                )
+            });
             let r = self.resolve(s.code, s.pid, ip, s.time);
             let addr = match m {
                 Some((start, pgoff, true)) => ip.wrapping_sub(start).wrapping_add(pgoff),
@@ -939,7 +945,8 @@ impl<'s, 'a> Printer<'s, 'a> {
 
     /// A decoder error as a JSON object on a line.
     pub fn json_error(&mut self, e: &TraceError) {
-        self.buf.extend_from_slice(b"{\"event\":\"error\",\"code\":");
+        self.buf
+            .extend_from_slice(b"{\"event\":\"error\",\"code\":");
         w::dec(&mut self.buf, u64::from(e.code));
         self.json_key("msg");
         self.json_str(e.msg);
@@ -1082,4 +1089,3 @@ impl<'s, 'a> Printer<'s, 'a> {
         b.push(b'\n');
     }
 }
-
