@@ -218,15 +218,19 @@ mod tests {
 
     #[test]
     fn flag_strings_are_perfs() {
-        assert_eq!(to_string(BRANCH | CALL), "call           ");
-        assert_eq!(to_string(BRANCH | TRACE_BEGIN), "tr strt        ");
+        // perf: "%-15s%6s" (name, extra flags), or "tr strt %-7s%6s".
+        assert_eq!(to_string(BRANCH | CALL), format!("{:<21}", "call"));
+        assert_eq!(
+            to_string(BRANCH | TRACE_BEGIN),
+            format!("{:<21}", "tr strt")
+        );
         assert_eq!(
             to_string(BRANCH | CALL | SYSCALLRET | TRACE_END),
-            "tr end  syscall"
+            format!("{:<21}", "tr end  syscall")
         );
         assert_eq!(
             to_string(BRANCH | CONDITIONAL | IN_TX),
-            "jcc               (x)"
+            format!("{:<15}{:>6}", "jcc", "(x)")
         );
         assert_eq!(to_string(BRANCH | CALL | RETURN), "bcr");
     }

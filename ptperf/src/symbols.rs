@@ -88,11 +88,7 @@ impl SymbolTable {
         }
     }
 
-    fn load_syms(
-        hdr: &elf::FileHeader64<Endianness>,
-        e: Endianness,
-        data: &[u8],
-    ) -> Option<Self> {
+    fn load_syms(hdr: &elf::FileHeader64<Endianness>, e: Endianness, data: &[u8]) -> Option<Self> {
         let sections = hdr.sections(e, data).ok()?;
         let exec = hdr.e_type(e) == elf::ET_EXEC;
         let phdrs = hdr.program_headers(e, data).ok()?;

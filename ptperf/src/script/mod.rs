@@ -295,7 +295,9 @@ fn run(a: &Args) -> Result<(), String> {
     let keep = |tid: i32, pid: i32, t: Option<u64>| {
         tids.as_ref().map_or(true, |v| v.contains(&(tid as u32)))
             && pids.as_ref().map_or(true, |v| v.contains(&(pid as u32)))
-            && time.map_or(true, |r| t.map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end)))
+            && time.map_or(true, |r| {
+                t.map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end))
+            })
     };
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
