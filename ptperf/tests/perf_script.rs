@@ -10,6 +10,8 @@
 #[path = "../../decoder/tests/perf_support/mod.rs"]
 mod perf_support;
 
+mod common;
+
 use perf_support::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -377,6 +379,33 @@ fn inject_branch_stacks() {
             }
             assert!(!from_ours.is_empty());
         }
+    }
+}
+
+/// The whole user path: `ptperf record` on the simulator, then both tools on its
+/// file (perf's default configuration, and cycle-accurate timing).
+#[test]
+fn ptperf_record_then_script() {
+    let d = common::dir("s_ptperf_record");
+    let prog = demo();
+    for (name, args) in [
+        ("default", &[][..]),
+        (
+            "cyc",
+            &["-e", "intel_pt/tsc,mtc,mtc_period=0,cyc,cyc_thresh=1/u"][..],
+        ),
+    ] {
+        let data = common::record(&d, name, args, &[prog.as_os_str()]);
+        for a in [
+            &[][..],
+            &["--itrace=b"],
+            &["--itrace=i1i", "-F", "+insn,+flags"],
+            &["--itrace=i10us", "--ns"],
+            &["--call-ret-trace"],
+        ] {
+            same(&data, a);
+        }
+        same_report(&data, &["--itrace=i1i"]);
     }
 }
 
