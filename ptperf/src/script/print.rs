@@ -87,6 +87,12 @@ pub(crate) mod w {
         }
     }
 
+    /// `%*u` without a temporary.
+    pub fn dec_w(buf: &mut Vec<u8>, v: u64, width: usize) {
+        pad(buf, width.saturating_sub(int_len(v as i64)));
+        dec(buf, v);
+    }
+
     /// `%*d`.
     pub fn int_w(buf: &mut Vec<u8>, v: i64, width: usize) {
         pad(buf, width.saturating_sub(int_len(v)));
@@ -119,11 +125,6 @@ pub(crate) mod w {
         buf.extend_from_slice(s);
     }
 
-    /// `%-*s`.
-    pub fn str_lw(buf: &mut Vec<u8>, s: &[u8], width: usize) {
-        buf.extend_from_slice(s);
-        pad(buf, width.saturating_sub(s.len()));
-    }
 }
 
 /// perf's `PERF_SAMPLE_*` bits used here.
@@ -175,6 +176,8 @@ pub struct Printer<'s, 'a> {
     pub cbr2khz: u64,
     /// Samples carry call chains (`--itrace=g`): printed one entry a line.
     callchains: bool,
+    /// `-F flags` texts by flags.
+    flag_texts: std::collections::HashMap<u32, Vec<u8>>,
     /// perf's `spacing` of callindent lines (kept from line to line).
     spacing: usize,
     /// Width dso names are padded to (perf's `pad_output_len_dso`; 0: none).
@@ -346,6 +349,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             cache: vec![None; 1 << 13],
             comm_cache: None,
             spacing: 0,
+            flag_texts: Default::default(),
             callchains: opts.callchain,
             pad_dso: if plan.pad_dso { 50 } else { 0 },
         })
@@ -494,21 +498,15 @@ impl<'s, 'a> Printer<'s, 'a> {
         let ns = t % 1_000_000_000;
         if self.ns {
             // "%5lu.%09llu: "
-            let mut tmp = Vec::with_capacity(24);
-            w::dec(&mut tmp, secs);
-            w::str_w(b, &tmp, 5);
+            w::dec_w(b, secs, 5);
             b.push(b'.');
             w::dec_z(b, ns, 9);
         } else {
-            // "%12s: " of "%lu.%06lu"
-            let mut tmp = [0u8; 32];
-            let mut v = Vec::with_capacity(32);
-            w::dec(&mut v, secs);
-            v.push(b'.');
-            w::dec_z(&mut v, ns / 1000, 6);
-            let n = v.len().min(32);
-            tmp[..n].copy_from_slice(&v[..n]);
-            w::str_w(b, &tmp[..n], 12);
+            // "%12s: " of "%lu.%06lu": the seconds take what the 7 characters of
+            // ".uuuuuu" leave.
+            w::dec_w(b, secs, 5);
+            b.push(b'.');
+            w::dec_z(b, ns / 1000, 6);
         }
         b.extend_from_slice(b": ");
     }
@@ -982,9 +980,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         self.start(fields, s);
         let b = &mut self.buf;
         if fields & f::PERIOD != 0 {
-            let mut tmp = Vec::with_capacity(20);
-            w::dec(&mut tmp, s.period);
-            w::str_w(b, &tmp, 10);
+            w::dec_w(b, s.period, 10);
             b.push(b' ');
         }
         if fields & f::EVNAME != 0 {
@@ -997,10 +993,12 @@ impl<'s, 'a> Printer<'s, 'a> {
             b.extend_from_slice(b": ");
         }
         if self.sel.flags {
-            let fs = flags::to_string(s.flags);
-            b.extend_from_slice(b"  ");
-            w::str_lw(b, fs.as_bytes(), 21);
-            b.push(b' ');
+            // "  %-21s ", each flag combination formatted once.
+            let fs = self
+                .flag_texts
+                .entry(s.flags)
+                .or_insert_with(|| format!("  {:<21} ", flags::to_string(s.flags)).into_bytes());
+            self.buf.extend_from_slice(fs);
         }
         if s.kind == Kind::Branches {
             // perf_sample__fprintf_bts
