@@ -79,6 +79,18 @@ fn short(dso: &str) -> &str {
     dso.rsplit('/').next().unwrap_or(dso)
 }
 
+/// (event, comm, code image, pid, ip): what decides a sample's row.
+type RowKey = (usize, usize, u64, i32, u64);
+
+/// One event's rows.
+struct Hist {
+    kind: Kind,
+    index: HashMap<Key, usize>,
+    rows: Vec<(Key, u64)>,
+    total: u64,
+    nr: u64,
+}
+
 /// Runs `ptperf report ARGS`.
 pub fn main(args: &[OsString]) -> ExitCode {
     let argv = std::iter::once(OsString::from("ptperf report")).chain(args.iter().cloned());
@@ -147,7 +159,10 @@ fn run(a: &Args) -> Result<(), String> {
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     let names = printer.event_names();
     // By event: rows (key → period, samples), totals.
-    let mut hists: Vec<(Kind, HashMap<Key, u64>, u64, u64)> = Vec::new();
+    let mut hists: Vec<Hist> = Vec::new();
+    // The row of a (event, comm, code image, pid, ip): a direct-mapped cache in
+    // front of the rows' map, so that most samples neither resolve nor hash a key.
+    let mut row_cache: Vec<Option<(RowKey, usize)>> = vec![None; 1 << 15];
     let mut folded: HashMap<String, u64> = HashMap::new();
     let unknown_comm: Rc<str> = ":-1".into();
     let mut comms: HashMap<String, Rc<str>> = HashMap::new();
@@ -190,6 +205,32 @@ fn run(a: &Args) -> Result<(), String> {
             *folded.entry(line).or_default() += s.period;
             return Flow::Continue(());
         }
+        let hi = match hists.iter().position(|h| h.kind == s.kind) {
+            Some(i) => i,
+            None => {
+                hists.push(Hist {
+                    kind: s.kind,
+                    index: HashMap::new(),
+                    rows: Vec::new(),
+                    total: 0,
+                    nr: 0,
+                });
+                hists.len() - 1
+            }
+        };
+        let rk: RowKey = (hi, comm.as_ptr() as usize, s.code, s.pid, s.ip);
+        let slot = (s.ip ^ s.code.wrapping_mul(31) ^ (comm.as_ptr() as u64) ^ (hi as u64) << 40)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> 49;
+        let h = &mut hists[hi];
+        h.total += s.period;
+        h.nr += 1;
+        if let Some((k, row)) = &row_cache[slot as usize] {
+            if *k == rk {
+                h.rows[*row].1 += s.period;
+                return Flow::Continue(());
+            }
+        }
         let r = printer.resolve(s.code, s.pid, s.ip, s.time);
         let dso = r.mapped.then(|| match dsos.get(&r.dso) {
             Some(d) => d.clone(),
@@ -204,16 +245,17 @@ fn run(a: &Args) -> Result<(), String> {
             None => SymKey::Addr(if r.mapped { r.addr } else { s.ip }),
         };
         let key = Key { comm, dso, sym };
-        let h = match hists.iter().position(|h| h.0 == s.kind) {
-            Some(i) => &mut hists[i],
+        let h = &mut hists[hi];
+        let row = match h.index.get(&key) {
+            Some(&i) => i,
             None => {
-                hists.push((s.kind, HashMap::new(), 0, 0));
-                hists.last_mut().expect("just pushed")
+                h.rows.push((key.clone(), 0));
+                h.index.insert(key, h.rows.len() - 1);
+                h.rows.len() - 1
             }
         };
-        *h.1.entry(key).or_default() += s.period;
-        h.2 += s.period;
-        h.3 += 1;
+        h.rows[row].1 += s.period;
+        row_cache[slot as usize] = Some((rk, row));
         Flow::Continue(())
     });
     if let Some(b) = &bar {
@@ -230,12 +272,19 @@ fn run(a: &Args) -> Result<(), String> {
         return Ok(());
     }
     // Events in perf's order (the order they were synthesized in).
-    hists.sort_by_key(|h| names.iter().position(|(k, _)| *k == h.0));
+    hists.sort_by_key(|h| names.iter().position(|(k, _)| *k == h.kind));
     let _ = writeln!(
         out,
         "# To display the perf.data header info, please use --header/--header-only options.\n#"
     );
-    for (kind, rows, total, nr) in hists {
+    for Hist {
+        kind,
+        rows,
+        total,
+        nr,
+        ..
+    } in hists
+    {
         let name = names
             .iter()
             .find(|(k, _)| *k == kind)
@@ -243,7 +292,7 @@ fn run(a: &Args) -> Result<(), String> {
         let _ = writeln!(out, "#\n# Total Lost Samples: 0\n#");
         let _ = writeln!(out, "# Samples: {} of event '{name}'", samples(nr));
         let _ = writeln!(out, "# Event count (approx.): {total}\n#");
-        let mut rows: Vec<(Key, u64)> = rows.into_iter().collect();
+        let mut rows = rows;
         rows.sort_by(|(ka, pa), (kb, pb)| {
             pb.cmp(pa).then_with(|| {
                 for k in &keys {
