@@ -124,7 +124,6 @@ pub(crate) mod w {
         pad(buf, width.saturating_sub(s.len()));
         buf.extend_from_slice(s);
     }
-
 }
 
 /// perf's `PERF_SAMPLE_*` bits used here.
