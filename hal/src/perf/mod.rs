@@ -308,6 +308,12 @@ impl PerfBackend {
         &self.sideband
     }
 
+    /// Takes the side-band records collected so far (a recorder that writes
+    /// as it goes keeps memory flat).
+    pub fn take_sideband(&mut self) -> Vec<RawRecord> {
+        std::mem::take(&mut self.sideband)
+    }
+
     /// The session as perf.data describes it (after `configure`): the
     /// event, the user page's time conversion, CPUID 0x15, the modes.
     pub fn session_info(&self) -> Result<SessionInfo, PerfError> {

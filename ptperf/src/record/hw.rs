@@ -12,6 +12,7 @@ use std::time::Duration;
 use pt_hal::backend::{TraceBackend, TraceItem};
 use pt_hal::config::{AddrRange, TraceConfig};
 use pt_hal::perf::attr::trace_config_of;
+use pt_hal::perf::data::{rdtsc, PerfDataRecorder};
 use pt_hal::perf::{PerfBackend, PerfOptions, Target};
 
 use super::{
@@ -79,11 +80,32 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     }
     let mut be = PerfBackend::new(target, opts).map_err(|e| e.to_string())?;
     be.configure(&cfg).map_err(|e| e.to_string())?;
+    let session = be.session_info().map_err(|e| e.to_string())?;
+    let io = |e: &dyn std::fmt::Display| format!("{}: {e}", o.output.display());
+    let file = std::fs::File::create(&o.output).map_err(|e| io(&e))?;
+    let mut w = PerfDataRecorder::new(std::io::BufWriter::new(file), &session, &o.cmdline)
+        .map_err(|e| io(&e))?;
+    let area = be.aux_area();
     let stop = catch_interrupts();
     let snap = catch_snapshot_signal();
     be.start().map_err(|e| e.to_string())?;
     let mut items: Vec<TraceItem> = Vec::new();
     let mut wakeups = 0u64;
+    // Side-band first, then the trace read with it, as perf record writes
+    // them; written as they come, so memory stays flat.
+    let mut flush = |be: &mut PerfBackend, items: &mut Vec<TraceItem>| -> Result<(), String> {
+        for r in be.take_sideband() {
+            w.side_band(&r).map_err(|e| io(&e))?;
+        }
+        for it in items.iter() {
+            if let TraceItem::Lost { kind, offset, .. } = it {
+                eprintln!("ptperf record: warning: trace lost at AUX offset {offset:#x}: {kind:?}");
+            }
+        }
+        w.trace(&area, items, rdtsc()).map_err(|e| io(&e))?;
+        items.clear();
+        w.round().map_err(|e| io(&e))
+    };
     let status = loop {
         if stop.load(Ordering::Relaxed) {
             break None;
@@ -93,8 +115,11 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
                 be.snapshot(&mut items).map_err(|e| e.to_string())?;
                 wakeups += 1;
             }
-        } else {
-            be.read(&mut items).map_err(|e| e.to_string())?;
+        } else if be.read(&mut items).map_err(|e| e.to_string())? > 0 {
+            wakeups += 1;
+        }
+        if !items.is_empty() {
+            flush(&mut be, &mut items)?;
         }
         match be.try_wait().map_err(|e| e.to_string())? {
             Some(st) => break Some(st),
@@ -102,21 +127,18 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         }
     };
     let _ = be.stop();
-    if o.snapshot.is_some_and(|s| s.on_exit) || o.snapshot.is_none() {
-        if o.snapshot.is_some() {
+    match o.snapshot {
+        Some(s) if s.on_exit => {
             be.snapshot(&mut items).map_err(|e| e.to_string())?;
-        } else {
+        }
+        Some(_) => {}
+        None => {
             be.read(&mut items).map_err(|e| e.to_string())?;
         }
     }
+    flush(&mut be, &mut items)?;
+    w.finish().map_err(|e| io(&e))?;
     wakeups += 1;
-    for it in &items {
-        if let TraceItem::Lost { kind, .. } = it {
-            eprintln!("ptperf record: warning: trace lost: {kind:?}");
-        }
-    }
-    be.write_perf_data(&items, &o.output, &o.cmdline)
-        .map_err(|e| format!("{}: {e}", o.output.display()))?;
     if !o.quiet {
         closing_lines(&o.output, wakeups);
     }
