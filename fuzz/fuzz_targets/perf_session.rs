@@ -17,7 +17,7 @@ use pt_perf_data::PerfFile;
 use std::path::PathBuf;
 
 /// Items decoded per input, over all queues.
-const BUDGET: usize = 3000;
+const BUDGET: usize = 1500;
 
 /// Checks one item of `dec` against the input's length.
 fn check(session: &Session<'_>, dec: &QueueDecoder<'_, '_>, item: PerfItem, len: u64) {
