@@ -1,21 +1,16 @@
 //! Decoding a perf.data (ptxed `--perf FILE --quiet`): the session's queue decoder on a
 //! recording of a real program, beside the plain flow decoder on the same trace bytes
-//! (a raw trace and its images), so that the cost of reading perf.data shows.
+//! and image, so that the cost of reading perf.data shows.
 //!
-//! The program (CPython serializing a list to JSON, about 60M instructions) runs on the
-//! simulated PT CPU (valgrind execution source) with TSC, MTC and cycle-accurate
-//! timing and a PSB every 4 KiB. The raw trace and its side-band are kept in
-//! `target/perf-recorded/` with a perf.data written from them the way a per-thread
-//! `perf record -e intel_pt//u` lays it out (COMM, an MMAP2 per mapped file, the
-//! trace in 64 KiB AUXTRACE pieces); delete the directory to record anew.
-//!
-//! Where valgrind or the program is missing, the benchmark says so and skips it. To
-//! time the tools on the same input: `ptxed --perf target/perf-recorded/NAME.data
-//! --quiet`, and libipt's `ptxed --block-decoder --quiet $(ptrec --ptxed-args
-//! target/perf-recorded/NAME.pt)`.
+//! The program (CPython serializing a list to JSON, about 120M instructions) runs on
+//! the simulated PT CPU (valgrind execution source) with TSC, MTC and cycle-accurate
+//! timing and a PSB every 4 KiB, recorded as perf.data (`target/perf-recorded/NAME.data`,
+//! reused; delete it to record anew). Where valgrind or the program is missing, the
+//! benchmark says so and skips it. To time the tool on the same input:
+//! `ptxed --perf target/perf-recorded/NAME.data --quiet`.
 
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -23,67 +18,23 @@ use pt_benches::flow::quiet_blocks;
 use pt_decoder::config::Config;
 use pt_decoder::image::Image;
 use pt_decoder::perf::{PerfItem, Session, SessionOptions};
-use pt_decoder::sideband::{Explicit, Sideband};
 use pt_decoder::{Granularity, Item};
 use pt_hal::config::TraceConfig;
-use pt_perf_data::intel_pt::config as ptc;
-use pt_perf_data::*;
-use pt_sim::backend::SimOutput;
+use pt_perf_data::MappedFile;
 use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
-use pt_sim::pt::SimParams;
-use pt_sim::record::{record_sim, sideband_path, SimRecording};
-
-const PMU: u32 = 9;
-const PT_ID: u64 = 1;
-const TRACK_ID: u64 = 2;
-const PID: u32 = 1000;
-/// AUXTRACE pieces of this size, as perf copies an AUX area of 64 KiB out.
-const PIECE: usize = 64 << 10;
+use pt_sim::record::{record_perf_data, PerfDataOptions, SimRecording};
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/perf-recorded")
 }
 
-fn trace_config() -> TraceConfig {
-    TraceConfig {
-        tsc: true,
-        mtc: Some(3),
-        cyc: Some(0),
-        // 2^(1+11) bytes: a PSB every 4 KiB.
-        psb_freq: 1,
-        ..TraceConfig::perf_default()
-    }
-}
-
-/// The intel_pt PMU config of `c`.
-fn pt_config(c: &TraceConfig) -> u64 {
-    let mut v = ptc::PT | ptc::psb_period(c.psb_freq as u64);
-    if c.branch {
-        v |= ptc::BRANCH;
-    }
-    if c.tsc {
-        v |= ptc::TSC;
-    }
-    if c.dis_retc {
-        v |= ptc::NORETCOMP;
-    }
-    if let Some(m) = c.mtc {
-        v |= ptc::MTC | ptc::mtc_period(m as u64);
-    }
-    if let Some(t) = c.cyc {
-        v |= ptc::CYC | ptc::cyc_thresh(t as u64);
-    }
-    v
-}
-
-/// Records `cmd` into `NAME.pt` (unless it is there) and writes `NAME.data`.
-fn record(name: &str, cmd: &[String]) -> Result<(PathBuf, PathBuf), String> {
+/// Records `cmd` into `NAME.data` unless it is there.
+fn record(name: &str, cmd: &[String]) -> Result<PathBuf, String> {
     let dir = dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let trace = dir.join(format!("{name}.pt"));
     let data = dir.join(format!("{name}.data"));
-    if sideband_path(&trace).exists() && data.exists() {
-        return Ok((trace, data));
+    if data.exists() {
+        return Ok(data);
     }
     let have_valgrind = Command::new("valgrind")
         .arg("--version")
@@ -94,155 +45,21 @@ fn record(name: &str, cmd: &[String]) -> Result<(PathBuf, PathBuf), String> {
     }
     let mut source = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())
         .map_err(|e| e.to_string())?;
-    let rec = SimRecording {
-        config: trace_config(),
-        filters: Vec::new(),
-        params: SimParams::default(),
-        output: SimOutput::default(),
-        trace: trace.clone(),
-        log: None,
-    };
+    let rec = SimRecording::new(TraceConfig {
+        tsc: true,
+        mtc: Some(3),
+        cyc: Some(0),
+        // 2^(1+11) bytes: a PSB every 4 KiB.
+        psb_freq: 1,
+        ..TraceConfig::perf_default()
+    });
     eprintln!("recording {name} on the simulator: {}", cmd.join(" "));
-    let summary = record_sim(&mut source, &rec, |_| {})?;
+    let summary = record_perf_data(&mut source, &rec, &PerfDataOptions::new(&data), |_| {})?;
     eprintln!(
         "recorded {name}: {} instructions, {} trace bytes",
         summary.instructions, summary.trace_bytes
     );
-    write_perf_data(&trace, &data, &cmd[0])?;
-    Ok((trace, data))
-}
-
-/// The TSC of the first TSC packet in `bytes` (0 if none).
-fn first_tsc(bytes: &[u8]) -> u64 {
-    let mut dec = pt_decoder::PacketDecoder::new(bytes, &Config::default());
-    if dec.sync_forward().is_err() {
-        return 0;
-    }
-    for p in dec {
-        match p {
-            Ok((_, pt_decoder::Packet::Tsc { tsc })) => return tsc,
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    0
-}
-
-/// Writes the raw recording `trace` (one thread, its side-band naming the mapped
-/// files) as a per-thread intel_pt perf.data.
-fn write_perf_data(trace: &Path, out: &Path, comm: &str) -> Result<(), String> {
-    let sb = Sideband::read(&sideband_path(trace)).map_err(|e| e.to_string())?;
-    let bytes = std::fs::read(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
-    let c = trace_config();
-    let events = vec![
-        EventDesc {
-            attr: intel_pt_attr(PMU, pt_config(&c), true, false),
-            ids: vec![PT_ID],
-            name: Some("intel_pt//u".into()),
-        },
-        EventDesc {
-            attr: tracking_attr(true, false, false, true),
-            ids: vec![TRACK_ID],
-            name: Some("dummy:u".into()),
-        },
-    ];
-    let f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let mut w =
-        PerfFileWriter::new(std::io::BufWriter::new(f), events).map_err(|e| e.to_string())?;
-    w.set_feature(pmu_mappings(PMU));
-    // A Skylake, as the simulator's default CPU.
-    w.set_feature(Feature::CpuId("GenuineIntel,6,94,3".into()));
-    let mut info = IntelPtInfo::new(PMU);
-    info.cap_user_time_zero = 1;
-    info.time_mult = 1;
-    let clock = SimParams::default().clock;
-    if let Some(m) = &mut info.mtc {
-        m.tsc_ctc_ratio_n = clock.cpuid_15_ebx as u64;
-        m.tsc_ctc_ratio_d = clock.cpuid_15_eax as u64;
-    }
-    info.max_non_turbo_ratio = Some(clock.nom_freq as u64);
-    let sid = |id: u64, time: u64| SampleId {
-        pid: Some(PID),
-        tid: Some(PID),
-        id: Some(id),
-        time: Some(time),
-        ..Default::default()
-    };
-    let start = first_tsc(&bytes).saturating_sub(1);
-    let comm = Path::new(comm)
-        .file_name()
-        .map_or(comm.to_string(), |n| n.to_string_lossy().into_owned());
-    let maps = sb.merged_maps();
-    let paths: Vec<String> = maps
-        .iter()
-        .map(|m| sb.resolve(&m.path).to_string_lossy().into_owned())
-        .collect();
-    let mut records = vec![
-        Record::AuxtraceInfo(AuxtraceInfo {
-            kind: auxtrace_type::INTEL_PT,
-            private: AuxtracePrivate::IntelPt(info),
-        }),
-        Record::Comm(Comm {
-            misc: misc::COMM_EXEC,
-            pid: PID,
-            tid: PID,
-            comm: comm.as_str().into(),
-            sample_id: sid(TRACK_ID, start),
-        }),
-    ];
-    for (m, path) in maps.iter().zip(&paths) {
-        let mut prot = 0;
-        for (ch, bit) in [('r', 1), ('w', 2), ('x', 4)] {
-            if m.perms.contains(ch) {
-                prot |= bit;
-            }
-        }
-        records.push(Record::Mmap2(Mmap2 {
-            misc: misc::USER,
-            pid: PID,
-            tid: PID,
-            start: m.start,
-            len: m.end - m.start,
-            pgoff: m.file_offset,
-            file: Mmap2File::Inode {
-                maj: 0,
-                min: 0,
-                ino: 0,
-                ino_generation: 0,
-            },
-            prot,
-            flags: 2,
-            filename: path.as_str().into(),
-            sample_id: sid(TRACK_ID, start),
-        }));
-    }
-    records.push(Record::ItraceStart(ItraceStart {
-        misc: 0,
-        pid: PID,
-        tid: PID,
-        sample_id: sid(PT_ID, start),
-    }));
-    for r in &records {
-        w.write(r).map_err(|e| e.to_string())?;
-    }
-    let end = bytes.len() as u64;
-    for (i, piece) in bytes.chunks(PIECE).enumerate() {
-        w.write_auxtrace(
-            &Auxtrace {
-                offset: (i * PIECE) as u64,
-                reference: end,
-                idx: 0,
-                tid: PID,
-                cpu: u32::MAX,
-                data: &[],
-            },
-            &[piece],
-        )
-        .map_err(|e| e.to_string())?;
-    }
-    w.write(&Record::FinishedRound).map_err(|e| e.to_string())?;
-    w.finish().map_err(|e| e.to_string())?;
-    Ok(())
+    Ok(data)
 }
 
 /// ptxed `--perf --quiet`: every queue's blocks, counted only (the decoder's fast
@@ -299,20 +116,19 @@ fn perf_session(c: &mut Criterion) {
         "import json; json.dumps([{'a': i, 'b': str(i)} for i in range(12000)])".into(),
     ];
     let name = "python_json";
-    let (trace, data) = match record(name, &cmd) {
+    let data = match record(name, &cmd) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("perf_session: {name} skipped: {e}");
             return;
         }
     };
-    // The raw side: the trace and the image its side-band names.
-    let sb = Sideband::read(&sideband_path(&trace)).expect("side-band");
-    let mut image = Image::new();
-    sb.load(&mut image).expect("image");
-    let mut config = Config::default();
-    let _ = sb.configure(&mut config, Explicit::default());
-    let raw = std::fs::read(&trace).expect("trace");
+    // The raw side: the AUX bytes and the image of the one thread, as a raw trace.
+    let rec = ptperf::verify::Recording::read(&data).expect("recording");
+    let config = rec.decoder;
+    let piece = rec.pieces.into_iter().next().expect("a trace");
+    let image = piece.image();
+    let raw = piece.data;
 
     let file = MappedFile::open(&data).expect("perf.data");
     let perf = file.parse().expect("parse");
