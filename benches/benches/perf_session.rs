@@ -95,12 +95,12 @@ fn session_blocks(session: &Session<'_>) -> u64 {
 
 /// The raw trace's blocks as items (what `session_blocks` adds to).
 fn raw_blocks(trace: &[u8], image: &Image, config: &Config) -> u64 {
-    let mut dec = pt_decoder::Decoder::builder(trace, image)
+    let dec = pt_decoder::Decoder::builder(trace, image)
         .config(config)
         .granularity(Granularity::Blocks)
         .build();
     let mut n = 0;
-    while let Some(item) = dec.next() {
+    for item in dec {
         if let Item::Block(b) = item {
             n += b.block.ninsn as u64;
         }

@@ -81,7 +81,7 @@ impl PeventConfig {
             0
         } else {
             // A negative offset: later by -off, at most the end of time.
-            tsc.checked_add(off.wrapping_neg()).unwrap_or(u64::MAX)
+            tsc.saturating_add(off.wrapping_neg())
         }
     }
 }
