@@ -6,11 +6,28 @@
 //! - [`verify`]: decode a simulated recording with pt-decoder and compare
 //!   every thread's instructions with the recorded execution.
 //! - [`profile`]: branch counts and the hottest functions of a decoded flow.
+//! - [`decode`]: perf's Intel PT decoder semantics (the states intel-pt-decoder.c
+//!   hands to intel-pt.c), over pt-decoder's packets and [`code`]'s walk.
+//! - [`synth`]: the samples perf's intel-pt.c synthesizes from those states
+//!   ([`sample`]), for the `--itrace` options ([`itrace`]), queues in time order.
+//! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
+//!   byte for byte as perf prints and writes them; [`symbols`] finds the names
+//!   perf gives addresses.
 //!
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
 
+pub mod code;
+pub mod decode;
+pub mod inject;
+pub mod itrace;
 pub mod profile;
+pub mod progress;
 pub mod record;
 mod record_check;
+pub mod report;
+pub mod sample;
+pub mod script;
+pub mod symbols;
+pub mod synth;
 pub mod verify;

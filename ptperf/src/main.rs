@@ -9,6 +9,9 @@ const USAGE: &str = "\
 
  The commands are:
    record          Record a program's Intel PT trace into perf.data (perf where PT works, else the simulated PT CPU)
+   script          Read perf.data and display the trace's samples as perf script does
+   report          Read perf.data and display its profile as perf report --stdio does
+   inject          Write a perf.data with the trace's samples, as perf inject --itrace does
 
  See 'ptperf COMMAND -h' for the options of a command.
 ";
@@ -22,6 +25,9 @@ fn main() -> ExitCode {
     };
     match cmd {
         "record" => ptperf::record::main(&args[1..]),
+        "script" => ptperf::script::main(&args[1..]),
+        "report" => ptperf::report::main(&args[1..]),
+        "inject" => ptperf::inject::main(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

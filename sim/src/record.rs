@@ -745,6 +745,11 @@ pub fn record_perf_data(
     if rec.config.os && !source.shows_kernel() {
         return Err(PtError::KernelTracing.to_string());
     }
+    // A configuration the simulated CPU refuses (its CPUID 14H) is refused
+    // before anything is written.
+    SimBackend::new(rec.params, rec.output)
+        .and_then(|mut b| b.configure(&rec.config))
+        .map_err(|e| e.to_string())?;
     let mut sink = PerfDataSink::create(rec, opts)?;
     record_into(source, rec, &mut sink, progress)
 }

@@ -4,8 +4,9 @@
 //! psb_period=3,pt,branch`) comes first and each term sets or clears its
 //! format bits; a term alone means 1 (an error for multi-bit terms).
 //! Modifiers: `u` (user only), `k` (kernel only), both or none (both).
-//! Errors are perf's: the event, a pointer under the offending place, the
-//! reason, and for unknown terms the list of valid ones.
+//! Errors are one line with perf's words: the event, the column of the
+//! offending place, the reason, and for unknown terms the list of valid
+//! ones.
 
 use pt_perf_data::intel_pt::config as bits;
 
@@ -55,7 +56,7 @@ impl PtEvent {
     }
 }
 
-/// perf's error for an event string: the lines it prints (ending in a newline).
+/// perf's error for an event string, in one line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventError(pub String);
 
@@ -67,30 +68,15 @@ impl std::fmt::Display for EventError {
 
 impl std::error::Error for EventError {}
 
-/// perf's error print: the event (cut at the front when the place is far
-/// in), a pointer to byte `at`, the message and an optional help paragraph.
+/// An error in one line: perf's words (`event syntax error: 'EVENT'`, the
+/// reason), the column perf's pointer would show (1-based) and the help
+/// perf prints below, in parentheses.
 fn error(event: &str, at: usize, msg: &str, help: Option<&str>) -> EventError {
-    const PREFIX: &str = "event syntax error: ";
-    const MAX_IDX: usize = 13;
-    let (shown, idx) = if at > MAX_IDX {
-        let cut = at - MAX_IDX;
-        let rest = event.get(cut..).unwrap_or("");
-        let mut s = String::from("..");
-        s.push_str(rest.get(2..).unwrap_or(""));
-        (s, PREFIX.len() + at - cut)
-    } else {
-        (event.to_string(), PREFIX.len() + at)
-    };
-    let mut out = format!(
-        "{PREFIX}'{shown}'\n{:width$}\\___ {msg}\n",
-        "",
-        width = idx + 1
-    );
-    if let Some(h) = help {
-        out.push_str(&format!("\n{h}\n"));
-    }
-    out.push_str("Run 'perf list' for a list of valid events\n");
-    EventError(out)
+    let help = help.map_or(String::new(), |h| format!(" ({h})"));
+    EventError(format!(
+        "event syntax error: '{event}', column {}: {msg}{help}",
+        at + 1
+    ))
 }
 
 /// A C number (decimal, `0x` hex, `0` octal).
@@ -275,30 +261,17 @@ mod tests {
     #[test]
     fn perfs_error_lines() {
         let e = parse("intel_pt/foo/u").unwrap_err().0;
-        let mut lines = e.lines();
-        assert_eq!(lines.next(), Some("event syntax error: 'intel_pt/foo/u'"));
-        assert_eq!(
-            lines.next(),
-            Some("                              \\___ unknown term 'foo' for pmu 'intel_pt'")
-        );
-        assert_eq!(lines.next(), Some(""));
-        assert!(lines
-            .next()
-            .unwrap()
-            .starts_with("valid terms: branch,cyc,cyc_thresh,event,fup_on_ptw,mtc,mtc_period,noretcomp,notnt,psb_period,pt,ptw,pwr_evt,tsc,config,config1,"));
-        assert_eq!(
-            lines.next(),
-            Some("Run 'perf list' for a list of valid events")
+        assert!(!e.contains('\n'), "{e}");
+        assert!(
+            e.starts_with(
+                "event syntax error: 'intel_pt/foo/u', column 10: unknown term 'foo' for pmu 'intel_pt' (valid terms: branch,cyc,cyc_thresh,event,fup_on_ptw,mtc,mtc_period,noretcomp,notnt,psb_period,pt,ptw,pwr_evt,tsc,config,config1,"
+            ),
+            "{e}"
         );
         let e = parse("intel_pt/mtc_period=16/u").unwrap_err().0;
-        assert!(
-            e.contains("\\___ value too big for format, maximum is 15"),
-            "{e}"
-        );
-        // The event is cut at the front when the place is far in.
-        assert!(
-            e.starts_with("event syntax error: '..mtc_period=16/u'"),
-            "{e}"
+        assert_eq!(
+            e,
+            "event syntax error: 'intel_pt/mtc_period=16/u', column 21: value too big for format, maximum is 15"
         );
         let e = parse("intel_pt/psb_period/").unwrap_err().0;
         assert!(e.contains("no value assigned for term"), "{e}");

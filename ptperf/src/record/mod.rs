@@ -72,7 +72,7 @@ pub const USAGE: &str = "\
         --limit <n>       simulator (ptrace): stop after n instructions
         --decode          decode every thread and compare it with its recorded execution
         --top <n>         with --decode: the n hottest functions (default 10)
-    -q, --quiet           don't print the closing lines
+    -q, --quiet           no summary or closing lines (warnings are still printed)
 ";
 
 /// Which backend records.
@@ -160,7 +160,7 @@ fn snapshot_opts(s: &str) -> Result<SnapshotOptions, ArgError> {
     } else {
         number(size).ok_or_else(|| {
             ArgError(
-                format!("Invalid snapshot option: '{s}'\n failed to parse AUX area tracing snapshot options"),
+                format!("Invalid snapshot option: '{s}' (failed to parse AUX area tracing snapshot options: [e][SIZE])"),
                 false,
             )
         })?
@@ -222,7 +222,7 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
             let v = args
                 .get(i)
                 .and_then(|a| a.to_str())
-                .ok_or_else(|| bad(format!(" Error: switch `{name}' requires a value ({what})")))?;
+                .ok_or_else(|| bad(format!("switch `{name}' requires a value ({what})")))?;
             i += 1;
             Ok(v.to_string())
         };
@@ -230,7 +230,7 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
             "h" | "help" => return Err(ArgError(String::new(), true)),
             "e" | "event" => {
                 let ev = value("an event")?;
-                o.event = event::parse(&ev).map_err(|e| ArgError(e.0, true))?;
+                o.event = event::parse(&ev).map_err(|e| ArgError(e.0, false))?;
                 o.event_given = true;
             }
             "filter" => o.filter = Some(value("a filter")?),
@@ -272,7 +272,7 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
             }
             "q" | "quiet" => o.quiet = true,
             "per-thread" => {}
-            _ => return Err(bad(format!(" Error: unknown option `{name}'"))),
+            _ => return Err(bad(format!("unknown option `{name}'"))),
         }
     }
     if let Some(f) = &o.filter {
@@ -446,10 +446,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Ok(o) => o,
         Err(ArgError(msg, usage)) => {
             if !msg.is_empty() {
-                eprint!("{msg}");
-                if !msg.ends_with('\n') {
-                    eprintln!();
-                }
+                eprintln!("ptperf record: {}", msg.trim_start());
             }
             if usage {
                 if !msg.is_empty() {
@@ -545,7 +542,7 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(
-            e.contains("Failed to parse address filter: 'jump 1'"),
+            e.contains("failed to parse address filter: 'jump 1'"),
             "{e}"
         );
     }

@@ -95,10 +95,12 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     let flag = catch_interrupts();
     let mut source: Box<dyn ExecutionSource> = if replay {
         let path = &o.command[0];
-        eprintln!(
-            "ptperf record: replaying {} on the simulated PT CPU",
-            path.to_string_lossy()
-        );
+        if !o.quiet {
+            eprintln!(
+                "ptperf record: replaying {} on the simulated PT CPU",
+                path.to_string_lossy()
+            );
+        }
         Box::new(LogReader::open(path).map_err(|e| format!("{}: {e}", path.to_string_lossy()))?)
     } else {
         rec.log = Some(log.clone());
@@ -155,7 +157,9 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         progress.show("recorded", n)
     })?;
     progress.done();
-    summary_line(&s, progress.t0.elapsed().as_secs_f64());
+    if !o.quiet {
+        summary_line(&s, progress.t0.elapsed().as_secs_f64());
+    }
     for w in &s.warnings {
         eprintln!("ptperf record: warning: not recorded: {w}");
     }

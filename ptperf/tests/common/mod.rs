@@ -197,7 +197,8 @@ pub fn replay(dir: &Path, name: &str, args: &[&str], log: &Path) -> PathBuf {
         .arg(log)
         .output()
         .unwrap();
-    assert!(o.status.success(), "{name}: {}", stderr(&o));
+    // A replay ends with the recorded program's exit status.
+    assert_recorded(name, &o);
     data
 }
 
@@ -256,6 +257,59 @@ pub fn perf_instructions(data: &Path) -> BTreeMap<u32, Vec<u64>> {
             .push(u64::from_str_radix(ip, 16).unwrap());
     }
     m
+}
+
+/// What our decoder (pt-decoder's perf.data session) decodes in `data`:
+/// every thread's instructions, in order. It must decode without an error,
+/// a warning, lost data or missing code, except that snapshots that do not
+/// overlap may be named as not continuing each other (see
+/// [`snapshots_start_at_psbs`] for why nothing is lost there).
+pub fn our_instructions(data: &Path) -> BTreeMap<u32, Vec<u64>> {
+    use pt_decoder::perf::{PerfItem, Session, SessionOptions};
+    use pt_decoder::{Granularity, Item};
+    let mapped = pt_perf_data::MappedFile::open(data).unwrap();
+    let perf = mapped.parse().unwrap();
+    let session = Session::new(&perf, SessionOptions::for_file(data)).unwrap();
+    let warnings: Vec<String> = session.warnings().iter().map(|w| w.to_string()).collect();
+    assert!(warnings.is_empty(), "{}: {warnings:?}", data.display());
+    let mut flows: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for q in 0..session.queues().len() {
+        let mut dec = session
+            .decoder(q)
+            .configure(|b| b.granularity(Granularity::Instructions));
+        while let Some(item) = dec.next() {
+            match item {
+                PerfItem::Decoded(Item::Insn(i)) => {
+                    let tid = dec.context().and_then(|c| c.tid).expect("a thread");
+                    flows.entry(tid).or_default().push(i.insn.ip);
+                }
+                PerfItem::Decoded(Item::Error(e)) => panic!("{}: {e}", data.display()),
+                PerfItem::Lost(l) if l.kind == pt_decoder::perf::LostKind::SnapshotGap => {}
+                PerfItem::Lost(l) => panic!("{}: lost {l}", data.display()),
+                PerfItem::NoCode(n) => panic!("{}: no code: {n}", data.display()),
+                _ => {}
+            }
+        }
+    }
+    flows
+}
+
+/// Every AUXTRACE record of a snapshot recording starts with a PSB: the
+/// trace unit starts afresh after each snapshot, so snapshots that do not
+/// overlap lose nothing between them.
+pub fn snapshots_start_at_psbs(data: &Path) {
+    use pt_perf_data::{MappedFile, Record};
+    let file = MappedFile::open(data).unwrap();
+    let perf = file.parse().unwrap();
+    for r in perf.records() {
+        if let (off, Record::Auxtrace(a)) = r.unwrap() {
+            assert!(
+                a.data.starts_with(&[0x02, 0x82].repeat(8)),
+                "{}: the AUXTRACE at {off:#x} does not start with a PSB",
+                data.display()
+            );
+        }
+    }
 }
 
 /// `perf report --stdio` runs on `data` without a warning.

@@ -334,14 +334,14 @@ pub const MAX_FILTERS: usize = 2;
 
 impl FilterSpec {
     /// Parses and resolves perf's filter syntax (see the module docs); the
-    /// error holds perf's lines.
+    /// error is one line in perf's words.
     pub fn parse_list(s: &str) -> Result<Vec<Self>, FilterError> {
+        // One line: what is wrong, perf's words, the syntax.
         let failed = |why: Option<String>| {
-            let mut e = why.map(|w| w + "\n").unwrap_or_default();
-            e.push_str(&format!(
-                "Failed to parse address filter: '{s}'\nFilter format is: filter|start|stop|tracestop <start symbol or address> [/ <end symbol or size>] [@<file name>]\nWhere multiple filters are separated by space or comma."
-            ));
-            FilterError(e)
+            let why = why.map(|w| w + ": ").unwrap_or_default();
+            FilterError(format!(
+                "{why}failed to parse address filter: '{s}' (filter|start|stop|tracestop <start symbol or address> [/ <end symbol or size>] [@<file name>], several separated by space or comma)"
+            ))
         };
         let mut parsed = Vec::new();
         let mut rest = s;
@@ -352,7 +352,7 @@ impl FilterSpec {
         }
         if parsed.len() > MAX_FILTERS {
             return Err(failed(Some(format!(
-                "Error: number of address filters ({}) exceeds maximum ({MAX_FILTERS})",
+                "number of address filters ({}) exceeds maximum ({MAX_FILTERS})",
                 parsed.len()
             ))));
         }
@@ -360,7 +360,9 @@ impl FilterSpec {
         for mut p in parsed {
             resolve(&mut p).map_err(|e| failed(Some(e)))?;
             let object = match &p.filename {
-                Some(f) => Some(std::fs::canonicalize(f).map_err(|_| failed(None))?),
+                Some(f) => {
+                    Some(std::fs::canonicalize(f).map_err(|e| failed(Some(format!("{f}: {e}"))))?)
+                }
                 None => None,
             };
             let shown = |p: &Parsed, object: &Option<PathBuf>| {
@@ -512,7 +514,7 @@ mod tests {
     #[test]
     fn what_perf_and_the_kernel_refuse() {
         for (bad, why) in [
-            ("jump 1/2", "Failed to parse address filter: 'jump 1/2'"),
+            ("jump 1/2", "failed to parse address filter: 'jump 1/2'"),
             ("filter 1/0", "(Operation not supported)"),
             ("start 0x1000", "(Operation not supported)"),
             ("stop 0x1000", "(Operation not supported)"),
@@ -522,7 +524,10 @@ mod tests {
                 "filter nosuchsym @ /bin/true",
                 "Symbol 'nosuchsym' not found.",
             ),
-            ("filter 1/1@/no/such/file", "Failed to parse address filter"),
+            (
+                "filter 1/1@/no/such/file",
+                "/no/such/file: No such file or directory",
+            ),
         ] {
             let e = FilterSpec::parse_list(bad).unwrap_err().0;
             assert!(e.contains(why), "{bad}: {e}");
