@@ -129,6 +129,7 @@ pub mod listing;
 pub mod packet;
 pub mod parallel;
 pub mod perf;
+pub mod pevent;
 pub mod query;
 pub mod sideband;
 pub mod time;
