@@ -9,8 +9,7 @@
 //! RECORDING is a perf.data of `ptperf record` on the simulator, with the execution
 //! log it kept (`perf.data.log`, or `--log LOG`, e.g. the log a recording was
 //! replayed from with `--source log`); the thread with the most trace is damaged.
-//! Or a raw simulator recording `DIR/x.pt` (the former `ptrec`'s: `x.pt.sideband`
-//! and `x.pt.log` beside it). For every kind of damage and every seed it damages the
+//! For every kind of damage and every seed it damages the
 //! trace, decodes it with this crate's decoder (its default policy, and libipt's
 //! policy `Resync::NextPsb`) and, with `--libipt` (or `PT_REFERENCE_PTXED`), with
 //! libipt's ptxed, and prints per kind the average and the worst share of the
@@ -22,7 +21,7 @@ use std::time::Instant;
 
 use pt_decoder::Resync;
 use ptperf::damage::{
-    open_perf_data, score_libipt, score_ours, with_suffix, Damage, Recording, Score, Truth,
+    open_perf_data, score_libipt, score_ours, with_suffix, Damage, Score, Truth,
 };
 
 struct Args {
@@ -130,10 +129,7 @@ fn main() {
             Ok((rec, truth))
         })
     } else {
-        Recording::open(&args.trace).and_then(|rec| {
-            let truth = Truth::new(&rec, &log, &with_suffix(&args.trace, ".sideband"))?;
-            Ok((rec, truth))
-        })
+        Err("not a perf.data (record one with `ptperf record --backend sim`)".to_string())
     };
     let (rec, truth) = opened.unwrap_or_else(|e| {
         eprintln!("damage: {}: {e}", args.trace.display());

@@ -24,14 +24,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use pt_decoder::image::Image;
-use pt_decoder::sideband::Sideband;
 use pt_decoder::{Config, Decoder, Item, Resync};
-use pt_hal::config::{RtitRegs, TraceConfig};
-use pt_hal::msr::{AddrCfg, RtitCtl};
-use pt_sim::exec::log::LogReader;
-use pt_sim::exec::ExecutionSource;
-use pt_sim::exec::ThreadId;
-use pt_sim::traced::TracedFilter;
 
 /// A kind of damage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,27 +164,6 @@ pub struct Recording {
     pub ptxed_args: Vec<String>,
 }
 
-impl Recording {
-    /// The recording written by `ptrec -o trace` (its `.sideband` beside it).
-    pub fn open(trace: &Path) -> Result<Recording, String> {
-        let sb_path = with_suffix(trace, ".sideband");
-        let bytes = std::fs::read(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
-        let sb = Sideband::read(&sb_path).map_err(|e| e.to_string())?;
-        let mut image = Image::new();
-        sb.load(&mut image).map_err(|e| e.to_string())?;
-        let mut config = Config::default();
-        sb.configure(&mut config, Default::default())
-            .map_err(|_| format!("{}: unknown cpu", sb_path.display()))?;
-        let ptxed_args = ptxed_args(&sb, &sb_path)?;
-        Ok(Recording {
-            trace: bytes,
-            image,
-            config,
-            ptxed_args,
-        })
-    }
-}
-
 /// A recording of `ptperf record` on the simulator (a perf.data) with the execution
 /// log it was recorded from: the trace of the thread with the most trace (it must
 /// have run one program), and its recorded instructions.
@@ -257,65 +229,6 @@ fn raw_arg(args: &mut Vec<String>, file: &Path, offset: u64, start: u64, end: u6
     }
 }
 
-/// libipt ptxed's options for the configuration and code of a side-band file (read
-/// from `path`): its parameters, and each mapping of a file as `--raw`.
-fn ptxed_args(sb: &Sideband, path: &Path) -> Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut args = Vec::new();
-    for (key, opt) in [
-        ("cpu", "--cpu"),
-        ("mtc-freq", "--mtc-freq"),
-        ("nom-freq", "--nom-freq"),
-        ("cpuid-0x15.eax", "--cpuid-0x15.eax"),
-        ("cpuid-0x15.ebx", "--cpuid-0x15.ebx"),
-    ] {
-        let value = text.lines().find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == key).then(|| v.trim().to_string())
-        });
-        if let Some(v) = value {
-            args.extend([opt.to_string(), v]);
-        }
-    }
-    for m in sb.merged_maps() {
-        raw_arg(
-            &mut args,
-            &sb.resolve(&m.path),
-            m.file_offset,
-            m.start,
-            m.end,
-        );
-    }
-    Ok(args)
-}
-
-/// Which recorded instructions the recording's configuration traced (its
-/// IA32_RTIT_CTL and CR3 match, of its thread).
-fn traced_filter(sb: &Sideband) -> Result<TracedFilter, String> {
-    let num = |k: &str| {
-        sb.params
-            .iter()
-            .find(|(key, _)| key == k)
-            .and_then(|(_, v)| match v.trim().strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16).ok(),
-                None => v.trim().parse().ok(),
-            })
-    };
-    let ctl = RtitCtl(num("rtit-ctl").unwrap_or(0));
-    if (0..4).any(|n| ctl.addr_cfg(n) != Some(AddrCfg::Unused)) {
-        return Err("address filters are not supported here".into());
-    }
-    let regs = RtitRegs {
-        ctl,
-        cr3_match: num("cr3-match").unwrap_or(0).into(),
-        addr: Default::default(),
-    };
-    let cfg = TraceConfig::from_regs(&regs).map_err(|e| e.to_string())?;
-    let pid = num("pid").unwrap_or(0) as u32;
-    let tid = num("tid").map_or(pid, |t| t as u32);
-    Ok(TracedFilter::new(&cfg).thread(ThreadId { pid, tid }))
-}
-
 /// `path` with `suffix` appended (`x.pt` → `x.pt.sideband`).
 pub fn with_suffix(path: &Path, suffix: &str) -> std::path::PathBuf {
     let mut p = path.as_os_str().to_owned();
@@ -352,34 +265,6 @@ pub struct Truth {
 }
 
 impl Truth {
-    /// The recorded instructions of `log`, placed in `rec`'s trace by a decode of the
-    /// undamaged trace, which must agree with the log instruction by instruction.
-    pub fn new(rec: &Recording, log: &Path, sideband: &Path) -> Result<Truth, String> {
-        let sb = Sideband::read(sideband).map_err(|e| e.to_string())?;
-        let mut filter = traced_filter(&sb)?;
-        let mut reader = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let mut log_error = None;
-        let next_truth = || loop {
-            match reader.next_item() {
-                Ok(Some(item)) => {
-                    if let Some(ip) = filter.shown(&item, reader.memory()) {
-                        return Some(ip);
-                    }
-                }
-                Ok(None) => return None,
-                Err(e) => {
-                    log_error = Some(e.to_string());
-                    return None;
-                }
-            }
-        };
-        let truth = Truth::of(rec, next_truth)?;
-        if let Some(e) = log_error {
-            return Err(format!("{}: {e}", log.display()));
-        }
-        Ok(truth)
-    }
-
     /// The recorded instructions `next_truth` hands out, placed in `rec`'s trace by a
     /// decode of the undamaged trace, which must agree with them one by one.
     pub fn of(
