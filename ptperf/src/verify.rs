@@ -74,7 +74,7 @@ pub fn verify_profile(
     Ok((s, p.finish(&bytes, &config_of(&sb))))
 }
 
-fn config_of(sb: &Sideband) -> Config {
+pub(crate) fn config_of(sb: &Sideband) -> Config {
     let num = |k: &str| -> u64 {
         sb.param(k)
             .and_then(|v| match v.strip_prefix("0x") {
