@@ -514,6 +514,31 @@ impl<'a> Decoder<'a> {
     }
 }
 
+impl<'a> Decoder<'a> {
+    /// Decodes with the code of `image` from the next block or instruction on: a
+    /// context switch to another process, an exec (libipt's `pt_blk_set_image`). What
+    /// was learnt about the previous image's code is kept for when it comes back.
+    /// Returns `false` (and changes nothing) in a parallel decode, which has run
+    /// already.
+    pub fn set_image(&mut self, image: &'a Image) -> bool {
+        match &mut self.run {
+            None => {}
+            Some(Run::Blocks(e)) => e.set_image(image),
+            Some(Run::Insns(e)) => e.set_image(image),
+            Some(Run::Joined { .. }) => return false,
+        }
+        self.image = image;
+        true
+    }
+}
+
+impl<'a, S: Step<'a>> Engine<'a, S> {
+    fn set_image(&mut self, image: &'a Image) {
+        self.image = image;
+        self.dec.set_image(image);
+    }
+}
+
 impl Iterator for Decoder<'_> {
     type Item = Item;
 
@@ -551,6 +576,8 @@ pub(crate) trait Step<'a>: Sized + Send {
     fn item(&self, offset: u64, slot: &mut Item);
     fn mark(&self) -> Option<Self::Mark>;
     fn reached(&self, mark: &Self::Mark) -> bool;
+    /// Decode with the code of `image` from the next step on.
+    fn set_image(&mut self, image: &'a Image);
 }
 
 /// Where a decode starts and what it sees of its progress: the whole trace, or one
@@ -1024,6 +1051,11 @@ impl<'a> Step<'a> for BlockStep<'a> {
     fn reached(&self, mark: &Self::Mark) -> bool {
         blame(&self.block) == mark.1 && self.dec.reached(&mark.0)
     }
+
+    fn set_image(&mut self, image: &'a Image) {
+        self.dec.set_image(image);
+        self.ips_known = false;
+    }
 }
 
 /// The instruction decoder as a [`Step`].
@@ -1120,5 +1152,9 @@ impl<'a> Step<'a> for InsnStep<'a> {
 
     fn reached(&self, mark: &Self::Mark) -> bool {
         self.insn == mark.1 && self.dec.reached(&mark.0)
+    }
+
+    fn set_image(&mut self, image: &'a Image) {
+        self.dec.set_image(image);
     }
 }

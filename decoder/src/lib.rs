@@ -128,6 +128,7 @@ pub mod insn;
 pub mod listing;
 pub mod packet;
 pub mod parallel;
+pub mod perf;
 pub mod query;
 pub mod sideband;
 pub mod time;

@@ -98,6 +98,7 @@ impl Block {
 
 mod checkpoint;
 mod code;
+mod images;
 use code::{BlockView, Marks, Target, FILL_STEPS, TARGET_SLOTS};
 mod skip;
 
@@ -281,6 +282,8 @@ pub struct BlockDecoder<'a> {
     last_resync: Option<(Option<u64>, Event, u64, bool)>,
     /// The counting fast path's own state ([`skip`]).
     skip: skip::Skip,
+    /// What was learnt about the code of other images ([`images`]).
+    stash: images::Stash,
 }
 
 /// A successor link of a cache block: the block execution goes on at after `block`'s
@@ -337,6 +340,7 @@ impl<'a> BlockDecoder<'a> {
             last_resync: None,
             segs: Vec::new(),
             segs_ok: false,
+            stash: images::Stash::default(),
         };
         d.reset();
         d

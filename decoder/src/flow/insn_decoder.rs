@@ -89,6 +89,17 @@ impl<'a> InsnDecoder<'a> {
         self.block == c.block && self.status == c.status && self.blk.reached(&c.blk)
     }
 
+    /// Decodes with the code of `image` from the next instruction on (see
+    /// [`BlockDecoder::set_image`]).
+    pub fn set_image(&mut self, image: &'a Image) {
+        self.blk.set_image(image);
+        // The cache blocks of the current block belong to the old image's cache: the
+        // rest of the block is decoded from the new image.
+        self.segs.clear();
+        self.seg = 0;
+        self.idx = 0;
+    }
+
     /// The block decoder underneath.
     pub fn block_decoder(&self) -> &BlockDecoder<'a> {
         &self.blk
