@@ -39,10 +39,12 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment};
 use pt_decoder::driver::BlockItem;
+use pt_decoder::flow::Block;
 use pt_decoder::image::Image;
 use pt_decoder::insn::{decode_at, InsnClass};
 
 pub mod dwarf;
+pub mod perf;
 pub mod sim;
 
 use dwarf::{base_discriminator, duplication_factor, DebugInfo, Frame};
@@ -91,16 +93,11 @@ impl Collector {
         self.insns
     }
 
-    /// One decoded block, from `image`. `ips` gives the block's instruction
-    /// addresses (the decoder's [`block_ips`](pt_decoder::Decoder::block_ips));
-    /// it is asked once per distinct block, whose direct calls and jumps inside
-    /// (a block goes on through them) are then looked up in `image`.
-    pub fn block(
-        &mut self,
-        item: &BlockItem,
-        image: &Image,
-        ips: impl FnOnce() -> Option<Vec<u64>>,
-    ) {
+    /// One decoded block, from `image`. A block seen for the first time is
+    /// walked in `image` for its instruction addresses and the direct calls and
+    /// jumps inside it (a block goes on through them); after that it is only
+    /// counted.
+    pub fn block(&mut self, item: &BlockItem, image: &Image) {
         let b = &item.block;
         if b.ninsn == 0 {
             return;
@@ -110,28 +107,9 @@ impl Collector {
         let slot = match self.slots.get(&key) {
             Some(&s) => s,
             None => {
-                let got = ips().filter(|v| !v.is_empty()).unwrap_or_else(|| {
-                    // Addresses unknown: the ends at least.
-                    if b.ip == b.end_ip {
-                        vec![b.ip]
-                    } else {
-                        vec![b.ip, b.end_ip]
-                    }
-                });
+                let (got, inner) = walk(image, b);
                 let inner_start = self.inner.len() as u32;
-                for w in got.windows(2) {
-                    let (from, to) = (w[0], w[1]);
-                    let Ok(insn) = decode_at(image, from, b.mode) else {
-                        continue;
-                    };
-                    if insn.next_ip() != to && insn.target == Some(to) {
-                        match insn.class {
-                            InsnClass::Call => self.inner.push((from, to, true)),
-                            InsnClass::Jump => self.inner.push((from, to, false)),
-                            _ => {}
-                        }
-                    }
-                }
+                self.inner.extend_from_slice(&inner);
                 let s = self.spans.len() as u32;
                 self.spans.push(Span {
                     ips: (self.ips.len() as u32, got.len() as u32),
@@ -185,6 +163,45 @@ impl Collector {
         edges.sort_unstable();
         AddrCounts { insns, edges }
     }
+}
+
+/// The instruction addresses of `b` and the direct calls and jumps it follows
+/// inside, walked in `image` from its first instruction; just its two ends if
+/// the walk does not end at its last one (code changed, or missing).
+#[allow(clippy::type_complexity)]
+fn walk(image: &Image, b: &Block) -> (Vec<u64>, Vec<(u64, u64, bool)>) {
+    let mut ips = Vec::with_capacity(b.ninsn as usize);
+    let mut inner = Vec::new();
+    let mut ip = b.ip;
+    for k in 0..b.ninsn {
+        ips.push(ip);
+        if k + 1 == b.ninsn {
+            break;
+        }
+        let Ok(insn) = decode_at(image, ip, b.mode) else {
+            break;
+        };
+        ip = match (insn.class, insn.target) {
+            (InsnClass::Call, Some(t)) => {
+                inner.push((insn.ip, t, true));
+                t
+            }
+            (InsnClass::Jump, Some(t)) => {
+                inner.push((insn.ip, t, false));
+                t
+            }
+            _ => insn.next_ip(),
+        };
+    }
+    if ips.len() == b.ninsn as usize && ips.last() == Some(&b.end_ip) {
+        return (ips, inner);
+    }
+    let ends = if b.ip == b.end_ip {
+        vec![b.ip]
+    } else {
+        vec![b.ip, b.end_ip]
+    };
+    (ends, Vec::new())
 }
 
 /// A file mapped into the traced address space.
@@ -249,6 +266,30 @@ impl FunctionSamples {
         FunctionSamples {
             name: name.to_string(),
             ..Default::default()
+        }
+    }
+
+    /// Adds `other`'s samples (of the same function) to these.
+    pub fn merge(&mut self, other: FunctionSamples) {
+        self.total += other.total;
+        self.head += other.head;
+        for (loc, b) in other.body {
+            let mine = self.body.entry(loc).or_default();
+            mine.count += b.count;
+            for (callee, n) in b.calls {
+                *mine.calls.entry(callee).or_default() += n;
+            }
+        }
+        for (loc, callees) in other.inlined {
+            let mine = self.inlined.entry(loc).or_default();
+            for (name, f) in callees {
+                match mine.get_mut(&name) {
+                    Some(m) => m.merge(f),
+                    None => {
+                        mine.insert(name, f);
+                    }
+                }
+            }
         }
     }
 
@@ -325,6 +366,39 @@ fn load_bias(obj: &object::File<'_>, start: u64, file_offset: u64) -> Option<u64
     })
 }
 
+/// The DWARF of the ELF file `data` (at `path`): its own, else a separate
+/// debug file found by build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`) or
+/// by `.gnu_debuglink` (beside it, in `.debug/` beside it, or under
+/// `/usr/lib/debug`), as gdb looks for them.
+fn debug_info(path: &Path, data: &[u8]) -> Option<DebugInfo> {
+    if let Some(info) = DebugInfo::parse(data).ok().filter(|i| !i.is_empty()) {
+        return Some(info);
+    }
+    let obj = object::File::parse(data).ok()?;
+    let mut candidates = Vec::new();
+    if let Ok(Some(id)) = obj.build_id() {
+        if let Some((first, rest)) = id.split_first() {
+            let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
+            candidates.push(PathBuf::from(format!(
+                "/usr/lib/debug/.build-id/{first:02x}/{hex}.debug"
+            )));
+        }
+    }
+    if let Ok(Some((name, _crc))) = obj.gnu_debuglink() {
+        let name = Path::new(std::str::from_utf8(name).ok()?);
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        candidates.push(dir.join(name));
+        candidates.push(dir.join(".debug").join(name));
+        if let Ok(rel) = dir.strip_prefix("/") {
+            candidates.push(Path::new("/usr/lib/debug").join(rel).join(name));
+        }
+    }
+    candidates.into_iter().filter(|c| c != path).find_map(|c| {
+        let d = std::fs::read(c).ok()?;
+        DebugInfo::parse(&d).ok().filter(|i| !i.is_empty())
+    })
+}
+
 impl AddressSpace {
     fn new(modules: &[Module]) -> Self {
         let mut s = AddressSpace {
@@ -335,7 +409,7 @@ impl AddressSpace {
         for m in modules {
             let entry = by_path.entry(&m.path).or_insert_with(|| {
                 let data = std::fs::read(&m.path).ok()?;
-                let info = DebugInfo::parse(&data).ok().filter(|i| !i.is_empty())?;
+                let info = debug_info(&m.path, &data)?;
                 s.infos.push(info);
                 Some((s.infos.len() - 1, data))
             });
@@ -466,6 +540,19 @@ impl LlvmProfile {
         Some(node)
     }
 
+    /// Adds `other`'s samples to these (the profiles of several processes).
+    pub fn merge(&mut self, other: LlvmProfile) {
+        for (name, f) in other.functions {
+            match self.functions.get_mut(&name) {
+                Some(mine) => mine.merge(f),
+                None => {
+                    self.functions.insert(name, f);
+                }
+            }
+        }
+        self.unattributed += other.unattributed;
+    }
+
     /// Out-of-line functions, hottest (most instructions) first.
     pub fn hottest(&self) -> Vec<&FunctionSamples> {
         let mut v: Vec<&FunctionSamples> = self.functions.values().collect();
@@ -509,29 +596,54 @@ mod tests {
 
     #[test]
     fn counts_blocks_once_per_address_and_edges() {
+        // 1000: mov eax, 1   1005: call 1020   100a: ret
+        // 1020: add eax, 1   1023: jmp 1030    1030: ret
+        let mut code = vec![0xcc; 0x31];
+        code[..11].copy_from_slice(&[0xb8, 1, 0, 0, 0, 0xe8, 0x16, 0, 0, 0, 0xc3]);
+        code[0x20..0x25].copy_from_slice(&[0x83, 0xc0, 0x01, 0xeb, 0x0b]);
+        code[0x30] = 0xc3;
+        let mut image = Image::new();
+        image.add_bytes(0x1000, code, "code").unwrap();
         let mut c = Collector::new();
-        let mut asked = 0;
-        let image = Image::new();
+        // The block goes on through the call and the jump.
         for _ in 0..3 {
             c.block(
-                &block(0x10, 0x18, 3, InsnClass::Call, Some(0x40)),
+                &block(0x1000, 0x1030, 5, InsnClass::Return, Some(0x100a)),
                 &image,
-                || {
-                    asked += 1;
-                    Some(vec![0x10, 0x14, 0x18])
-                },
             );
         }
         c.block(
-            &block(0x14, 0x18, 2, InsnClass::Jump, Some(0x10)),
+            &block(0x100a, 0x100a, 1, InsnClass::Return, Some(0x2000)),
             &image,
-            || Some(vec![0x14, 0x18]),
         );
-        assert_eq!(asked, 1);
-        assert_eq!(c.insns(), 11);
+        // Code that is not there: the block's ends.
+        c.block(
+            &block(0x3000, 0x3010, 4, InsnClass::Call, Some(0x1020)),
+            &image,
+        );
+        assert_eq!(c.insns(), 20);
         let a = c.finish();
-        assert_eq!(a.insns, [(0x10, 3), (0x14, 4), (0x18, 4)]);
-        assert_eq!(a.edges, [(0x18, 0x10, 0, 1), (0x18, 0x40, 3, 0)]);
+        assert_eq!(
+            a.insns,
+            [
+                (0x1000, 3),
+                (0x1005, 3),
+                (0x100a, 1),
+                (0x1020, 3),
+                (0x1023, 3),
+                (0x1030, 3),
+                (0x3000, 1),
+                (0x3010, 1)
+            ]
+        );
+        assert_eq!(
+            a.edges,
+            [
+                (0x1005, 0x1020, 3, 0),
+                (0x1023, 0x1030, 0, 3),
+                (0x3010, 0x1020, 1, 0)
+            ]
+        );
     }
 
     #[test]

@@ -41,9 +41,7 @@ pub fn collect(
     let mut slot = Item::default();
     while dec.next_into(&mut slot) {
         match slot {
-            Item::Block(b) => {
-                collector.block(&b, &image, || dec.block_ips().map(|b| b.ips.to_vec()))
-            }
+            Item::Block(b) => collector.block(&b, &image),
             Item::Error(e) => errors.push(e.to_string()),
             _ => {}
         }
