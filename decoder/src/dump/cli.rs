@@ -18,8 +18,11 @@ pub struct Args {
     pub options: DumpOptions,
     /// Decoder configuration (cpu, timing parameters); errata are filled in by [`run`].
     pub config: Config,
-    /// The trace file as given: `<file>[:<from>[-<to>]]` (see [`TraceFile::open`]).
+    /// The trace file as given: `<file>[:<from>[-<to>]]` (see [`TraceFile::open`]);
+    /// empty with `--perf`.
     pub trace: String,
+    /// `--perf*`: dump a perf.data's AUX data instead.
+    pub perf: super::perf::PerfDumpArgs,
 }
 
 /// What the command line asks for.
@@ -266,6 +269,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
     let mut options = DumpOptions::default();
     let mut config = Config::default();
     let mut file = None;
+    let mut perf = super::perf::PerfDumpArgs::default();
     let mut idx = 0;
     while idx < args.len() {
         let a = args[idx].as_str();
@@ -339,17 +343,25 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
                     config.cpuid_0x15_ebx = v;
                 }
             }
+            _ if super::perf::PerfDumpArgs::takes(a) => {
+                idx += 1;
+                let v = arg_value(a, args.get(idx))?;
+                perf.set(a, v).map_err(cli_err)?;
+            }
             _ => return Err(cli_err(format!("unknown option: {a}."))),
         }
         idx += 1;
     }
-    let Some(trace) = file else {
-        return Err(cli_err("No processor trace file specified.".into()));
+    let trace = match file {
+        Some(t) => t,
+        None if perf.file.is_some() => String::new(),
+        None => return Err(cli_err("No processor trace file specified.".into())),
     };
     Ok(Command::Dump(Box::new(Args {
         options,
         config,
         trace,
+        perf,
     })))
 }
 
@@ -381,7 +393,9 @@ options:\n\
   --nom-freq <n>            the nominal core:bus ratio (MSR_PLATFORM_INFO[15:8]).\n\
   --cpuid-0x15.eax <n>      CPUID 0x15 EAX (TSC:crystal ratio denominator).\n\
   --cpuid-0x15.ebx <n>      CPUID 0x15 EBX (TSC:crystal ratio numerator).\n\
-  <ptfile>[:<from>[-<to>]]  the trace file, optionally a byte range of it.\n"
+  <ptfile>[:<from>[-<to>]]  the trace file, optionally a byte range of it.\n\n\
+perf.data:\n{}",
+        super::perf::HELP
     )
 }
 
@@ -449,6 +463,9 @@ pub fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, mut err:
                 }
             }
         }
+    }
+    if args.perf.file.is_some() {
+        return super::perf::run_perf(prog, &args.perf, &args.config, &args.options, out, err);
     }
     let trace = match TraceFile::open(&args.trace) {
         Ok(t) => t,

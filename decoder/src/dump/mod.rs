@@ -10,6 +10,7 @@
 pub mod cli;
 mod field;
 mod json;
+pub mod perf;
 
 use std::io::{self, Write};
 use std::ops::ControlFlow;

@@ -88,6 +88,9 @@ pub struct QueueDecoder<'s, 'a> {
     /// Lost data at a time only, in time order.
     lost_timed: VecDeque<Lost>,
     counts: Counts,
+    /// A switch due after the item just returned (applied before the decoder goes on,
+    /// so that the item's block can still be listed with its own image).
+    pending: Option<Option<u64>>,
     /// The queue's code may change while decoding.
     switches: bool,
     done: bool,
@@ -124,6 +127,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
             lost_at: lost_at.into(),
             lost_timed,
             counts: Counts::default(),
+            pending: None,
             switches,
             done: false,
         }
@@ -163,6 +167,12 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
     /// The image decoded with now.
     pub fn image(&self) -> Option<&'s Image> {
         self.image
+    }
+
+    /// The current segment's decoder (e.g. for [`Decoder::block_ips`] after an
+    /// [`Item::Block`]); `None` between segments.
+    pub fn decoder(&mut self) -> Option<&mut Decoder<'s>> {
+        self.dec.as_mut()
     }
 
     /// Instructions (and blocks) decoded so far, over all segments.
@@ -232,19 +242,13 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
             return false;
         };
         let i = self.next_segment;
-        let Some(seg) = q.segments.get(i) else {
+        if i >= q.segments.len() {
             return false;
-        };
+        }
         self.next_segment += 1;
         self.segment = i;
-        if let Some(kind) = seg.lost_before {
-            let first = seg.parts.first().and_then(|p| q.pieces.get(p.piece));
-            self.out.push_back(PerfItem::Lost(Lost {
-                kind,
-                record_offset: first.map_or(0, |p| p.record_offset),
-                aux_offset: first.map(|p| p.aux_offset),
-                time: None,
-            }));
+        if let Some(lost) = q.lost_before(i) {
+            self.out.push_back(PerfItem::Lost(lost));
         }
         let trace = q.segment_bytes(i);
         // The time the segment starts at: its first PSB+'s TSC.
@@ -301,6 +305,10 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
             if let Some(x) = self.out.pop_front() {
                 return Some(x);
             }
+            if let Some(t) = self.pending.take() {
+                self.switch_to(t);
+                continue;
+            }
             if self.done {
                 return None;
             }
@@ -356,7 +364,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
             };
             self.out.push_back(PerfItem::Decoded(item));
             if crossed && !is_event {
-                self.switch_to(time);
+                self.pending = Some(time);
             }
             if let Some(ip) = no_map {
                 let pid = self.ctx.and_then(|c| c.pid);

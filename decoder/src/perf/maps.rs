@@ -148,9 +148,9 @@ impl fmt::Display for MissingCode {
             MissingCode::Anonymous => {
                 f.write_str("anonymous memory (JIT code?): its contents were not recorded")
             }
-            MissingCode::Vdso => f.write_str(
-                "vdso: no copy in the build-id cache (give one with --vdso or a --buildid-dir)",
-            ),
+            MissingCode::Vdso => {
+                f.write_str("the vdso: no copy of it in any build-id cache, and none given")
+            }
             MissingCode::Kernel => f.write_str("kernel code is not decoded"),
             MissingCode::Special => f.write_str("a special mapping without a file"),
             MissingCode::NotFound(tried) => {

@@ -247,6 +247,19 @@ impl<'a> Queue<'a> {
         }
     }
 
+    /// What was lost before `segment`, with where: the AUXTRACE record after the gap.
+    pub fn lost_before(&self, segment: usize) -> Option<Lost> {
+        let seg = self.segments.get(segment)?;
+        let kind = seg.lost_before?;
+        let first = seg.parts.first().and_then(|p| self.pieces.get(p.piece));
+        Some(Lost {
+            kind,
+            record_offset: first.map_or(0, |p| p.record_offset),
+            aux_offset: first.map(|p| p.aux_offset),
+            time: None,
+        })
+    }
+
     /// Frees the joined buffers (they are built again when needed).
     pub fn release(&mut self) {
         for s in &mut self.segments {

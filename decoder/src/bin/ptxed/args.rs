@@ -11,6 +11,7 @@ use pt_decoder::flow::FlowOptions;
 use pt_decoder::image::{Image, LoadError};
 use pt_decoder::sideband::{Explicit, Sideband, SidebandError};
 
+use super::perf::PerfArgs;
 use super::{Options, Stats};
 
 pub(super) const HELP: &str = "usage: {prog} [<options>]
@@ -85,7 +86,10 @@ pub(super) struct Setup {
     pub config: Config,
     pub flow: FlowOptions,
     pub image: Image,
-    pub trace: TraceFile,
+    /// The trace (`--pt`); `None` with `--perf`.
+    pub trace: Option<TraceFile>,
+    /// The perf.data options (`--perf*`).
+    pub perf: PerfArgs,
 }
 
 pub(super) enum Parsed {
@@ -126,6 +130,8 @@ enum ArgError {
     },
     #[error("{0}.")]
     Sideband(String),
+    #[error("{0}")]
+    Perf(String),
 }
 
 /// Why a file could not be mapped, in words.
@@ -169,6 +175,7 @@ struct Parser<'a> {
     explicit: Explicit,
     sideband: Option<Sideband>,
     verbose: bool,
+    perf: PerfArgs,
 }
 
 impl<'a> Parser<'a> {
@@ -208,6 +215,8 @@ impl<'a> Parser<'a> {
             match arg {
                 "--help" | "-h" => {
                     let _ = out.write_all(HELP.replace("{prog}", prog).as_bytes());
+                    let _ = out.write_all(b"\nperf.data:\n");
+                    let _ = out.write_all(super::perf::HELP.as_bytes());
                     return Ok(false);
                 }
                 "--version" => {
@@ -389,6 +398,13 @@ impl<'a> Parser<'a> {
                 "--block:show-blocks" => self.opts.show_blocks = true,
                 "--block:end-on-call" => self.flow.end_on_call = true,
                 "--block:end-on-jump" => self.flow.end_on_jump = true,
+                _ if PerfArgs::takes(arg).is_some() => {
+                    let value = match PerfArgs::takes(arg) {
+                        Some(true) => Some(self.value(arg)?),
+                        _ => None,
+                    };
+                    self.perf.set(arg, value).map_err(ArgError::Perf)?;
+                }
                 _ => {
                     let filter = arg.strip_prefix("--filter:addr").and_then(|rest| {
                         let (n, field) = rest.split_once('_')?;
@@ -436,9 +452,14 @@ pub(super) fn parse_args(
         explicit: Explicit::default(),
         sideband: None,
         verbose: false,
+        perf: PerfArgs::default(),
     };
     let done = match p.parse(out, err) {
-        Ok(true) => p.trace.take().ok_or(ArgError::NoPt),
+        Ok(true) => match p.trace.take() {
+            Some(t) => Ok(Some(t)),
+            None if p.perf.file.is_some() => Ok(None),
+            None => Err(ArgError::NoPt),
+        },
         Ok(false) => return Parsed::Exit(0),
         Err(e) => Err(e),
     };
@@ -458,6 +479,7 @@ pub(super) fn parse_args(
         image,
         explicit,
         sideband,
+        perf,
         ..
     } = p;
     if let Some(sb) = &sideband {
@@ -481,5 +503,6 @@ pub(super) fn parse_args(
         flow,
         image,
         trace,
+        perf,
     }))
 }

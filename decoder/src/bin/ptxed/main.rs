@@ -12,6 +12,7 @@ use pt_encoder::ExecMode;
 use std::io::{self, Write};
 
 mod args;
+mod perf;
 
 use args::{parse_args, Parsed};
 
@@ -541,13 +542,19 @@ fn run(prog: &str, args: &[String]) -> i32 {
         }
         Parsed::Run(s) => s,
     };
+    if setup.perf.file.is_some() {
+        return perf::run(prog, &setup, &setup.perf, out);
+    }
+    let Some(trace) = &setup.trace else {
+        return 1;
+    };
     let stats = setup.stats;
     let mut p = Printer::new(out, setup.opts, &setup.image);
     let opts = setup.opts;
     let count_only = opts.quiet && !opts.check;
     // Block counts depend on where pieces start: only one thread then.
     let share = count_only && (opts.insn_decoder || !stats.want_blocks);
-    let mut dec = Decoder::builder(setup.trace.bytes(), &setup.image)
+    let mut dec = Decoder::builder(trace.bytes(), &setup.image)
         .config(&setup.config)
         .flow(setup.flow)
         .granularity(if opts.insn_decoder {

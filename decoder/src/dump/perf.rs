@@ -1,0 +1,200 @@
+//! `ptdump --perf FILE`: the packets of every AUX queue of a perf.data, queue by
+//! queue and segment by segment (see [`crate::perf`]), each after a header line.
+//! Packet offsets are offsets into the segment; the header names the file offsets
+//! of its pieces. What was chosen and what is wrong in the file goes to stderr.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use super::{dump, DumpOptions};
+use crate::config::Config;
+use crate::perf::{Session, SessionOptions};
+
+/// The `--perf*` options of ptdump.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerfDumpArgs {
+    /// The perf.data.
+    pub file: Option<String>,
+    /// Only the queues of these CPUs.
+    pub cpus: Option<Vec<u32>>,
+    /// Only the queues of these threads.
+    pub tids: Option<Vec<u32>>,
+}
+
+/// ptdump's help for `--perf`.
+pub const HELP: &str = "\
+  --perf <file>             dump the AUX data of a perf.data (`perf record -e intel_pt//`)
+                            instead of a trace file: each queue (CPU or thread), segment by
+                            segment, after a header line.
+  --perf:cpu <n>[,<n>...]   only the queues of these CPUs.
+  --perf:tid <n>[,<n>...]   only the queues of these threads.
+";
+
+impl PerfDumpArgs {
+    /// Whether `arg` is one of ours (all take a value).
+    pub fn takes(arg: &str) -> bool {
+        matches!(arg, "--perf" | "--perf:cpu" | "--perf:tid")
+    }
+
+    /// Takes `arg` with its value.
+    pub fn set(&mut self, arg: &str, value: &str) -> Result<(), String> {
+        let list = |v: &str| -> Result<Vec<u32>, String> {
+            v.split(',')
+                .map(|s| {
+                    s.trim()
+                        .parse()
+                        .map_err(|_| format!("{arg}: bad argument: {v}."))
+                })
+                .collect()
+        };
+        match arg {
+            "--perf" => {
+                if self.file.is_some() {
+                    return Err(format!("--perf: duplicate perf.data files: {value}."));
+                }
+                self.file = Some(value.to_string());
+            }
+            "--perf:cpu" => self.cpus.get_or_insert_with(Vec::new).extend(list(value)?),
+            "--perf:tid" => self.tids.get_or_insert_with(Vec::new).extend(list(value)?),
+            _ => return Err(format!("unknown option: {arg}.")),
+        }
+        Ok(())
+    }
+}
+
+/// Dumps the perf.data of `args`; returns the exit code.
+pub fn run_perf<O: Write, E: Write>(
+    prog: &str,
+    args: &PerfDumpArgs,
+    config: &Config,
+    opts: &DumpOptions,
+    mut out: O,
+    mut err: E,
+) -> i32 {
+    let Some(path) = args.file.as_deref() else {
+        return 1;
+    };
+    let mapped = match pt_perf_data::MappedFile::open(path) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = writeln!(err, "{prog}: {path}: {e}.");
+            return 1;
+        }
+    };
+    let file = match mapped.parse() {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = writeln!(err, "{prog}: {path}: {e}.");
+            return 1;
+        }
+    };
+    let options = SessionOptions {
+        cpus: args.cpus.clone(),
+        buildid_dirs: Vec::<PathBuf>::new(),
+        ..Default::default()
+    };
+    let session = match Session::new(&file, options) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(err, "{prog}: {path}: {e}.");
+            return 1;
+        }
+    };
+    for w in session.warnings() {
+        let _ = writeln!(err, "{prog}: {path}: warning: {w}.");
+    }
+    // The recording's parameters, unless given.
+    let mut cfg = *session.config();
+    if config.cpu.is_some() {
+        cfg.cpu = config.cpu;
+        cfg.errata = config.errata;
+    }
+    if config.mtc_freq != 0 {
+        cfg.mtc_freq = config.mtc_freq;
+    }
+    if config.nom_freq != 0 {
+        cfg.nom_freq = config.nom_freq;
+    }
+    if config.cpuid_0x15_eax != 0 {
+        cfg.cpuid_0x15_eax = config.cpuid_0x15_eax;
+    }
+    if config.cpuid_0x15_ebx != 0 {
+        cfg.cpuid_0x15_ebx = config.cpuid_0x15_ebx;
+    }
+    let chosen: Vec<usize> = session
+        .queues()
+        .iter()
+        .enumerate()
+        .filter(|(_, q)| match (&args.tids, q.tid) {
+            (Some(t), Some(tid)) => t.contains(&tid),
+            (Some(_), None) => false,
+            (None, _) => true,
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let _ = writeln!(
+        err,
+        "{prog}: {path}: intel_pt, {}{}, {} queue{}; dumping {}",
+        if session.per_cpu() {
+            "per-CPU"
+        } else {
+            "per-thread"
+        },
+        if session.snapshot() { " snapshots" } else { "" },
+        session.queues().len(),
+        if session.queues().len() == 1 { "" } else { "s" },
+        if chosen.len() == session.queues().len() {
+            "all".to_string()
+        } else {
+            let v: Vec<String> = chosen
+                .iter()
+                .map(|&q| session.queues()[q].idx.to_string())
+                .collect();
+            format!("queues {}", v.join(" "))
+        }
+    );
+    let result = (|| -> io::Result<()> {
+        for &q in &chosen {
+            let queue = &session.queues()[q];
+            let who = match (queue.cpu, queue.tid) {
+                (Some(c), _) => format!("cpu {c}"),
+                (None, Some(t)) => format!("tid {t}"),
+                (None, None) => "cpu - tid -".into(),
+            };
+            for (i, seg) in queue.segments.iter().enumerate() {
+                if let Some(lost) = queue.lost_before(i) {
+                    writeln!(out, "[lost: {lost}]")?;
+                }
+                let pieces: Vec<String> = seg
+                    .parts
+                    .iter()
+                    .map(|p| {
+                        let pc = &queue.pieces[p.piece];
+                        format!("{:#x}", pc.data_offset + p.skip as u64)
+                    })
+                    .collect();
+                writeln!(
+                    out,
+                    "[queue {}: {who}: segment {i}: {:#x} bytes from file offset{} {}]",
+                    queue.idx,
+                    seg.len(),
+                    if pieces.len() == 1 { "" } else { "s" },
+                    pieces.join(", ")
+                )?;
+                dump(queue.segment_bytes(i), &cfg, opts, &mut out)?;
+            }
+            for l in &queue.lost {
+                writeln!(out, "[lost: {l}]")?;
+            }
+        }
+        out.flush()
+    })();
+    match result {
+        Ok(()) => 0,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            let _ = writeln!(err, "{prog}: write error: {e}.");
+            1
+        }
+    }
+}
