@@ -32,6 +32,8 @@
 use std::collections::HashMap;
 
 pub mod calls;
+pub mod cli;
+pub mod feed;
 pub mod postgres;
 pub mod sqlite;
 pub mod tables;

@@ -1,0 +1,540 @@
+//! Where the exported samples come from: a perf.data decoded by pt-decoder's
+//! perf session, its flow turned into perf's branch samples (`--itrace=b`: one
+//! per taken branch, with trace begin and end), each resolved to its thread,
+//! file and symbol as perf resolves them.
+//!
+//! This is the one place that knows how samples are made; [`Exporter`] only
+//! sees [`ExportSample`]s. When `ptperf script`'s sample synthesis is there,
+//! it replaces [`BranchSamples`] behind [`export_session`].
+
+use std::collections::HashMap;
+
+use pt_decoder::insn::InsnClass;
+use pt_decoder::perf::{Context, MappingKind, PerfItem, Session, Thread};
+use pt_decoder::{Granularity, Item};
+
+use super::calls::flags;
+use super::{DsoRef, EventRef, ExportError, ExportSample, Exporter, Loc, Sink, SymRef, ThreadRef};
+
+/// What the export met besides samples.
+#[derive(Clone, Debug, Default)]
+pub struct FeedStats {
+    /// Samples exported.
+    pub samples: u64,
+    /// Instructions decoded.
+    pub insns: u64,
+    /// Decode errors, lost data and missing code, one line each.
+    pub problems: Vec<String>,
+}
+
+/// One symbol of a file, in perf's addresses for the file.
+#[derive(Clone, Debug)]
+struct FileSym {
+    start: u64,
+    end: u64,
+    binding: u8,
+    name: String,
+}
+
+/// A file of code as the export names it, with its function symbols.
+#[derive(Debug)]
+struct CodeFile {
+    short_name: String,
+    long_name: String,
+    build_id: String,
+    /// Sorted by start; overlaps resolved as perf does (one symbol per start).
+    syms: Vec<FileSym>,
+}
+
+impl CodeFile {
+    fn sym(&self, addr: u64) -> Option<&FileSym> {
+        let i = self.syms.partition_point(|s| s.start <= addr);
+        let s = self.syms.get(i.checked_sub(1)?)?;
+        (addr < s.end || (s.start == s.end && addr == s.start)).then_some(s)
+    }
+}
+
+/// The function symbols of the ELF file `data`, in perf's addresses for it:
+/// file offsets for an executable (perf adjusts ET_EXEC symbols by their
+/// section's address - offset), addresses for shared objects and PIEs; sizes
+/// of zero extended to the next symbol, as perf does.
+fn elf_symbols(data: &[u8]) -> (Vec<FileSym>, Option<String>) {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+    let Ok(obj) = object::File::parse(data) else {
+        return (Vec::new(), None);
+    };
+    let exec = obj.kind() == object::ObjectKind::Executable;
+    let mut syms: Vec<FileSym> = Vec::new();
+    for s in obj.symbols().chain(obj.dynamic_symbols()) {
+        if s.kind() != SymbolKind::Text || s.is_undefined() {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        let mut start = s.address();
+        if exec {
+            if let Some(sec) = s.section_index().and_then(|i| obj.section_by_index(i).ok()) {
+                if let Some((off, _)) = sec.file_range() {
+                    start = start.wrapping_sub(sec.address().wrapping_sub(off));
+                }
+            }
+        }
+        let binding = if s.is_weak() {
+            2
+        } else if s.is_global() {
+            1
+        } else {
+            0
+        };
+        syms.push(FileSym {
+            start,
+            end: start + s.size(),
+            binding,
+            name: name.to_string(),
+        });
+    }
+    // One symbol per start: global before weak before local, then the name
+    // with fewer leading underscores, then the shorter (perf's choice).
+    let rank = |s: &FileSym| {
+        let b = match s.binding {
+            1 => 0,
+            2 => 1,
+            _ => 2,
+        };
+        let under = s.name.bytes().take_while(|&c| c == b'_').count();
+        (b, under, s.name.len())
+    };
+    syms.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| rank(a).cmp(&rank(b))));
+    syms.dedup_by_key(|s| s.start);
+    for i in 0..syms.len() {
+        if syms[i].end == syms[i].start {
+            if let Some(next) = syms.get(i + 1).map(|n| n.start) {
+                syms[i].end = next;
+            }
+        }
+    }
+    let id = obj
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
+    (syms, id)
+}
+
+/// perf's short name of a file: its base name; `[…]` names as they are.
+fn short_name(long: &str) -> &str {
+    if long.starts_with('[') {
+        return long;
+    }
+    long.rsplit('/').next().unwrap_or(long)
+}
+
+/// A thread with no side-band: perf's unknown thread -1.
+static NO_COMMS: [pt_decoder::perf::CommChange; 0] = [];
+
+/// Resolves addresses and threads of a session, caching what it read.
+struct Resolver<'s, 'a> {
+    session: &'s Session<'a>,
+    /// By mapping (its index in the session's mappings).
+    files: HashMap<usize, Option<usize>>,
+    /// Loaded files, by path.
+    by_path: HashMap<String, usize>,
+    loaded: Vec<CodeFile>,
+}
+
+impl<'s, 'a> Resolver<'s, 'a> {
+    fn new(session: &'s Session<'a>) -> Self {
+        Resolver {
+            session,
+            files: HashMap::new(),
+            by_path: HashMap::new(),
+            loaded: Vec::new(),
+        }
+    }
+
+    /// The loaded file of the mapping at `ip` in `pid` and the address perf
+    /// looks symbols up with (`map__map_ip`).
+    fn file_of(&mut self, pid: Option<u32>, ip: u64, time: Option<u64>) -> Option<(usize, u64)> {
+        let m = self.session.mapping(pid, ip, time)?;
+        let base = self.session.mappings().as_ptr() as usize;
+        let idx = (m as *const _ as usize - base) / std::mem::size_of_val(m);
+        let file_addr = match m.kind {
+            MappingKind::Kernel => ip,
+            _ => ip.wrapping_sub(m.start).wrapping_add(m.pgoff),
+        };
+        if let Some(f) = self.files.get(&idx) {
+            return f.map(|f| (f, file_addr));
+        }
+        let key = m.filename.clone();
+        let f = match self.by_path.get(&key) {
+            Some(&f) => Some(f),
+            None => {
+                let code = self.session.code_file(m).ok();
+                let data = code.and_then(|c| std::fs::read(&c.path).ok());
+                let (syms, file_id) = data.as_deref().map(elf_symbols).unwrap_or_default();
+                let build_id = m
+                    .build_id
+                    .map(|b| {
+                        b.bytes[..usize::from(b.len).min(20)]
+                            .iter()
+                            .map(|x| format!("{x:02x}"))
+                            .collect()
+                    })
+                    .or(file_id)
+                    .unwrap_or_default();
+                let f = self.loaded.len();
+                self.loaded.push(CodeFile {
+                    short_name: short_name(&key).to_string(),
+                    long_name: key.clone(),
+                    build_id,
+                    syms,
+                });
+                self.by_path.insert(key, f);
+                Some(f)
+            }
+        };
+        self.files.insert(idx, f);
+        f.map(|f| (f, file_addr))
+    }
+
+    fn loc(&self, ip: u64, file: Option<(usize, u64)>) -> Loc<'_> {
+        let Some((f, file_addr)) = file else {
+            return Loc {
+                ip,
+                file_addr: ip,
+                dso: None,
+                sym: None,
+            };
+        };
+        let f = &self.loaded[f];
+        Loc {
+            ip,
+            file_addr,
+            dso: Some(DsoRef {
+                short_name: &f.short_name,
+                long_name: &f.long_name,
+                build_id: &f.build_id,
+            }),
+            sym: f.sym(file_addr).map(|s| SymRef {
+                start: s.start,
+                end: s.end,
+                binding: s.binding,
+                name: &s.name,
+            }),
+        }
+    }
+
+    fn thread(&self, ctx: &Context, time: Option<u64>) -> (ThreadRef<'s>, Option<ThreadRef<'s>>) {
+        let session = self.session;
+        let of = |t: &'s Thread, tid: u32| ThreadRef {
+            key: t as *const Thread as u64,
+            pid: t.pid.or(ctx.pid).map_or(-1, |p| p as i32),
+            tid: tid as i32,
+            comms: &t.comms,
+        };
+        let Some(tid) = ctx.tid else {
+            let t = ThreadRef {
+                key: u64::MAX,
+                pid: ctx.pid.map_or(-1, |p| p as i32),
+                tid: -1,
+                comms: &NO_COMMS,
+            };
+            return (t, None);
+        };
+        let t = match session.thread(tid, time) {
+            Some(t) => of(t, tid),
+            None => ThreadRef {
+                key: u64::MAX - 1 - u64::from(tid),
+                pid: ctx.pid.map_or(-1, |p| p as i32),
+                tid: tid as i32,
+                comms: &NO_COMMS,
+            },
+        };
+        let main = match ctx.pid.or(u32::try_from(t.pid).ok()) {
+            Some(pid) if pid == tid => Some(t),
+            Some(pid) => session.thread(pid, time).map(|m| of(m, pid)),
+            None => None,
+        };
+        (t, main)
+    }
+}
+
+/// The instruction a branch sample is about, waiting for where it went.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    ip: u64,
+    size: u8,
+    class: InsnClass,
+}
+
+/// perf's flags of a branch instruction of `class`.
+fn branch_flags(class: InsnClass) -> Option<u32> {
+    use flags::*;
+    Some(match class {
+        InsnClass::Call => BRANCH | CALL,
+        InsnClass::Return => BRANCH | RETURN,
+        InsnClass::Jump | InsnClass::FarJump => BRANCH,
+        InsnClass::CondJump => BRANCH | CONDITIONAL,
+        // SYSCALL and SYSRET in user-space traces (INT and IRET look alike here).
+        InsnClass::FarCall => BRANCH | CALL | SYSCALLRET,
+        InsnClass::FarReturn => BRANCH | RETURN | SYSCALLRET,
+        _ => return None,
+    })
+}
+
+/// One queue's progress through its flow.
+#[derive(Clone, Copy, Debug, Default)]
+struct QueueState {
+    ctx: Context,
+    pending: Option<Pending>,
+    /// Tracing is off (start, disable, error): the next instruction begins it.
+    begin: bool,
+    /// Instructions since the last sample.
+    insns: u64,
+}
+
+/// A branch sample, before resolution.
+#[derive(Clone, Copy, Debug)]
+struct Raw {
+    ip: u64,
+    addr: u64,
+    flags: u32,
+    insn_len: u8,
+}
+
+/// perf's branch samples of a decoded session, fed to an exporter.
+pub struct BranchSamples<'s, 'a> {
+    res: Resolver<'s, 'a>,
+    queues: Vec<QueueState>,
+    stats: FeedStats,
+}
+
+impl<'s, 'a> BranchSamples<'s, 'a> {
+    /// Samples of `session`.
+    pub fn new(session: &'s Session<'a>) -> Self {
+        BranchSamples {
+            res: Resolver::new(session),
+            queues: vec![
+                QueueState {
+                    begin: true,
+                    ..Default::default()
+                };
+                session.queues().len()
+            ],
+            stats: FeedStats::default(),
+        }
+    }
+
+    /// Decodes every queue (in time order where the recording is timed, else
+    /// in perf's timeless order) and exports the samples.
+    pub fn run<S: Sink>(mut self, ex: &mut Exporter<S>) -> Result<FeedStats, ExportError> {
+        let session = self.res.session;
+        let cfg = |b: pt_decoder::DecoderBuilder<'s>| b.granularity(Granularity::Instructions);
+        if session.is_timed() {
+            let all: Vec<usize> = (0..session.queues().len()).collect();
+            let mut dec = session.timed_decoder(&all, cfg);
+            while let Some((q, item)) = dec.next() {
+                let time = dec.queues()[q].time();
+                let off = |o: u64| dec.queues()[q].file_offset(o);
+                let problem = self.item(ex, q, item, time, off)?;
+                if let Some(p) = problem {
+                    self.stats.problems.push(p);
+                }
+            }
+        } else {
+            for &q in session.timeless_order() {
+                let mut dec = session.decoder(q).configure(cfg);
+                while let Some(item) = dec.next() {
+                    let time = dec.time();
+                    let problem = self.item(ex, q, item, time, |o| dec.file_offset(o))?;
+                    if let Some(p) = problem {
+                        self.stats.problems.push(p);
+                    }
+                }
+            }
+        }
+        Ok(self.stats)
+    }
+
+    /// One item of queue `q`; returns a problem to report.
+    fn item<S: Sink>(
+        &mut self,
+        ex: &mut Exporter<S>,
+        q: usize,
+        item: PerfItem,
+        time: Option<u64>,
+        file_offset: impl Fn(u64) -> Option<u64>,
+    ) -> Result<Option<String>, ExportError> {
+        use pt_decoder::EventKind as E;
+        match item {
+            PerfItem::Context(c) => self.queues[q].ctx = c,
+            PerfItem::Decoded(Item::Insn(i)) => {
+                self.stats.insns += 1;
+                let st = &mut self.queues[q];
+                let prev = st.pending.take();
+                let ip = i.insn.ip;
+                let raw = if st.begin {
+                    st.begin = false;
+                    Some(Raw {
+                        ip: 0,
+                        addr: ip,
+                        flags: flags::BRANCH | flags::TRACE_BEGIN,
+                        insn_len: 0,
+                    })
+                } else {
+                    prev.and_then(|p| {
+                        let f = branch_flags(p.class)?;
+                        let fall = p.ip.wrapping_add(u64::from(p.size));
+                        (p.class != InsnClass::CondJump || ip != fall).then_some(Raw {
+                            ip: p.ip,
+                            addr: ip,
+                            flags: f,
+                            insn_len: p.size,
+                        })
+                    })
+                };
+                if let Some(r) = raw {
+                    self.emit(ex, q, r, time)?;
+                }
+                let st = &mut self.queues[q];
+                st.insns += 1;
+                if let Some(class) = i.insn.class {
+                    st.pending = Some(Pending {
+                        ip,
+                        size: i.insn.size,
+                        class,
+                    });
+                }
+            }
+            PerfItem::Decoded(Item::Event(e)) => match e.event.kind {
+                E::Disabled { .. } | E::AsyncDisabled { .. } | E::Stop => {
+                    let st = &mut self.queues[q];
+                    let prev = st.pending.take();
+                    let was_on = !st.begin;
+                    st.begin = true;
+                    let raw = match (e.event.kind, prev) {
+                        (E::AsyncDisabled { at, .. }, _) if !e.event.ip_suppressed => Some(Raw {
+                            ip: at,
+                            addr: 0,
+                            flags: flags::BRANCH | flags::ASYNC | flags::TRACE_END,
+                            insn_len: 0,
+                        }),
+                        (_, Some(p)) => Some(Raw {
+                            ip: p.ip,
+                            addr: 0,
+                            flags: branch_flags(p.class).unwrap_or(flags::BRANCH)
+                                | flags::TRACE_END,
+                            insn_len: p.size,
+                        }),
+                        _ => None,
+                    };
+                    if let (Some(r), true) = (raw, was_on) {
+                        self.emit(ex, q, r, time)?;
+                    }
+                }
+                E::AsyncBranch { from, to } => {
+                    let st = &mut self.queues[q];
+                    st.pending = None;
+                    if !st.begin {
+                        let r = Raw {
+                            ip: from,
+                            addr: to,
+                            flags: flags::BRANCH | flags::ASYNC,
+                            insn_len: 0,
+                        };
+                        self.emit(ex, q, r, time)?;
+                    }
+                }
+                E::Overflow { .. } => {
+                    let st = &mut self.queues[q];
+                    st.pending = None;
+                    st.begin = true;
+                }
+                _ => {}
+            },
+            PerfItem::Decoded(Item::Error(e)) => {
+                let st = &mut self.queues[q];
+                st.pending = None;
+                st.begin = true;
+                let at = e.offset.and_then(file_offset);
+                return Ok(Some(match at {
+                    Some(at) => format!("queue {q}: {e} (file offset {at:#x})"),
+                    None => format!("queue {q}: {e}"),
+                }));
+            }
+            PerfItem::Decoded(Item::EndOfTrace | Item::Disabled) => {
+                let st = &mut self.queues[q];
+                st.pending = None;
+                st.begin = true;
+            }
+            PerfItem::Lost(l) => {
+                let st = &mut self.queues[q];
+                st.pending = None;
+                st.begin = true;
+                return Ok(Some(format!("queue {q}: {l}")));
+            }
+            PerfItem::NoCode(n) => return Ok(Some(format!("queue {q}: {n}"))),
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn emit<S: Sink>(
+        &mut self,
+        ex: &mut Exporter<S>,
+        q: usize,
+        r: Raw,
+        time: Option<u64>,
+    ) -> Result<(), ExportError> {
+        let st = self.queues[q];
+        self.queues[q].insns = 0;
+        let pid = st.ctx.pid;
+        let from_file = (r.ip != 0)
+            .then(|| self.res.file_of(pid, r.ip, time))
+            .flatten();
+        let to_file = (r.addr != 0)
+            .then(|| self.res.file_of(pid, r.addr, time))
+            .flatten();
+        let res = &self.res;
+        let (thread, main_thread) = res.thread(&st.ctx, time);
+        let s = ExportSample {
+            event: EventRef {
+                index: 0,
+                name: "branches",
+                attr_type: 0,
+                // PERF_COUNT_HW_BRANCH_INSTRUCTIONS
+                config: 4,
+            },
+            thread,
+            main_thread,
+            cpu: st.ctx.cpu.map_or(-1, |c| c as i32),
+            time: time.unwrap_or(0),
+            from: res.loc(r.ip, from_file),
+            to: Some(res.loc(r.addr, to_file)),
+            addr: r.addr,
+            period: 1,
+            weight: 0,
+            transaction: 0,
+            data_src: 0,
+            flags: r.flags,
+            insn_len: r.insn_len,
+            insn_cnt: st.insns,
+            cyc_cnt: 0,
+            raw: &[],
+            callchain: &[],
+        };
+        ex.sample(&s)?;
+        self.stats.samples += 1;
+        Ok(())
+    }
+}
+
+/// Exports the branch samples of `session` into `ex`.
+pub fn export_session<S: Sink>(
+    session: &Session<'_>,
+    ex: &mut Exporter<S>,
+) -> Result<FeedStats, ExportError> {
+    BranchSamples::new(session).run(ex)
+}

@@ -1,0 +1,344 @@
+//! `ptperf export`: a program with known call counts recorded on the simulator
+//! into perf.data (as perf lays it out), exported into SQLite and into a
+//! throwaway PostgreSQL server, and checked with SQL: the samples are perf's
+//! (as many as `perf script --itrace=b` prints), their ids dense, every call
+//! on a call path chain that reaches the root, the calls of each function as
+//! many as the program makes, and perf's views answer.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+#[path = "../../decoder/tests/perf_support/mod.rs"]
+#[allow(unused)]
+mod perf_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use perf_support::{program, record, scratch, Layout, NOLIBC};
+use rusqlite::Connection;
+
+fn ptperf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ptperf"))
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The recording the tests share (the simulator takes a while).
+fn recording() -> &'static Path {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let prog = program("export_calls", NOLIBC);
+        let dir = scratch("export_recording");
+        let (file, _) = record(&dir, &prog, &[], Layout::default());
+        file
+    })
+}
+
+/// Branch samples `perf script --itrace=b` prints for `file`.
+fn perf_branch_samples(file: &Path) -> u64 {
+    let perf = pt_testkit::tool("perf", "linux-perf");
+    let out = run(Command::new(perf)
+        .args(["script", "--itrace=b", "-F", "ip,addr", "-i"])
+        .arg(file)
+        .env("PERF_PAGER", "cat")
+        .env("HOME", perf_support::tmp()));
+    assert!(out.status.success(), "perf script: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64
+}
+
+/// The calls the program makes, by function.
+const CALLS: [(&str, i64); 3] = [("mid", 200), ("leaf", 800), ("fib", 1973)];
+
+/// The checks both databases answer the same way: `q` runs a query that
+/// returns one integer.
+fn check_database(q: &mut dyn FnMut(&str) -> i64, expected_samples: u64) {
+    // Perf's zero rows plus one per sample; ids 0..n without a gap.
+    let n = q("SELECT count(*) FROM samples");
+    assert_eq!(n as u64, expected_samples + 1, "samples");
+    assert_eq!(q("SELECT min(id) FROM samples"), 0);
+    assert_eq!(
+        q("SELECT max(id) FROM samples"),
+        n - 1,
+        "sample ids are dense"
+    );
+    assert_eq!(q("SELECT count(DISTINCT id) FROM samples"), n);
+    // Every sample's thread, comm, dso and symbol exist.
+    for (col, table) in [
+        ("thread_id", "threads"),
+        ("comm_id", "comms"),
+        ("dso_id", "dsos"),
+        ("symbol_id", "symbols"),
+        ("to_symbol_id", "symbols"),
+        ("branch_type", "branch_types"),
+    ] {
+        assert_eq!(
+            q(&format!(
+                "SELECT count(*) FROM samples WHERE {col} NOT IN (SELECT id FROM {table})"
+            )),
+            0,
+            "samples.{col} without a {table} row"
+        );
+    }
+    // Each call's path is in call_paths, and its chain of parents ends at the root.
+    assert_eq!(
+        q("SELECT count(*) FROM calls WHERE call_path_id NOT IN (SELECT id FROM call_paths)"),
+        0
+    );
+    assert_eq!(
+        q("WITH RECURSIVE up(id, parent_id, depth) AS ( \
+             SELECT id, parent_id, 0 FROM call_paths \
+             UNION ALL SELECT up.id, p.parent_id, up.depth + 1 FROM up \
+             JOIN call_paths p ON p.id = up.parent_id WHERE up.parent_id <> 0 AND up.depth < 1000) \
+           SELECT count(*) FROM (SELECT id FROM up GROUP BY id HAVING min(parent_id) <> 0) AS x"),
+        0,
+        "a call path whose chain does not reach the root"
+    );
+    assert_eq!(
+        q("SELECT count(*) FROM calls WHERE id <> 0 AND (call_id NOT IN (SELECT id FROM samples) \
+           OR return_id NOT IN (SELECT id FROM samples) OR parent_id NOT IN (SELECT id FROM calls))"),
+        0,
+        "calls referring to no sample or no caller"
+    );
+    // The program's calls, function by function: called and returned.
+    for (f, n) in CALLS {
+        assert_eq!(
+            q(&format!(
+                "SELECT count(*) FROM calls_view WHERE symbol = '{f}' AND flags = ''"
+            )),
+            n,
+            "calls of {f}"
+        );
+    }
+    // Each call of leaf is under a call of mid; fib's under fib or _start.
+    assert_eq!(
+        q(
+            "SELECT count(*) FROM calls c JOIN call_paths p ON p.id = c.call_path_id \
+           JOIN symbols s ON s.id = p.symbol_id JOIN call_paths pp ON pp.id = p.parent_id \
+           JOIN symbols ps ON ps.id = pp.symbol_id WHERE s.name = 'leaf' AND ps.name = 'mid'"
+        ),
+        800
+    );
+    // The views answer.
+    for v in [
+        "samples_view",
+        "calls_view",
+        "call_paths_view",
+        "machines_view",
+        "dsos_view",
+        "symbols_view",
+        "threads_view",
+        "comm_threads_view",
+    ] {
+        assert!(q(&format!("SELECT count(*) FROM {v}")) > 0, "{v}");
+    }
+    assert_eq!(
+        q("SELECT count(*) FROM samples_view WHERE branch_type_name = 'call' AND symbol = 'mid'"),
+        800,
+        "mid's calls of leaf as samples"
+    );
+    // perf's zero call row marks the unknown comm too.
+    assert_eq!(
+        q("SELECT count(*) FROM comms WHERE has_calls AND id <> 0"),
+        1
+    );
+}
+
+#[test]
+fn sqlite_export() {
+    let file = recording();
+    let expected = perf_branch_samples(file);
+    let dir = scratch("export_sqlite");
+    let db = dir.join("pt.db");
+    let out = run(ptperf()
+        .args(["export", "sqlite"])
+        .arg(&db)
+        .args(["branches", "calls", "-i"])
+        .arg(file));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let conn = Connection::open(&db).unwrap();
+    let mut q = |sql: &str| -> i64 {
+        conn.query_row(sql, [], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    check_database(&mut q, expected);
+    // The branches layout: no period, weight, transaction_, data_src.
+    assert_eq!(q("SELECT count(*) FROM pragma_table_info('samples')"), 21);
+    // Nothing left beside it.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("pt.db")]);
+}
+
+/// A throwaway PostgreSQL server (Debian's postgresql 15) on a Unix socket in a
+/// temporary directory and a free port; stopped and removed when dropped, also
+/// when a test fails. PostgreSQL refuses to run as root: as root, the server
+/// runs as the `postgres` user, which owns the directory.
+struct PgServer {
+    dir: tempfile::TempDir,
+    port: u16,
+    as_postgres: bool,
+    bin: PathBuf,
+}
+
+impl PgServer {
+    fn start() -> PgServer {
+        let bin = PathBuf::from("/usr/lib/postgresql/15/bin");
+        // Not there: fail, never skip (.ci/run installs postgresql).
+        assert!(
+            bin.join("initdb").exists(),
+            "this test needs PostgreSQL 15's initdb and pg_ctl (Debian package postgresql; .ci/run installs it)"
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("pt-export-pg")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let as_postgres = unsafe { libc::geteuid() } == 0;
+        if as_postgres {
+            let st = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = PgServer {
+            dir,
+            port,
+            as_postgres,
+            bin,
+        };
+        let data = server.dir.path().join("data");
+        let out = run(server
+            .cmd("initdb")
+            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "-D"])
+            .arg(&data));
+        assert!(out.status.success(), "initdb: {}", stderr(&out));
+        let opts = format!(
+            "-k {} -p {} -c listen_addresses='' -c fsync=off",
+            server.dir.path().display(),
+            port
+        );
+        let out = run(server
+            .cmd("pg_ctl")
+            .args(["-w", "-D"])
+            .arg(&data)
+            .args(["-l"])
+            .arg(server.dir.path().join("log"))
+            .args(["-o", &opts, "start"]));
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}{}",
+            stderr(&out),
+            std::fs::read_to_string(server.dir.path().join("log")).unwrap_or_default()
+        );
+        server
+    }
+
+    fn cmd(&self, tool: &str) -> Command {
+        let path = self.bin.join(tool);
+        if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        }
+    }
+
+    /// A connection string for database `db`.
+    fn conninfo(&self, db: &str) -> String {
+        format!(
+            "host={} port={} user=postgres dbname={db}",
+            self.dir.path().display(),
+            self.port
+        )
+    }
+
+    fn client(&self, db: &str) -> postgres::Client {
+        postgres::Client::connect(&self.conninfo(db), postgres::NoTls).unwrap()
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let data = self.dir.path().join("data");
+        let _ = self
+            .cmd("pg_ctl")
+            .args(["-w", "-m", "immediate", "-D"])
+            .arg(&data)
+            .arg("stop")
+            .output();
+    }
+}
+
+#[test]
+fn postgres_export() {
+    let file = recording();
+    let expected = perf_branch_samples(file);
+    let server = PgServer::start();
+    let out = run(ptperf()
+        .args([
+            "export",
+            "postgres",
+            &server.conninfo("pt_test"),
+            "calls",
+            "-i",
+        ])
+        .arg(file));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut client = server.client("pt_test");
+    let mut q = |sql: &str| -> i64 {
+        let row = client
+            .query_one(sql, &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        row.try_get::<_, i64>(0)
+            .or_else(|_| row.try_get::<_, i32>(0).map(i64::from))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    check_database(&mut q, expected);
+    // The all layout, perf's column name.
+    assert_eq!(
+        q("SELECT count(*) FROM information_schema.columns WHERE table_name = 'samples'"),
+        25
+    );
+    assert_eq!(
+        q("SELECT count(*) FROM information_schema.columns WHERE table_name = 'samples' AND column_name = 'transaction'"),
+        1
+    );
+    // perf's keys are there.
+    assert!(q("SELECT count(*) FROM information_schema.table_constraints WHERE constraint_type = 'FOREIGN KEY'") >= 20);
+    drop(client);
+
+    // The database exists now: a second export says so and leaves it alone.
+    let out = run(ptperf()
+        .args(["export", "postgres", &server.conninfo("pt_test"), "-i"])
+        .arg(file));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(
+        server
+            .client("pt_test")
+            .query_one("SELECT count(*) FROM samples", &[])
+            .unwrap()
+            .get::<_, i64>(0) as u64,
+        expected + 1
+    );
+}
