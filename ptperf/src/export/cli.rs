@@ -201,22 +201,23 @@ fn run(args: &Args) -> Result<(Summary, FeedStats), ExportError> {
     match &args.target {
         Target::Sqlite(path) => {
             let sink = SqliteSink::create(path, args.force, &layout)?;
-            export(&session, sink, args.opts)
+            export(&perf, &session, sink, args.opts)
         }
         Target::Postgres(conninfo) => {
             let sink = PostgresSink::create(conninfo, &layout)?;
-            export(&session, sink, args.opts)
+            export(&perf, &session, sink, args.opts)
         }
     }
 }
 
 fn export<S: Sink>(
+    perf: &pt_perf_data::PerfFile<'_>,
     session: &Session<'_>,
     sink: S,
     opts: ExportOptions,
 ) -> Result<(Summary, FeedStats), ExportError> {
     let mut ex = Exporter::new(sink, opts)?;
-    let stats = export_session(session, &mut ex)?;
+    let stats = export_session(perf, session, &mut ex)?;
     let summary = ex.finish()?;
     Ok((summary, stats))
 }

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use pt_decoder::insn::InsnClass;
 use pt_decoder::perf::{Context, MappingKind, PerfItem, Session, Thread};
 use pt_decoder::{Granularity, Item};
+use pt_perf_data::{AttrFlags, EventAttr, PerfFile};
 
 use super::calls::flags;
 use super::{DsoRef, EventRef, ExportError, ExportSample, Exporter, Loc, Sink, SymRef, ThreadRef};
@@ -291,8 +292,6 @@ struct QueueState {
     pending: Option<Pending>,
     /// Tracing is off (start, disable, error): the next instruction begins it.
     begin: bool,
-    /// Instructions since the last sample.
-    insns: u64,
 }
 
 /// A branch sample, before resolution.
@@ -304,18 +303,72 @@ struct Raw {
     insn_len: u8,
 }
 
+/// The name perf gives its synthesized `event` of a recording whose trace
+/// event is `attr` (perf's evsel name: the event and the modifiers of the
+/// attr's exclude bits, e.g. `branches:uH` for `intel_pt//u`).
+pub fn event_name(event: &str, attr: Option<&EventAttr>) -> String {
+    let Some(attr) = attr else {
+        return event.to_string();
+    };
+    let f = attr.flags;
+    let mut m = String::new();
+    let ex = |b| f.has(b);
+    let (ku, kk, kh) = (
+        ex(AttrFlags::EXCLUDE_USER),
+        ex(AttrFlags::EXCLUDE_KERNEL),
+        ex(AttrFlags::EXCLUDE_HV),
+    );
+    let mut guest_default = false;
+    if ku || kk || kh {
+        for (excluded, c) in [(kk, 'k'), (ku, 'u'), (kh, 'h')] {
+            if !excluded {
+                m.push(c);
+            }
+        }
+        guest_default = true;
+    }
+    for _ in 0..f.precise_ip() {
+        m.push('p');
+    }
+    let (xhost, xguest) = (ex(AttrFlags::EXCLUDE_HOST), ex(AttrFlags::EXCLUDE_GUEST));
+    if xhost || xguest == guest_default {
+        if !xhost {
+            m.push('H');
+        }
+        if !xguest {
+            m.push('G');
+        }
+    }
+    if m.is_empty() {
+        event.to_string()
+    } else {
+        format!("{event}:{m}")
+    }
+}
+
+/// The intel_pt event of `perf` (the one of the session's PMU type).
+pub fn trace_attr<'p>(perf: &'p PerfFile<'_>, session: &Session<'_>) -> Option<&'p EventAttr> {
+    let pmu = session.info().pmu_type;
+    perf.events()
+        .iter()
+        .find(|e| u64::from(e.attr.type_) == pmu)
+        .map(|e| &e.attr)
+}
+
 /// perf's branch samples of a decoded session, fed to an exporter.
 pub struct BranchSamples<'s, 'a> {
     res: Resolver<'s, 'a>,
+    name: String,
     queues: Vec<QueueState>,
     stats: FeedStats,
 }
 
 impl<'s, 'a> BranchSamples<'s, 'a> {
-    /// Samples of `session`.
-    pub fn new(session: &'s Session<'a>) -> Self {
+    /// Samples of `session`; the event is named `name`.
+    pub fn new(session: &'s Session<'a>, name: String) -> Self {
         BranchSamples {
             res: Resolver::new(session),
+            name,
             queues: vec![
                 QueueState {
                     begin: true,
@@ -399,7 +452,6 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
                     self.emit(ex, q, r, time)?;
                 }
                 let st = &mut self.queues[q];
-                st.insns += 1;
                 if let Some(class) = i.insn.class {
                     st.pending = Some(Pending {
                         ip,
@@ -489,7 +541,6 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
         time: Option<u64>,
     ) -> Result<(), ExportError> {
         let st = self.queues[q];
-        self.queues[q].insns = 0;
         let pid = st.ctx.pid;
         let from_file = (r.ip != 0)
             .then(|| self.res.file_of(pid, r.ip, time))
@@ -498,11 +549,12 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
             .then(|| self.res.file_of(pid, r.addr, time))
             .flatten();
         let res = &self.res;
+        let name = &self.name;
         let (thread, main_thread) = res.thread(&st.ctx, time);
         let s = ExportSample {
             event: EventRef {
                 index: 0,
-                name: "branches",
+                name,
                 attr_type: 0,
                 // PERF_COUNT_HW_BRANCH_INSTRUCTIONS
                 config: 4,
@@ -520,7 +572,9 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
             data_src: 0,
             flags: r.flags,
             insn_len: r.insn_len,
-            insn_cnt: st.insns,
+            // perf counts instructions (and cycles) per sample only where the
+            // trace has cycle counts (CYC) to give IPC; without, both are 0.
+            insn_cnt: 0,
             cyc_cnt: 0,
             raw: &[],
             callchain: &[],
@@ -531,10 +585,12 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
     }
 }
 
-/// Exports the branch samples of `session` into `ex`.
+/// Exports the branch samples of `session` (of the recording `perf`) into `ex`.
 pub fn export_session<S: Sink>(
+    perf: &PerfFile<'_>,
     session: &Session<'_>,
     ex: &mut Exporter<S>,
 ) -> Result<FeedStats, ExportError> {
-    BranchSamples::new(session).run(ex)
+    let name = event_name("branches", trace_attr(perf, session));
+    BranchSamples::new(session, name).run(ex)
 }
