@@ -456,3 +456,201 @@ fn same_tables_as_perfs_export_to_sqlite() {
     };
     assert_eq!(schema(&ours), schema(&theirs));
 }
+
+/// One line on stderr, a failure exit status.
+fn one_line_failure(out: &Output) -> String {
+    assert!(!out.status.success(), "succeeded: {}", stderr(out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+    let err = stderr(out);
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    err
+}
+
+/// The files in `dir`.
+fn files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn sqlite_bad_targets() {
+    let file = recording();
+    let dir = scratch("export_sqlite_bad");
+    let db = dir.join("pt.db");
+    // A good database first.
+    let out = run(ptperf()
+        .args(["export", "sqlite"])
+        .arg(&db)
+        .args(["-q", "-i"])
+        .arg(file));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stderr.is_empty(), "-q: {}", stderr(&out));
+    let good = std::fs::read(&db).unwrap();
+
+    // It exists: perf refuses, so do we, and leave it alone.
+    let err = one_line_failure(&run(ptperf()
+        .args(["export", "sqlite"])
+        .arg(&db)
+        .arg("-i")
+        .arg(file)));
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(std::fs::read(&db).unwrap(), good);
+
+    // The disk fills up half way (a file size limit; SIGXFSZ ignored, so writes
+    // fail with EFBIG): the good database stays as it was, nothing is left beside it.
+    let out = run(Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 64; exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_ptperf"))
+        .args(["export", "sqlite", "-f"])
+        .arg(&db)
+        .args(["calls", "-i"])
+        .arg(file));
+    let err = one_line_failure(&out);
+    assert!(err.contains("pt.db"), "{err}");
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        good,
+        "the good database was touched"
+    );
+    assert_eq!(files(&dir), ["pt.db"]);
+
+    // A directory that does not exist.
+    let err = one_line_failure(&run(ptperf()
+        .args(["export", "sqlite"])
+        .arg(dir.join("none/pt.db"))
+        .arg("-i")
+        .arg(file)));
+    assert!(err.contains("none/pt.db"), "{err}");
+
+    // Not a perf.data: said before any database is made.
+    let junk = dir.join("junk.data");
+    std::fs::write(&junk, b"not a perf.data").unwrap();
+    let err = one_line_failure(&run(ptperf()
+        .args(["export", "sqlite"])
+        .arg(dir.join("junk.db"))
+        .arg("-i")
+        .arg(&junk)));
+    assert!(err.contains("junk.data"), "{err}");
+    assert_eq!(files(&dir), ["junk.data", "pt.db"]);
+}
+
+/// A directory the export may not write to (as root, that needs another user:
+/// root writes anywhere).
+#[test]
+fn sqlite_read_only_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let file = recording();
+    let dir = scratch("export_sqlite_ro");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let db = dir.join("pt.db");
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "nobody", "--"])
+            .arg(env!("CARGO_BIN_EXE_ptperf"));
+        c
+    } else {
+        ptperf()
+    };
+    let out = run(cmd.args(["export", "sqlite"]).arg(&db).arg("-i").arg(file));
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = one_line_failure(&out);
+    assert!(err.contains("pt.db"), "{err}");
+    assert!(files(&dir).is_empty(), "{:?}", files(&dir));
+}
+
+/// A TCP proxy to `port` that cuts each connection once the client has sent
+/// more than `limit` bytes on it (a connection dropped in the middle of a load).
+fn cutting_proxy(port: u16, limit: usize) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                return;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(Shutdown::Both);
+            });
+            let (mut c, mut s) = (client, server);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut sent = 0;
+                while let Ok(n) = c.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    sent += n;
+                    if sent > limit {
+                        break;
+                    }
+                }
+                let _ = c.shutdown(Shutdown::Both);
+                let _ = s.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    proxy
+}
+
+#[test]
+fn postgres_failures() {
+    let file = recording();
+    // No server there.
+    let sock = scratch("export_pg_none");
+    let err = one_line_failure(&run(ptperf()
+        .args(["export", "postgres"])
+        .arg(format!(
+            "host={} port=1 user=postgres dbname=pt",
+            sock.display()
+        ))
+        .arg("-i")
+        .arg(file)));
+    assert!(err.contains("connect"), "{err}");
+
+    let server = PgServer::start();
+    // The connection drops in the middle of the load (after 100 KB of COPY
+    // data): one line, and the half-made database is dropped again.
+    let proxy = cutting_proxy(server.port, 100_000);
+    let out = run(ptperf()
+        .args(["export", "postgres"])
+        .arg(format!(
+            "host=127.0.0.1 port={proxy} user=postgres dbname=pt_cut"
+        ))
+        .args(["calls", "-i"])
+        .arg(file));
+    let err = one_line_failure(&out);
+    assert!(err.contains("PostgreSQL"), "{err}");
+    let mut c = server.client("postgres");
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_database WHERE datname = 'pt_cut'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "the half database is still there");
+
+    // A user the server does not know: the server's reason, one line.
+    let err = one_line_failure(&run(ptperf()
+        .args(["export", "postgres"])
+        .arg(
+            server
+                .conninfo("pt_user")
+                .replace("user=postgres", "user=nosuchuser"),
+        )
+        .arg("-i")
+        .arg(file)));
+    assert!(err.contains("nosuchuser"), "{err}");
+}

@@ -88,6 +88,22 @@ fn pg_what(e: &postgres::Error) -> String {
     }
 }
 
+/// Where `config` connects to, for messages: `host:port` (a socket directory
+/// for a host).
+fn server(config: &Config) -> String {
+    use postgres::config::Host;
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(h) => format!("{h}:{port}"),
+            Host::Unix(p) => format!("{}/.s.PGSQL.{port}", p.display()),
+        })
+        .collect();
+    hosts.join(", ")
+}
+
 /// A table's rows, in binary COPY format, in a temporary file.
 struct CopyFile {
     table: Table,
@@ -113,9 +129,13 @@ impl PostgresSink {
         let (config, db) = parse_conninfo(conninfo)?;
         let mut admin_cfg = config.clone();
         admin_cfg.dbname("postgres");
-        let mut admin = admin_cfg
-            .connect(NoTls)
-            .map_err(|e| ExportError::Postgres(format!("cannot connect: {}", pg_what(&e))))?;
+        let mut admin = admin_cfg.connect(NoTls).map_err(|e| {
+            ExportError::Postgres(format!(
+                "cannot connect to {}: {}",
+                server(&admin_cfg),
+                pg_what(&e)
+            ))
+        })?;
         admin
             .batch_execute(&format!("CREATE DATABASE {}", ident(&db)))
             .map_err(|e| {
