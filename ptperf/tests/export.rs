@@ -15,7 +15,11 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use perf_support::{program, record, scratch, Layout, NOLIBC};
+use pg_server::PgServer;
 use rusqlite::Connection;
+
+#[path = "pg_server/mod.rs"]
+mod pg_server;
 
 fn ptperf() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ptperf"))
@@ -180,113 +184,6 @@ fn sqlite_export() {
     assert_eq!(left, [std::ffi::OsString::from("pt.db")]);
 }
 
-/// A throwaway PostgreSQL server (Debian's postgresql 15) on a Unix socket in a
-/// temporary directory and a free port; stopped and removed when dropped, also
-/// when a test fails. PostgreSQL refuses to run as root: as root, the server
-/// runs as the `postgres` user, which owns the directory.
-struct PgServer {
-    dir: tempfile::TempDir,
-    port: u16,
-    as_postgres: bool,
-    bin: PathBuf,
-}
-
-impl PgServer {
-    fn start() -> PgServer {
-        let bin = PathBuf::from("/usr/lib/postgresql/15/bin");
-        // Not there: fail, never skip (.ci/run installs postgresql).
-        assert!(
-            bin.join("initdb").exists(),
-            "this test needs PostgreSQL 15's initdb and pg_ctl (Debian package postgresql; .ci/run installs it)"
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("pt-export-pg")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let as_postgres = unsafe { libc::geteuid() } == 0;
-        if as_postgres {
-            let st = Command::new("chown")
-                .args(["postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let server = PgServer {
-            dir,
-            port,
-            as_postgres,
-            bin,
-        };
-        let data = server.dir.path().join("data");
-        let out = run(server
-            .cmd("initdb")
-            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "-D"])
-            .arg(&data));
-        assert!(out.status.success(), "initdb: {}", stderr(&out));
-        let opts = format!(
-            "-k {} -p {} -c listen_addresses='' -c fsync=off",
-            server.dir.path().display(),
-            port
-        );
-        let out = run(server
-            .cmd("pg_ctl")
-            .args(["-w", "-D"])
-            .arg(&data)
-            .args(["-l"])
-            .arg(server.dir.path().join("log"))
-            .args(["-o", &opts, "start"]));
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {}{}",
-            stderr(&out),
-            std::fs::read_to_string(server.dir.path().join("log")).unwrap_or_default()
-        );
-        server
-    }
-
-    fn cmd(&self, tool: &str) -> Command {
-        let path = self.bin.join(tool);
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(path);
-            c
-        } else {
-            Command::new(path)
-        }
-    }
-
-    /// A connection string for database `db`.
-    fn conninfo(&self, db: &str) -> String {
-        format!(
-            "host={} port={} user=postgres dbname={db}",
-            self.dir.path().display(),
-            self.port
-        )
-    }
-
-    fn client(&self, db: &str) -> postgres::Client {
-        postgres::Client::connect(&self.conninfo(db), postgres::NoTls).unwrap()
-    }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        let data = self.dir.path().join("data");
-        let _ = self
-            .cmd("pg_ctl")
-            .args(["-w", "-m", "immediate", "-D"])
-            .arg(&data)
-            .arg("stop")
-            .output();
-    }
-}
-
 #[test]
 fn postgres_export() {
     let file = recording();
@@ -371,8 +268,40 @@ fn rows(db: &Path, table: &str, cols: &str) -> Vec<String> {
 /// the samples fed here do not replicate (see `export::feed`).
 #[test]
 fn same_tables_as_perfs_export_to_sqlite() {
-    let file = recording();
-    let dir = scratch("export_vs_perf");
+    compare_with_perf(recording(), "export_vs_perf", &[]);
+}
+
+/// The same on a per-CPU recording of three threads of a static libc program
+/// (one AUX area per CPU, SWITCH_CPU_WIDE records, the vdso), with perf's
+/// context_switches table.
+#[test]
+fn same_tables_as_perfs_export_to_sqlite_per_cpu() {
+    let prog = perf_support::program_as(
+        "perf_threads",
+        "../../../decoder/tests/programs/perf_threads",
+        &["-O1", "-static", "-pthread"],
+    );
+    let dir = scratch("export_per_cpu_recording");
+    let layout = Layout {
+        per_cpu: true,
+        vdso_cache: true,
+        ..Layout::default()
+    };
+    let (file, _) = record(&dir, &prog, &[], layout);
+    compare_with_perf(
+        &file,
+        "export_vs_perf_per_cpu",
+        &[(
+            "context_switches",
+            "id, machine_id, cpu, thread_out_id, comm_out_id, thread_in_id, comm_in_id, flags",
+        )],
+    );
+}
+
+/// Exports `file` with perf's export-to-sqlite.py and with ours and compares
+/// perf's tables and `extra` (table, columns) row for row, and the schemas.
+fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
+    let dir = scratch(name);
     let script = Path::new("/usr/lib/perf-core/scripts/python/export-to-sqlite.py");
     assert!(
         script.exists(),
@@ -380,7 +309,12 @@ fn same_tables_as_perfs_export_to_sqlite() {
     );
     let perf = pt_testkit::tool("perf", "linux-perf");
     let theirs = dir.join("perf.db");
+    // perf looks for the vdso in the build-id cache beside the file, as we do.
+    let mut cache = file.as_os_str().to_owned();
+    cache.push(".debug");
     let out = run(Command::new(perf)
+        .arg("--buildid-dir")
+        .arg(cache)
         .args(["script", "--itrace=b", "-i"])
         .arg(file)
         .arg("-s")
@@ -419,7 +353,10 @@ fn same_tables_as_perfs_export_to_sqlite() {
         ("samples", samples),
         ("call_paths", "*"),
         ("calls", calls),
-    ] {
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    {
         let (a, b) = (rows(&theirs, table, cols), rows(&ours, table, cols));
         assert!(!a.is_empty(), "perf's {table} is empty");
         if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {

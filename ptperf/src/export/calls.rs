@@ -23,6 +23,9 @@
 use std::collections::HashMap;
 
 /// perf's sample flags (`PERF_IP_FLAG_*`).
+///
+/// Their owner is to be `ptperf::sample::flags` (`ptperf script`'s samples);
+/// these go once that is merged, with [`flags::BRANCH_MASK`] moving there.
 pub mod flags {
     /// A branch.
     pub const BRANCH: u32 = 1 << 0;

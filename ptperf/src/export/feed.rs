@@ -12,10 +12,13 @@ use std::collections::HashMap;
 use pt_decoder::insn::InsnClass;
 use pt_decoder::perf::{Context, MappingKind, PerfItem, Session, Thread};
 use pt_decoder::{Granularity, Item};
-use pt_perf_data::{AttrFlags, EventAttr, PerfFile};
+use pt_perf_data::{AttrFlags, EventAttr, PerfFile, Record};
 
 use super::calls::flags;
-use super::{DsoRef, EventRef, ExportError, ExportSample, Exporter, Loc, Sink, SymRef, ThreadRef};
+use super::{
+    ContextSwitch, DsoRef, EventRef, ExportError, ExportSample, Exporter, Loc, Sink, SymRef,
+    ThreadRef,
+};
 
 /// What the export met besides samples.
 #[derive(Clone, Debug, Default)]
@@ -48,80 +51,149 @@ struct CodeFile {
 }
 
 impl CodeFile {
+    /// The symbol covering `addr` (perf's `symbols__find`): the last one
+    /// starting at or below it that covers it.
     fn sym(&self, addr: u64) -> Option<&FileSym> {
         let i = self.syms.partition_point(|s| s.start <= addr);
-        let s = self.syms.get(i.checked_sub(1)?)?;
-        (addr < s.end || (s.start == s.end && addr == s.start)).then_some(s)
+        let covers = |s: &&FileSym| addr < s.end || (s.start == s.end && addr == s.start);
+        // An earlier symbol may still cover it (an object or label overlap).
+        self.syms[..i].iter().rev().take(8).find(covers)
     }
 }
 
-/// The function symbols of the ELF file `data`, in perf's addresses for it:
-/// file offsets for an executable (perf adjusts ET_EXEC symbols by their
-/// section's address - offset), addresses for shared objects and PIEs; sizes
-/// of zero extended to the next symbol, as perf does.
+/// The symbols of the ELF file `data` as perf loads them (symbol-elf.c's
+/// dso__load_sym, symbol.c's fixups): `.symtab` (else `.dynsym`); named,
+/// defined functions and objects, and labels in text or data sections; in
+/// allocated sections, not absolute; their values made file offsets with their
+/// PT_LOAD segment (else their section); sizes of zero extended to the next
+/// symbol (the last to the next page but one); one symbol per start, chosen
+/// as perf chooses. Also the file's build id.
 fn elf_symbols(data: &[u8]) -> (Vec<FileSym>, Option<String>) {
-    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
-    let Ok(obj) = object::File::parse(data) else {
+    use object::elf;
+    use object::read::elf::{ElfFile64, ProgramHeader, SectionHeader, Sym};
+    use object::Object;
+    let Ok(file) = ElfFile64::<object::Endianness>::parse(data) else {
         return (Vec::new(), None);
     };
-    let exec = obj.kind() == object::ObjectKind::Executable;
-    let mut syms: Vec<FileSym> = Vec::new();
-    for s in obj.symbols().chain(obj.dynamic_symbols()) {
-        if s.kind() != SymbolKind::Text || s.is_undefined() {
-            continue;
-        }
-        let Ok(name) = s.name() else { continue };
-        if name.is_empty() {
-            continue;
-        }
-        let mut start = s.address();
-        if exec {
-            if let Some(sec) = s.section_index().and_then(|i| obj.section_by_index(i).ok()) {
-                if let Some((off, _)) = sec.file_range() {
-                    start = start.wrapping_sub(sec.address().wrapping_sub(off));
-                }
-            }
-        }
-        let binding = if s.is_weak() {
-            2
-        } else if s.is_global() {
-            1
-        } else {
-            0
-        };
-        syms.push(FileSym {
-            start,
-            end: start + s.size(),
-            binding,
-            name: name.to_string(),
-        });
-    }
-    // One symbol per start: global before weak before local, then the name
-    // with fewer leading underscores, then the shorter (perf's choice).
-    let rank = |s: &FileSym| {
-        let b = match s.binding {
-            1 => 0,
-            2 => 1,
-            _ => 2,
-        };
-        let under = s.name.bytes().take_while(|&c| c == b'_').count();
-        (b, under, s.name.len())
-    };
-    syms.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| rank(a).cmp(&rank(b))));
-    syms.dedup_by_key(|s| s.start);
-    for i in 0..syms.len() {
-        if syms[i].end == syms[i].start {
-            if let Some(next) = syms.get(i + 1).map(|n| n.start) {
-                syms[i].end = next;
-            }
-        }
-    }
-    let id = obj
+    let e = file.endian();
+    let id = file
         .build_id()
         .ok()
         .flatten()
         .map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
-    (syms, id)
+    let symtab = if file.elf_symbol_table().is_empty() {
+        file.elf_dynamic_symbol_table()
+    } else {
+        file.elf_symbol_table()
+    };
+    let sections = file.elf_section_table();
+    let loads: Vec<(u64, u64, u64)> = file
+        .elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(e) == elf::PT_LOAD)
+        .map(|p| {
+            let size = p.p_memsz(e).max(p.p_filesz(e));
+            (p.p_vaddr(e), size, p.p_offset(e))
+        })
+        .filter(|&(_, size, _)| size != 0)
+        .collect();
+    let mut syms: Vec<FileSym> = Vec::new();
+    for sym in symtab.symbols() {
+        let ty = sym.st_type();
+        let shndx = sym.st_shndx(e);
+        let vis = sym.st_other() & 3;
+        let label = ty == elf::STT_NOTYPE && vis != elf::STV_HIDDEN && vis != elf::STV_INTERNAL;
+        let wanted = matches!(ty, elf::STT_FUNC | elf::STT_GNU_IFUNC | elf::STT_OBJECT) || label;
+        if !wanted || sym.st_name(e) == 0 || shndx == elf::SHN_UNDEF || shndx == elf::SHN_ABS {
+            continue;
+        }
+        let Ok(sec) = sections.section(object::SectionIndex(usize::from(shndx))) else {
+            continue;
+        };
+        if sec.sh_flags(e) & u64::from(elf::SHF_ALLOC) == 0 {
+            continue;
+        }
+        if label {
+            let name = sections.section_name(e, sec).unwrap_or_default();
+            let has = |w: &[u8]| name.windows(w.len()).any(|x| x == w);
+            if !has(b"text") && !has(b"data") {
+                continue;
+            }
+        }
+        let Ok(name) = symtab.symbol_name(e, sym) else {
+            continue;
+        };
+        let value = sym.st_value(e);
+        let delta = match loads
+            .iter()
+            .find(|&&(v, size, _)| value >= v && value - v < size)
+        {
+            Some(&(v, _, off)) => v.wrapping_sub(off),
+            None => sec.sh_addr(e).wrapping_sub(sec.sh_offset(e)),
+        };
+        let start = value.wrapping_sub(delta);
+        syms.push(FileSym {
+            start,
+            end: start.wrapping_add(sym.st_size(e)),
+            binding: sym.st_bind(),
+            name: String::from_utf8_lossy(name).into_owned(),
+        });
+    }
+    // Equal starts keep their table order (perf's tree puts them right).
+    syms.sort_by_key(|s| s.start);
+    let n = syms.len();
+    for i in 0..n {
+        if syms[i].end == syms[i].start {
+            syms[i].end = match syms.get(i + 1) {
+                Some(next) => next.start,
+                None => {
+                    (syms[i].start & !4095)
+                        + if syms[i].start & 4095 != 0 {
+                            8192
+                        } else {
+                            4096
+                        }
+                }
+            };
+        }
+    }
+    let mut kept: Vec<FileSym> = Vec::with_capacity(n);
+    for s in syms {
+        match kept.last_mut() {
+            Some(last) if last.start == s.start => {
+                if !first_is_better(last, &s) {
+                    *last = s;
+                }
+            }
+            _ => kept.push(s),
+        }
+    }
+    (kept, id)
+}
+
+/// perf's choice between two symbols at one address (`choose_best_symbol`):
+/// the one with a size, not weak, global, with fewer leading underscores, with
+/// the longer name; else the first.
+fn first_is_better(a: &FileSym, b: &FileSym) -> bool {
+    use object::elf::{STB_GLOBAL, STB_WEAK};
+    let (la, lb) = (a.end != a.start, b.end != b.start);
+    if la != lb {
+        return la;
+    }
+    let (wa, wb) = (a.binding == STB_WEAK, b.binding == STB_WEAK);
+    if wa != wb {
+        return wb;
+    }
+    let (ga, gb) = (a.binding == STB_GLOBAL, b.binding == STB_GLOBAL);
+    if ga != gb {
+        return ga;
+    }
+    let under = |s: &FileSym| s.name.bytes().take_while(|&c| c == b'_').count();
+    let (ua, ub) = (under(a), under(b));
+    if ua != ub {
+        return ua < ub;
+    }
+    a.name.len() >= b.name.len()
 }
 
 /// perf's short name of a file: its base name; `[…]` names as they are.
@@ -355,10 +427,54 @@ pub fn trace_attr<'p>(perf: &'p PerfFile<'_>, session: &Session<'_>) -> Option<&
         .map(|e| &e.attr)
 }
 
+/// A context switch record (PERF_RECORD_SWITCH, SWITCH_CPU_WIDE).
+#[derive(Clone, Copy, Debug)]
+struct SwitchRec {
+    time: u64,
+    cpu: Option<u32>,
+    out: bool,
+    preempt: bool,
+    /// The thread the record is about (pid, tid).
+    thread: (Option<u32>, Option<u32>),
+    /// SWITCH_CPU_WIDE's other side.
+    other: Option<(u32, u32)>,
+}
+
+/// The context switches of `perf`, in time order (unreadable records are
+/// the session's warnings already).
+fn switches(perf: &PerfFile<'_>) -> Vec<SwitchRec> {
+    let mut v = Vec::new();
+    for r in perf.records().flatten() {
+        let (sid, out, preempt, other) = match &r.1 {
+            Record::Switch(s) => (s.sample_id, s.is_out(), s.is_preempt(), None),
+            Record::SwitchCpuWide(s) => (
+                s.sample_id,
+                s.is_out(),
+                s.is_preempt(),
+                Some((s.next_prev_pid, s.next_prev_tid)),
+            ),
+            _ => continue,
+        };
+        v.push(SwitchRec {
+            time: sid.time.unwrap_or(0),
+            cpu: sid.cpu,
+            out,
+            preempt,
+            thread: (sid.pid, sid.tid),
+            other,
+        });
+    }
+    v.sort_by_key(|s| s.time);
+    v
+}
+
 /// perf's branch samples of a decoded session, fed to an exporter.
 pub struct BranchSamples<'s, 'a> {
     res: Resolver<'s, 'a>,
     name: String,
+    /// Context switches not yet exported (perf exports them in time order
+    /// with the samples).
+    switches: std::collections::VecDeque<SwitchRec>,
     queues: Vec<QueueState>,
     stats: FeedStats,
 }
@@ -369,6 +485,7 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
         BranchSamples {
             res: Resolver::new(session),
             name,
+            switches: Default::default(),
             queues: vec![
                 QueueState {
                     begin: true,
@@ -408,7 +525,42 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
                 }
             }
         }
+        self.switches_until(ex, u64::MAX)?;
         Ok(self.stats)
+    }
+
+    /// Exports the context switches up to `time`.
+    fn switches_until<S: Sink>(
+        &mut self,
+        ex: &mut Exporter<S>,
+        time: u64,
+    ) -> Result<(), ExportError> {
+        while self.switches.front().is_some_and(|s| s.time <= time) {
+            let Some(sw) = self.switches.pop_front() else {
+                break;
+            };
+            let at = Some(sw.time);
+            let side = |pid: Option<u32>, tid: Option<u32>| {
+                let ctx = Context {
+                    pid,
+                    tid,
+                    cpu: sw.cpu,
+                    since: None,
+                };
+                self.res.thread(&ctx, at)
+            };
+            let thread = sw.thread.1.map(|_| side(sw.thread.0, sw.thread.1));
+            let other = sw.other.map(|(p, t)| side(Some(p), Some(t)));
+            ex.context_switch(&ContextSwitch {
+                time: sw.time,
+                cpu: sw.cpu.map_or(-1, |c| c as i32),
+                out: sw.out,
+                preempt: sw.preempt,
+                thread,
+                other,
+            })?;
+        }
+        Ok(())
     }
 
     /// One item of queue `q`; returns a problem to report.
@@ -467,7 +619,9 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
                     let was_on = !st.begin;
                     st.begin = true;
                     let raw = match (e.event.kind, prev) {
-                        (E::AsyncDisabled { at, .. }, _) if !e.event.ip_suppressed => Some(Raw {
+                        // Disabled where the FUP says (an interrupt, a switch): from
+                        // the instruction not yet executed.
+                        (E::AsyncDisabled { at, .. }, _) => Some(Raw {
                             ip: at,
                             addr: 0,
                             flags: flags::BRANCH | flags::ASYNC | flags::TRACE_END,
@@ -540,6 +694,7 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
         r: Raw,
         time: Option<u64>,
     ) -> Result<(), ExportError> {
+        self.switches_until(ex, time.unwrap_or(0))?;
         let st = self.queues[q];
         let pid = st.ctx.pid;
         let from_file = (r.ip != 0)
@@ -592,5 +747,7 @@ pub fn export_session<S: Sink>(
     ex: &mut Exporter<S>,
 ) -> Result<FeedStats, ExportError> {
     let name = event_name("branches", trace_attr(perf, session));
-    BranchSamples::new(session, name).run(ex)
+    let mut feed = BranchSamples::new(session, name);
+    feed.switches = switches(perf).into();
+    feed.run(ex)
 }

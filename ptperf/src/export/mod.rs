@@ -14,17 +14,28 @@
 //! - [`sqlite`] writes a SQLite file (bundled SQLite: nothing to install),
 //!   complete or not at all: into a temporary file renamed at the end;
 //! - [`postgres`] loads a new PostgreSQL database with binary COPY in one
-//!   transaction, dropped again if the load fails.
+//!   transaction, dropped again if the load fails;
+//! - [`feed`] is where samples come from: a perf.data decoded by pt-decoder's
+//!   perf session, its flow turned into perf's branch samples;
+//! - [`cli`] is `ptperf export`.
+//!
+//! From a perf.data to a SQLite file with perf's `calls` tables:
 //!
 //! ```no_run
-//! use ptperf::export::{ExportOptions, Exporter, sqlite::SqliteSink};
+//! use pt_decoder::perf::{Session, SessionOptions};
+//! use pt_perf_data::MappedFile;
+//! use ptperf::export::{feed, sqlite::SqliteSink, ExportOptions, Exporter};
+//!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let file = MappedFile::open("perf.data")?;
+//! let perf = file.parse()?;
+//! let session = Session::new(&perf, SessionOptions::for_file("perf.data"))?;
 //! let opts = ExportOptions { calls: true, ..Default::default() };
 //! let sink = SqliteSink::create("pt.db".as_ref(), false, &opts.layout())?;
 //! let mut ex = Exporter::new(sink, opts)?;
-//! // ex.sample(&…) for each sample, ex.context_switch(&…) for each switch
+//! let stats = feed::export_session(&perf, &session, &mut ex)?;
 //! let summary = ex.finish()?;
-//! println!("{} samples", summary.rows(ptperf::export::tables::Table::Samples));
+//! println!("{} samples of {} instructions", summary.samples(), stats.insns);
 //! # Ok(())
 //! # }
 //! ```
