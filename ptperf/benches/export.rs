@@ -1,5 +1,5 @@
 //! Export throughput (samples per second) of `ptperf export` with `calls`, into
-//! SQLite and into PostgreSQL, on a simulated recording of about 12M
+//! SQLite and into PostgreSQL, on a simulated recording of about 11M
 //! instructions (tests/programs/export_bench.c recorded as perf.data the way
 //! the perf session tests record). Each iteration decodes the perf.data,
 //! synthesizes the branch samples, runs the call/return rules and writes the
@@ -28,11 +28,11 @@ use ptperf::export::{ExportOptions, Exporter, Sink};
 
 /// The recording (made once; kept between runs).
 fn recording() -> PathBuf {
-    let dir = perf_support::tmp().join("export_bench");
+    let dir = perf_support::tmp().join("export_bench_rec");
     let file = dir.join("perf.data");
     if !file.exists() {
         let prog = perf_support::program("export_bench", perf_support::NOLIBC);
-        let dir = perf_support::scratch("export_bench");
+        let dir = perf_support::scratch("export_bench_rec");
         perf_support::record(&dir, &prog, &[], perf_support::Layout::default());
     }
     file
@@ -63,7 +63,7 @@ fn layout() -> ptperf::export::Layout {
 
 fn bench(c: &mut Criterion) {
     let file = recording();
-    let out = perf_support::tmp().join("export_bench/bench.db");
+    let out = perf_support::tmp().join("export_bench_rec/bench.db");
     let samples = export(&file, SqliteSink::create(&out, true, &layout()).unwrap());
     eprintln!("export bench: {samples} samples per export");
     let mut g = c.benchmark_group("export");
