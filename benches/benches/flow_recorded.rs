@@ -7,8 +7,8 @@
 //! recordings are kept in `target/flow-recorded/` and reused; delete them to record anew.
 //!
 //! Where valgrind or a program is missing, the benchmark says so and skips that program.
-//! To time libipt on the same input: `ptxed --block-decoder --quiet
-//! $(ptrec --ptxed-args target/flow-recorded/NAME.pt)`.
+//! The recordings are perf.data files (`NAME.data`); the first thread's AUX data is the
+//! trace decoded.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -18,12 +18,9 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pt_benches::flow::{quiet_blocks, quiet_insns};
 use pt_decoder::config::Config;
 use pt_decoder::image::Image;
-use pt_decoder::sideband::{Explicit, Sideband};
 use pt_hal::config::TraceConfig;
-use pt_sim::backend::SimOutput;
 use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
-use pt_sim::pt::SimParams;
-use pt_sim::record::{record_sim, sideband_path, SimRecording};
+use pt_sim::record::{record_perf_data, PerfDataOptions, SimRecording};
 
 /// A recorded program, ready to decode.
 struct Recorded {
@@ -59,9 +56,8 @@ fn words(path: &Path) -> std::io::Result<()> {
 /// Records `cmd` (or reuses the recording) and loads its image; `Err` says why not.
 fn recorded(name: &str, cmd: &[String]) -> Result<Recorded, String> {
     let dir = dir();
-    let trace = dir.join(format!("{name}.pt"));
-    let sideband = sideband_path(&trace);
-    if !sideband.exists() {
+    let data = dir.join(format!("{name}.data"));
+    if !data.exists() {
         let have_valgrind = Command::new("valgrind")
             .arg("--version")
             .output()
@@ -71,39 +67,31 @@ fn recorded(name: &str, cmd: &[String]) -> Result<Recorded, String> {
         }
         let mut source = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())
             .map_err(|e| e.to_string())?;
-        let rec = SimRecording {
-            config: TraceConfig {
-                tsc: true,
-                mtc: Some(3),
-                cyc: Some(0),
-                // 2^(1+11) bytes: a PSB every 4 KiB.
-                psb_freq: 1,
-                ..TraceConfig::perf_default()
-            },
-            filters: Vec::new(),
-            params: SimParams::default(),
-            output: SimOutput::default(),
-            trace: trace.clone(),
-            log: None,
-        };
+        let rec = SimRecording::new(TraceConfig {
+            tsc: true,
+            mtc: Some(3),
+            cyc: Some(0),
+            // 2^(1+11) bytes: a PSB every 4 KiB.
+            psb_freq: 1,
+            ..TraceConfig::perf_default()
+        });
         eprintln!("recording {name} on the simulator: {}", cmd.join(" "));
-        let summary = record_sim(&mut source, &rec, |_| {})?;
+        let summary = record_perf_data(&mut source, &rec, &PerfDataOptions::new(&data), |_| {})?;
         eprintln!(
             "recorded {name}: {} instructions, {} trace bytes",
             summary.instructions, summary.trace_bytes
         );
     }
-    let sb = Sideband::read(&sideband).map_err(|e| e.to_string())?;
-    let mut image = Image::new();
-    sb.load(&mut image).map_err(|e| e.to_string())?;
-    let mut config = Config::default();
-    // An unknown CPU keeps the default errata, as ptxed does.
-    let _ = sb.configure(&mut config, Explicit::default());
-    let trace = std::fs::read(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+    let rec = ptperf::verify::Recording::read(&data)?;
+    let first = rec
+        .pieces
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{}: no trace", data.display()))?;
     Ok(Recorded {
-        trace,
-        image,
-        config,
+        image: first.image(),
+        trace: first.data,
+        config: rec.decoder,
     })
 }
 

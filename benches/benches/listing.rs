@@ -6,8 +6,8 @@
 //!
 //! Each iteration decodes the whole trace with a fresh listing (its line cache filled
 //! on the way) into a buffer emptied every megabyte: what `ptxed > /dev/null` does,
-//! without the write system calls. For libipt's ptxed on the same input:
-//! `ptxed $(ptrec --ptxed-args target/listing-recorded/gzip.pt) > /dev/null`.
+//! without the write system calls. The recording is a perf.data (`gzip.data`); our
+//! ptxed lists it with `ptxed --perf target/listing-recorded/gzip.data > /dev/null`.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -18,24 +18,20 @@ use pt_benches::flow::{listing_blocks, quiet_blocks};
 use pt_decoder::config::Config;
 use pt_decoder::image::Image;
 use pt_decoder::listing::{Listing, ListingOptions, Syntax};
-use pt_decoder::sideband::{Explicit, Sideband};
 use pt_hal::config::TraceConfig;
-use pt_sim::backend::SimOutput;
 use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
-use pt_sim::pt::SimParams;
-use pt_sim::record::{record_sim, sideband_path, SimRecording};
+use pt_sim::record::{record_perf_data, PerfDataOptions, SimRecording};
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/listing-recorded")
 }
 
-/// gzip of 200 KB, recorded once (ptrec's default configuration).
+/// gzip of 200 KB, recorded once (`ptperf record`'s default configuration).
 fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
     let dir = dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let trace = dir.join("gzip.pt");
-    let sideband = sideband_path(&trace);
-    if !sideband.exists() {
+    let data = dir.join("gzip.data");
+    if !data.exists() {
         let have_valgrind = Command::new("valgrind")
             .arg("--version")
             .output()
@@ -47,9 +43,9 @@ fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
             .ok_or("no C library to compress")?;
-        let data = std::fs::read(libc).map_err(|e| format!("{libc}: {e}"))?;
+        let bytes = std::fs::read(libc).map_err(|e| format!("{libc}: {e}"))?;
         let input = dir.join("input.bin");
-        std::fs::write(&input, &data[..data.len().min(200_000)])
+        std::fs::write(&input, &bytes[..bytes.len().min(200_000)])
             .map_err(|e| format!("{}: {e}", input.display()))?;
         // Into input.bin.gz, keeping the input.
         let args = [
@@ -59,28 +55,22 @@ fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
         ];
         let mut source = ValgrindSource::record("gzip", &args, ValgrindOptions::default())
             .map_err(|e| e.to_string())?;
-        let rec = SimRecording {
-            config: TraceConfig::perf_default(),
-            filters: Vec::new(),
-            params: SimParams::default(),
-            output: SimOutput::default(),
-            trace: trace.clone(),
-            log: None,
-        };
+        let rec = SimRecording::new(TraceConfig::perf_default());
         eprintln!("recording gzip on the simulator");
-        let summary = record_sim(&mut source, &rec, |_| {})?;
+        let summary = record_perf_data(&mut source, &rec, &PerfDataOptions::new(&data), |_| {})?;
         eprintln!(
             "recorded gzip: {} instructions, {} trace bytes",
             summary.instructions, summary.trace_bytes
         );
     }
-    let sb = Sideband::read(&sideband).map_err(|e| e.to_string())?;
-    let mut image = Image::new();
-    sb.load(&mut image).map_err(|e| e.to_string())?;
-    let mut config = Config::default();
-    let _ = sb.configure(&mut config, Explicit::default());
-    let bytes = std::fs::read(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
-    Ok((bytes, image, config))
+    let rec = ptperf::verify::Recording::read(&data)?;
+    let config = rec.decoder;
+    let first = rec
+        .pieces
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{}: no trace", data.display()))?;
+    Ok((first.data.clone(), first.image(), config))
 }
 
 fn listing(c: &mut Criterion) {

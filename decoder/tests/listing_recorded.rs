@@ -25,12 +25,11 @@ use std::sync::OnceLock;
 use pt_decoder::listing::{Formatter, Syntax};
 use pt_encoder::ExecMode;
 use pt_hal::config::TraceConfig;
-use pt_sim::backend::SimOutput;
 use pt_sim::exec::script::{Directive, Script};
 use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
 use pt_sim::exec::{Event, ExecMode as SimMode, ExecutionSource, Mapping, Perms};
-use pt_sim::pt::{cr3_of_pid, SimParams};
-use pt_sim::record::{record_sim, sideband_path, SimRecording};
+use pt_sim::pt::cr3_of_pid;
+use pt_sim::record::{record_perf_data, PerfDataOptions, SimRecording};
 
 fn tmp() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("listing-recorded")
@@ -43,14 +42,23 @@ fn golden_path() -> PathBuf {
 /// One recorded program.
 struct Recording {
     name: &'static str,
+    /// Its one thread's trace, taken from the perf.data.
     trace: PathBuf,
+    /// The decoder's options and the image (`--raw` files) from the perf.data.
+    image: Vec<String>,
     /// The part of the trace to list (`--pt` range), if not all.
     range: Option<&'static str>,
 }
 
 impl Recording {
-    fn sideband(&self) -> PathBuf {
-        sideband_path(&self.trace)
+    fn new(name: &'static str, data: PathBuf, range: Option<&'static str>) -> Self {
+        let (trace, image) = trace_and_image(&data);
+        Recording {
+            name,
+            trace,
+            image,
+            range,
+        }
     }
 
     /// `--pt` and its argument.
@@ -64,20 +72,83 @@ impl Recording {
     }
 }
 
+/// Records `source` into `NAME.data` (a perf.data).
 fn record(name: &str, source: &mut dyn ExecutionSource, config: TraceConfig) -> PathBuf {
-    let trace = tmp().join(format!("{name}.pt"));
-    let rec = SimRecording {
-        config,
-        filters: Vec::new(),
-        params: SimParams::default(),
-        output: SimOutput::default(),
-        trace: trace.clone(),
-        log: None,
-    };
-    let s = record_sim(source, &rec, |_| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let data = tmp().join(format!("{name}.data"));
+    let rec = SimRecording::new(config);
+    let s = record_perf_data(source, &rec, &PerfDataOptions::new(&data), |_| {})
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(s.source_error.is_none(), "{name}: {:?}", s.source_error);
     assert!(s.traced > 0, "{name}: nothing traced");
-    trace
+    data
+}
+
+/// The trace of a one-thread perf.data (written beside it as `NAME.pt`), and
+/// ptxed's options for it: the decoder's parameters from AUXTRACE_INFO and
+/// a `--raw` file for every executable MMAP2 (the vDSO from the build-id
+/// cache beside the file).
+fn trace_and_image(data: &Path) -> (PathBuf, Vec<String>) {
+    use pt_perf_data::{Feature, MappedFile, Record};
+    let file = MappedFile::open(data).unwrap();
+    let perf = file.parse().unwrap();
+    let info = perf.intel_pt_info().unwrap().unwrap();
+    let mut args = vec!["--cpu".to_string(), "none".to_string()];
+    let mtc = info.mtc.unwrap_or_default();
+    let mtc_freq = (perf.events()[0].attr.config >> 14) & 0xf;
+    for (opt, v) in [
+        ("--mtc-freq", mtc_freq),
+        ("--nom-freq", info.max_non_turbo_ratio.unwrap_or(0)),
+        ("--cpuid-0x15.eax", mtc.tsc_ctc_ratio_d),
+        ("--cpuid-0x15.ebx", mtc.tsc_ctc_ratio_n),
+    ] {
+        args.extend([opt.to_string(), v.to_string()]);
+    }
+    let mut vdso = None;
+    if let Some(Ok(Feature::BuildId(v))) = perf.feature(pt_perf_data::feature_id::BUILD_ID) {
+        for b in v.iter().filter(|b| &b.filename[..] == b"[vdso]") {
+            let h: String = b
+                .build_id
+                .as_bytes()
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect();
+            vdso = Some(
+                pt_sim::record::debug_dir(data)
+                    .join(".build-id")
+                    .join(&h[..2])
+                    .join(&h[2..])
+                    .join("vdso"),
+            );
+        }
+    }
+    let mut trace = Vec::new();
+    let mut maps: Vec<(u64, u64, u64, PathBuf)> = Vec::new();
+    for r in perf.records() {
+        match r.unwrap().1 {
+            Record::Auxtrace(a) => trace.extend_from_slice(a.data),
+            Record::Mmap2(m) if m.prot & 4 != 0 => {
+                let name = m.filename.to_str_lossy();
+                let path = match (&*name, &vdso) {
+                    ("[vdso]", Some(v)) => v.clone(),
+                    _ => PathBuf::from(&*name),
+                };
+                maps.retain(|o| o.1 <= m.start || o.0 >= m.start + m.len);
+                maps.push((m.start, m.start + m.len, m.pgoff, path));
+            }
+            _ => {}
+        }
+    }
+    for (start, end, off, path) in maps {
+        let size = std::fs::metadata(&path).map(|md| md.len()).unwrap_or(0);
+        let to = (off + (end - start)).min(size);
+        if to > off {
+            args.push("--raw".into());
+            args.push(format!("{}:{off:#x}-{to:#x}:{start:#x}", path.display()));
+        }
+    }
+    let pt = data.with_extension("pt");
+    std::fs::write(&pt, trace).unwrap();
+    (pt, args)
 }
 
 fn valgrind(name: &str, program: &str, args: &[&str]) -> PathBuf {
@@ -233,29 +304,21 @@ fn recordings() -> &'static [Recording] {
             src.display().to_string(),
         );
         vec![
-            Recording {
-                name: "listing",
-                trace: valgrind("listing", &bin.display().to_string(), &[]),
-                range: None,
-            },
-            Recording {
-                name: "md5sum",
-                trace: valgrind("md5sum", "md5sum", &[&src]),
-                range: None,
-            },
-            Recording {
-                name: "gzip",
-                trace: valgrind("gzip", "gzip", &["-k", "-f", &text]),
-                range: None,
-            },
-            Recording {
-                name: "sort",
-                trace: valgrind("sort", "sort", &["-o", &format!("{words}.sorted"), &words]),
-                range: None,
-            },
-            Recording {
-                name: "python3",
-                trace: valgrind(
+            Recording::new(
+                "listing",
+                valgrind("listing", &bin.display().to_string(), &[]),
+                None,
+            ),
+            Recording::new("md5sum", valgrind("md5sum", "md5sum", &[&src]), None),
+            Recording::new("gzip", valgrind("gzip", "gzip", &["-k", "-f", &text]), None),
+            Recording::new(
+                "sort",
+                valgrind("sort", "sort", &["-o", &format!("{words}.sorted"), &words]),
+                None,
+            ),
+            Recording::new(
+                "python3",
+                valgrind(
                     "python3",
                     &python,
                     &[
@@ -265,13 +328,13 @@ fn recordings() -> &'static [Recording] {
                         "import json; json.dumps(list(range(100)))",
                     ],
                 ),
-                range: Some("0-0x8000"),
-            },
-            Recording {
-                name: "kernel",
-                trace: record("kernel", &mut kernel_script(), TraceConfig::default()),
-                range: None,
-            },
+                Some("0-0x8000"),
+            ),
+            Recording::new(
+                "kernel",
+                record("kernel", &mut kernel_script(), TraceConfig::default()),
+                None,
+            ),
         ]
     })
 }
@@ -279,8 +342,7 @@ fn recordings() -> &'static [Recording] {
 /// Our ptxed's output for `rec` with `args`.
 fn ptxed(rec: &Recording, args: &[&str]) -> String {
     let o = Command::new(env!("CARGO_BIN_EXE_ptxed"))
-        .arg("--sideband")
-        .arg(rec.sideband())
+        .args(&rec.image)
         .args(args)
         .args(rec.pt())
         .output()
@@ -295,40 +357,10 @@ fn ptxed(rec: &Recording, args: &[&str]) -> String {
 }
 
 /// libipt's ptxed's output for `rec` with `args`, the image given as `--raw` files
-/// from the side-band's mappings.
+/// from the perf.data's mappings.
 fn reference(ptxed: &Path, rec: &Recording, args: &[&str]) -> String {
-    let sb = pt_decoder::sideband::Sideband::read(&rec.sideband()).unwrap();
-    let mut image = Vec::new();
-    if let Some(cpu) = sb.cpu {
-        image.extend(["--cpu".to_string(), cpu.to_string()]);
-    }
-    for (opt, v) in [
-        ("--mtc-freq", sb.mtc_freq.map(u64::from)),
-        ("--nom-freq", sb.nom_freq.map(u64::from)),
-        ("--cpuid-0x15.eax", sb.cpuid_0x15_eax.map(u64::from)),
-        ("--cpuid-0x15.ebx", sb.cpuid_0x15_ebx.map(u64::from)),
-    ] {
-        if let Some(v) = v {
-            image.extend([opt.to_string(), v.to_string()]);
-        }
-    }
-    for m in sb.merged_maps() {
-        let path = sb.resolve(&m.path);
-        let size = std::fs::metadata(&path).map(|md| md.len()).unwrap_or(0);
-        let to = (m.file_offset + (m.end - m.start)).min(size);
-        if to > m.file_offset {
-            image.push("--raw".into());
-            image.push(format!(
-                "{}:{:#x}-{:#x}:{:#x}",
-                path.display(),
-                m.file_offset,
-                to,
-                m.start
-            ));
-        }
-    }
     let o = Command::new(ptxed)
-        .args(&image)
+        .args(&rec.image)
         .args(args)
         .args(rec.pt())
         .output()

@@ -6,7 +6,6 @@ use std::process::Command;
 
 use pt_hal::backend::{TraceBackend, TraceItem};
 use pt_hal::config::TraceConfig;
-use pt_hal::perf::sideband::SidebandReader;
 use pt_hal::perf::{PerfBackend, PerfOptions, Target};
 use pt_hal::probe::Readiness;
 
@@ -44,14 +43,21 @@ fn record_true() {
     assert!(bytes > 0, "no trace recorded: {items:?}");
     let dir = std::env::temp_dir().join(format!("pt-hal-live-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    be.write_files(&items, &dir.join("trace.pt"), &dir.join("sideband.bin"))
-        .unwrap();
-    let sb = std::fs::read(dir.join("sideband.bin")).unwrap();
-    let kinds: Vec<u32> = SidebandReader::new(&sb)
-        .unwrap()
-        .map(|r| r.unwrap().kind)
-        .collect();
-    // COMM (3) or ITRACE_START (12) marks the traced task.
-    assert!(kinds.iter().any(|&k| k == 3 || k == 12), "{kinds:?}");
+    let data = dir.join("perf.data");
+    be.write_perf_data(&items, &data, &["live".into()]).unwrap();
+    let file = pt_perf_data::MappedFile::open(&data).unwrap();
+    let perf = file.parse().unwrap();
+    let mut comm = false;
+    let mut trace = 0;
+    for r in perf.records() {
+        match r.unwrap().1 {
+            pt_perf_data::Record::Comm(_) | pt_perf_data::Record::ItraceStart(_) => comm = true,
+            pt_perf_data::Record::Auxtrace(a) => trace += a.data.len(),
+            _ => {}
+        }
+    }
+    // COMM or ITRACE_START marks the traced task; the trace is all there.
+    assert!(comm);
+    assert_eq!(trace, bytes);
     let _ = std::fs::remove_dir_all(&dir);
 }

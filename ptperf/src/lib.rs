@@ -1,16 +1,37 @@
-//! Tools on top of the decoder and the simulated PT CPU.
+//! `ptperf`: perf's Intel PT workflow (`record`, and the commands that read
+//! what it writes) on any machine, and the checks behind it.
 //!
-//! - [`verify`]: decode a simulated trace with pt-decoder and compare the
-//!   decoded instructions with the recorded execution.
+//! - [`record`]: `ptperf record`, perf record for Intel PT: the perf backend
+//!   where PT works, else the simulated PT CPU, into perf.data.
+//! - [`verify`]: decode a simulated recording with pt-decoder and compare
+//!   every thread's instructions with the recorded execution.
 //! - [`profile`]: branch counts and the hottest functions of a decoded flow.
+//! - [`decode`]: perf's Intel PT decoder semantics (the states intel-pt-decoder.c
+//!   hands to intel-pt.c), over pt-decoder's packets and [`code`]'s walk.
+//! - [`synth`]: the samples perf's intel-pt.c synthesizes from those states
+//!   ([`sample`]), for the `--itrace` options ([`itrace`]), queues in time order.
+//! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
+//!   byte for byte as perf prints and writes them; [`symbols`] finds the names
+//!   perf gives addresses.
 //! - [`export`]: samples into SQLite or PostgreSQL with perf's schema.
 //! - [`profile_llvm`]: LLVM sample profiles (AutoFDO) of a decoded flow.
 //!
-//! The `ptrec` binary records a program (perf where PT works, else the
-//! simulator) and, with `--decode`, checks and profiles the recording.
+//! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
 
+pub mod code;
+pub mod decode;
 pub mod export;
+pub mod inject;
+pub mod itrace;
 pub mod profile;
 pub mod profile_llvm;
+pub mod progress;
+pub mod record;
+mod record_check;
+pub mod report;
+pub mod sample;
+pub mod script;
+pub mod symbols;
+pub mod synth;
 pub mod verify;

@@ -8,6 +8,10 @@ const USAGE: &str = "\
  usage: ptperf COMMAND [ARGS]
 
  The commands are:
+   record          Record a program's Intel PT trace into perf.data (perf where PT works, else the simulated PT CPU)
+   script          Read perf.data and display the trace's samples as perf script does
+   report          Read perf.data and display its profile as perf report --stdio does
+   inject          Write a perf.data with the trace's samples, as perf inject --itrace does
    export          Export an Intel PT perf.data into SQLite or PostgreSQL with perf's schema
 
  See 'ptperf COMMAND -h' for the options of a command.
@@ -21,6 +25,10 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     };
     match cmd {
+        "record" => ptperf::record::main(&args[1..]),
+        "script" => ptperf::script::main(&args[1..]),
+        "report" => ptperf::report::main(&args[1..]),
+        "inject" => ptperf::inject::main(&args[1..]),
         "export" => ptperf::export::cli::main(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");

@@ -1,5 +1,5 @@
 //! A profile of a decoded flow: branch counts by kind and instructions per
-//! function, resolved through the ELF symbols of the files the side-band maps.
+//! function, resolved through the ELF symbols of the mapped files.
 //!
 //! [`Profiler`] is fed every decoded instruction (in trace order) and the
 //! tracing-disabled events between them; [`Profiler::finish`] turns the
@@ -15,7 +15,20 @@ use pt_decoder::image::Image;
 use pt_decoder::insn::{decode_at, InsnClass, InsnKind};
 use pt_decoder::{Config, Packet, PacketDecoder};
 
-use pt_sim::sideband::MapLine;
+/// An executable mapping: where a file's bytes are mapped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapLine {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset of `start` in the file.
+    pub file_offset: u64,
+    /// `r-xp` style permissions.
+    pub perms: String,
+    /// The file.
+    pub path: PathBuf,
+}
 
 /// Branches of the decoded flow, by kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -560,6 +573,38 @@ impl Profiler {
 }
 
 impl Profile {
+    /// The profile of two flows together: counts added, functions merged.
+    pub fn merge(mut self, b: Profile) -> Profile {
+        self.insns += b.insns;
+        let (x, y) = (&mut self.branches, &b.branches);
+        x.cond_taken += y.cond_taken;
+        x.cond_not_taken += y.cond_not_taken;
+        x.jump_direct += y.jump_direct;
+        x.jump_indirect += y.jump_indirect;
+        x.call_direct += y.call_direct;
+        x.call_indirect += y.call_indirect;
+        x.returns += y.returns;
+        x.returns_compressed += y.returns_compressed;
+        x.far += y.far;
+        x.syscalls += y.syscalls;
+        for f in b.functions {
+            match self
+                .functions
+                .iter_mut()
+                .find(|g| g.name == f.name && g.file == f.file)
+            {
+                Some(g) => g.insns += f.insns,
+                None => self.functions.push(f),
+            }
+        }
+        self.functions.sort_by(|p, q| {
+            q.insns
+                .cmp(&p.insns)
+                .then_with(|| p.label().cmp(&q.label()))
+        });
+        self
+    }
+
     /// The branch summary and the `top` hottest functions as text lines.
     pub fn report(&self, top: usize) -> String {
         use std::fmt::Write as _;

@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf_data::MappedFile;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::{ExecItem, ExecutionSource};
-use pt_sim::record::sideband_path;
-use ptperf::profile_llvm::{sim, Collector, LlvmProfile};
+use ptperf::profile_llvm::{perf, LlvmProfile};
 
 /// Calls of `work` the test run makes.
 const N: u64 = 3000;
@@ -54,11 +55,11 @@ fn llvm_profile_of_a_recorded_clang_program() {
         .arg(source()));
     let want_out = run(Command::new(&bin).arg(N.to_string()));
 
-    // Record on the simulator.
-    let trace = dir.join("t.pt");
-    let out = Command::new(env!("CARGO_BIN_EXE_ptrec"))
-        .args(["--backend", "sim", "-o"])
-        .arg(&trace)
+    // Record on the simulator into perf.data (its execution log beside it).
+    let data = dir.join("perf.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_ptperf"))
+        .args(["record", "--backend", "sim", "-q", "-o"])
+        .arg(&data)
         .arg("--")
         .arg(&bin)
         .arg(N.to_string())
@@ -69,14 +70,21 @@ fn llvm_profile_of_a_recorded_clang_program() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), want_out);
 
     // The counts per address are the recorded execution's.
-    let mut c = Collector::new();
-    let (modules, errors) = sim::collect(&trace, &sideband_path(&trace), &mut c).unwrap();
-    assert!(errors.is_empty(), "{errors:?}");
-    let counts = c.finish();
-    let log = PathBuf::from(format!("{}.log", trace.display()));
+    let mapped = MappedFile::open(&data).unwrap();
+    let parsed = mapped.parse().unwrap();
+    let session = Session::new(&parsed, SessionOptions::for_file(&data)).unwrap();
+    let (procs, problems) = perf::collect(&session);
+    assert!(problems.lines.is_empty(), "{:?}", problems.lines);
+    let mut procs: Vec<_> = procs
+        .into_iter()
+        .filter(|p| !p.counts.insns.is_empty())
+        .collect();
+    assert_eq!(procs.len(), 1, "one process");
+    let proc_ = procs.remove(0);
+    let (counts, modules) = (proc_.counts, proc_.modules);
+    let log = PathBuf::from(format!("{}.log", data.display()));
     let mut truth: HashMap<u64, u64> = HashMap::new();
     let mut r = LogReader::open(&log).unwrap();
     while let Some(item) = r.next_item().unwrap() {

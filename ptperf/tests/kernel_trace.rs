@@ -1,25 +1,25 @@
 //! Kernel tracing end to end: a scripted execution that shows its kernel
 //! (two processes, system calls, a CR3 switch, an interrupt) recorded with
-//! `record_sim` in several configurations; each trace, its side-band and
+//! `record_perf_data` in several configurations; each perf.data and its
 //! execution log must verify (pt-decoder's flow equals the recording,
 //! restricted to what the configuration traces), PIP must appear exactly
 //! when OS = 1, and a source that sees user mode only must be refused with
 //! OS = 1. When libipt's ptxed is named by PT_REFERENCE_PTXED, it must print
 //! exactly the traced instructions too.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pt_decoder::{Config, Packet, PacketDecoder};
 use pt_hal::config::TraceConfig;
-use pt_sim::backend::SimOutput;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::script::{Directive, Script};
 use pt_sim::exec::{collect, Event, ExecMode, ExecutionSource, Mapping, Perms};
-use pt_sim::pt::{cr3_of_pid, SimParams};
-use pt_sim::record::{record_sim, sideband_path, FilterSpec, SimRecording};
-use pt_sim::sideband::Sideband;
-use ptperf::verify::{verify, TracedFilter};
+use pt_sim::pt::cr3_of_pid;
+use pt_sim::record::{record_perf_data, FilterSpec, PerfDataOptions, SimRecording};
+use ptperf::verify::{verify_config, FlowSummary, Recording, TracedFilter};
 
 const K: u64 = 0xffff_ffff_8100_0000;
 const A: u64 = 0x40_1000;
@@ -142,35 +142,48 @@ fn os(kernel_shown: bool) -> Script {
 
 fn record(name: &str, source: &mut dyn ExecutionSource, cfg: TraceConfig, filter: &str) -> PathBuf {
     let dir = tmp(name);
-    let trace = dir.join("t.pt");
-    let rec = SimRecording {
-        config: cfg,
-        filters: FilterSpec::parse_list(filter).unwrap(),
-        params: SimParams::default(),
-        output: SimOutput::default(),
-        trace: trace.clone(),
-        log: Some(dir.join("t.log")),
-    };
-    let s = record_sim(source, &rec, |_| {}).expect("record");
+    let data = dir.join("t.data");
+    let mut rec = SimRecording::new(cfg);
+    rec.filters = FilterSpec::parse_list(filter).unwrap();
+    rec.log = Some(log_of(&data));
+    let s = record_perf_data(source, &rec, &PerfDataOptions::new(&data), |_| {}).expect("record");
     assert!(s.source_error.is_none(), "{:?}", s.source_error);
-    trace
+    data
 }
 
-fn packets(trace: &Path) -> Vec<Packet> {
-    let bytes = std::fs::read(trace).unwrap();
+fn log_of(data: &Path) -> PathBuf {
+    data.with_extension("log")
+}
+
+/// Verifies `data` (recorded with `cfg`) against its log: one thread, the
+/// summary of its flow.
+fn verify(data: &Path, cfg: TraceConfig) -> FlowSummary {
+    let checks = verify_config(data, &log_of(data), cfg).unwrap();
+    assert_eq!(checks.len(), 1, "{checks:?}");
+    checks[0].flow.clone()
+}
+
+/// The one thread's trace.
+fn trace_of(data: &Path) -> Vec<u8> {
+    let rec = Recording::read(data).unwrap();
+    assert_eq!(rec.pieces.len(), 1);
+    rec.pieces[0].data.clone()
+}
+
+fn packets(data: &Path) -> Vec<Packet> {
+    let bytes = trace_of(data);
     let mut d = PacketDecoder::new(&bytes, &Config::default());
     d.sync_forward().unwrap();
     d.map(|r| r.unwrap().1).collect()
 }
 
 /// libipt's ptxed prints `want`.
-fn reference_ptxed(ptxed: &Path, trace: &Path, want: &[u64]) {
-    let sb = Sideband::read(&sideband_path(trace)).unwrap();
+fn reference_ptxed(ptxed: &Path, data: &Path, want: &[u64]) {
+    let rec = Recording::read(data).unwrap();
+    let trace = data.with_extension("pt");
     let out = Command::new(ptxed)
-        .args(sb.ptxed_args())
+        .args(common::ptxed_args(&rec, &rec.pieces[0], &trace))
         .arg("--no-inst")
-        .arg("--pt")
-        .arg(trace)
         .output()
         .expect("run ptxed");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -216,17 +229,12 @@ fn kernel_configurations(reference: Option<&Path>) {
         ("kernel", kernel, "", true),
         ("both", both, "", true),
         ("cr3-a", process_a, "", true),
-        (
-            "kernel-range",
-            both,
-            "0xffffffff81000000-0xffffffff81000040",
-            true,
-        ),
+        ("kernel-range", both, "filter 0xffffffff81000000/0x41", true),
     ];
     for (name, cfg, filter, pip) in cases {
         let trace = record(name, &mut os(true), cfg, filter);
-        let log = trace.with_extension("log");
-        let s = verify(&trace, &sideband_path(&trace), &log).unwrap();
+        let log = log_of(&trace);
+        let s = verify(&trace, cfg);
         assert!(s.identical(), "{name}: {s:?}");
         assert!(s.decoded > 0, "{name}");
         let p = packets(&trace);
@@ -259,19 +267,19 @@ fn kernel_configurations(reference: Option<&Path>) {
 }
 
 #[test]
-fn ptrec_replays_a_log_that_shows_the_kernel() {
+fn record_replays_a_log_that_shows_the_kernel() {
     let trace = record("replay-src", &mut os(true), TraceConfig::default(), "");
-    let log = trace.with_extension("log");
+    let log = log_of(&trace);
     let dir = tmp("replay");
     for term in ["k", "uk", "u"] {
-        let out = dir.join(format!("{term}.pt"));
-        let o = Command::new(env!("CARGO_BIN_EXE_ptrec"))
-            .arg("--replay")
-            .arg(&log)
-            .arg(term)
+        let out = dir.join(format!("{term}.data"));
+        let o = Command::new(env!("CARGO_BIN_EXE_ptperf"))
+            .args(["record", "--source", "log", "-e"])
+            .arg(format!("intel_pt//{term}"))
             .arg("--decode")
             .arg("-o")
             .arg(&out)
+            .arg(&log)
             .output()
             .unwrap();
         let report = String::from_utf8_lossy(&o.stderr);
@@ -300,17 +308,11 @@ fn user_mode_sources_are_refused_with_os() {
         ..TraceConfig::default()
     };
     let trace = record("unseen", &mut os(false), user, "");
-    let s = verify(&trace, &sideband_path(&trace), &trace.with_extension("log")).unwrap();
+    let s = verify(&trace, user);
     assert!(s.identical() && s.decoded > 0, "{s:?}");
-    let rec = SimRecording {
-        config: TraceConfig::default(),
-        filters: Vec::new(),
-        params: SimParams::default(),
-        output: SimOutput::default(),
-        trace: tmp("unseen-os").join("t.pt"),
-        log: None,
-    };
-    let e = record_sim(&mut os(false), &rec, |_| {}).unwrap_err();
+    let rec = SimRecording::new(TraceConfig::default());
+    let opts = PerfDataOptions::new(tmp("unseen-os").join("t.data"));
+    let e = record_perf_data(&mut os(false), &rec, &opts, |_| {}).unwrap_err();
     assert!(
         e.contains("kernel tracing (OS=1) cannot be simulated"),
         "{e}"

@@ -1,46 +1,37 @@
-//! `ptrec --decode` on a gcc-built C program: the decoded flow's branch
+//! `ptperf record --decode` on a gcc-built C program: the decoded flow's branch
 //! counts equal the recorded execution's, and its own functions show up by
 //! name among the hottest ones.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
 use pt_sim::exec::insn::InsnClass;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::{ExecItem, ExecutionSource};
-use pt_sim::record::sideband_path;
 
-fn sample(dir: &std::path::Path) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/sample.c");
-    let bin = dir.join("sample");
-    let st = Command::new(pt_testkit::tool("gcc", "gcc"))
-        .args(["-O1", "-fno-inline-small-functions", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("run gcc");
-    assert!(st.success());
-    bin
-}
+use common::*;
 
 #[test]
 fn decoded_flow_profile_of_a_c_program() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("profile-sample");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = sample(&dir);
-    let trace = dir.join("t.pt");
-    let out = Command::new(env!("CARGO_BIN_EXE_ptrec"))
-        .args(["--backend", "sim", "--decode", "--top", "30", "-o"])
-        .arg(&trace)
+    let d = dir("profile-sample");
+    let data = d.join("t.data");
+    let out = ptperf()
+        .args([
+            "record",
+            "--backend",
+            "sim",
+            "--decode",
+            "--top",
+            "30",
+            "-o",
+        ])
+        .arg(&data)
         .arg("--")
-        .arg(&bin)
+        .arg(sample())
         .output()
         .unwrap();
-    let report = String::from_utf8_lossy(&out.stderr);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let report = stderr(&out);
+    assert!(out.status.success(), "{report}");
     assert!(
         report.contains("identical to the recorded execution"),
         "{report}"
@@ -55,24 +46,22 @@ fn decoded_flow_profile_of_a_c_program() {
         .skip_while(|l| !l.contains("hottest functions"))
         .skip(1)
         .collect();
+    let name = sample().file_name().unwrap().to_string_lossy().into_owned();
     for f in ["fib", "classify", "cmp", "main"] {
         assert!(
             listed
                 .iter()
-                .any(|l| l.contains(&format!("  {f}  (sample)"))),
+                .any(|l| l.contains(&format!("  {f}  ({name})"))),
             "{f} missing:\n{report}"
         );
     }
 
     // The same numbers through the library, against the ground truth.
-    let log = {
-        let mut p = trace.as_os_str().to_owned();
-        p.push(".log");
-        PathBuf::from(p)
-    };
-    let (summary, prof) =
-        ptperf::verify::verify_profile(&trace, &sideband_path(&trace), &log, &mut |_| {}).unwrap();
-    assert!(summary.identical());
+    let log = log_of(&data);
+    let (checks, prof) = ptperf::verify::verify_profile(&data, &log, &mut |_| {}).unwrap();
+    assert_eq!(checks.len(), 1);
+    let summary = &checks[0].flow;
+    assert!(summary.identical(), "{summary:?}");
     assert_eq!(prof.insns, summary.expected);
     assert_eq!(
         prof.functions.iter().map(|f| f.insns).sum::<u64>(),

@@ -6,6 +6,8 @@
 //! PT_REFERENCE_PTXED, make ptxed print exactly the traced instructions.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -14,13 +16,12 @@ use pt_decoder::{Config, LastIp, Packet, PacketDecoder};
 use pt_encoder::packet::IpPacketKind;
 use pt_hal::config::TraceConfig;
 use pt_hal::msr::AddrCfg;
-use pt_sim::backend::SimOutput;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::ptrace::{TraceOptions, Tracer};
 use pt_sim::exec::{collect, Event, ExecItem, InsnClass, Mapping};
 use pt_sim::pt::{SimParams, TntPolicy};
-use pt_sim::record::{record_sim, FilterSpec, SimRecording};
-use pt_sim::sideband::Sideband;
+use pt_sim::record::{record_perf_data, FilterSpec, PerfDataOptions, SimRecording};
+use ptperf::verify::Recording;
 
 struct Recorded {
     dir: PathBuf,
@@ -39,15 +40,10 @@ fn record(name: &str, program: &Path, args: &[&str]) -> Recorded {
     let dir = tmp(name);
     let log = dir.join("exec.log");
     let mut t = Tracer::spawn(program, args, TraceOptions::default()).expect("spawn");
-    let rec = SimRecording {
-        config: TraceConfig::perf_default(),
-        filters: Vec::new(),
-        params: SimParams::default(),
-        output: SimOutput::default(),
-        trace: dir.join("first.pt"),
-        log: Some(log.clone()),
-    };
-    let s = record_sim(&mut t, &rec, |_| {}).expect("record");
+    let mut rec = SimRecording::new(TraceConfig::perf_default());
+    rec.log = Some(log.clone());
+    let opts = PerfDataOptions::new(dir.join("first.data"));
+    let s = record_perf_data(&mut t, &rec, &opts, |_| {}).expect("record");
     assert!(s.source_error.is_none(), "{:?}", s.source_error);
     let items = collect(&mut LogReader::open(&log).unwrap()).unwrap();
     Recorded {
@@ -322,47 +318,45 @@ fn replay(
     filters: Vec<FilterSpec>,
     tnt: TntPolicy,
 ) -> (PathBuf, TraceConfig) {
-    let trace = r.dir.join(format!("{name}.pt"));
+    let data = r.dir.join(format!("{name}.data"));
     let rec = SimRecording {
-        config: cfg,
         filters,
         params: SimParams {
             tnt,
             ..SimParams::default()
         },
-        output: SimOutput::default(),
-        trace: trace.clone(),
-        log: None,
+        ..SimRecording::new(cfg)
     };
     let mut src = LogReader::open(&r.log).unwrap();
-    let s = record_sim(&mut src, &rec, |_| {}).expect("replay");
+    let s = record_perf_data(&mut src, &rec, &PerfDataOptions::new(&data), |_| {}).expect("replay");
     assert_eq!(s.lost_bytes, 0);
-    // The configuration with the ranges as resolved (from the side-band).
-    let sb = Sideband::read(&pt_sim::record::sideband_path(&trace)).unwrap();
+    // The configuration with the ranges as resolved (virtual addresses here).
     let mut resolved = cfg;
-    for (n, (_, v)) in sb.params.iter().filter(|(k, _)| k == "addr").enumerate() {
-        let f: Vec<u64> = v
-            .split(' ')
-            .skip(1)
-            .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap())
-            .collect();
-        resolved.ranges[n] = pt_hal::config::AddrRange {
-            cfg: rec.filters[n].cfg,
-            start: f[0],
-            end: f[1],
+    for (slot, f) in resolved.ranges.iter_mut().zip(&rec.filters) {
+        assert!(f.object.is_none());
+        *slot = pt_hal::config::AddrRange {
+            cfg: f.cfg,
+            start: f.start,
+            end: f.start + f.size - 1,
         };
     }
-    (trace, resolved)
+    (data, resolved)
+}
+
+/// The one thread's trace of a recording.
+fn trace_of(data: &Path) -> Vec<u8> {
+    let rec = Recording::read(data).unwrap();
+    assert_eq!(rec.pieces.len(), 1, "{}", data.display());
+    rec.pieces[0].data.clone()
 }
 
 /// libipt's ptxed prints exactly the traced instructions.
-fn reference_ptxed(ptxed: &Path, trace: &Path, want: &[u64]) {
-    let sb = Sideband::read(&pt_sim::record::sideband_path(trace)).unwrap();
+fn reference_ptxed(ptxed: &Path, data: &Path, want: &[u64]) {
+    let rec = Recording::read(data).unwrap();
+    let trace = data.with_extension("pt");
     let out = Command::new(ptxed)
-        .args(sb.ptxed_args())
+        .args(common::ptxed_args(&rec, &rec.pieces[0], &trace))
         .arg("--no-inst")
-        .arg("--pt")
-        .arg(trace)
         .output()
         .expect("run ptxed");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -454,7 +448,7 @@ fn run_all(r: &Recorded, reference: Option<&Path>) {
     assert!(syscalls > 0);
     for (name, cfg, filters, tnt) in six_configs(r) {
         let (trace, cfg) = replay(r, name, cfg, filters, tnt);
-        let bytes = std::fs::read(&trace).unwrap();
+        let bytes = trace_of(&trace);
         let d = decode(&bytes);
         check_features(&d.packets, &cfg);
         check_psb_spacing(&bytes, &cfg);
@@ -484,8 +478,9 @@ fn run_all(r: &Recorded, reference: Option<&Path>) {
             reference_ptxed(ptxed, &trace, &traced);
         }
         // pt-decoder's instruction flow decoder reproduces the recording.
-        let v =
-            ptperf::verify::verify(&trace, &pt_sim::record::sideband_path(&trace), &r.log).unwrap();
+        let checks = ptperf::verify::verify(&trace, &r.log).unwrap();
+        assert_eq!(checks.len(), 1, "{name}");
+        let v = &checks[0].flow;
         assert!(v.identical(), "{name}: {v:?}");
         assert_eq!(v.decoded as usize, traced.len());
     }

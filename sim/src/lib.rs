@@ -9,16 +9,16 @@
 //! - [`backend`]: the IA32_RTIT_* MSR file, simulated physical memory and
 //!   ToPA/single-range output ([`backend::SimCpu`]), and [`backend::SimBackend`],
 //!   the HAL's `TraceBackend` on top of it.
-//! - [`record`]: a recording end to end (what `ptrec` runs on the simulator):
-//!   one trace stream per thread and the task events between them
-//!   ([`record::TaskEvent`]) into a [`record::RecordSink`].
-//! - [`sideband`]: the side-band file written next to a simulated trace.
+//! - [`record`]: a recording end to end (what `ptperf record` runs on the
+//!   simulator): one trace stream per thread and the task events between
+//!   them ([`record::TaskEvent`]) into a [`record::RecordSink`], such as
+//!   [`record::PerfDataSink`], which writes the perf.data file perf reads.
 //! - [`traced`]: which recorded instructions a configuration traces (the
 //!   ground truth a decoded flow is compared with).
 //!
-//! The model depends on the packet encoder and the HAL only; decoding its
-//! traces (checking them against the recording, profiling them, `ptrec`)
-//! lives in the `ptperf` crate.
+//! The model depends on the packet encoder, the HAL and the perf.data
+//! format only; decoding its traces (checking them against the recording,
+//! profiling them, `ptperf`) lives in the `ptperf` crate.
 #![deny(missing_docs)]
 
 pub mod backend;
@@ -26,5 +26,4 @@ pub mod clock;
 pub mod exec;
 pub mod pt;
 pub mod record;
-pub mod sideband;
 pub mod traced;

@@ -26,7 +26,7 @@
 //! between a kernel entry and the next user instruction (a kernel entry
 //! followed by an event or a user instruction): it is treated as untraced,
 //! which is right for OS = 0 only. A configuration with OS = 1 therefore
-//! needs a source that shows the kernel; [`crate::record::record_sim`]
+//! needs a source that shows the kernel; [`crate::record::record_into`]
 //! refuses others ([`PtError::KernelTracing`]). There the pid stands in for
 //! CR3 ([`cr3_of_pid`]), set by [`Event::Exec`] without a PIP.
 //!
@@ -43,6 +43,46 @@ use crate::exec::{CodeMemory, Event, ExecItem, InsnClass, Retired};
 
 /// Depth of the return-compression call stack (the decoders' stack depth).
 pub const RET_STACK_DEPTH: usize = 64;
+
+/// A return-compression call stack: the last [`RET_STACK_DEPTH`] return
+/// addresses pushed (the oldest dropped when full).
+#[derive(Clone, Debug)]
+struct RetStack {
+    ips: [u64; RET_STACK_DEPTH],
+    top: usize,
+    len: usize,
+}
+
+impl RetStack {
+    fn new() -> Self {
+        RetStack {
+            ips: [0; RET_STACK_DEPTH],
+            top: 0,
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, ip: u64) {
+        self.top = (self.top + 1) % RET_STACK_DEPTH;
+        self.ips[self.top] = ip;
+        self.len = (self.len + 1).min(RET_STACK_DEPTH);
+    }
+
+    fn top(&self) -> Option<u64> {
+        (self.len > 0).then(|| self.ips[self.top])
+    }
+
+    fn pop(&mut self) {
+        if self.len > 0 {
+            self.top = (self.top + RET_STACK_DEPTH - 1) % RET_STACK_DEPTH;
+            self.len -= 1;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+}
 
 /// CR3 bits a PIP carries (51:5).
 const PIP_CR3_MASK: u64 = 0x000f_ffff_ffff_ffe0;
@@ -149,9 +189,11 @@ pub struct PtLogic {
     cr3: u64,
     mode: Option<ExecMode>,
     mode_sent: Option<ExecMode>,
-    ret_stack: [u64; RET_STACK_DEPTH],
-    ret_top: usize,
-    ret_len: usize,
+    /// Return compression as libipt's decoders model it: a RET pops only
+    /// when it is compressed.
+    ret_libipt: RetStack,
+    /// Return compression as perf's decoder models it: every traced RET pops.
+    ret_perf: RetStack,
     /// A traced far transfer's target, waiting for the context and mode of
     /// the next instruction.
     pending_far: Option<u64>,
@@ -223,9 +265,8 @@ impl PtLogic {
             cr3: 0,
             mode: None,
             mode_sent: None,
-            ret_stack: [0; RET_STACK_DEPTH],
-            ret_top: 0,
-            ret_len: 0,
+            ret_libipt: RetStack::new(),
+            ret_perf: RetStack::new(),
             pending_far: None,
             pending_entry: None,
             next_ip: None,
@@ -483,18 +524,27 @@ impl PtLogic {
     }
 
     fn ret_push(&mut self, ip: u64) {
-        self.ret_top = (self.ret_top + 1) % RET_STACK_DEPTH;
-        self.ret_stack[self.ret_top] = ip;
-        self.ret_len = (self.ret_len + 1).min(RET_STACK_DEPTH);
+        self.ret_libipt.push(ip);
+        self.ret_perf.push(ip);
     }
 
-    fn ret_pop_if(&mut self, ip: u64) -> bool {
-        if self.ret_len == 0 || self.ret_stack[self.ret_top] != ip {
-            return false;
+    /// A traced RET to `ip`: whether it is compressed. libipt and perf
+    /// disagree on the call stack (perf pops at every RET, libipt at
+    /// compressed ones only) and compression is optional, so a RET is
+    /// compressed only where both decoders' stacks return to `ip`; every
+    /// decoder then follows the trace.
+    fn ret_compressed(&mut self, ip: u64) -> bool {
+        let compress = self.ret_libipt.top() == Some(ip) && self.ret_perf.top() == Some(ip);
+        self.ret_perf.pop();
+        if compress {
+            self.ret_libipt.pop();
         }
-        self.ret_top = (self.ret_top + RET_STACK_DEPTH - 1) % RET_STACK_DEPTH;
-        self.ret_len -= 1;
-        true
+        compress
+    }
+
+    fn ret_clear(&mut self) {
+        self.ret_libipt.clear();
+        self.ret_perf.clear();
     }
 
     // ---- timing ----
@@ -548,7 +598,7 @@ impl PtLogic {
         self.stats.psbs += 1;
         self.since_psb = 0;
         self.last_ip.reset();
-        self.ret_len = 0;
+        self.ret_clear();
         self.mode_sent = None;
         if self.cfg.tsc {
             self.put(&Packet::Tsc {
@@ -731,7 +781,7 @@ impl PtLogic {
         self.stats.overflows += 1;
         self.tnt_n = 0;
         self.tnt_bits = 0;
-        self.ret_len = 0;
+        self.ret_clear();
         // A far branch whose TIP was lost: the FUP below says where execution is.
         self.pending_far = None;
         self.cyc();
@@ -815,10 +865,13 @@ impl PtLogic {
             }
             InsnClass::Return => {
                 if leaves_filter {
+                    // perf's decoder walks the RET (and pops) before the TIP.PGD.
+                    self.ret_perf.pop();
                     self.flush_tnt();
                     self.ip_packet(IpPacketKind::TipPgd, Some(r.next_ip));
                     self.packet_en = false;
-                } else if !self.cfg.dis_retc && !self.cfg.dis_tnt && self.ret_pop_if(r.next_ip) {
+                } else if !self.cfg.dis_retc && !self.cfg.dis_tnt && self.ret_compressed(r.next_ip)
+                {
                     self.tnt(true);
                 } else {
                     self.flush_tnt();

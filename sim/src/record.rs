@@ -1,6 +1,6 @@
 //! Recording on the simulator: an execution source in; one trace stream per
 //! thread, the task events between them, and (optionally) the execution log
-//! out. This is `ptrec`'s simulator path, usable from tests.
+//! out. This is `ptperf record`'s simulator path, usable from tests.
 //!
 //! # The model
 //! One simulated logical processor runs the threads of the execution one at
@@ -14,25 +14,31 @@
 //! ([`crate::backend::SimCpu::catch_up`]). Each thread's stream therefore
 //! decodes to exactly that thread's instructions.
 //!
+//! Address filters are applied as the kernel applies perf's: resolved in
+//! the thread's process when its trace unit starts and again whenever that
+//! process's mappings change (the trace unit restarts with the new ranges).
+//!
 //! What happened to the tasks comes out as [`TaskEvent`]s stamped with the
 //! TSC ([`Timed`]): command names, executable mappings, threads and
 //! processes created and ended, the side-band perf writes as COMM, MMAP2,
 //! FORK and EXIT records. A [`RecordSink`] takes the streams and the events;
-//! [`FileSink`] writes the files `ptrec` writes today (a trace and a
-//! side-band file per thread), a perf.data writer implements the same calls.
+//! [`PerfDataSink`] writes them as a perf.data file that perf itself decodes.
 //!
 //! Everything reaches the sink as it is produced and is made durable at each
-//! checkpoint, so a recording that is killed leaves traces that decode up to
-//! where they end.
+//! checkpoint, so a recording that is killed leaves a file that decodes up
+//! to where it ends. A snapshot request ([`SimRecording::snapshot_requests`],
+//! perf's SIGUSR2 in `-S` mode) stops tracing for a moment, as perf disables
+//! the event, and has the sink copy its AUX areas out ([`RecordSink::snapshot`]).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use pt_hal::backend::{TraceBackend, TraceItem};
-use pt_hal::config::{AddrRange, TraceConfig};
-use pt_hal::msr::AddrCfg;
+use pt_hal::config::TraceConfig;
 
 use crate::backend::{SimBackend, SimOutput};
 use crate::clock::Clock;
@@ -43,153 +49,12 @@ use crate::exec::{
 };
 use crate::pt::{PtError, SimParams};
 
-mod files;
-pub use files::{sideband_path, thread_trace_path, FileSink};
-
-/// An address filter as given on the command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FilterSpec {
-    /// FilterEn range (`filter`) or TraceStop range (`stop`).
-    pub cfg: AddrCfg,
-    /// Start address (in the object's ELF address space when `object` is set).
-    pub start: u64,
-    /// Size in bytes (≥ 1).
-    pub size: u64,
-    /// The object the addresses refer to.
-    pub object: Option<PathBuf>,
-}
-
-impl FilterSpec {
-    /// Parses perf's syntax (`filter 0x1000/0x100@/bin/ls`, `stop …`; several
-    /// separated by `,`) or a plain `START-END` (END exclusive).
-    pub fn parse_list(s: &str) -> Result<Vec<Self>, String> {
-        let num = |t: &str| -> Result<u64, String> {
-            let t = t.trim();
-            let r = match t.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16),
-                None => t.parse(),
-            };
-            r.map_err(|_| format!("bad number `{t}` in filter"))
-        };
-        let mut out = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            if let Some((a, b)) = part.split_once('-').filter(|_| !part.contains(' ')) {
-                let (start, end) = (num(a)?, num(b)?);
-                if end <= start {
-                    return Err(format!("empty filter range `{part}`"));
-                }
-                out.push(FilterSpec {
-                    cfg: AddrCfg::Filter,
-                    start,
-                    size: end - start,
-                    object: None,
-                });
-                continue;
-            }
-            let (kind, rest) = part.split_once(' ').ok_or_else(|| {
-                format!("filter `{part}`: expected `filter|stop START/SIZE[@FILE]`")
-            })?;
-            let cfg = match kind {
-                "filter" => AddrCfg::Filter,
-                "stop" => AddrCfg::TraceStop,
-                _ => return Err(format!("filter `{part}`: unknown action `{kind}`")),
-            };
-            let (range, object) = match rest.split_once('@') {
-                Some((r, o)) => (r, Some(PathBuf::from(o.trim()))),
-                None => (rest, None),
-            };
-            let (start, size) = match range.split_once('/') {
-                Some((a, b)) => (num(a)?, num(b)?),
-                None => (num(range)?, 1),
-            };
-            if size == 0 {
-                return Err(format!("filter `{part}`: size 0"));
-            }
-            out.push(FilterSpec {
-                cfg,
-                start,
-                size,
-                object,
-            });
-        }
-        Ok(out)
-    }
-}
-
-/// The lowest PT_LOAD virtual address of an ELF file, page aligned.
-fn elf_first_load(path: &Path) -> Option<u64> {
-    let d = std::fs::read(path).ok()?;
-    let u16_at = |o: usize| d.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-    let u32_at = |o: usize| {
-        d.get(o..o + 4)
-            .and_then(|b| b.try_into().ok())
-            .map(u32::from_le_bytes)
-    };
-    let u64_at = |o: usize| {
-        d.get(o..o + 8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-    };
-    if d.get(..4)? != b"\x7fELF" {
-        return None;
-    }
-    let is64 = *d.get(4)? == 2;
-    let (phoff, phentsize, phnum) = if is64 {
-        (
-            u64_at(0x20)? as usize,
-            u16_at(0x36)? as usize,
-            u16_at(0x38)?,
-        )
-    } else {
-        (
-            u32_at(0x1c)? as usize,
-            u16_at(0x2a)? as usize,
-            u16_at(0x2c)?,
-        )
-    };
-    let mut lowest: Option<u64> = None;
-    for i in 0..usize::from(phnum) {
-        let o = phoff + i * phentsize;
-        if u32_at(o)? != 1 {
-            continue;
-        }
-        let vaddr = if is64 {
-            u64_at(o + 0x10)?
-        } else {
-            u64::from(u32_at(o + 8)?)
-        };
-        lowest = Some(lowest.map_or(vaddr, |l| l.min(vaddr)));
-    }
-    lowest.map(|v| v & !0xfff)
-}
-
-/// Turns filters into absolute address ranges using the process's mappings.
-pub fn resolve_filters(filters: &[FilterSpec], maps: &[Mapping]) -> Result<Vec<AddrRange>, String> {
-    filters
-        .iter()
-        .map(|f| {
-            let bias = match &f.object {
-                None => 0,
-                Some(obj) => {
-                    let canon = std::fs::canonicalize(obj).unwrap_or_else(|_| obj.clone());
-                    let m = maps
-                        .iter()
-                        .find(|m| m.offset == 0 && Path::new(&m.path) == canon)
-                        .ok_or_else(|| format!("filter object {} is not mapped", obj.display()))?;
-                    let first = elf_first_load(&canon)
-                        .ok_or_else(|| format!("{}: not an ELF file", canon.display()))?;
-                    m.start.wrapping_sub(first)
-                }
-            };
-            let start = f.start.wrapping_add(bias);
-            Ok(AddrRange {
-                cfg: f.cfg,
-                start,
-                end: start.wrapping_add(f.size - 1),
-            })
-        })
-        .collect()
-}
+mod filter;
+mod perf;
+pub use filter::{resolve_filters, FilterError, FilterSpec, MAX_FILTERS};
+pub use perf::{
+    build_id_of, debug_dir, sim_pmu_type, PerfDataOptions, PerfDataSink, SnapshotOptions, SIM_CPUID,
+};
 
 /// What to record.
 #[derive(Clone, Debug)]
@@ -202,11 +67,26 @@ pub struct SimRecording {
     pub params: SimParams,
     /// The simulated output area (one per thread).
     pub output: SimOutput,
-    /// The trace file of the first thread (see [`FileSink`] for the others
-    /// and the side-band files).
-    pub trace: PathBuf,
     /// Where to keep the execution log (None: not kept).
-    pub log: Option<PathBuf>,
+    pub log: Option<std::path::PathBuf>,
+    /// Set (by a signal handler, another thread) to request a snapshot: the
+    /// recorder clears it and calls [`RecordSink::snapshot`].
+    pub snapshot_requests: Option<Arc<AtomicBool>>,
+}
+
+impl SimRecording {
+    /// A recording with `config`, no filters, the default clock, output area
+    /// and no execution log.
+    pub fn new(config: TraceConfig) -> Self {
+        SimRecording {
+            config,
+            filters: Vec::new(),
+            params: SimParams::default(),
+            output: SimOutput::default(),
+            log: None,
+            snapshot_requests: None,
+        }
+    }
 }
 
 /// One thread of a recording.
@@ -341,30 +221,44 @@ pub struct ThreadStart<'a> {
 pub type ProcessMemory<'a> = &'a dyn Fn(u32) -> Option<&'a CodeMemory>;
 
 /// Where a recording goes (see the module docs). Calls come in time order;
-/// errors end the recording.
+/// `tsc` is the TSC when the call is made (at or after the time of
+/// everything delivered before); errors end the recording.
 pub trait RecordSink {
     /// A thread's trace starts (before its first byte): perf's AUX area of
     /// the thread (and its ITRACE_START).
     fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), String>;
 
     /// Bytes of `thread`'s trace, appended to its stream.
-    fn trace(&mut self, thread: ThreadId, bytes: &[u8]) -> Result<(), String>;
+    fn trace(&mut self, thread: ThreadId, bytes: &[u8], tsc: u64) -> Result<(), String>;
 
     /// `size` bytes of `thread`'s trace were lost (its output area was
     /// overwritten before they were read): perf's AUX record with the
     /// truncated flag.
-    fn lost(&mut self, thread: ThreadId, size: u64) -> Result<(), String>;
+    fn lost(&mut self, thread: ThreadId, size: u64, tsc: u64) -> Result<(), String>;
 
     /// Something happened to the tasks. Every thread's trace up to this time
     /// has been delivered.
     fn task_event(&mut self, event: &Timed) -> Result<(), String>;
 
+    /// A snapshot was requested (every thread's trace up to now has been
+    /// delivered and tracing is stopped): perf's `-S` mode copies its AUX
+    /// areas out here. Other sinks ignore it.
+    fn snapshot(&mut self, tsc: u64) -> Result<(), String> {
+        let _ = tsc;
+        Ok(())
+    }
+
     /// A checkpoint: make durable what was delivered, so that a recording
     /// killed later keeps a decodable prefix.
-    fn checkpoint(&mut self, memory: ProcessMemory<'_>) -> Result<(), String>;
+    fn checkpoint(&mut self, memory: ProcessMemory<'_>, tsc: u64) -> Result<(), String>;
 
     /// The end; `summary` says how the recording went.
-    fn finish(&mut self, summary: &RecordSummary, memory: ProcessMemory<'_>) -> Result<(), String>;
+    fn finish(
+        &mut self,
+        summary: &RecordSummary,
+        memory: ProcessMemory<'_>,
+        tsc: u64,
+    ) -> Result<(), String>;
 }
 
 /// Instructions between checkpoints (progress report, files flushed).
@@ -389,6 +283,8 @@ struct Tracked {
     summary: ThreadSummary,
     /// Its trace unit, from its first instruction on.
     backend: Option<SimBackend>,
+    /// The trace unit's configuration (address filters resolved).
+    config: TraceConfig,
     ended: bool,
 }
 
@@ -434,6 +330,7 @@ impl Recorder<'_> {
                 exit: None,
             },
             backend: None,
+            config: TraceConfig::default(),
             ended: false,
         })
     }
@@ -465,20 +362,79 @@ impl Recorder<'_> {
             return Ok(());
         };
         b.read(&mut self.items).map_err(|e| e.to_string())?;
-        for it in self.items.drain(..) {
+        let tsc = self.tsc();
+        let mut items = std::mem::take(&mut self.items);
+        for it in items.drain(..) {
             match it {
                 TraceItem::Data { bytes, .. } => {
                     self.summary.trace_bytes += bytes.len() as u64;
-                    self.sink.trace(id, &bytes)?;
+                    self.sink.trace(id, &bytes, tsc)?;
                 }
                 TraceItem::Lost { size, .. } => {
                     let size = size.unwrap_or(0);
                     self.summary.lost_bytes += size;
-                    self.sink.lost(id, size)?;
+                    self.sink.lost(id, size, tsc)?;
                 }
             }
         }
+        self.items = items;
         Ok(())
+    }
+
+    /// The configuration of a thread's trace unit: the recording's, with the
+    /// address filters resolved in the thread's process as it is mapped now.
+    fn config_for(&self, pid: u32) -> Result<TraceConfig, String> {
+        let mut cfg = self.rec.config;
+        if self.rec.filters.len() > cfg.ranges.len() {
+            return Err(format!("at most {} address filters", cfg.ranges.len()));
+        }
+        let maps = self.procs.get(&pid).map(|p| &p.maps[..]).unwrap_or(&[]);
+        for (slot, r) in cfg
+            .ranges
+            .iter_mut()
+            .zip(resolve_filters(&self.rec.filters, maps))
+        {
+            *slot = r;
+        }
+        Ok(cfg)
+    }
+
+    /// The mappings of `pid` changed: the kernel applies perf's address
+    /// filters again, restarting the trace units of its threads whose ranges
+    /// moved (they come back on at their next instruction, with a PSB+).
+    fn refilter(&mut self, pid: u32) -> Result<(), String> {
+        if self.rec.filters.iter().all(|f| f.object.is_none()) {
+            return Ok(());
+        }
+        let cfg = self.config_for(pid)?;
+        let ids: Vec<ThreadId> = self
+            .threads
+            .iter()
+            .filter(|(id, t)| id.pid == pid && t.backend.is_some() && t.config != cfg)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if self.on == Some(id) {
+                self.switch_out()?;
+            }
+            if let Some(t) = self.threads.get_mut(&id) {
+                if let Some(b) = t.backend.as_mut() {
+                    b.configure(&cfg).map_err(|e| e.to_string())?;
+                }
+                t.config = cfg;
+            }
+        }
+        Ok(())
+    }
+
+    /// A snapshot: tracing stops (perf disables the event while it copies
+    /// the AUX areas), everything traced so far goes to the sink, which takes
+    /// its snapshot; the running thread's trace unit comes back on at its
+    /// next instruction.
+    fn snapshot(&mut self) -> Result<(), String> {
+        self.switch_out()?;
+        let tsc = self.tsc();
+        self.sink.snapshot(tsc)
     }
 
     /// Clears TraceEn of the thread that is on, if any.
@@ -508,30 +464,10 @@ impl Recorder<'_> {
             .unwrap_or_default();
         let now = self.now;
         let rec = self.rec;
+        let cfg = self.config_for(id.pid)?;
         let t = self.thread(id);
         if t.backend.is_none() {
-            let mut cfg = rec.config;
-            let ranges = match resolve_filters(&rec.filters, &maps) {
-                Ok(r) => r,
-                // Another process may not map the filter's object: nothing of
-                // it is traced then.
-                Err(_) if !first => rec
-                    .filters
-                    .iter()
-                    .map(|f| AddrRange {
-                        cfg: f.cfg,
-                        start: 0,
-                        end: 0,
-                    })
-                    .collect(),
-                Err(e) => return Err(e),
-            };
-            if ranges.len() > cfg.ranges.len() {
-                return Err(format!("at most {} address filters", cfg.ranges.len()));
-            }
-            for (slot, r) in cfg.ranges.iter_mut().zip(ranges) {
-                *slot = r;
-            }
+            t.config = cfg;
             let mut b = SimBackend::new(rec.params, rec.output).map_err(|e| e.to_string())?;
             b.configure(&cfg).map_err(|e| e.to_string())?;
             // The process of the thread (its CR3 stand-in).
@@ -638,7 +574,11 @@ impl Recorder<'_> {
                     let p = self.procs.entry(thread.pid).or_default();
                     let old = exec_maps(&p.maps);
                     let new = exec_maps(maps);
+                    let changed = p.maps != *maps;
                     p.maps = maps.clone();
+                    if changed {
+                        self.refilter(thread.pid)?;
+                    }
                     if old != new {
                         for m in new.iter().filter(|m| !old.contains(m)) {
                             self.event(TaskEvent::Mmap {
@@ -750,6 +690,11 @@ pub fn record_into(
         }
         let thread = cursor.follow(&item);
         r.item(thread, &item, source.memory(), shows_kernel)?;
+        if let Some(req) = &rec.snapshot_requests {
+            if req.load(Ordering::Relaxed) && req.swap(false, Ordering::Relaxed) {
+                r.snapshot()?;
+            }
+        }
         if r.summary.instructions >= next_checkpoint {
             // A checkpoint: what was traced so far reaches the files, so a
             // recording killed later keeps a decodable prefix.
@@ -759,7 +704,8 @@ pub fn record_into(
                 r.drain(t)?;
             }
             let mem = |pid| source.process_memory(pid);
-            r.sink.checkpoint(&mem)?;
+            let tsc = r.tsc();
+            r.sink.checkpoint(&mem, tsc)?;
             if let Some(l) = &mut log {
                 l.flush().map_err(|e| e.to_string())?;
             }
@@ -781,80 +727,31 @@ pub fn record_into(
         .filter_map(|id| r.threads.get(id).map(|t| t.summary.clone()))
         .collect();
     r.summary.seconds = started.elapsed().as_secs_f64();
+    let tsc = r.tsc();
     let summary = r.summary;
     let mem = |pid| source.process_memory(pid);
-    r.sink.finish(&summary, &mem)?;
+    r.sink.finish(&summary, &mem, tsc)?;
     Ok(summary)
 }
 
-/// Runs `source` through the simulator into the files of [`FileSink`]:
-/// `rec.trace` (the first thread's trace), the other threads' traces and
-/// the side-band files beside it, and the execution log `rec.log`.
-pub fn record_sim(
+/// Runs `source` through the simulator into a perf.data file (see
+/// [`PerfDataSink`]), and the execution log `rec.log`.
+pub fn record_perf_data(
     source: &mut dyn ExecutionSource,
     rec: &SimRecording,
+    opts: &PerfDataOptions,
     progress: impl FnMut(u64),
 ) -> Result<RecordSummary, String> {
     if rec.config.os && !source.shows_kernel() {
         return Err(PtError::KernelTracing.to_string());
     }
-    let mut sink = FileSink::new(&rec.trace)?;
+    // A configuration the simulated CPU refuses (its CPUID 14H) is refused
+    // before anything is written.
+    SimBackend::new(rec.params, rec.output)
+        .and_then(|mut b| b.configure(&rec.config))
+        .map_err(|e| e.to_string())?;
+    let mut sink = PerfDataSink::create(rec, opts)?;
     record_into(source, rec, &mut sink, progress)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::exec::Perms;
-
-    #[test]
-    fn filter_syntax() {
-        let f = FilterSpec::parse_list("filter 0x1000/0x100@/bin/true, stop 0x2000").unwrap();
-        assert_eq!(
-            f,
-            vec![
-                FilterSpec {
-                    cfg: AddrCfg::Filter,
-                    start: 0x1000,
-                    size: 0x100,
-                    object: Some(PathBuf::from("/bin/true")),
-                },
-                FilterSpec {
-                    cfg: AddrCfg::TraceStop,
-                    start: 0x2000,
-                    size: 1,
-                    object: None,
-                },
-            ]
-        );
-        let f = FilterSpec::parse_list("0x401000-0x402000").unwrap();
-        assert_eq!((f[0].start, f[0].size), (0x401000, 0x1000));
-        for bad in ["0x2000-0x1000", "jump 1/2", "filter 1/0", "filter x/1"] {
-            assert!(FilterSpec::parse_list(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn object_filters_follow_the_load_address() {
-        let exe = std::fs::canonicalize("/bin/true").unwrap();
-        let first = elf_first_load(&exe).expect("an ELF");
-        let maps = vec![Mapping {
-            start: 0x5555_5555_4000,
-            end: 0x5555_5555_6000,
-            offset: 0,
-            perms: Perms {
-                read: true,
-                ..Perms::default()
-            },
-            path: exe.display().to_string(),
-        }];
-        let f = FilterSpec::parse_list(&format!("filter {:#x}/0x10@/bin/true", first + 0x2000))
-            .unwrap();
-        let r = resolve_filters(&f, &maps).unwrap();
-        assert_eq!((r[0].start, r[0].end), (0x5555_5555_6000, 0x5555_5555_600f));
-        let missing = FilterSpec::parse_list("filter 0/1@/bin/sh").unwrap();
-        assert!(resolve_filters(&missing, &maps).is_err());
-    }
 }
 
 #[cfg(test)]
@@ -895,24 +792,29 @@ mod sink_tests {
             self.starts.push((start.id, start.tsc));
             Ok(())
         }
-        fn trace(&mut self, thread: ThreadId, bytes: &[u8]) -> Result<(), String> {
+        fn trace(&mut self, thread: ThreadId, bytes: &[u8], _: u64) -> Result<(), String> {
             self.streams
                 .entry(thread)
                 .or_default()
                 .extend_from_slice(bytes);
             Ok(())
         }
-        fn lost(&mut self, _: ThreadId, _: u64) -> Result<(), String> {
+        fn lost(&mut self, _: ThreadId, _: u64, _: u64) -> Result<(), String> {
             Ok(())
         }
         fn task_event(&mut self, event: &Timed) -> Result<(), String> {
             self.events.push(event.clone());
             Ok(())
         }
-        fn checkpoint(&mut self, _: ProcessMemory<'_>) -> Result<(), String> {
+        fn checkpoint(&mut self, _: ProcessMemory<'_>, _: u64) -> Result<(), String> {
             Ok(())
         }
-        fn finish(&mut self, _: &RecordSummary, _: ProcessMemory<'_>) -> Result<(), String> {
+        fn finish(
+            &mut self,
+            _: &RecordSummary,
+            _: ProcessMemory<'_>,
+            _: u64,
+        ) -> Result<(), String> {
             self.finished = true;
             Ok(())
         }
@@ -970,14 +872,7 @@ mod sink_tests {
             items: items.into(),
             mem,
         };
-        let rec = SimRecording {
-            config: TraceConfig::perf_default(),
-            filters: Vec::new(),
-            params: SimParams::default(),
-            output: SimOutput::default(),
-            trace: PathBuf::from("unused"),
-            log: None,
-        };
+        let rec = SimRecording::new(TraceConfig::perf_default());
         let mut sink = Collect::default();
         let s = record_into(&mut src, &rec, &mut sink, |_| {}).unwrap();
         assert!(sink.finished);

@@ -4,12 +4,16 @@
 //! can check the PT logic rather than repeat it.
 
 use pt_hal::config::TraceConfig;
-use pt_hal::msr::{AddrCfg, RtitCtl};
+use pt_hal::msr::AddrCfg;
+
+use std::collections::HashMap;
 
 use crate::exec::insn::{decode_at, KernelEntry};
-use crate::exec::{CodeMemory, Event, ExecItem, InsnClass, Retired, ThreadCursor, ThreadId};
+use crate::exec::{
+    CloneKind, CodeMemory, Event, ExecItem, InsnClass, Mapping, Retired, ThreadCursor, ThreadId,
+};
 use crate::pt::cr3_of_pid;
-use crate::sideband::Sideband;
+use crate::record::{resolve_filters, FilterSpec};
 
 /// Whether a decoder shows the instruction as executed. INT n, INT3 and
 /// INTO are reported with FUP(their IP) + TIP/TIP.PGD, which decoders take
@@ -30,8 +34,10 @@ fn shown(r: &Retired, mem: &CodeMemory) -> bool {
 /// Which recorded instructions a configuration traces and a decoder shows,
 /// decided from each instruction's privilege level, the CR3 at the time
 /// (from [`Event::Exec`] and [`Event::MovCr3`]) and its IP; for one thread's
-/// trace, the instructions of that thread ([`Self::thread`]). TraceStop
-/// ranges are not followed.
+/// trace, the instructions of that thread ([`Self::thread`]). Address
+/// filters given as perf's ([`Self::filters`]) are resolved in each process
+/// as it is mapped at the time, as the recorder (and the kernel) does.
+/// TraceStop ranges are not followed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TracedFilter {
     os: bool,
@@ -39,6 +45,12 @@ pub struct TracedFilter {
     branch: bool,
     cr3_match: Option<u64>,
     ranges: Vec<(u64, u64)>,
+    /// perf's filters, resolved per process (they replace `ranges`).
+    specs: Vec<FilterSpec>,
+    /// Each process's mappings now (with `specs`).
+    maps: HashMap<u32, Vec<Mapping>>,
+    /// `specs` resolved in each process, until its mappings change.
+    resolved: HashMap<u32, Vec<(u64, u64)>>,
     cr3: u64,
     thread: Option<ThreadId>,
     cursor: ThreadCursor,
@@ -62,6 +74,9 @@ impl TracedFilter {
                 .filter(|r| r.cfg == AddrCfg::Filter)
                 .map(|r| (r.start, r.end))
                 .collect(),
+            specs: Vec::new(),
+            maps: HashMap::new(),
+            resolved: HashMap::new(),
             cr3: 0,
             thread: None,
             cursor: ThreadCursor::new(),
@@ -78,51 +93,65 @@ impl TracedFilter {
         }
     }
 
-    /// The filter of the configuration a side-band file records (`rtit-ctl`,
-    /// `addr`, `cr3-match`), starting in the address space of its `pid`, for
-    /// the thread `pid`/`tid` if it names one (`tid`: a per-thread trace),
-    /// after its `execs`-th exec (one program's trace of the thread).
-    pub fn from_sideband(sb: &Sideband) -> Self {
-        let num = |v: &str| match v.strip_prefix("0x") {
-            Some(h) => u64::from_str_radix(h, 16).ok(),
-            None => v.parse().ok(),
-        };
-        let param = |k: &str| sb.param(k).and_then(num).unwrap_or(0);
-        let ctl = RtitCtl(param("rtit-ctl"));
-        let mut ranges = Vec::new();
-        for (k, v) in &sb.params {
-            if k != "addr" {
-                continue;
-            }
-            let f: Vec<u64> = v.split(' ').filter_map(num).collect();
-            if let [n, a, b] = f[..] {
-                if ctl.addr_cfg(n as u8) == Some(AddrCfg::Filter) {
-                    ranges.push((a, b));
-                }
-            }
-        }
-        let pid = param("pid") as u32;
+    /// Address filters as perf gives them (`filter START/SIZE@FILE`):
+    /// resolved in the process of each instruction as it is mapped then
+    /// (they replace the configuration's ranges).
+    pub fn filters(self, specs: &[FilterSpec]) -> Self {
         TracedFilter {
-            os: ctl.os(),
-            user: ctl.user(),
-            branch: ctl.branch_en(),
-            cr3_match: ctl.cr3_filter().then(|| param("cr3-match")),
-            ranges,
-            cr3: cr3_of_pid(pid),
-            thread: sb.param("tid").and_then(num).map(|tid| ThreadId {
-                pid,
-                tid: tid as u32,
-            }),
-            cursor: ThreadCursor::new(),
-            execs: sb.param("execs").and_then(num).map(|n| n as u32),
-            execs_seen: 0,
+            specs: specs.to_vec(),
+            ..self
         }
+    }
+
+    /// Only the items after the thread's `n`-th exec (and before the next):
+    /// the trace of one program the thread ran.
+    pub fn execs(self, n: u32) -> Self {
+        TracedFilter {
+            execs: Some(n),
+            ..self
+        }
+    }
+
+    /// Follows the mappings of the item's process (with perf's filters).
+    fn follow_maps(&mut self, thread: ThreadId, item: &ExecItem) {
+        if self.specs.is_empty() {
+            return;
+        }
+        match item {
+            ExecItem::Event(Event::Mappings(m)) => {
+                self.maps.insert(thread.pid, m.clone());
+                self.resolved.remove(&thread.pid);
+            }
+            ExecItem::Event(Event::Clone { child, kind }) if *kind != CloneKind::Thread => {
+                let m = self.maps.get(&thread.pid).cloned().unwrap_or_default();
+                self.maps.insert(child.pid, m);
+                self.resolved.remove(&child.pid);
+            }
+            _ => {}
+        }
+    }
+
+    /// The FilterEn ranges for an instruction of process `pid`.
+    fn ranges_of(&mut self, pid: u32) -> &[(u64, u64)] {
+        if self.specs.is_empty() {
+            return &self.ranges;
+        }
+        let (specs, maps) = (&self.specs, &self.maps);
+        self.resolved.entry(pid).or_insert_with(|| {
+            let m = maps.get(&pid).map(|m| &m[..]).unwrap_or(&[]);
+            resolve_filters(specs, m)
+                .into_iter()
+                .filter(|r| r.cfg == pt_hal::msr::AddrCfg::Filter)
+                .map(|r| (r.start, r.end))
+                .collect()
+        })
     }
 
     /// Takes the next item in program order; returns the instruction if it
     /// retired with PacketEn = 1 (its CPL, the CR3 and its IP traced).
     pub fn traced<'i>(&mut self, item: &'i ExecItem) -> Option<&'i Retired> {
         let thread = self.cursor.follow(item);
+        self.follow_maps(thread, item);
         if self.thread.is_some_and(|t| t != thread) {
             return None;
         }
@@ -141,8 +170,9 @@ impl TracedFilter {
                 let cr3_ok = self
                     .cr3_match
                     .map_or(true, |m| m & !0x1f == self.cr3 & !0x1f);
-                let in_range = self.ranges.is_empty()
-                    || self.ranges.iter().any(|&(a, b)| a <= r.ip && r.ip <= b);
+                let ranges = self.ranges_of(thread.pid);
+                let in_range =
+                    ranges.is_empty() || ranges.iter().any(|&(a, b)| a <= r.ip && r.ip <= b);
                 (self.branch && cpl_ok && cr3_ok && in_range).then_some(r)
             }
             ExecItem::Event(Event::Exec { pid, .. }) => {

@@ -10,7 +10,6 @@ use pt_decoder::{Granularity, Item};
 use pt_hal::config::TraceConfig;
 use pt_perf_data::intel_pt::config as ptc;
 use pt_perf_data::*;
-use pt_sim::backend::SimOutput;
 use pt_sim::exec::ptrace::{TraceOptions, Tracer};
 use pt_sim::exec::{CloneKind, ThreadId};
 use pt_sim::pt::SimParams;
@@ -264,7 +263,7 @@ impl RecordSink for PerfSink {
         Ok(())
     }
 
-    fn trace(&mut self, thread: ThreadId, bytes: &[u8]) -> Result<(), String> {
+    fn trace(&mut self, thread: ThreadId, bytes: &[u8], _tsc: u64) -> Result<(), String> {
         if self.layout.per_cpu && self.on_cpu != Some(thread) {
             if let Some(prev) = self.on_cpu {
                 // The switch happened just before the new thread's PSB+.
@@ -297,7 +296,7 @@ impl RecordSink for PerfSink {
         Ok(())
     }
 
-    fn lost(&mut self, _thread: ThreadId, _size: u64) -> Result<(), String> {
+    fn lost(&mut self, _thread: ThreadId, _size: u64, _tsc: u64) -> Result<(), String> {
         Ok(())
     }
 
@@ -362,7 +361,7 @@ impl RecordSink for PerfSink {
         Ok(())
     }
 
-    fn checkpoint(&mut self, _memory: ProcessMemory<'_>) -> Result<(), String> {
+    fn checkpoint(&mut self, _memory: ProcessMemory<'_>, _tsc: u64) -> Result<(), String> {
         Ok(())
     }
 
@@ -370,6 +369,7 @@ impl RecordSink for PerfSink {
         &mut self,
         _summary: &RecordSummary,
         _memory: ProcessMemory<'_>,
+        _tsc: u64,
     ) -> Result<(), String> {
         Ok(())
     }
@@ -684,14 +684,7 @@ pub fn record(dir: &Path, program: &Path, args: &[&str], layout: Layout) -> (Pat
         config.mtc = None;
         config.cyc = None;
     }
-    let rec = SimRecording {
-        config,
-        filters: Vec::new(),
-        params: SimParams::default(),
-        output: SimOutput::default(),
-        trace: dir.join("unused.pt"),
-        log: None,
-    };
+    let rec = SimRecording::new(config);
     let mut sink = PerfSink::new(Layout { config, ..layout });
     let s = record_into(&mut t, &rec, &mut sink, |_| {}).expect("record");
     assert!(s.source_error.is_none(), "{:?}", s.source_error);

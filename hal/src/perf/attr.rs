@@ -178,3 +178,132 @@ pub fn map_config(
         filter: filters.join(","),
     })
 }
+
+/// The config bits the `intel_pt` PMU accepts (the kernel's PT_CONFIG_MASK): every term of
+/// its `format/` directory, at the standard positions, which mirror IA32_RTIT_CTL.
+pub const PT_CONFIG_MASK: u64 = {
+    use pt_perf_data::intel_pt::config::*;
+    PT | CYC
+        | PWR_EVT
+        | FUP_ON_PTW
+        | MTC
+        | TSC
+        | NORETCOMP
+        | PTW
+        | BRANCH
+        | MTC_PERIOD_MASK
+        | CYC_THRESH_MASK
+        | PSB_PERIOD_MASK
+        | EVENT
+        | NOTNT
+};
+
+/// The `intel_pt` config of `cfg` at the standard bit positions (every kernel's PMU uses
+/// them; [`map_config`] reads them from sysfs instead): `pt` set, so that `branch`
+/// follows BranchEn. Address ranges, CR3 filtering and the output scheme are not part of
+/// the config (perf passes ranges as an address filter).
+pub fn standard_config(cfg: &TraceConfig) -> u64 {
+    use pt_perf_data::intel_pt::config::*;
+    let mut c = PT;
+    let mut set = |on: bool, bits: u64| {
+        if on {
+            c |= bits;
+        }
+    };
+    set(cfg.branch, BRANCH);
+    set(cfg.tsc, TSC);
+    set(cfg.dis_retc, NORETCOMP);
+    set(cfg.ptwrite, PTW);
+    set(cfg.fup_on_ptw, FUP_ON_PTW);
+    set(cfg.power_events, PWR_EVT);
+    set(cfg.event_trace, EVENT);
+    set(cfg.dis_tnt, NOTNT);
+    if let Some(t) = cfg.cyc {
+        c |= CYC | cyc_thresh(u64::from(t));
+    }
+    if let Some(p) = cfg.mtc {
+        c |= MTC | mtc_period(u64::from(p));
+    }
+    c | psb_period(u64::from(cfg.psb_freq))
+}
+
+/// A config the `intel_pt` PMU does not accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("config bits {bits:#x} are not intel_pt format terms")]
+pub struct UnknownConfigBits {
+    /// The bits outside [`PT_CONFIG_MASK`].
+    pub bits: u64,
+}
+
+/// What the `intel_pt` driver programs for an event with this config (standard bit
+/// positions) and these exclude flags: the inverse of [`standard_config`]. As the
+/// driver does, BranchEn follows `branch` only when `pt` (bit 0) is set and is on
+/// otherwise; CYC thresholds and MTC periods are kept only with CYCEn and MTCEn.
+pub fn trace_config_of(
+    config: u64,
+    exclude_kernel: bool,
+    exclude_user: bool,
+) -> Result<TraceConfig, UnknownConfigBits> {
+    use pt_perf_data::intel_pt::config::*;
+    if config & !PT_CONFIG_MASK != 0 {
+        return Err(UnknownConfigBits {
+            bits: config & !PT_CONFIG_MASK,
+        });
+    }
+    let on = |bits: u64| config & bits != 0;
+    let field = |mask: u64| ((config & mask) >> mask.trailing_zeros()) as u8;
+    Ok(TraceConfig {
+        branch: !on(PT) || on(BRANCH),
+        os: !exclude_kernel,
+        user: !exclude_user,
+        tsc: on(TSC),
+        dis_retc: on(NORETCOMP),
+        cyc: on(CYC).then(|| field(CYC_THRESH_MASK)),
+        mtc: on(MTC).then(|| field(MTC_PERIOD_MASK)),
+        psb_freq: field(PSB_PERIOD_MASK),
+        ptwrite: on(PTW),
+        fup_on_ptw: on(FUP_ON_PTW),
+        power_events: on(PWR_EVT),
+        event_trace: on(EVENT),
+        dis_tnt: on(NOTNT),
+        ..TraceConfig::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_config_round_trips_and_follows_the_driver() {
+        use pt_perf_data::intel_pt::config::*;
+        let d = TraceConfig::perf_default();
+        assert_eq!(standard_config(&d), DEFAULT);
+        assert_eq!(trace_config_of(DEFAULT, true, false).unwrap(), d);
+        let every = TraceConfig {
+            branch: false,
+            dis_retc: true,
+            cyc: Some(4),
+            mtc: Some(6),
+            psb_freq: 5,
+            ptwrite: true,
+            fup_on_ptw: true,
+            power_events: true,
+            event_trace: true,
+            dis_tnt: true,
+            os: true,
+            user: false,
+            tsc: false,
+            ..TraceConfig::default()
+        };
+        let c = standard_config(&every);
+        assert_eq!(trace_config_of(c, false, true).unwrap(), every);
+        // Without `pt` the driver keeps BranchEn on whatever `branch` says.
+        assert!(trace_config_of(TSC, true, false).unwrap().branch);
+        assert!(!trace_config_of(PT | TSC, true, false).unwrap().branch);
+        assert_eq!(
+            trace_config_of(1 << 6, true, false),
+            Err(UnknownConfigBits { bits: 1 << 6 })
+        );
+    }
+}

@@ -2,14 +2,14 @@
 //!
 //! - [`attr`]: [`TraceConfig`] → `perf_event_attr` through the PMU's format terms.
 //! - [`ring`]: AUX and data ring copy-out on byte slices (wrap, truncation, overwrite).
-//! - [`sideband`]: the side-band file written next to the trace.
+//! - [`data`]: the recording written as perf.data (`perf record`'s file).
 //!
 //! [`PerfBackend`] opens the event for a pid, a CPU or a spawned workload
 //! (enable_on_exec), maps the data and AUX areas and copies the trace out.
 
 pub mod attr;
+pub mod data;
 pub mod ring;
-pub mod sideband;
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -26,8 +26,8 @@ use crate::caps::Capabilities;
 use crate::config::TraceConfig;
 use crate::sysfs::{PmuInfo, SysfsError};
 use attr::{map_config, AttrError, PerfAttr};
+use data::{AuxArea, PerfDataError, PerfDataRecorder, SessionInfo};
 use ring::{RawRecord, RingError};
-use sideband::SidebandHeader;
 
 /// What to trace.
 #[derive(Debug)]
@@ -80,6 +80,9 @@ pub enum PerfError {
     /// A ring holds inconsistent positions or records.
     #[error(transparent)]
     Ring(#[from] RingError),
+    /// The perf.data could not be written.
+    #[error(transparent)]
+    PerfData(#[from] PerfDataError),
     /// A system call failed.
     #[error("{call}: {source}")]
     Os {
@@ -112,10 +115,8 @@ fn os_err(call: &'static str) -> PerfError {
 }
 
 const PAGE: usize = 4096;
-/// sample_id trailer: TID | TIME | CPU.
-const SAMPLE_TYPE: u64 = sys::bindings::PERF_SAMPLE_TID as u64
-    | sys::bindings::PERF_SAMPLE_TIME as u64
-    | sys::bindings::PERF_SAMPLE_CPU as u64;
+/// sample_id trailer: TID | TIME | CPU (the layout perf.data's attr states).
+const SAMPLE_TYPE: u64 = data::SAMPLE_ID;
 
 /// One mmap'ed region, unmapped on drop.
 struct Mapping {
@@ -264,8 +265,12 @@ pub struct PerfBackend {
     rings: Option<Rings>,
     attr: Option<PerfAttr>,
     aux_pos: u64,
-    sideband: Vec<u8>,
+    sideband: Vec<RawRecord>,
     enabled: bool,
+    /// Per-CPU (a CPU target) or per-thread AUX area.
+    area: AuxArea,
+    /// The event's id (PERF_EVENT_IOC_ID).
+    id: u64,
 }
 
 impl PerfBackend {
@@ -289,55 +294,112 @@ impl PerfBackend {
             aux_pos: 0,
             sideband: Vec::new(),
             enabled: false,
+            area: AuxArea {
+                idx: 0,
+                cpu: None,
+                tid: None,
+            },
+            id: 0,
         })
     }
 
-    /// The side-band records collected so far (raw perf records).
-    pub fn sideband_records(&self) -> &[u8] {
+    /// The side-band records collected so far, as the kernel wrote them.
+    pub fn sideband_records(&self) -> &[RawRecord] {
         &self.sideband
     }
 
-    /// The side-band file header for this session.
-    pub fn sideband_header(&self) -> SidebandHeader {
-        let mut h = SidebandHeader {
-            pmu_type: self.pmu.pmu_type,
-            config: self.attr.as_ref().map_or(0, |a| a.config),
-            sample_type: SAMPLE_TYPE,
-            ..SidebandHeader::default()
-        };
-        if let Some(r) = &self.rings {
-            let p = r.page();
-            // SAFETY: reading plain fields of the live user page.
-            unsafe {
-                let caps =
-                    std::ptr::read_volatile(std::ptr::addr_of!((*p).__bindgen_anon_1.capabilities));
-                h.time_valid = caps & (1 << 4) != 0;
-                h.time_shift = std::ptr::read_volatile(std::ptr::addr_of!((*p).time_shift));
-                h.time_mult = std::ptr::read_volatile(std::ptr::addr_of!((*p).time_mult));
-                h.time_zero = std::ptr::read_volatile(std::ptr::addr_of!((*p).time_zero));
-            }
-        }
-        h
+    /// Takes the side-band records collected so far (a recorder that writes
+    /// as it goes keeps memory flat).
+    pub fn take_sideband(&mut self) -> Vec<RawRecord> {
+        std::mem::take(&mut self.sideband)
     }
 
-    /// Writes the trace bytes of `items` to `trace` and the side-band file to `sideband`.
-    pub fn write_files(
+    /// The session as perf.data describes it (after `configure`): the
+    /// event, the user page's time conversion, CPUID 0x15, the modes.
+    pub fn session_info(&self) -> Result<SessionInfo, PerfError> {
+        let a = self.attr.as_ref().ok_or(PerfError::NotConfigured)?;
+        let r = self.rings.as_ref().ok_or(PerfError::NotConfigured)?;
+        let p = r.page();
+        // SAFETY: reading plain fields of the live user page.
+        let time = unsafe {
+            let caps =
+                std::ptr::read_volatile(std::ptr::addr_of!((*p).__bindgen_anon_1.capabilities));
+            // cap_user_time_zero (bit 4 of the capabilities word).
+            (caps & (1 << 4) != 0).then(|| {
+                (
+                    std::ptr::read_volatile(std::ptr::addr_of!((*p).time_shift)),
+                    std::ptr::read_volatile(std::ptr::addr_of!((*p).time_mult)),
+                    std::ptr::read_volatile(std::ptr::addr_of!((*p).time_zero)),
+                )
+            })
+        };
+        let modifier = match (a.exclude_kernel, a.exclude_user) {
+            (true, false) => "u",
+            (false, true) => "k",
+            _ => "",
+        };
+        Ok(SessionInfo {
+            pmu_type: a.pmu_type,
+            config: a.config,
+            exclude_kernel: a.exclude_kernel,
+            exclude_user: a.exclude_user,
+            id: self.id,
+            time,
+            snapshot: self.opts.snapshot,
+            per_cpu: self.area.cpu.is_some(),
+            filter: a.filter.clone(),
+            tsc_ctc: cpuid_tsc_ctc(),
+            max_non_turbo_ratio: self.pmu.max_nonturbo_ratio.map(u64::from),
+            name: format!("intel_pt//{modifier}"),
+        })
+    }
+
+    /// The AUX area this backend reads.
+    pub fn aux_area(&self) -> AuxArea {
+        self.area
+    }
+
+    /// Writes the recording as perf.data (see [`data`]): the side-band the
+    /// kernel wrote and the trace `items` read from this backend, with
+    /// `cmdline` as the recording's command line.
+    pub fn write_perf_data(
         &self,
         items: &[TraceItem],
-        trace: &Path,
-        sideband: &Path,
-    ) -> io::Result<()> {
-        let mut t = io::BufWriter::new(File::create(trace)?);
-        for it in items {
-            if let TraceItem::Data { bytes, .. } = it {
-                t.write_all(bytes)?;
+        path: &Path,
+        cmdline: &[String],
+    ) -> Result<(), PerfError> {
+        let session = self.session_info()?;
+        let file = File::create(path).map_err(|source| PerfError::Os {
+            call: "create perf.data",
+            source,
+        })?;
+        let mut w = PerfDataRecorder::new(io::BufWriter::new(file), &session, cmdline)?;
+        for r in &self.sideband {
+            w.side_band(r)?;
+        }
+        w.trace(&self.area, items, data::rdtsc())?;
+        w.finish()?;
+        Ok(())
+    }
+
+    /// Whether the traced workload (or `-p` process) has ended, without
+    /// waiting: its status for a workload we spawned, status 0 for a process
+    /// of another parent that is gone, `None` while it runs (and always for a
+    /// CPU target).
+    pub fn try_wait(&mut self) -> io::Result<Option<std::process::ExitStatus>> {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(w) = &mut self.workload {
+            return w.child.try_wait();
+        }
+        if let Some(tid) = self.area.tid {
+            // SAFETY: signal 0 only checks that the process exists.
+            let gone = unsafe { libc::kill(tid as libc::pid_t, 0) } != 0
+                && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                return Ok(Some(std::process::ExitStatus::from_raw(0)));
             }
         }
-        t.flush()?;
-        let mut s = io::BufWriter::new(File::create(sideband)?);
-        s.write_all(&self.sideband_header().to_bytes())?;
-        s.write_all(&self.sideband)?;
-        s.flush()
+        Ok(None)
     }
 
     /// Waits for a spawned workload; None for other targets.
@@ -425,11 +487,25 @@ impl PerfBackend {
         let mut losses = Vec::new();
         for rec in recs {
             losses.extend(rec.losses());
-            let RawRecord { bytes, .. } = rec;
-            self.sideband.extend_from_slice(&bytes);
+            self.sideband.push(rec);
         }
         Ok(losses)
     }
+}
+
+/// CPUID 0x15's (EAX, EBX): the TSC:CTC ratio, where the CPU reports it.
+fn cpuid_tsc_ctc() -> Option<(u32, u32)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let max = core::arch::x86_64::__cpuid(0).eax;
+        if max >= 0x15 {
+            let l = core::arch::x86_64::__cpuid(0x15);
+            if l.eax != 0 && l.ebx != 0 {
+                return Some((l.eax, l.ebx));
+            }
+        }
+    }
+    None
 }
 
 impl TraceBackend for PerfBackend {
@@ -454,6 +530,11 @@ impl TraceBackend for PerfBackend {
                 self.workload = Some(w);
                 (pid, -1, true)
             }
+        };
+        self.area = AuxArea {
+            idx: 0,
+            cpu: u32::try_from(cpu).ok(),
+            tid: u32::try_from(pid).ok(),
         };
         let mut a = sys::bindings::perf_event_attr {
             type_: pa.pmu_type,
@@ -489,6 +570,12 @@ impl TraceBackend for PerfBackend {
         }
         // SAFETY: fd is a fresh descriptor we own.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut id = 0u64;
+        // SAFETY: PERF_EVENT_IOC_ID writes the event's id into `id`.
+        if unsafe { sys::ioctls::ID(fd, &mut id) } != 0 {
+            return Err(os_err("PERF_EVENT_IOC_ID"));
+        }
+        self.id = id;
         let base = Mapping::new(fd, (1 + self.opts.data_pages) * PAGE, 0, true)?;
         let aux_off = ((1 + self.opts.data_pages) * PAGE) as u64;
         let aux_len = self.opts.aux_pages * PAGE;

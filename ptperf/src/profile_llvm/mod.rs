@@ -45,7 +45,6 @@ use pt_decoder::insn::{decode_at, InsnClass};
 
 pub mod dwarf;
 pub mod perf;
-pub mod sim;
 
 use dwarf::{base_discriminator, duplication_factor, DebugInfo, Frame};
 

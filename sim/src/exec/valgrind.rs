@@ -627,8 +627,10 @@ impl Run {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.open = None;
             p.gone = true;
+            // Killed by the recorder stopping it: cut where it was stopped.
+            let stopped = p.stopping && kind == ExitKind::Killed(libc::SIGKILL);
             if let Some(&img) = p.images.last() {
-                if self.images[img].end == End::Cut {
+                if self.images[img].end == End::Cut && !stopped {
                     self.images[img].end = End::Exit(kind);
                 }
             }
@@ -1145,6 +1147,14 @@ impl ValgrindSource {
                 events.push(e.clone());
                 p.next_event += 1;
             }
+        }
+        if last_of_stream && next.is_none() && events.is_empty() && self.images[img].end == End::Cut
+        {
+            // The process was stopped here (Ctrl-C): Lackey logs an
+            // instruction as it enters it, so this one may not have run, and
+            // where it would have gone is unknown. The thread's execution
+            // ends before it, at a known IP.
+            return Ok(());
         }
         let mode = self.images[img].mode;
         let d = decode_at(&self.images[img].mem, ip, mode)?;

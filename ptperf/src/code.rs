@@ -1,0 +1,462 @@
+//! The code a queue runs, walked the way perf's decoder asks for it
+//! ([`decode::Walker`]): from an IP to the next branch perf knows, cached per
+//! image as runs of instructions ("perf blocks").
+//!
+//! A block is the run of instructions from a start IP up to and including the
+//! first one perf calls a branch, within one image section (perf's walk goes on
+//! into the next mapping; so does this one, block after block). The block keeps
+//! the lengths of its instructions, so a walk that stops early (an instruction
+//! sample every N instructions, a FUP's IP) steps through them without decoding
+//! again, and [`CodeWalker::block_insns`] hands out a block's instruction IPs.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use pt_decoder::image::Image;
+use pt_decoder::insn::decode_at;
+use pt_encoder::ExecMode;
+
+use crate::decode::insn::{Branch, Insn, INSN_BUF};
+use crate::decode::{PlainInsn, WalkError, Walker};
+
+/// A multiplicative hash for code addresses.
+#[derive(Default)]
+struct IpHasher(u64);
+
+impl Hasher for IpHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let h = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+type IpMap<V> = HashMap<u64, V, BuildHasherDefault<IpHasher>>;
+
+/// Why a block ends where it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// In a branch (its last instruction).
+    Branch,
+    /// At the end of its section: the walk goes on in whatever is mapped next.
+    SectionEnd,
+    /// Before an instruction that does not decode (or is not mapped).
+    Bad,
+}
+
+/// A run of instructions up to a branch, decoded once.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    /// The first instruction's IP.
+    pub ip: u64,
+    /// How many instructions (0 only for a block of nothing at `End::Bad`).
+    pub ninsn: u32,
+    /// The last instruction's IP.
+    pub last_ip: u64,
+    /// The last instruction, as perf sees it (a branch if `end` is `Branch`).
+    pub last: Insn,
+    /// Why the block ends.
+    pub end: End,
+    /// Where the instruction lengths start in the walker's arena.
+    lens: u32,
+    /// Where the instructions' bytes start in the walker's arena.
+    bytes: u32,
+}
+
+/// The blocks of one image.
+#[derive(Default)]
+struct Cache {
+    blocks: Vec<Block>,
+    index: IpMap<u32>,
+    lens: Vec<u8>,
+    bytes: Vec<u8>,
+}
+
+/// Instructions and bytes per block at most (long straight-line code is split).
+const MAX_BLOCK: u32 = 4096;
+
+impl Cache {
+    fn build(&mut self, image: &Image, ip: u64) -> u32 {
+        let lens = self.lens.len() as u32;
+        let bytes_at = self.bytes.len() as u32;
+        let mut at = ip;
+        let mut n = 0u32;
+        let mut last = Insn::default();
+        let mut last_ip = ip;
+        let section_end = image.find(ip).map(|s| s.vaddr().wrapping_add(s.len()));
+        let end = loop {
+            if n >= MAX_BLOCK {
+                break End::SectionEnd;
+            }
+            let Ok(pi) = decode_at(image, at, ExecMode::Bit64) else {
+                break End::Bad;
+            };
+            let mut bytes = [0u8; INSN_BUF];
+            let got = image.read(at, &mut bytes).unwrap_or(0);
+            let insn = Insn::from_pt(&pi, &bytes[..got]);
+            self.lens.push(pi.size);
+            let kept = usize::from(pi.size).min(got);
+            self.bytes.extend_from_slice(&bytes[..kept]);
+            self.bytes
+                .resize(self.bytes.len() + usize::from(pi.size) - kept, 0);
+            n += 1;
+            last = insn;
+            last_ip = at;
+            if insn.branch != Branch::None {
+                break End::Branch;
+            }
+            at = at.wrapping_add(u64::from(pi.size));
+            if section_end.map_or(true, |e| at >= e) {
+                break End::SectionEnd;
+            }
+        };
+        let id = self.blocks.len() as u32;
+        self.blocks.push(Block {
+            ip,
+            ninsn: n,
+            last_ip,
+            last,
+            end,
+            lens,
+            bytes: bytes_at,
+        });
+        self.index.insert(ip, id);
+        id
+    }
+
+    #[inline]
+    fn lookup(&mut self, image: &Image, ip: u64) -> u32 {
+        match self.index.get(&ip) {
+            Some(&id) => id,
+            None => self.build(image, ip),
+        }
+    }
+}
+
+/// Where the last walk stopped inside a block, so that the next one (the next
+/// instruction of an instruction-by-instruction walk) starts there.
+#[derive(Clone, Copy, Debug)]
+struct Cursor {
+    /// The image's stamp.
+    stamp: u64,
+    block: u32,
+    /// Index of the next instruction in the block.
+    index: u32,
+    /// Offset of its bytes in the arena.
+    byte_off: u32,
+    /// Its IP.
+    ip: u64,
+}
+
+/// perf's instruction walk over one process's code, with a block cache per image.
+#[derive(Default)]
+pub struct CodeWalker {
+    /// Caches by image stamp (few images: a short list, the last one used first).
+    caches: Vec<(u64, Cache)>,
+    last: usize,
+    cursor: Option<Cursor>,
+    /// Instructions walked in total.
+    pub walked: u64,
+}
+
+impl CodeWalker {
+    /// A walker with empty caches.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn cache_index(&mut self, stamp: u64) -> usize {
+        if self.caches.get(self.last).is_some_and(|c| c.0 == stamp) {
+            return self.last;
+        }
+        let i = match self.caches.iter().position(|c| c.0 == stamp) {
+            Some(i) => i,
+            None => {
+                self.caches.push((stamp, Cache::default()));
+                self.caches.len() - 1
+            }
+        };
+        self.last = i;
+        i
+    }
+
+    fn cache(&mut self, image: &Image) -> &mut Cache {
+        let i = self.cache_index(image.stamp());
+        &mut self.caches[i].1
+    }
+
+    /// The block that starts at `ip` in `image`.
+    pub fn block(&mut self, image: &Image, ip: u64) -> Block {
+        let c = self.cache(image);
+        let id = c.lookup(image, ip);
+        c.blocks[id as usize]
+    }
+
+    /// The instruction IPs of `block` (one of this walker's for `image`), first to
+    /// last, into `out`.
+    pub fn block_insns(&mut self, image: &Image, block: &Block, out: &mut Vec<u64>) {
+        let c = self.cache(image);
+        let lens = &c.lens[block.lens as usize..][..block.ninsn as usize];
+        let mut ip = block.ip;
+        for &l in lens {
+            out.push(ip);
+            ip = ip.wrapping_add(u64::from(l));
+        }
+    }
+
+    /// perf's walk (see [`Walker::walk`]) in `image`.
+    pub fn walk(
+        &mut self,
+        image: &Image,
+        insn: &mut Insn,
+        ip: &mut u64,
+        to_ip: u64,
+        max_insn_cnt: u64,
+    ) -> Result<u64, WalkError> {
+        insn.length = 0;
+        insn.op = Default::default();
+        if to_ip != 0 && *ip == to_ip {
+            return Ok(0);
+        }
+        let stamp = image.stamp();
+        let mut cnt = 0u64;
+        loop {
+            // Start in the block the last walk stopped in, or at a block of its own.
+            let ci = self.cache_index(stamp);
+            let (bid, mut index, mut boff) = match self.cursor {
+                Some(c) if c.stamp == stamp && c.ip == *ip => (c.block, c.index, c.byte_off),
+                _ => {
+                    let c = &mut self.caches[ci].1;
+                    let id = c.lookup(image, *ip);
+                    (id, 0, c.blocks[id as usize].bytes)
+                }
+            };
+            self.cursor = None;
+            let c = &mut self.caches[ci].1;
+            let b = c.blocks[bid as usize];
+            if b.ninsn == 0 {
+                return Err(WalkError::NoCode);
+            }
+            let left = u64::from(b.ninsn - index);
+            // The whole rest of the block, if nothing stops the walk inside it.
+            if to_ip == 0
+                && b.end == End::Branch
+                && (max_insn_cnt == 0 || cnt + left <= max_insn_cnt)
+            {
+                cnt += left;
+                self.walked += left;
+                *ip = b.last_ip;
+                *insn = b.last;
+                return Ok(cnt);
+            }
+            let lens = &c.lens[b.lens as usize..][..b.ninsn as usize];
+            let mut at = *ip;
+            while index < b.ninsn {
+                let len = lens[index as usize];
+                cnt += 1;
+                self.walked += 1;
+                let is_last = index + 1 == b.ninsn;
+                if is_last && b.end == End::Branch {
+                    *ip = at;
+                    *insn = b.last;
+                    return Ok(cnt);
+                }
+                if max_insn_cnt != 0 && cnt >= max_insn_cnt {
+                    *ip = at;
+                    *insn = if is_last {
+                        b.last
+                    } else {
+                        // A plain instruction: its length and bytes are in the block.
+                        let n = usize::from(len).min(INSN_BUF);
+                        let mut buf = [0u8; INSN_BUF];
+                        let from = boff as usize;
+                        buf[..n].copy_from_slice(&c.bytes[from..from + n]);
+                        Insn {
+                            length: len,
+                            buf,
+                            ..Insn::default()
+                        }
+                    };
+                    self.cursor = Some(Cursor {
+                        stamp,
+                        block: bid,
+                        index: index + 1,
+                        byte_off: boff + u32::from(len),
+                        ip: at.wrapping_add(u64::from(len)),
+                    });
+                    return Ok(cnt);
+                }
+                at = at.wrapping_add(u64::from(len));
+                boff += u32::from(len);
+                index += 1;
+                if to_ip != 0 && at == to_ip {
+                    *ip = at;
+                    insn.length = 0;
+                    insn.op = Default::default();
+                    if index < b.ninsn {
+                        self.cursor = Some(Cursor {
+                            stamp,
+                            block: bid,
+                            index,
+                            byte_off: boff,
+                            ip: at,
+                        });
+                    }
+                    return Ok(cnt);
+                }
+            }
+            *ip = at;
+            if b.end == End::Bad {
+                return Err(WalkError::NoCode);
+            }
+        }
+    }
+}
+
+impl CodeWalker {
+    /// See [`Walker::plain_run`]: the instructions after the last walk's stop, up
+    /// to (not including) its block's last instruction.
+    pub fn plain_run(
+        &mut self,
+        image: &Image,
+        ip: u64,
+        max: usize,
+        out: &mut Vec<PlainInsn>,
+    ) -> usize {
+        let Some(cur) = self.cursor else { return 0 };
+        if cur.stamp != image.stamp() || cur.ip != ip {
+            return 0;
+        }
+        let ci = self.cache_index(cur.stamp);
+        let c = &self.caches[ci].1;
+        let b = &c.blocks[cur.block as usize];
+        // The block's last instruction is left to the plain walk (it may branch).
+        let end = b.ninsn.saturating_sub(1);
+        if cur.index >= end {
+            return 0;
+        }
+        let n = ((end - cur.index) as usize).min(max);
+        let lens = &c.lens[b.lens as usize..][..b.ninsn as usize];
+        let mut at = ip;
+        let mut boff = cur.byte_off as usize;
+        for &len in &lens[cur.index as usize..cur.index as usize + n] {
+            let k = usize::from(len).min(INSN_BUF);
+            let mut bytes = [0u8; INSN_BUF];
+            bytes[..k].copy_from_slice(&c.bytes[boff..boff + k]);
+            out.push(PlainInsn { ip: at, len, bytes });
+            at = at.wrapping_add(u64::from(len));
+            boff += usize::from(len);
+        }
+        self.walked += n as u64;
+        self.cursor = Some(Cursor {
+            stamp: cur.stamp,
+            block: cur.block,
+            index: cur.index + n as u32,
+            byte_off: boff as u32,
+            ip: at,
+        });
+        n
+    }
+}
+
+/// A [`CodeWalker`] over one image, as the decoder's [`Walker`].
+pub struct ImageWalker<'w, 'i> {
+    /// The walker.
+    pub walker: &'w mut CodeWalker,
+    /// The image walked.
+    pub image: &'i Image,
+}
+
+impl Walker for ImageWalker<'_, '_> {
+    fn walk(
+        &mut self,
+        insn: &mut Insn,
+        ip: &mut u64,
+        to_ip: u64,
+        max_insn_cnt: u64,
+        _nr: bool,
+    ) -> Result<u64, WalkError> {
+        self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
+    }
+
+    fn plain_run(&mut self, ip: u64, max: usize, out: &mut Vec<PlainInsn>) -> usize {
+        self.walker.plain_run(self.image, ip, max, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::insn::Op;
+
+    // 1000: add rax,1 ; 1004: nop ; 1005: jnz 1000 ; 1007: ret
+    fn image() -> Image {
+        let mut im = Image::new();
+        im.add_bytes(
+            0x1000,
+            vec![0x48, 0x83, 0xc0, 0x01, 0x90, 0x75, 0xf9, 0xc3],
+            "t",
+        )
+        .unwrap();
+        im
+    }
+
+    #[test]
+    fn walks_to_the_branch() {
+        let im = image();
+        let mut w = CodeWalker::new();
+        let mut insn = Insn::default();
+        let mut ip = 0x1000;
+        let n = w.walk(&im, &mut insn, &mut ip, 0, 0).unwrap();
+        assert_eq!((n, ip, insn.op, insn.rel), (3, 0x1005, Op::Jcc, -7));
+    }
+
+    #[test]
+    fn walks_one_at_a_time() {
+        let im = image();
+        let mut w = CodeWalker::new();
+        let mut insn = Insn::default();
+        let mut ips = Vec::new();
+        let mut ip = 0x1000;
+        for _ in 0..3 {
+            let n = w.walk(&im, &mut insn, &mut ip, 0, 1).unwrap();
+            assert_eq!(n, 1);
+            ips.push((ip, insn.length));
+            if insn.branch == Branch::None {
+                ip += u64::from(insn.length);
+            }
+        }
+        assert_eq!(ips, [(0x1000, 4), (0x1004, 1), (0x1005, 2)]);
+    }
+
+    #[test]
+    fn stops_at_to_ip() {
+        let im = image();
+        let mut w = CodeWalker::new();
+        let mut insn = Insn::default();
+        let mut ip = 0x1000;
+        let n = w.walk(&im, &mut insn, &mut ip, 0x1004, 0).unwrap();
+        assert_eq!((n, ip, insn.length), (1, 0x1004, 0));
+        let n = w.walk(&im, &mut insn, &mut ip, 0x1004, 0).unwrap();
+        assert_eq!((n, ip), (0, 0x1004));
+    }
+
+    #[test]
+    fn no_code_is_an_error() {
+        let im = image();
+        let mut w = CodeWalker::new();
+        let mut insn = Insn::default();
+        let mut ip = 0x2000;
+        assert_eq!(
+            w.walk(&im, &mut insn, &mut ip, 0, 0),
+            Err(WalkError::NoCode)
+        );
+    }
+}

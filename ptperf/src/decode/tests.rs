@@ -1,0 +1,1 @@
+//! The decoder on hand-made traces.

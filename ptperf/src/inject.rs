@@ -1,0 +1,311 @@
+//! `ptperf inject -i IN -o OUT --itrace=OPTS [--strip]`: a perf.data with the
+//! samples [`crate::synth`] synthesizes in place of the Intel PT trace, as `perf
+//! inject --itrace` writes it: the synthesized events' attrs are added (perf's
+//! ids: the trace event's first id + 1000000000 on), their samples (with branch
+//! stacks for `l`, call chains for `g`) follow the side-band, and the AUX data and
+//! its AUXTRACE_INFO are left out. perf script and report read the result without
+//! decoding anything.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::Parser;
+use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf_data::{
+    feature_id, AttrFlags, BranchStack, EventAttr, EventDesc, MappedFile, PerfFileWriter, Record,
+    SampleType, U64s,
+};
+
+use crate::itrace::{PeriodType, SynthOpts};
+use crate::sample::{Kind, Sample};
+use crate::synth::{Event, Flow, Stacks, Synth};
+
+/// `ptperf inject`'s command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ptperf inject",
+    about = "Write a perf.data with the samples of its Intel PT trace, as perf inject --itrace does"
+)]
+pub struct Args {
+    /// input file name
+    #[arg(short = 'i', long = "input", default_value = "perf.data")]
+    pub input: String,
+    /// output file name
+    #[arg(short = 'o', long = "output")]
+    pub output: String,
+    /// Instruction Tracing options (default: i100us as perf inject)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub itrace: Option<String>,
+    /// Leave out the events that were not synthesized (their samples and attrs)
+    #[arg(long = "strip")]
+    pub strip: bool,
+}
+
+/// perf's sample type bits used here.
+mod st {
+    pub const IP: u64 = 1 << 0;
+    pub const TID: u64 = 1 << 1;
+    pub const TIME: u64 = 1 << 2;
+    pub const ADDR: u64 = 1 << 3;
+    pub const ID: u64 = 1 << 6;
+    pub const CPU: u64 = 1 << 7;
+    pub const PERIOD: u64 = 1 << 8;
+    pub const STREAM_ID: u64 = 1 << 9;
+    pub const CALLCHAIN: u64 = 1 << 5;
+    pub const BRANCH_STACK: u64 = 1 << 11;
+    pub const IDENTIFIER: u64 = 1 << 16;
+    pub const MASK: u64 = (1 << 20) - 1;
+}
+
+/// `PERF_COUNT_HW_*` of the synthesized hardware events.
+const HW_INSTRUCTIONS: u64 = 1;
+const HW_BRANCH_INSTRUCTIONS: u64 = 4;
+/// `PERF_CONTEXT_USER` in call chains.
+const CONTEXT_USER: u64 = (-512i64) as u64;
+
+/// Runs `ptperf inject ARGS`.
+pub fn main(args: &[OsString]) -> ExitCode {
+    let argv = std::iter::once(OsString::from("ptperf inject")).chain(args.iter().cloned());
+    let a = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 129 } else { 0 });
+        }
+    };
+    match run(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("{msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// One synthesized event: its kind, attr and id.
+struct Synthesized {
+    kind: Kind,
+    attr: EventAttr,
+    id: u64,
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let mut opts = SynthOpts::default();
+    match a.itrace.as_deref() {
+        // perf inject's default: instructions every 100 us, no branches.
+        None | Some("") => {
+            opts = SynthOpts::default_for(false);
+            opts.set = true;
+            opts.branches = false;
+        }
+        Some(s) => opts.parse_into(s).map_err(|e| e.to_string())?,
+    }
+    let file =
+        MappedFile::open(&a.input).map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
+    let perf = file
+        .parse()
+        .map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
+    let mut so = SessionOptions::for_file(&a.input);
+    so.timeless = opts.timeless_decoding;
+    let session =
+        Session::new(&perf, so).map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
+    let timeless = !session.is_timed() || opts.timeless_decoding;
+
+    // The synthesized events' attrs, as intel-pt.c makes them.
+    let pmu = session.info().pmu_type;
+    let pt = perf
+        .events()
+        .iter()
+        .find(|e| u64::from(e.attr.type_) == pmu)
+        .cloned()
+        .ok_or_else(|| format!("ptperf inject: {}: no intel_pt event", a.input))?;
+    let mut base = EventAttr {
+        size: pt.attr.size,
+        sample_type: SampleType(pt.attr.sample_type.0 & st::MASK | st::IP | st::TID | st::PERIOD),
+        read_format: pt.attr.read_format,
+        ..Default::default()
+    };
+    if timeless {
+        base.sample_type.0 &= !st::TIME;
+    } else {
+        base.sample_type.0 |= st::TIME;
+    }
+    if !session.per_cpu() {
+        base.sample_type.0 &= !st::CPU;
+    }
+    let keep = AttrFlags::EXCLUDE_USER
+        | AttrFlags::EXCLUDE_KERNEL
+        | AttrFlags::EXCLUDE_HV
+        | AttrFlags::EXCLUDE_HOST
+        | AttrFlags::EXCLUDE_GUEST
+        | AttrFlags::SAMPLE_ID_ALL;
+    base.flags = AttrFlags(pt.attr.flags.0 & keep);
+    let mut id = pt
+        .ids
+        .first()
+        .copied()
+        .unwrap_or(0)
+        .wrapping_add(1_000_000_000);
+    if id == 0 {
+        id = 1;
+    }
+    let mut synth_events = Vec::new();
+    if opts.branches {
+        let mut at = base;
+        at.config = HW_BRANCH_INSTRUCTIONS;
+        at.sample_period = 1;
+        at.sample_type.0 |= st::ADDR;
+        synth_events.push(Synthesized {
+            kind: Kind::Branches,
+            attr: at,
+            id,
+        });
+        id += 1;
+    }
+    if opts.callchain {
+        base.sample_type.0 |= st::CALLCHAIN;
+    }
+    if opts.last_branch {
+        base.sample_type.0 |= st::BRANCH_STACK;
+        base.branch_sample_type |= pt_perf_data::attr::BRANCH_HW_INDEX;
+    }
+    if opts.instructions {
+        let mut at = base;
+        at.config = HW_INSTRUCTIONS;
+        at.sample_period = if opts.period_type == PeriodType::Nanosecs {
+            0
+        } else {
+            opts.period
+        };
+        synth_events.push(Synthesized {
+            kind: Kind::Instructions,
+            attr: at,
+            id,
+        });
+    }
+    if synth_events.is_empty() {
+        return Err("ptperf inject: the --itrace options synthesize no samples this tool writes (i, b, c, r with g, l)".into());
+    }
+
+    // Side-band records carry the ids of the events that recorded them: even a
+    // stripped file keeps those events' attrs (--strip leaves out their samples).
+    let mut events: Vec<EventDesc> = perf.events().to_vec();
+    for s in &synth_events {
+        let name = format!(
+            "{}{}",
+            s.kind.name(),
+            crate::script::print::modifiers(s.attr.flags, 0)
+        );
+        events.push(EventDesc {
+            attr: s.attr,
+            ids: vec![s.id],
+            name: Some(name),
+        });
+    }
+    let out = std::fs::File::create(&a.output)
+        .map_err(|e| format!("ptperf inject: {}: {e}", a.output))?;
+    let mut w = PerfFileWriter::new(std::io::BufWriter::new(out), events)
+        .map_err(|e| format!("ptperf inject: {}: {e}", a.output))?;
+    for id in 1..feature_id::LAST {
+        if matches!(id, feature_id::AUXTRACE | feature_id::EVENT_DESC) {
+            continue;
+        }
+        if let Some(Ok(f)) = perf.feature(id) {
+            w.set_feature(f);
+        }
+    }
+    // The side-band, without the trace.
+    let mut err = None;
+    for r in perf.records() {
+        let Ok((_, r)) = r else { continue };
+        match r {
+            Record::Auxtrace(_)
+            | Record::AuxtraceInfo(_)
+            | Record::AuxtraceError(_)
+            | Record::FinishedRound => continue,
+            Record::Sample(_) if a.strip => continue,
+            _ => {}
+        }
+        if let Err(e) = w.write(&r) {
+            err.get_or_insert(e.to_string());
+        }
+    }
+    // The samples.
+    let mut synth = Synth::new(&session, opts);
+    let mut buf_chain: Vec<u8> = Vec::new();
+    let mut buf_br: Vec<u8> = Vec::new();
+    let bar = crate::progress::bar(synth.total_bytes());
+    crate::progress::attach(&mut synth, bar.as_ref());
+    let _ = synth.run(&mut |e: Event<'_>| -> Flow {
+        let Event::Sample(s, stacks) = e else {
+            return Flow::Continue(());
+        };
+        let Some(ev) = synth_events.iter().find(|x| x.kind == s.kind) else {
+            return Flow::Continue(());
+        };
+        let rec = sample_record(s, stacks, ev, &mut buf_chain, &mut buf_br);
+        if let Err(e) = w.write(&Record::Sample(rec)) {
+            err.get_or_insert(e.to_string());
+            return Flow::Break(());
+        }
+        Flow::Continue(())
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    if let Err(e) = w.write(&Record::FinishedRound) {
+        err.get_or_insert(e.to_string());
+    }
+    w.finish()
+        .map_err(|e| format!("ptperf inject: {}: {e}", a.output))?;
+    match err {
+        Some(e) => Err(format!("ptperf inject: {}: {e}", a.output)),
+        None => Ok(()),
+    }
+}
+
+/// The SAMPLE record of a synthesized sample (its event's sample_type decides which
+/// fields are written).
+fn sample_record<'b>(
+    s: &Sample,
+    stacks: &Stacks,
+    ev: &Synthesized,
+    chain: &'b mut Vec<u8>,
+    br: &'b mut Vec<u8>,
+) -> pt_perf_data::Sample<'b> {
+    let t = ev.attr.sample_type.0;
+    let has = |b: u64| t & b != 0;
+    chain.clear();
+    if has(st::CALLCHAIN) {
+        chain.extend_from_slice(&CONTEXT_USER.to_le_bytes());
+        for &ip in &stacks.callchain {
+            chain.extend_from_slice(&ip.to_le_bytes());
+        }
+    }
+    br.clear();
+    for e in &stacks.branches {
+        br.extend_from_slice(&e.from.to_le_bytes());
+        br.extend_from_slice(&e.to.to_le_bytes());
+        let flags = (u64::from(e.in_tx) << 2) | (u64::from(e.abort) << 3);
+        br.extend_from_slice(&flags.to_le_bytes());
+    }
+    pt_perf_data::Sample {
+        // PERF_RECORD_MISC_USER: user-space code (kernel tracing is not decoded).
+        misc: 2,
+        id: (has(st::ID) || has(st::IDENTIFIER)).then_some(ev.id),
+        ip: Some(s.ip),
+        pid: Some(s.pid as u32),
+        tid: Some(s.tid as u32),
+        time: has(st::TIME).then(|| s.time.unwrap_or(0)),
+        addr: has(st::ADDR).then_some(s.addr),
+        stream_id: has(st::STREAM_ID).then_some(ev.id),
+        cpu: has(st::CPU).then_some(s.cpu as u32),
+        period: has(st::PERIOD).then_some(s.period),
+        callchain: has(st::CALLCHAIN).then(|| U64s::new(chain)),
+        branch_stack: has(st::BRANCH_STACK).then(|| BranchStack {
+            hw_idx: Some(u64::MAX),
+            entries: br,
+        }),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,243 @@
+//! `ptperf record` on the simulated PT CPU.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use pt_hal::perf::attr::trace_config_of;
+use pt_sim::exec::log::LogReader;
+use pt_sim::exec::ptrace::{TraceOptions, Tracer};
+use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
+use pt_sim::exec::{ExecError, ExecutionSource, ExitKind, StopReason};
+use pt_sim::record::{record_perf_data, PerfDataOptions, RecordSummary, SimRecording};
+
+use super::{
+    catch_interrupts, catch_snapshot_signal, closing_lines, log_path, signame, stop_signal,
+    Options, Outcome, ProgramEnd, Source,
+};
+
+/// Progress on a terminal, every half second at most: instructions and
+/// their rate, both counted from the start of the recording (`t0`).
+struct Progress {
+    t0: Instant,
+    tty: bool,
+    shown: bool,
+    last: f64,
+}
+
+impl Progress {
+    fn show(&mut self, what: &str, n: u64) {
+        let now = self.t0.elapsed().as_secs_f64();
+        if !self.tty || now - self.last < 0.5 {
+            return;
+        }
+        self.last = now;
+        self.shown = true;
+        eprint!(
+            "\r\x1b[Kptperf record: {what} {:.2} M instructions in {:.1} s ({:.0} k/s)",
+            n as f64 / 1e6,
+            now,
+            n as f64 / now.max(1e-9) / 1e3
+        );
+    }
+
+    fn done(&mut self) {
+        if self.shown {
+            eprintln!();
+            self.shown = false;
+        }
+    }
+}
+
+/// Records `o`'s command (or replays its log) on the simulator.
+pub(super) fn record(o: &Options) -> Result<Outcome, String> {
+    if o.pid.is_some() {
+        return Err(
+            "attaching to a running process (-p) needs Intel PT hardware (--backend perf); the simulator records the programs it starts"
+                .into(),
+        );
+    }
+    let replay = o.source == Source::Log;
+    let mut event = o.event.clone();
+    // The ptrace and valgrind sources see user mode only: as perf falls back
+    // to `u` where the kernel is out of reach, so does the simulator.
+    if !replay && !event.exclude_kernel {
+        if event.exclude_user {
+            return Err(pt_sim::pt::PtError::KernelTracing.to_string());
+        }
+        eprintln!(
+            "ptperf record: the {} source sees user mode only: tracing user space ({}u)",
+            if o.source == Source::Valgrind {
+                "valgrind"
+            } else {
+                "ptrace"
+            },
+            event.name.trim_end_matches(['u', 'k'])
+        );
+        event.exclude_kernel = true;
+        event.name = format!("{}u", event.name.trim_end_matches(['u', 'k']));
+    }
+    let cfg = trace_config_of(event.config, event.exclude_kernel, event.exclude_user)
+        .map_err(|e| e.to_string())?;
+    let out = o.output.clone();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut progress = Progress {
+        t0: Instant::now(),
+        tty,
+        shown: false,
+        last: 0.0,
+    };
+    let log = log_path(&out);
+    let mut rec = SimRecording::new(cfg);
+    rec.filters = o.filters.clone();
+    if o.snapshot.is_some() {
+        rec.snapshot_requests = Some(catch_snapshot_signal());
+    }
+    let flag = catch_interrupts();
+    let mut source: Box<dyn ExecutionSource> = if replay {
+        let path = &o.command[0];
+        if !o.quiet {
+            eprintln!(
+                "ptperf record: replaying {} on the simulated PT CPU",
+                path.to_string_lossy()
+            );
+        }
+        Box::new(LogReader::open(path).map_err(|e| format!("{}: {e}", path.to_string_lossy()))?)
+    } else {
+        rec.log = Some(log.clone());
+        let (prog, args) = o.command.split_first().ok_or("no command")?;
+        let res: Result<Box<dyn ExecutionSource>, ExecError> = if o.source == Source::Valgrind {
+            let opts = ValgrindOptions {
+                stop_flag: Some(flag.clone()),
+                ..ValgrindOptions::default()
+            };
+            let r = ValgrindSource::record_with_progress(prog, args, opts, &mut |n| {
+                progress.show("valgrind ran", n)
+            });
+            progress.done();
+            if let Ok(v) = &r {
+                if flag.load(Ordering::Relaxed) || v.was_stopped() {
+                    eprintln!("ptperf record: valgrind was interrupted: keeping what the program did so far");
+                }
+            }
+            r.map(|s| Box::new(s) as Box<dyn ExecutionSource>)
+        } else {
+            Tracer::spawn(
+                prog,
+                args,
+                TraceOptions {
+                    step_limit: o.limit,
+                    stop_flag: Some(flag.clone()),
+                    ..TraceOptions::default()
+                },
+            )
+            .map(|s| Box::new(s) as Box<dyn ExecutionSource>)
+        };
+        match res {
+            Ok(s) => s,
+            Err(ExecError::CommandNotFound(c)) => {
+                // perf's words when the workload cannot be started.
+                return Err(format!(
+                    "Failed to collect '{}' for the '{c}' workload: No such file or directory",
+                    event.name
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let opts = PerfDataOptions {
+        path: out.clone(),
+        config: Some(event.config),
+        event_name: Some(event.name.clone()),
+        snapshot: o.snapshot,
+        cmdline: o.cmdline.clone(),
+    };
+    let mut checkpoints = 0u64;
+    let s = record_perf_data(source.as_mut(), &rec, &opts, |n| {
+        checkpoints += 1;
+        progress.show("recorded", n)
+    })?;
+    progress.done();
+    if !o.quiet {
+        summary_line(&s, progress.t0.elapsed().as_secs_f64());
+    }
+    for w in &s.warnings {
+        eprintln!("ptperf record: warning: not recorded: {w}");
+    }
+    let mut decoded_ok = true;
+    if o.decode {
+        let truth = if replay {
+            std::path::PathBuf::from(&o.command[0])
+        } else {
+            log.clone()
+        };
+        decoded_ok = crate::record_check::decode(&out, &truth, &s, o.top, tty)?;
+    }
+    if let Some(e) = &s.source_error {
+        eprintln!("ptperf record: the recording ended early: {e}; the trace is kept up to there");
+    }
+    match s.stopped {
+        Some(StopReason::Interrupted) => eprintln!(
+            "ptperf record: interrupted; the recording ends where the program was stopped, everything before it is kept"
+        ),
+        Some(StopReason::StepLimit) => eprintln!("ptperf record: instruction limit reached"),
+        _ => {}
+    }
+    let status = match s.exit {
+        Some(ExitKind::Killed(sig)) => {
+            eprintln!(
+                "ptperf record: the program was killed by {}; the trace ends there",
+                signame(sig)
+            );
+            ProgramEnd::Killed(sig)
+        }
+        Some(ExitKind::Exited(c)) => ProgramEnd::Exited(c),
+        None => ProgramEnd::Unknown,
+    };
+    if !o.quiet {
+        closing_lines(&out, checkpoints + 1);
+    }
+    let interrupted = (s.stopped == Some(StopReason::Interrupted))
+        .then(stop_signal)
+        .flatten();
+    Ok(Outcome {
+        // An interrupted program was killed by the recorder: its status is not its own.
+        status: if interrupted.is_some() {
+            ProgramEnd::Unknown
+        } else {
+            status
+        },
+        interrupted,
+        decoded_ok,
+    })
+}
+
+/// What the simulator did, in one line.
+fn summary_line(s: &RecordSummary, seconds: f64) {
+    let threads = s.threads.len();
+    let processes = {
+        let mut p: Vec<u32> = s.threads.iter().map(|t| t.id.pid).collect();
+        p.sort_unstable();
+        p.dedup();
+        p.len()
+    };
+    eprintln!(
+        "ptperf record: simulated {} instructions ({} traced) in {} thread{} of {} process{}, {} trace bytes, {} PSB{}{}{} in {:.2} s ({:.2} M instructions/s)",
+        s.instructions,
+        s.traced,
+        threads,
+        if threads == 1 { "" } else { "s" },
+        processes,
+        if processes == 1 { "" } else { "es" },
+        s.trace_bytes,
+        s.psbs,
+        if s.psbs == 1 { "" } else { "s" },
+        match s.overflows {
+            0 => String::new(),
+            1 => ", 1 overflow".to_string(),
+            n => format!(", {n} overflows"),
+        },
+        if s.lost_bytes > 0 { format!(", {} bytes lost", s.lost_bytes) } else { String::new() },
+        seconds,
+        s.instructions as f64 / seconds.max(1e-9) / 1e6
+    );
+}

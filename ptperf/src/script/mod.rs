@@ -1,0 +1,341 @@
+//! `ptperf script`: perf script's text for an Intel PT recording, from the
+//! samples [`crate::synth`] synthesizes, byte for byte as perf 6.1 prints them.
+
+pub mod fields;
+pub(crate) mod print;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf_data::MappedFile;
+
+use crate::itrace::SynthOpts;
+use crate::synth::{Event, Flow, Synth};
+use fields::Selection;
+pub use print::Printer;
+
+/// `ptperf script`'s command line (perf script's options for Intel PT).
+#[derive(Parser, Debug)]
+#[command(
+    name = "ptperf script",
+    about = "Read perf.data and display its Intel PT trace as perf script does"
+)]
+pub struct Args {
+    /// input file name
+    #[arg(short = 'i', long = "input", default_value = "perf.data")]
+    pub input: String,
+    /// Instruction Tracing options (perf's --itrace letters: i b c r x w p e d g l s q A Z)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub itrace: Option<String>,
+    /// comma separated output fields; +field adds, -field removes
+    #[arg(short = 'F', long = "fields", allow_hyphen_values = true)]
+    pub fields: Vec<String>,
+    /// Decode instructions from itrace (raw bytes)
+    #[arg(long = "insn-trace", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub insn_trace: Option<String>,
+    /// Decode calls from itrace
+    #[arg(long = "call-trace")]
+    pub call_trace: bool,
+    /// Decode calls and returns from itrace
+    #[arg(long = "call-ret-trace")]
+    pub call_ret_trace: bool,
+    /// Use 9 decimal places when displaying time
+    #[arg(long = "ns")]
+    pub ns: bool,
+    /// list of cpus to profile
+    #[arg(short = 'C', long = "cpu")]
+    pub cpu: Option<String>,
+    /// only consider events for these comma separated thread ids
+    #[arg(long = "tid")]
+    pub tid: Option<String>,
+    /// only consider events for these comma separated process ids
+    #[arg(long = "pid")]
+    pub pid: Option<String>,
+    /// Time span of interest (start,stop)
+    #[arg(long = "time")]
+    pub time: Option<String>,
+    /// look for files under this directory
+    #[arg(long = "symfs")]
+    pub symfs: Option<String>,
+    /// One JSON object per sample (and per error) instead of perf's text
+    #[arg(long = "json")]
+    pub json: bool,
+}
+
+/// A comma-separated list of numbers (perf's cpu/tid lists, `a-b` ranges too).
+fn parse_list(s: &str, what: &str) -> Result<Vec<u32>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let bad = || format!("Invalid {what} list: '{s}'");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let a: u32 = a.trim().parse().map_err(|_| bad())?;
+                let b: u32 = b.trim().parse().map_err(|_| bad())?;
+                if b < a {
+                    return Err(bad());
+                }
+                v.extend(a..=b);
+            }
+            None => v.push(part.trim().parse().map_err(|_| bad())?),
+        }
+    }
+    Ok(v)
+}
+
+/// A `--time` range: start and end in perf time (ns), either open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeRange {
+    /// Start (0: open).
+    pub start: u64,
+    /// End (0: open).
+    pub end: u64,
+}
+
+/// `sec.frac` seconds to ns (perf's `parse_nsec_time`).
+fn parse_nsec(s: &str) -> Option<u64> {
+    let (sec, frac) = s.split_once('.').unwrap_or((s, ""));
+    let sec: u64 = sec.parse().ok()?;
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut ns = 0u64;
+    if !frac.is_empty() {
+        ns = frac.parse().ok()?;
+        for _ in frac.len()..9 {
+            ns *= 10;
+        }
+    }
+    sec.checked_mul(1_000_000_000)?.checked_add(ns)
+}
+
+/// Parses perf's `--time start,stop` (absolute times; either may be empty).
+pub fn parse_time(s: &str) -> Result<TimeRange, String> {
+    let bad = || format!("Invalid time string '{s}'");
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    let start = if a.trim().is_empty() {
+        0
+    } else {
+        parse_nsec(a.trim()).ok_or_else(bad)?
+    };
+    let end = if b.trim().is_empty() {
+        0
+    } else {
+        parse_nsec(b.trim()).ok_or_else(bad)?
+    };
+    if end != 0 && end < start {
+        return Err(bad());
+    }
+    Ok(TimeRange { start, end })
+}
+
+/// Runs `ptperf script ARGS` (the arguments after `script`).
+pub fn main(args: &[OsString]) -> ExitCode {
+    let argv = std::iter::once(OsString::from("ptperf script")).chain(args.iter().cloned());
+    let a = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 129 } else { 0 });
+        }
+    };
+    match run(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("{msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// What `ptperf script` was asked for, checked.
+pub struct Plan {
+    /// The --itrace options.
+    pub opts: SynthOpts,
+    /// The fields.
+    pub sel: Selection,
+    /// Nanosecond times.
+    pub ns: bool,
+    /// Only these threads.
+    pub tids: Option<Vec<u32>>,
+    /// Only these processes.
+    pub pids: Option<Vec<u32>>,
+    /// Only these CPUs.
+    pub cpus: Option<Vec<u32>>,
+    /// The time range.
+    pub time: Option<TimeRange>,
+    /// Pad dso names to 50 columns (`--call-trace`).
+    pub pad_dso: bool,
+}
+
+impl Plan {
+    /// The plan for `a` (perf's error line for bad options).
+    pub fn new(a: &Args) -> Result<Self, String> {
+        let mut sel = Selection::default();
+        let mut opts = SynthOpts::default();
+        let mut ns = a.ns;
+        if let Some(s) = &a.insn_trace {
+            if !s.is_empty() && s != "raw" {
+                return Err("Only accept raw|disasm".into());
+            }
+            sel.parse("+insn,-event,-period").map_err(|e| e.0)?;
+            opts.parse_into("i0nse").map_err(|e| e.to_string())?;
+            ns = true;
+        }
+        if a.call_trace {
+            sel.parse("-ip,-addr,-event,-period,+callindent")
+                .map_err(|e| e.0)?;
+            opts.parse_into("cewp").map_err(|e| e.to_string())?;
+            ns = true;
+        }
+        if a.call_ret_trace {
+            sel.parse("-ip,-addr,-event,-period,+callindent,+flags")
+                .map_err(|e| e.0)?;
+            opts.parse_into("crewp").map_err(|e| e.to_string())?;
+            ns = true;
+        }
+        if let Some(s) = &a.itrace {
+            if s.is_empty() {
+                let set = SynthOpts::default_for(true);
+                opts = SynthOpts { set: true, ..set };
+            } else {
+                opts.parse_into(s).map_err(|e| e.to_string())?;
+            }
+        }
+        for f in &a.fields {
+            sel.parse(f).map_err(|e| e.0)?;
+        }
+        if sel
+            .out
+            .iter()
+            .any(|o| o.fields & fields::f::CALLINDENT != 0)
+        {
+            opts.thread_stack = true;
+        }
+        let tids = a.tid.as_deref().map(|s| parse_list(s, "tid")).transpose()?;
+        let pids = a.pid.as_deref().map(|s| parse_list(s, "pid")).transpose()?;
+        let cpus = a.cpu.as_deref().map(|s| parse_list(s, "cpu")).transpose()?;
+        let time = a.time.as_deref().map(parse_time).transpose()?;
+        Ok(Plan {
+            pad_dso: a.call_trace,
+            opts,
+            sel,
+            ns,
+            tids,
+            pids,
+            cpus,
+            time,
+        })
+    }
+}
+
+/// A copy of this process's vdso in a temporary file (removed when dropped), as
+/// perf makes one (`vdso__get_file`).
+struct OwnVdso(std::path::PathBuf);
+
+impl OwnVdso {
+    fn write() -> Option<Self> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+        let (a, b) = line.split_whitespace().next()?.split_once('-')?;
+        let (a, b) = (
+            u64::from_str_radix(a, 16).ok()?,
+            u64::from_str_radix(b, 16).ok()?,
+        );
+        if b <= a || b - a > 1 << 20 {
+            return None;
+        }
+        // SAFETY: the kernel maps the vdso readable for the whole range
+        // /proc/self/maps gives, for the life of the process.
+        let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) };
+        let path = std::env::temp_dir().join(format!("ptperf-vdso.so-{}", std::process::id()));
+        std::fs::write(&path, bytes).ok()?;
+        Some(OwnVdso(path))
+    }
+}
+
+impl Drop for OwnVdso {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let plan = Plan::new(a)?;
+    let file =
+        MappedFile::open(&a.input).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
+    let perf = file
+        .parse()
+        .map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
+    let mut so = SessionOptions::for_file(&a.input);
+    so.timeless = plan.opts.timeless_decoding;
+    so.cpus = plan.cpus.clone();
+    if let Some(s) = &a.symfs {
+        so.sysroot = Some(s.into());
+    }
+    // As perf does, this machine's own vdso stands in for a recorded one no
+    // build-id cache holds.
+    let vdso = OwnVdso::write();
+    if let Some(v) = &vdso {
+        so.vdso.push(("[vdso]".into(), v.0.clone()));
+    }
+    let session =
+        Session::new(&perf, so).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
+    let mut synth = Synth::new(&session, plan.opts);
+    let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
+    printer.cbr2khz = synth.cbr2khz();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, pt_cli::stdout());
+    let mut errors = 0u64;
+    let tids = plan.tids.clone();
+    let pids = plan.pids.clone();
+    let time = plan.time;
+    let json = a.json;
+    let keep = |tid: i32, pid: i32, t: Option<u64>| {
+        tids.as_ref().map_or(true, |v| v.contains(&(tid as u32)))
+            && pids.as_ref().map_or(true, |v| v.contains(&(pid as u32)))
+            && time.map_or(true, |r| {
+                t.map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end))
+            })
+    };
+    let bar = crate::progress::bar(synth.total_bytes());
+    crate::progress::attach(&mut synth, bar.as_ref());
+    let _ = synth.run(&mut |e: Event<'_>| -> Flow {
+        match e {
+            Event::Sample(s, st) => {
+                if keep(s.tid, s.pid, s.time) {
+                    if json {
+                        printer.json(s, st);
+                    } else {
+                        printer.sample_with(s, st);
+                    }
+                }
+            }
+            Event::Error(e) => {
+                errors += 1;
+                if keep(e.tid, e.pid, (e.time != 0).then_some(e.time)) {
+                    if json {
+                        printer.json_error(e);
+                    } else {
+                        printer.error(e);
+                    }
+                }
+            }
+        }
+        if printer.buf.len() >= 1 << 16 {
+            let _ = out.write_all(&printer.buf);
+            printer.buf.clear();
+        }
+        Flow::Continue(())
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let _ = out.write_all(&printer.buf);
+    drop(out);
+    if errors > 0 {
+        eprintln!("Warning:\n{errors} instruction trace errors");
+    }
+    Ok(())
+}

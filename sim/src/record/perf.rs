@@ -1,0 +1,966 @@
+//! A simulated recording as the perf.data file `perf record -e intel_pt//u`
+//! would write, so that perf itself (`perf script`, `perf report`) decodes it.
+//!
+//! # How the simulation maps to perf.data
+//! - **Per-thread AUX areas** (perf's `--per-thread` layout: AUXTRACE_INFO's
+//!   per_cpu_mmaps is 0): each thread's trace unit is one AUX area with its
+//!   own `idx` (the order threads started in); its AUXTRACE records carry
+//!   that idx, the thread's `tid` and cpu -1, and `offset` is the position in
+//!   the thread's stream. The simulated CPU runs one thread at a time and
+//!   switches trace units with the threads, so no context-switch records are
+//!   needed (have_sched_switch 0). ITRACE_START opens each thread's trace.
+//! - **Side-band** from the recorder's task events: COMM with the exec flag
+//!   (a program starts), MMAP2 of every executable mapping, FORK, EXIT (not
+//!   for threads still alive when the recording stopped). A thread's trace up
+//!   to an event is written before the event's record (the pending AUX data
+//!   of every thread is flushed first), so in file order each AUXTRACE chunk
+//!   precedes the side-band that came after it.
+//! - **Times**: with `tsc` the events sample TIME, and perf time is the TSC
+//!   converted with AUXTRACE_INFO's time_shift/mult/zero (also in TIME_CONV):
+//!   a [`crate::clock::ClockParams`] TSC of `nom_freq × 100 MHz`, time_zero 0.
+//!   AUXTRACE `reference` is the TSC when the data was copied out (after
+//!   every TSC in it), as perf record stores rdtsc there.
+//! - **The CPU**: CPUID feature [`SIM_CPUID`] (an Ice Lake-like part with
+//!   none of the errata perf works around), one CPU; TSC:CTC ratio and the
+//!   max non-turbo ratio from the clock parameters.
+//! - **Code in no file**: the vDSO is MMAP2'd as `[vdso]` and its code
+//!   (the pages the program ran, merged over processes) is written to a
+//!   build-id cache beside the file, `OUT.debug/[vdso]/BUILDID/vdso` with
+//!   the link `OUT.debug/.build-id/BU/ILDID`, and named in the BUILD_ID
+//!   feature: `perf --buildid-dir OUT.debug script` decodes through it.
+//!   BUILDID is the vDSO's own note when its first page was captured, else
+//!   a hash of the bytes. Other code in no file (anonymous executable
+//!   memory, deleted files, scripted code) is dumped to
+//!   `OUT.debug/anon/PID-START` and MMAP2'd from that file at offset 0, so
+//!   any reader maps it as a file.
+//! - **Snapshot mode** (`-S`): each thread's AUX area is a ring of
+//!   [`SnapshotOptions::aux_size`] bytes the trace overwrites; a snapshot
+//!   copies what each ring gained since the last one (the whole ring once it
+//!   has wrapped, at most [`SnapshotOptions::size`] bytes) with perf's
+//!   offset convention (the offset is the ring position the copy starts at),
+//!   and AUXTRACE_INFO says snapshot_mode so that perf removes the overlap.
+//!
+//! Checkpoints make the file on disk complete (perf reads a killed
+//! recording up to the last one).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use pt_perf_data::intel_pt::{config as pt_config, intel_pt_attr, pmu_mappings, tracking_attr};
+use pt_perf_data::{
+    auxtrace_type, host_features, misc, AttrFlags, Aux, AuxFlags, Auxtrace, AuxtraceInfo,
+    AuxtracePrivate, BuildId, BuildIdEntry, Comm, EventDesc, Feature, IntelPtInfo, IntelPtMtc,
+    ItraceStart, Mmap2, Mmap2File, PerfFileWriter, Record, SampleId, Task, TimeConv, TimeConvExt,
+};
+
+use super::{FilterSpec, ProcessMemory, RecordSink, RecordSummary, SimRecording, TaskEvent};
+use super::{ThreadStart, Timed};
+use crate::exec::{Mapping, ThreadId};
+use crate::pt::SimParams;
+
+/// The CPUID feature of a simulated recording: what the simulated CPU is to
+/// perf (family 6 model 126, Ice Lake client; perf applies no erratum to it).
+pub const SIM_CPUID: &str = "GenuineIntel,6,126,5";
+
+/// The id of the intel_pt event's records.
+const PT_ID: u64 = 1;
+/// The id of the tracking (dummy) event's records.
+const TRACK_ID: u64 = 2;
+/// Pending AUX data of a thread is written out at this size.
+const FLUSH_AT: usize = 256 << 10;
+
+/// Snapshot mode (perf's `-S`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotOptions {
+    /// Bytes of each AUX area (a power of two of pages).
+    pub aux_size: u64,
+    /// Most bytes a snapshot copies of one area (≤ `aux_size`).
+    pub size: u64,
+    /// Take a snapshot at the end too (perf's `-Se`).
+    pub on_exit: bool,
+}
+
+impl SnapshotOptions {
+    /// perf's sizes for `-S[SIZE]`: the AUX area is SIZE rounded up to a
+    /// power of two of pages (4 MiB when SIZE is 0: perf's default for a
+    /// privileged user); a snapshot copies SIZE bytes (the whole area for 0).
+    pub fn perf(size: u64, on_exit: bool) -> Self {
+        const PAGE: u64 = 4096;
+        let (aux, size) = if size == 0 {
+            (4 << 20, 4 << 20)
+        } else {
+            (size.div_ceil(PAGE).next_power_of_two() * PAGE, size)
+        };
+        SnapshotOptions {
+            aux_size: aux,
+            size,
+            on_exit,
+        }
+    }
+}
+
+/// How a simulated recording is written (see the module docs).
+#[derive(Clone, Debug)]
+pub struct PerfDataOptions {
+    /// The perf.data file.
+    pub path: PathBuf,
+    /// The intel_pt event's config (perf's format bits, which mirror
+    /// IA32_RTIT_CTL); `None`: the recording's configuration's
+    /// ([`pt_hal::perf::attr::standard_config`]).
+    pub config: Option<u64>,
+    /// The event's name in EVENT_DESC; `None`: `intel_pt//u`, `intel_pt//k`
+    /// or `intel_pt//` after the configuration's privilege levels.
+    pub event_name: Option<String>,
+    /// Snapshot mode.
+    pub snapshot: Option<SnapshotOptions>,
+    /// The recorder's command line (HEADER_CMDLINE).
+    pub cmdline: Vec<String>,
+}
+
+impl PerfDataOptions {
+    /// A full-trace recording into `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        PerfDataOptions {
+            path: path.into(),
+            config: None,
+            event_name: None,
+            snapshot: None,
+            cmdline: Vec::new(),
+        }
+    }
+
+    /// The build-id cache and code dumps beside the file: `OUT.debug`.
+    pub fn debug_dir(&self) -> PathBuf {
+        debug_dir(&self.path)
+    }
+}
+
+/// `OUT.debug`: the directory beside a perf.data that holds code in no file.
+pub fn debug_dir(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".debug");
+    PathBuf::from(s)
+}
+
+/// The PMU type a simulated recording gives intel_pt: this machine's, if it
+/// has one (perf's lookups then agree), else one no PMU of it uses.
+pub fn sim_pmu_type() -> u32 {
+    let mut used = Vec::new();
+    for d in std::fs::read_dir("/sys/bus/event_source/devices")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Some(ty) = std::fs::read_to_string(d.path().join("type"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if d.file_name() == "intel_pt" {
+            return ty;
+        }
+        used.push(ty);
+    }
+    (8..).find(|t| !used.contains(t)).unwrap_or(8)
+}
+
+/// The GNU build id of an ELF file's bytes, if it has one: from its note
+/// sections, or from its PT_NOTE segments (a memory image such as the vDSO
+/// captured page by page may lack the section headers).
+pub fn build_id_of(data: &[u8]) -> Option<BuildId> {
+    use object::Object;
+    if let Some(id) = object::File::parse(data)
+        .ok()
+        .and_then(|obj| obj.build_id().ok().flatten().map(BuildId::new))
+    {
+        return Some(id);
+    }
+    note_build_id(data)
+}
+
+/// The NT_GNU_BUILD_ID note of a 64-bit little-endian ELF image's PT_NOTE
+/// segments.
+fn note_build_id(d: &[u8]) -> Option<BuildId> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(d.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(d.get(o..o + 8)?.try_into().ok()?));
+    if d.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let phoff = usize::try_from(u64_at(0x20)?).ok()?;
+    let (phentsize, phnum) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
+    for i in 0..phnum {
+        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if u32_at(ph)? != 4 {
+            continue;
+        }
+        let off = usize::try_from(u64_at(ph + 8)?).ok()?;
+        let size = usize::try_from(u64_at(ph + 0x20)?).ok()?;
+        let notes = d.get(off..off.checked_add(size)?)?;
+        let mut at = 0;
+        while at + 12 <= notes.len() {
+            let word = |o: usize| u32::from_le_bytes(notes[o..o + 4].try_into().unwrap_or([0; 4]));
+            let (namesz, descsz, ty) = (word(at) as usize, word(at + 4) as usize, word(at + 8));
+            let name_at = at + 12;
+            let desc_at = name_at + namesz.div_ceil(4) * 4;
+            let end = desc_at + descsz.div_ceil(4) * 4;
+            if end > notes.len() {
+                break;
+            }
+            if ty == 3 && notes.get(name_at..name_at + namesz) == Some(b"GNU\0") {
+                return Some(BuildId::new(&notes[desc_at..desc_at + descsz]));
+            }
+            at = end;
+        }
+    }
+    None
+}
+
+/// A stand-in build id for code without one: 20 bytes hashed from the code.
+fn hashed_build_id(data: &[u8]) -> BuildId {
+    use std::hash::{Hash, Hasher};
+    let mut out = [0u8; 20];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (i as u64).hash(&mut h);
+        data.hash(&mut h);
+        let v = h.finish().to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+    BuildId::new(&out)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| format!("{}: {e}", path.display())
+}
+
+/// One thread's AUX area in snapshot mode: a ring the trace overwrites, and
+/// what perf's snapshot reader keeps of it.
+struct Ring {
+    buf: Vec<u8>,
+    /// Bytes written ever.
+    written: u64,
+    /// perf's `mm->prev`: where the last snapshot ended (adjusted head).
+    prev: u64,
+    /// Whether perf has seen the ring wrap (sticky).
+    wrapped: bool,
+}
+
+impl Ring {
+    fn new(size: u64) -> Self {
+        Ring {
+            buf: vec![0; size as usize],
+            written: 0,
+            prev: 0,
+            wrapped: false,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        let len = self.buf.len();
+        if bytes.len() > len {
+            self.written += (bytes.len() - len) as u64;
+            bytes = &bytes[bytes.len() - len..];
+        }
+        let at = (self.written % len as u64) as usize;
+        let first = bytes.len().min(len - at);
+        self.buf[at..at + first].copy_from_slice(&bytes[..first]);
+        self.buf[..bytes.len() - first].copy_from_slice(&bytes[first..]);
+        self.written += bytes.len() as u64;
+    }
+
+    /// What perf's snapshot reader copies now (intel_pt_find_snapshot and
+    /// auxtrace's read): (offset, the two pieces), or None when nothing is new.
+    fn snapshot(&mut self, max: u64) -> Option<(u64, Vec<u8>)> {
+        let len = self.buf.len() as u64;
+        let mut head = self.written % len;
+        // perf's first-wrap test: anything non-zero in the ring's last 4 KiB.
+        if !self.wrapped {
+            let tail = self.buf.len().saturating_sub(4096);
+            self.wrapped = self.buf[tail..].iter().any(|&b| b != 0);
+        }
+        let old;
+        if self.wrapped {
+            old = head;
+            head += len;
+        } else {
+            old = self.prev % len;
+            if old > head {
+                head += len;
+            }
+        }
+        if old == head {
+            return None;
+        }
+        let (head_off, old_off) = (head % len, old % len);
+        let mut size = if head_off > old_off {
+            head_off - old_off
+        } else {
+            len - (old_off - head_off)
+        };
+        size = size.min(max);
+        let offset = head - size;
+        let mut data = Vec::with_capacity(size as usize);
+        if size > head_off {
+            let len1 = (size - head_off) as usize;
+            data.extend_from_slice(&self.buf[self.buf.len() - len1..]);
+            data.extend_from_slice(&self.buf[..head_off as usize]);
+        } else {
+            data.extend_from_slice(&self.buf[(head_off - size) as usize..head_off as usize]);
+        }
+        self.prev = head;
+        Some((offset, data))
+    }
+}
+
+/// One thread's AUX area.
+struct Area {
+    idx: u32,
+    /// Stream position of the next byte (full-trace mode).
+    pos: u64,
+    /// Bytes not written yet (full-trace mode).
+    pending: Vec<u8>,
+    /// The TSC when the last pending bytes came.
+    last_tsc: u64,
+    ring: Option<Ring>,
+}
+
+/// Code in no file that is dumped beside the perf.data.
+struct Dump {
+    pid: u32,
+    start: u64,
+    end: u64,
+    path: PathBuf,
+}
+
+/// Writes a simulated recording as perf.data (see the module docs).
+pub struct PerfDataSink {
+    w: Option<PerfFileWriter<File>>,
+    path: PathBuf,
+    debug: PathBuf,
+    info: IntelPtInfo,
+    /// Records sample TIME.
+    time: bool,
+    snapshot: Option<SnapshotOptions>,
+    areas: HashMap<ThreadId, Area>,
+    order: Vec<ThreadId>,
+    parent: HashMap<ThreadId, ThreadId>,
+    dumps: Vec<Dump>,
+    /// The vDSO mappings seen: (pid, start, end).
+    vdsos: Vec<(u32, u64, u64)>,
+    /// BUILD_ID entries by file name.
+    build_ids: BTreeMap<String, BuildId>,
+    /// Files whose build id was looked up.
+    looked_up: HashSet<String>,
+}
+
+impl PerfDataSink {
+    /// Starts the file for `rec` (its directory is created, as `perf record
+    /// -o` does; an existing file is replaced).
+    pub fn create(rec: &SimRecording, opts: &PerfDataOptions) -> Result<Self, String> {
+        let path = opts.path.clone();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        // Absolute: MMAP2 records name the dumps in it, as the kernel names files.
+        let debug = std::path::absolute(opts.debug_dir()).map_err(io(&path))?;
+        if debug.exists() {
+            std::fs::remove_dir_all(&debug).map_err(io(&debug))?;
+        }
+        let cfg = &rec.config;
+        let config = opts
+            .config
+            .unwrap_or_else(|| pt_hal::perf::attr::standard_config(cfg));
+        let pmu = sim_pmu_type();
+        let time = config & pt_config::TSC != 0;
+        let mut pt = intel_pt_attr(pmu, config, !cfg.os, false);
+        if !cfg.user {
+            pt.flags = AttrFlags(pt.flags.0 | AttrFlags::EXCLUDE_USER);
+        }
+        let track = tracking_attr(true, false, false, time);
+        let name = opts.event_name.clone().unwrap_or_else(|| {
+            match (cfg.user, cfg.os) {
+                (true, false) => "intel_pt//u",
+                (false, true) => "intel_pt//k",
+                _ => "intel_pt//",
+            }
+            .to_string()
+        });
+        let events = vec![
+            EventDesc {
+                attr: pt,
+                ids: vec![PT_ID],
+                name: Some(name),
+            },
+            EventDesc {
+                attr: track,
+                ids: vec![TRACK_ID],
+                name: Some("dummy:u".into()),
+            },
+        ];
+        let file = File::create(&path).map_err(io(&path))?;
+        let mut w =
+            PerfFileWriter::new(file, events).map_err(|e| format!("{}: {e}", path.display()))?;
+        w.set_feature(pmu_mappings(pmu));
+        for f in host_features(
+            &format!("6.1 (ptperf {})", env!("CARGO_PKG_VERSION")),
+            &opts.cmdline,
+        ) {
+            match f {
+                Feature::CpuId(_) | Feature::CpuDesc(_) | Feature::NrCpus { .. } => {}
+                f => w.set_feature(f),
+            }
+        }
+        w.set_feature(Feature::CpuId(SIM_CPUID.into()));
+        w.set_feature(Feature::CpuDesc("Simulated Intel PT CPU (pt-sim)".into()));
+        w.set_feature(Feature::NrCpus {
+            available: 1,
+            online: 1,
+        });
+        let info = intel_pt_info(pmu, &rec.params, opts.snapshot.is_some(), &rec.filters);
+        let mut sink = PerfDataSink {
+            w: Some(w),
+            path,
+            debug,
+            info: info.clone(),
+            time,
+            snapshot: opts.snapshot,
+            areas: HashMap::new(),
+            order: Vec::new(),
+            parent: HashMap::new(),
+            dumps: Vec::new(),
+            vdsos: Vec::new(),
+            build_ids: BTreeMap::new(),
+            looked_up: HashSet::new(),
+        };
+        sink.write(&Record::AuxtraceInfo(AuxtraceInfo {
+            kind: auxtrace_type::INTEL_PT,
+            private: AuxtracePrivate::IntelPt(info.clone()),
+        }))?;
+        sink.write(&Record::TimeConv(TimeConv {
+            time_shift: info.time_shift,
+            time_mult: info.time_mult,
+            time_zero: info.time_zero,
+            ext: Some(TimeConvExt {
+                time_cycles: 0,
+                time_mask: 0,
+                cap_user_time_zero: true,
+                cap_user_time_short: false,
+            }),
+        }))?;
+        sink.write(&Record::FinishedInit)?;
+        Ok(sink)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The AUXTRACE_INFO written.
+    pub fn info(&self) -> &IntelPtInfo {
+        &self.info
+    }
+
+    fn writer(&mut self) -> Result<&mut PerfFileWriter<File>, String> {
+        let p = self.path.display().to_string();
+        self.w
+            .as_mut()
+            .ok_or_else(|| format!("{p}: the recording has finished"))
+    }
+
+    fn write(&mut self, r: &Record<'_>) -> Result<(), String> {
+        let p = self.path.display().to_string();
+        self.writer()?
+            .write(r)
+            .map(|_| ())
+            .map_err(|e| format!("{p}: {e}"))
+    }
+
+    fn perf_time(&self, tsc: u64) -> Option<u64> {
+        self.time.then(|| self.info.tsc_to_perf_time(tsc))
+    }
+
+    fn sid(&self, t: ThreadId, id: u64, tsc: u64) -> SampleId {
+        SampleId {
+            pid: Some(t.pid),
+            tid: Some(t.tid),
+            time: self.perf_time(tsc),
+            id: Some(id),
+            ..Default::default()
+        }
+    }
+
+    /// Writes a thread's pending AUX data: the kernel's AUX record, then
+    /// perf's AUXTRACE copy of the data.
+    fn flush(&mut self, t: ThreadId) -> Result<(), String> {
+        let Some(a) = self.areas.get_mut(&t) else {
+            return Ok(());
+        };
+        if a.pending.is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::take(&mut a.pending);
+        let (idx, pos, tsc) = (a.idx, a.pos, a.last_tsc);
+        a.pos += data.len() as u64;
+        let sample_id = self.sid(t, PT_ID, tsc);
+        self.write(&Record::Aux(Aux {
+            misc: 0,
+            aux_offset: pos,
+            aux_size: data.len() as u64,
+            flags: AuxFlags(0),
+            sample_id,
+        }))?;
+        self.write(&Record::Auxtrace(Auxtrace {
+            offset: pos,
+            reference: tsc,
+            idx,
+            tid: t.tid,
+            cpu: u32::MAX,
+            data: &data,
+        }))?;
+        if let Some(a) = self.areas.get_mut(&t) {
+            // Keep the allocation for the next data.
+            a.pending = data;
+            a.pending.clear();
+        }
+        Ok(())
+    }
+
+    fn flush_all(&mut self) -> Result<(), String> {
+        for t in self.order.clone() {
+            self.flush(t)?;
+        }
+        Ok(())
+    }
+
+    /// The file an executable mapping is read from in perf: its own path,
+    /// `[vdso]`, or a dump beside the perf.data for code in no file.
+    fn map_file(&mut self, pid: u32, m: &Mapping) -> Option<(String, u64)> {
+        // Not a mapping of the process (the kernel's emulated page): the
+        // kernel has no MMAP2 for it.
+        if m.path == "[vsyscall]" {
+            return None;
+        }
+        if m.path == "[vdso]" {
+            if !self.vdsos.contains(&(pid, m.start, m.end)) {
+                self.vdsos.push((pid, m.start, m.end));
+            }
+            return Some((m.path.clone(), 0));
+        }
+        if m.path.starts_with('/') && Path::new(&m.path).is_file() {
+            if !self.looked_up.contains(&m.path) {
+                self.looked_up.insert(m.path.clone());
+                if let Some(b) = std::fs::read(&m.path).ok().and_then(|d| build_id_of(&d)) {
+                    self.build_ids.insert(m.path.clone(), b);
+                }
+            }
+            return Some((m.path.clone(), m.offset));
+        }
+        let path = self.debug.join("anon").join(format!("{pid}-{:x}", m.start));
+        if !self.dumps.iter().any(|d| d.path == path) {
+            self.dumps.push(Dump {
+                pid,
+                start: m.start,
+                end: m.end,
+                path: path.clone(),
+            });
+        }
+        Some((path.display().to_string(), 0))
+    }
+
+    /// Writes the code in no file that the memory holds now: dumps and the
+    /// vDSO's build-id cache entry.
+    fn write_code(&mut self, memory: ProcessMemory<'_>) -> Result<(), String> {
+        for d in &self.dumps {
+            let Some(mem) = memory(d.pid) else { continue };
+            let Some(bytes) = read_range(mem, d.start, d.end) else {
+                continue;
+            };
+            if let Some(dir) = d.path.parent() {
+                std::fs::create_dir_all(dir).map_err(io(dir))?;
+            }
+            std::fs::write(&d.path, &bytes).map_err(io(&d.path))?;
+        }
+        if self.vdsos.is_empty() {
+            return Ok(());
+        }
+        // Every process maps the same vDSO: merge the pages each one ran.
+        let size = self
+            .vdsos
+            .iter()
+            .map(|v| v.2 - v.1)
+            .max()
+            .unwrap_or(0)
+            .min(1 << 20);
+        let mut merged = vec![0u8; size as usize];
+        let mut any = false;
+        for &(pid, start, end) in &self.vdsos {
+            let Some(mem) = memory(pid) else { continue };
+            let mut page = [0u8; 4096];
+            let mut off = 0;
+            while off < (end - start).min(size) {
+                if mem.read(start + off, &mut page) == page.len() {
+                    merged[off as usize..off as usize + 4096].copy_from_slice(&page);
+                    any = true;
+                }
+                off += 4096;
+            }
+        }
+        if !any {
+            return Ok(());
+        }
+        let bid = build_id_of(&merged).unwrap_or_else(|| hashed_build_id(&merged));
+        let h = hex(bid.as_bytes());
+        if self.build_ids.get("[vdso]") != Some(&bid) {
+            if let Some(old) = self.build_ids.insert("[vdso]".into(), bid) {
+                // A fuller merge replaces the entry of an earlier checkpoint.
+                let oh = hex(old.as_bytes());
+                let _ = std::fs::remove_dir_all(self.debug.join("[vdso]").join(&oh));
+                let _ = std::fs::remove_file(
+                    self.debug.join(".build-id").join(&oh[..2]).join(&oh[2..]),
+                );
+            }
+        }
+        let dir = self.debug.join("[vdso]").join(&h);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let file = dir.join("vdso");
+        std::fs::write(&file, &merged).map_err(io(&file))?;
+        let links = self.debug.join(".build-id").join(&h[..2]);
+        std::fs::create_dir_all(&links).map_err(io(&links))?;
+        let link = links.join(&h[2..]);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("../../[vdso]").join(&h), &link)
+                .map_err(io(&link))?;
+        }
+        Ok(())
+    }
+
+    fn set_build_ids(&mut self) -> Result<(), String> {
+        let entries = self
+            .build_ids
+            .iter()
+            .map(|(name, id)| BuildIdEntry {
+                misc: misc::USER | misc::BUILD_ID_SIZE,
+                pid: -1,
+                build_id: *id,
+                filename: name.as_bytes().to_vec(),
+            })
+            .collect();
+        self.writer()?.set_feature(Feature::BuildId(entries));
+        Ok(())
+    }
+
+    fn take_snapshot(&mut self, tsc: u64) -> Result<(), String> {
+        let Some(opts) = self.snapshot else {
+            return Ok(());
+        };
+        for t in self.order.clone() {
+            let Some(a) = self.areas.get_mut(&t) else {
+                continue;
+            };
+            let idx = a.idx;
+            let Some((offset, data)) = a.ring.as_mut().and_then(|r| r.snapshot(opts.size)) else {
+                continue;
+            };
+            let sample_id = self.sid(t, PT_ID, tsc);
+            self.write(&Record::Aux(Aux {
+                misc: 0,
+                aux_offset: offset,
+                aux_size: data.len() as u64,
+                flags: AuxFlags(AuxFlags::OVERWRITE),
+                sample_id,
+            }))?;
+            self.write(&Record::Auxtrace(Auxtrace {
+                offset,
+                reference: tsc,
+                idx,
+                tid: t.tid,
+                cpu: u32::MAX,
+                data: &data,
+            }))?;
+        }
+        self.write(&Record::FinishedRound)
+    }
+}
+
+/// The bytes of `[start, end)` (at most 16 MiB) the memory holds; None if
+/// it holds none of them.
+fn read_range(mem: &crate::exec::CodeMemory, start: u64, end: u64) -> Option<Vec<u8>> {
+    let len = usize::try_from(end.wrapping_sub(start)).ok()?.min(1 << 24);
+    let mut bytes = vec![0u8; len];
+    let mut any = false;
+    let mut a = 0;
+    while a < len {
+        let n = (len - a).min(4096);
+        any |= mem.read(start + a as u64, &mut bytes[a..a + n]) > 0;
+        a += n;
+    }
+    any.then_some(bytes)
+}
+
+/// AUXTRACE_INFO for a simulated recording (see the module docs).
+fn intel_pt_info(
+    pmu: u32,
+    params: &SimParams,
+    snapshot: bool,
+    filters: &[FilterSpec],
+) -> IntelPtInfo {
+    let c = &params.clock;
+    let tsc_hz = u64::from(c.nom_freq) * 100_000_000;
+    let shift = 31;
+    let mut info = IntelPtInfo::new(pmu);
+    info.time_shift = shift;
+    info.time_mult = ((1_000_000_000u128 << shift) / u128::from(tsc_hz.max(1))) as u64;
+    info.time_zero = 0;
+    info.cap_user_time_zero = 1;
+    info.snapshot_mode = u64::from(snapshot);
+    info.per_cpu_mmaps = 0;
+    info.mtc = Some(IntelPtMtc {
+        mtc_bit: pt_config::MTC,
+        mtc_freq_bits: pt_config::MTC_PERIOD_MASK,
+        tsc_ctc_ratio_n: u64::from(c.cpuid_15_ebx),
+        tsc_ctc_ratio_d: u64::from(c.cpuid_15_eax),
+        cyc_bit: pt_config::CYC,
+    });
+    info.max_non_turbo_ratio = Some(u64::from(c.nom_freq));
+    info.filter = Some(FilterSpec::list_to_perf(filters).into_bytes());
+    info
+}
+
+fn prot_flags(m: &Mapping) -> (u32, u32) {
+    let p = m.perms;
+    let prot = u32::from(p.read) | u32::from(p.write) << 1 | u32::from(p.exec) << 2;
+    let flags = if p.shared { 1 } else { 2 };
+    (prot, flags)
+}
+
+impl RecordSink for PerfDataSink {
+    fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), String> {
+        let idx = self.order.len() as u32;
+        self.order.push(start.id);
+        self.areas.insert(
+            start.id,
+            Area {
+                idx,
+                pos: 0,
+                pending: Vec::new(),
+                last_tsc: start.tsc,
+                ring: self.snapshot.map(|s| Ring::new(s.aux_size)),
+            },
+        );
+        let sample_id = self.sid(start.id, PT_ID, start.tsc);
+        self.write(&Record::ItraceStart(ItraceStart {
+            misc: 0,
+            pid: start.id.pid,
+            tid: start.id.tid,
+            sample_id,
+        }))
+    }
+
+    fn trace(&mut self, thread: ThreadId, bytes: &[u8], tsc: u64) -> Result<(), String> {
+        let Some(a) = self.areas.get_mut(&thread) else {
+            return Err(format!(
+                "trace bytes of thread {thread}, which has no trace"
+            ));
+        };
+        a.last_tsc = tsc;
+        if let Some(r) = &mut a.ring {
+            r.push(bytes);
+            return Ok(());
+        }
+        a.pending.extend_from_slice(bytes);
+        if a.pending.len() >= FLUSH_AT {
+            self.flush(thread)?;
+        }
+        Ok(())
+    }
+
+    fn lost(&mut self, thread: ThreadId, _size: u64, tsc: u64) -> Result<(), String> {
+        self.flush(thread)?;
+        let Some(a) = self.areas.get(&thread) else {
+            return Ok(());
+        };
+        let pos = a.pos;
+        let sample_id = self.sid(thread, PT_ID, tsc);
+        self.write(&Record::Aux(Aux {
+            misc: 0,
+            aux_offset: pos,
+            aux_size: 0,
+            flags: AuxFlags(AuxFlags::TRUNCATED),
+            sample_id,
+        }))
+    }
+
+    fn task_event(&mut self, event: &Timed) -> Result<(), String> {
+        // The trace before the event goes first (see the module docs).
+        self.flush_all()?;
+        let tsc = event.tsc;
+        match &event.event {
+            TaskEvent::Comm { thread, comm, .. } => {
+                let sample_id = self.sid(*thread, TRACK_ID, tsc);
+                self.write(&Record::Comm(Comm {
+                    misc: misc::COMM_EXEC,
+                    pid: thread.pid,
+                    tid: thread.tid,
+                    comm: comm.as_str().into(),
+                    sample_id,
+                }))?;
+            }
+            TaskEvent::Mmap { thread, mapping: m } => {
+                let Some((name, pgoff)) = self.map_file(thread.pid, m) else {
+                    return Ok(());
+                };
+                let file = std::fs::metadata(&name)
+                    .ok()
+                    .filter(|_| name.starts_with('/'))
+                    .map(|md| Mmap2File::Inode {
+                        maj: libc::major(md.dev()),
+                        min: libc::minor(md.dev()),
+                        ino: md.ino(),
+                        ino_generation: 0,
+                    })
+                    .unwrap_or(Mmap2File::Inode {
+                        maj: 0,
+                        min: 0,
+                        ino: 0,
+                        ino_generation: 0,
+                    });
+                let (prot, flags) = prot_flags(m);
+                let sample_id = self.sid(*thread, TRACK_ID, tsc);
+                self.write(&Record::Mmap2(Mmap2 {
+                    misc: misc::USER,
+                    pid: thread.pid,
+                    tid: thread.tid,
+                    start: m.start,
+                    len: m.end - m.start,
+                    pgoff,
+                    file,
+                    prot,
+                    flags,
+                    filename: name.as_str().into(),
+                    sample_id,
+                }))?;
+            }
+            TaskEvent::Image { .. } => {}
+            TaskEvent::Fork { parent, child, .. } => {
+                self.parent.insert(*child, *parent);
+                let sample_id = self.sid(*parent, TRACK_ID, tsc);
+                let time = self.info.tsc_to_perf_time(tsc);
+                self.write(&Record::Fork(Task {
+                    misc: 0,
+                    pid: child.pid,
+                    ppid: parent.pid,
+                    tid: child.tid,
+                    ptid: parent.tid,
+                    time: if self.time { time } else { 0 },
+                    sample_id,
+                }))?;
+            }
+            TaskEvent::Exit { thread, how } => {
+                // A thread the recording stopped is alive: perf has no EXIT for it.
+                if how.is_none() {
+                    return Ok(());
+                }
+                let parent = self.parent.get(thread).copied().unwrap_or(*thread);
+                let sample_id = self.sid(*thread, TRACK_ID, tsc);
+                let time = self.info.tsc_to_perf_time(tsc);
+                self.write(&Record::Exit(Task {
+                    misc: 0,
+                    pid: thread.pid,
+                    ppid: parent.pid,
+                    tid: thread.tid,
+                    ptid: parent.tid,
+                    time: if self.time { time } else { 0 },
+                    sample_id,
+                }))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, tsc: u64) -> Result<(), String> {
+        self.take_snapshot(tsc)?;
+        // On disk at once, as perf record writes a snapshot when it is
+        // taken: a recording killed later keeps it.
+        let p = self.path.display().to_string();
+        self.writer()?.checkpoint().map_err(|e| format!("{p}: {e}"))
+    }
+
+    fn checkpoint(&mut self, memory: ProcessMemory<'_>, _tsc: u64) -> Result<(), String> {
+        self.flush_all()?;
+        self.write(&Record::FinishedRound)?;
+        self.write_code(memory)?;
+        self.set_build_ids()?;
+        let p = self.path.display().to_string();
+        self.writer()?.checkpoint().map_err(|e| format!("{p}: {e}"))
+    }
+
+    fn finish(
+        &mut self,
+        _summary: &RecordSummary,
+        memory: ProcessMemory<'_>,
+        tsc: u64,
+    ) -> Result<(), String> {
+        self.flush_all()?;
+        if self.snapshot.is_some_and(|s| s.on_exit) {
+            self.take_snapshot(tsc)?;
+        } else {
+            self.write(&Record::FinishedRound)?;
+        }
+        self.write_code(memory)?;
+        self.set_build_ids()?;
+        let p = self.path.display().to_string();
+        let w = self
+            .w
+            .take()
+            .ok_or_else(|| format!("{p}: the recording has finished"))?;
+        w.finish().map_err(|e| format!("{p}: {e}"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_follow_perfs_reader() {
+        let mut r = Ring::new(8192);
+        assert_eq!(r.snapshot(8192), None);
+        r.push(&[1; 100]);
+        // Not wrapped: what came since the start.
+        let (off, d) = r.snapshot(8192).unwrap();
+        assert_eq!((off, d.len()), (0, 100));
+        assert_eq!(r.snapshot(8192), None);
+        r.push(&[2; 50]);
+        let (off, d) = r.snapshot(8192).unwrap();
+        assert_eq!((off, d), (100, vec![2; 50]));
+        // Wrapped: the whole ring, oldest first, at the ring position it starts at.
+        r.push(&[3; 9000]);
+        let (off, d) = r.snapshot(8192).unwrap();
+        let head = (150 + 9000) % 8192;
+        assert_eq!(off, head);
+        assert_eq!(d.len(), 8192);
+        assert!(d.iter().all(|&b| b == 3));
+        // Limited to the snapshot size: the newest bytes.
+        r.push(&[4; 10]);
+        let (_, d) = r.snapshot(16).unwrap();
+        assert_eq!(&d[6..], &[4; 10]);
+        assert_eq!(&d[..6], &[3; 6]);
+    }
+
+    #[test]
+    fn perfs_snapshot_sizes() {
+        assert_eq!(SnapshotOptions::perf(0, false).aux_size, 4 << 20);
+        let s = SnapshotOptions::perf(10000, true);
+        assert_eq!((s.aux_size, s.size, s.on_exit), (16384, 10000, true));
+    }
+}
