@@ -22,55 +22,22 @@
 
 use std::collections::HashMap;
 
-/// perf's sample flags (`PERF_IP_FLAG_*`).
-///
-/// Their owner is to be `ptperf::sample::flags` (`ptperf script`'s samples);
-/// these go once that is merged, with [`flags::BRANCH_MASK`] moving there.
-pub mod flags {
-    /// A branch.
-    pub const BRANCH: u32 = 1 << 0;
-    /// A call.
-    pub const CALL: u32 = 1 << 1;
-    /// A return.
-    pub const RETURN: u32 = 1 << 2;
-    /// A conditional branch.
-    pub const CONDITIONAL: u32 = 1 << 3;
-    /// A system call or return from one.
-    pub const SYSCALLRET: u32 = 1 << 4;
-    /// Asynchronous (an interrupt, an exception).
-    pub const ASYNC: u32 = 1 << 5;
-    /// An interrupt.
-    pub const INTERRUPT: u32 = 1 << 6;
-    /// A transaction abort.
-    pub const TX_ABORT: u32 = 1 << 7;
-    /// Tracing begins.
-    pub const TRACE_BEGIN: u32 = 1 << 8;
-    /// Tracing ends.
-    pub const TRACE_END: u32 = 1 << 9;
-    /// In a transaction.
-    pub const IN_TX: u32 = 1 << 10;
-    /// VM entry.
-    pub const VMENTRY: u32 = 1 << 11;
-    /// VM exit.
-    pub const VMEXIT: u32 = 1 << 12;
-    /// Interrupts disabled.
-    pub const INTR_DISABLE: u32 = 1 << 13;
-    /// Interrupts toggled.
-    pub const INTR_TOGGLE: u32 = 1 << 14;
-    /// The bits that say what kind of branch a sample is (`samples.branch_type`).
-    pub const BRANCH_MASK: u32 = BRANCH
-        | CALL
-        | RETURN
-        | CONDITIONAL
-        | SYSCALLRET
-        | ASYNC
-        | INTERRUPT
-        | TX_ABORT
-        | TRACE_BEGIN
-        | TRACE_END
-        | VMENTRY
-        | VMEXIT;
-}
+use crate::sample::flags;
+
+/// The flag bits that say what kind of branch a sample is (perf's
+/// `PERF_IP_FLAG_BRANCH_MASK`: `samples.branch_type`).
+pub const BRANCH_MASK: u32 = flags::BRANCH
+    | flags::CALL
+    | flags::RETURN
+    | flags::CONDITIONAL
+    | flags::SYSCALLRET
+    | flags::ASYNC
+    | flags::INTERRUPT
+    | flags::TX_ABORT
+    | flags::TRACE_BEGIN
+    | flags::TRACE_END
+    | flags::VMENTRY
+    | flags::VMEXIT;
 
 /// `calls.flags`: the call was not seen.
 pub const NO_CALL: u32 = 1 << 0;

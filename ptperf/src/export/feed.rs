@@ -1,20 +1,14 @@
-//! Where the exported samples come from: a perf.data decoded by pt-decoder's
-//! perf session, its flow turned into perf's branch samples (`--itrace=b`: one
-//! per taken branch, with trace begin and end), each resolved to its thread,
-//! file and symbol as perf resolves them.
-//!
-//! This is the one place that knows how samples are made; [`Exporter`] only
-//! sees [`ExportSample`]s. When `ptperf script`'s sample synthesis is there,
-//! it replaces [`BranchSamples`] behind [`export_session`].
+//! Where the exported samples come from: a perf.data decoded as perf decodes
+//! it, the branch samples `ptperf script --itrace=b` synthesizes (perf's
+//! intel-pt.c: [`crate::synth`]), each resolved to its thread, file and symbol
+//! as perf resolves them, with the recording's context switches in time
+//! order. [`Exporter`] only sees [`ExportSample`]s.
 
 use std::collections::HashMap;
 
-use pt_decoder::insn::InsnClass;
-use pt_decoder::perf::{Context, MappingKind, PerfItem, Session, Thread};
-use pt_decoder::{Granularity, Item};
+use pt_decoder::perf::{Context, MappingKind, Session, Thread};
 use pt_perf_data::{AttrFlags, EventAttr, PerfFile, Record};
 
-use super::calls::flags;
 use super::{
     ContextSwitch, DsoRef, EventRef, ExportError, ExportSample, Exporter, Loc, Sink, SymRef,
     ThreadRef,
@@ -334,38 +328,6 @@ impl<'s, 'a> Resolver<'s, 'a> {
     }
 }
 
-/// The instruction a branch sample is about, waiting for where it went.
-#[derive(Clone, Copy, Debug)]
-struct Pending {
-    ip: u64,
-    size: u8,
-    class: InsnClass,
-}
-
-/// perf's flags of a branch instruction of `class`.
-fn branch_flags(class: InsnClass) -> Option<u32> {
-    use flags::*;
-    Some(match class {
-        InsnClass::Call => BRANCH | CALL,
-        InsnClass::Return => BRANCH | RETURN,
-        InsnClass::Jump | InsnClass::FarJump => BRANCH,
-        InsnClass::CondJump => BRANCH | CONDITIONAL,
-        // SYSCALL and SYSRET in user-space traces (INT and IRET look alike here).
-        InsnClass::FarCall => BRANCH | CALL | SYSCALLRET,
-        InsnClass::FarReturn => BRANCH | RETURN | SYSCALLRET,
-        _ => return None,
-    })
-}
-
-/// One queue's progress through its flow.
-#[derive(Clone, Copy, Debug, Default)]
-struct QueueState {
-    ctx: Context,
-    pending: Option<Pending>,
-    /// Tracing is off (start, disable, error): the next instruction begins it.
-    begin: bool,
-}
-
 /// A branch sample, before resolution.
 #[derive(Clone, Copy, Debug)]
 struct Raw {
@@ -468,67 +430,18 @@ fn switches(perf: &PerfFile<'_>) -> Vec<SwitchRec> {
     v
 }
 
-/// perf's branch samples of a decoded session, fed to an exporter.
-pub struct BranchSamples<'s, 'a> {
+/// Where samples are resolved and handed to the exporter, with the context
+/// switches between them in time order.
+struct Feed<'s, 'a> {
     res: Resolver<'s, 'a>,
     name: String,
     /// Context switches not yet exported (perf exports them in time order
     /// with the samples).
     switches: std::collections::VecDeque<SwitchRec>,
-    queues: Vec<QueueState>,
     stats: FeedStats,
 }
 
-impl<'s, 'a> BranchSamples<'s, 'a> {
-    /// Samples of `session`; the event is named `name`.
-    pub fn new(session: &'s Session<'a>, name: String) -> Self {
-        BranchSamples {
-            res: Resolver::new(session),
-            name,
-            switches: Default::default(),
-            queues: vec![
-                QueueState {
-                    begin: true,
-                    ..Default::default()
-                };
-                session.queues().len()
-            ],
-            stats: FeedStats::default(),
-        }
-    }
-
-    /// Decodes every queue (in time order where the recording is timed, else
-    /// in perf's timeless order) and exports the samples.
-    pub fn run<S: Sink>(mut self, ex: &mut Exporter<S>) -> Result<FeedStats, ExportError> {
-        let session = self.res.session;
-        let cfg = |b: pt_decoder::DecoderBuilder<'s>| b.granularity(Granularity::Instructions);
-        if session.is_timed() {
-            let all: Vec<usize> = (0..session.queues().len()).collect();
-            let mut dec = session.timed_decoder(&all, cfg);
-            while let Some((q, item)) = dec.next() {
-                let time = dec.queues()[q].time();
-                let off = |o: u64| dec.queues()[q].file_offset(o);
-                let problem = self.item(ex, q, item, time, off)?;
-                if let Some(p) = problem {
-                    self.stats.problems.push(p);
-                }
-            }
-        } else {
-            for &q in session.timeless_order() {
-                let mut dec = session.decoder(q).configure(cfg);
-                while let Some(item) = dec.next() {
-                    let time = dec.time();
-                    let problem = self.item(ex, q, item, time, |o| dec.file_offset(o))?;
-                    if let Some(p) = problem {
-                        self.stats.problems.push(p);
-                    }
-                }
-            }
-        }
-        self.switches_until(ex, u64::MAX)?;
-        Ok(self.stats)
-    }
-
+impl Feed<'_, '_> {
     /// Exports the context switches up to `time`.
     fn switches_until<S: Sink>(
         &mut self,
@@ -563,140 +476,18 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
         Ok(())
     }
 
-    /// One item of queue `q`; returns a problem to report.
-    fn item<S: Sink>(
+    /// Exports one branch sample of the thread `ctx` names; `ipc`: its
+    /// instruction and cycle counts (perf's, where the trace has cycles).
+    fn export<S: Sink>(
         &mut self,
         ex: &mut Exporter<S>,
-        q: usize,
-        item: PerfItem,
-        time: Option<u64>,
-        file_offset: impl Fn(u64) -> Option<u64>,
-    ) -> Result<Option<String>, ExportError> {
-        use pt_decoder::EventKind as E;
-        match item {
-            PerfItem::Context(c) => self.queues[q].ctx = c,
-            PerfItem::Decoded(Item::Insn(i)) => {
-                self.stats.insns += 1;
-                let st = &mut self.queues[q];
-                let prev = st.pending.take();
-                let ip = i.insn.ip;
-                let raw = if st.begin {
-                    st.begin = false;
-                    Some(Raw {
-                        ip: 0,
-                        addr: ip,
-                        flags: flags::BRANCH | flags::TRACE_BEGIN,
-                        insn_len: 0,
-                    })
-                } else {
-                    prev.and_then(|p| {
-                        let f = branch_flags(p.class)?;
-                        let fall = p.ip.wrapping_add(u64::from(p.size));
-                        (p.class != InsnClass::CondJump || ip != fall).then_some(Raw {
-                            ip: p.ip,
-                            addr: ip,
-                            flags: f,
-                            insn_len: p.size,
-                        })
-                    })
-                };
-                if let Some(r) = raw {
-                    self.emit(ex, q, r, time)?;
-                }
-                let st = &mut self.queues[q];
-                if let Some(class) = i.insn.class {
-                    st.pending = Some(Pending {
-                        ip,
-                        size: i.insn.size,
-                        class,
-                    });
-                }
-            }
-            PerfItem::Decoded(Item::Event(e)) => match e.event.kind {
-                E::Disabled { .. } | E::AsyncDisabled { .. } | E::Stop => {
-                    let st = &mut self.queues[q];
-                    let prev = st.pending.take();
-                    let was_on = !st.begin;
-                    st.begin = true;
-                    let raw = match (e.event.kind, prev) {
-                        // Disabled where the FUP says (an interrupt, a switch): from
-                        // the instruction not yet executed.
-                        (E::AsyncDisabled { at, .. }, _) => Some(Raw {
-                            ip: at,
-                            addr: 0,
-                            flags: flags::BRANCH | flags::ASYNC | flags::TRACE_END,
-                            insn_len: 0,
-                        }),
-                        (_, Some(p)) => Some(Raw {
-                            ip: p.ip,
-                            addr: 0,
-                            flags: branch_flags(p.class).unwrap_or(flags::BRANCH)
-                                | flags::TRACE_END,
-                            insn_len: p.size,
-                        }),
-                        _ => None,
-                    };
-                    if let (Some(r), true) = (raw, was_on) {
-                        self.emit(ex, q, r, time)?;
-                    }
-                }
-                E::AsyncBranch { from, to } => {
-                    let st = &mut self.queues[q];
-                    st.pending = None;
-                    if !st.begin {
-                        let r = Raw {
-                            ip: from,
-                            addr: to,
-                            flags: flags::BRANCH | flags::ASYNC,
-                            insn_len: 0,
-                        };
-                        self.emit(ex, q, r, time)?;
-                    }
-                }
-                E::Overflow { .. } => {
-                    let st = &mut self.queues[q];
-                    st.pending = None;
-                    st.begin = true;
-                }
-                _ => {}
-            },
-            PerfItem::Decoded(Item::Error(e)) => {
-                let st = &mut self.queues[q];
-                st.pending = None;
-                st.begin = true;
-                let at = e.offset.and_then(file_offset);
-                return Ok(Some(match at {
-                    Some(at) => format!("queue {q}: {e} (file offset {at:#x})"),
-                    None => format!("queue {q}: {e}"),
-                }));
-            }
-            PerfItem::Decoded(Item::EndOfTrace | Item::Disabled) => {
-                let st = &mut self.queues[q];
-                st.pending = None;
-                st.begin = true;
-            }
-            PerfItem::Lost(l) => {
-                let st = &mut self.queues[q];
-                st.pending = None;
-                st.begin = true;
-                return Ok(Some(format!("queue {q}: {l}")));
-            }
-            PerfItem::NoCode(n) => return Ok(Some(format!("queue {q}: {n}"))),
-            _ => {}
-        }
-        Ok(None)
-    }
-
-    fn emit<S: Sink>(
-        &mut self,
-        ex: &mut Exporter<S>,
-        q: usize,
+        ctx: Context,
         r: Raw,
         time: Option<u64>,
+        ipc: (u64, u64),
     ) -> Result<(), ExportError> {
         self.switches_until(ex, time.unwrap_or(0))?;
-        let st = self.queues[q];
-        let pid = st.ctx.pid;
+        let pid = ctx.pid;
         let from_file = (r.ip != 0)
             .then(|| self.res.file_of(pid, r.ip, time))
             .flatten();
@@ -705,7 +496,7 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
             .flatten();
         let res = &self.res;
         let name = &self.name;
-        let (thread, main_thread) = res.thread(&st.ctx, time);
+        let (thread, main_thread) = res.thread(&ctx, time);
         let s = ExportSample {
             event: EventRef {
                 index: 0,
@@ -716,7 +507,7 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
             },
             thread,
             main_thread,
-            cpu: st.ctx.cpu.map_or(-1, |c| c as i32),
+            cpu: ctx.cpu.map_or(-1, |c| c as i32),
             time: time.unwrap_or(0),
             from: res.loc(r.ip, from_file),
             to: Some(res.loc(r.addr, to_file)),
@@ -729,25 +520,72 @@ impl<'s, 'a> BranchSamples<'s, 'a> {
             insn_len: r.insn_len,
             // perf counts instructions (and cycles) per sample only where the
             // trace has cycle counts (CYC) to give IPC; without, both are 0.
-            insn_cnt: 0,
-            cyc_cnt: 0,
+            insn_cnt: ipc.0,
+            cyc_cnt: ipc.1,
             raw: &[],
             callchain: &[],
         };
         ex.sample(&s)?;
-        self.stats.samples += 1;
         Ok(())
     }
 }
 
-/// Exports the branch samples of `session` (of the recording `perf`) into `ex`.
+/// Exports the branch samples of `session` (of the recording `perf`) into
+/// `ex`: those `ptperf script --itrace=b` synthesizes (perf's intel-pt.c,
+/// [`crate::synth`]), with the recording's context switches.
 pub fn export_session<S: Sink>(
     perf: &PerfFile<'_>,
     session: &Session<'_>,
     ex: &mut Exporter<S>,
 ) -> Result<FeedStats, ExportError> {
     let name = event_name("branches", trace_attr(perf, session));
-    let mut feed = BranchSamples::new(session, name);
-    feed.switches = switches(perf).into();
-    feed.run(ex)
+    let mut feed = Feed {
+        res: Resolver::new(session),
+        name,
+        switches: switches(perf).into(),
+        stats: FeedStats::default(),
+    };
+    let opts = crate::itrace::SynthOpts::parse("b").expect("b is an --itrace option");
+    let mut synth = crate::synth::Synth::new(session, opts);
+    let mut failed = None;
+    let _ = synth.run(&mut |e| match e {
+        crate::synth::Event::Sample(s, _) => {
+            let some = |v: i32| u32::try_from(v).ok();
+            let ctx = Context {
+                pid: some(s.pid),
+                tid: some(s.tid),
+                cpu: some(s.cpu),
+                since: None,
+            };
+            let r = Raw {
+                ip: s.ip,
+                addr: s.addr,
+                flags: s.flags,
+                insn_len: s.insn_len,
+            };
+            match feed.export(ex, ctx, r, s.time, (s.insn_cnt, s.cyc_cnt)) {
+                Ok(()) => {
+                    feed.stats.samples += 1;
+                    std::ops::ControlFlow::Continue(())
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    std::ops::ControlFlow::Break(())
+                }
+            }
+        }
+        crate::synth::Event::Error(t) => {
+            feed.stats.problems.push(format!(
+                "instruction trace error type 1 cpu {} pid {} tid {} ip {:#x} code {}: {}",
+                t.cpu, t.pid, t.tid, t.ip, t.code, t.msg
+            ));
+            std::ops::ControlFlow::Continue(())
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    feed.switches_until(ex, u64::MAX)?;
+    feed.stats.insns = synth.walked();
+    Ok(feed.stats)
 }

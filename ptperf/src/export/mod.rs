@@ -15,8 +15,8 @@
 //!   complete or not at all: into a temporary file renamed at the end;
 //! - [`postgres`] loads a new PostgreSQL database with binary COPY in one
 //!   transaction, dropped again if the load fails;
-//! - [`feed`] is where samples come from: a perf.data decoded by pt-decoder's
-//!   perf session, its flow turned into perf's branch samples;
+//! - [`feed`] is where samples come from: the branch samples `ptperf script`
+//!   synthesizes from a perf.data, as perf's intel-pt.c does;
 //! - [`cli`] is `ptperf export`.
 //!
 //! From a perf.data to a SQLite file with perf's `calls` tables:
@@ -50,7 +50,8 @@ pub mod sqlite;
 pub mod tables;
 pub mod views;
 
-use calls::{flags, Branch, CallPaths, CallReturns, Output, Sym};
+use crate::sample::flags;
+use calls::{Branch, CallPaths, CallReturns, Output, Sym, BRANCH_MASK};
 use pt_decoder::perf::CommChange;
 use tables::{Table, Value, TABLES};
 
@@ -276,7 +277,7 @@ pub struct ExportSample<'a> {
     pub transaction: u64,
     /// Data source.
     pub data_src: u64,
-    /// perf's flags ([`calls::flags`]).
+    /// perf's flags ([`crate::sample::flags`]).
     pub flags: u32,
     /// Length of the instruction at `from.ip`.
     pub insn_len: u8,
@@ -856,7 +857,7 @@ impl<S: Sink> Exporter<S> {
         ];
         self.sample_row(
             &mut v,
-            s.flags & flags::BRANCH_MASK,
+            s.flags & BRANCH_MASK,
             s.flags,
             s.flags & flags::IN_TX != 0,
         )?;
