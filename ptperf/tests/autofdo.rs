@@ -96,6 +96,8 @@ fn llvm_profile_of_a_recorded_clang_program() {
     truth.sort_unstable();
     assert_eq!(counts.insns, truth);
 
+    check_llvm_profgen(&dir, &data, &bin);
+
     let p = LlvmProfile::build(&counts, &modules);
     let mut text = Vec::new();
     p.write_text(&mut text).unwrap();
@@ -190,4 +192,32 @@ fn check_with_llvm(dir: &Path, p: &LlvmProfile, text: &str, want_out: &str) {
         .arg(format!("-fprofile-sample-use={}", merged.display()))
         .arg(source()));
     assert_eq!(run(Command::new(&rebuilt).arg(N.to_string())), want_out);
+}
+
+/// AutoFDO through perf's path: `ptperf inject --itrace=i…usle` (instruction
+/// samples with branch stacks, as perf inject writes them) read by
+/// llvm-profgen `--perfdata` (which runs perf script on it). The period is
+/// 1 µs: the simulated run lasts well under a millisecond, where perf's usual
+/// i100us would sample nothing (perf inject's own output alike).
+fn check_llvm_profgen(dir: &Path, data: &Path, bin: &Path) {
+    let profgen = pt_testkit::tool("llvm-profgen-14", "llvm-14");
+    let injected = dir.join("injected.data");
+    run(Command::new(env!("CARGO_BIN_EXE_ptperf"))
+        .args(["inject", "--itrace=i1usle", "-i"])
+        .arg(data)
+        .arg("-o")
+        .arg(&injected));
+    let prof = dir.join("profgen.prof");
+    run(Command::new(profgen)
+        .arg(format!("--perfdata={}", injected.display()))
+        .arg(format!("--binary={}", bin.display()))
+        .arg(format!("--output={}", prof.display()))
+        .arg("--format=text"));
+    let text = std::fs::read_to_string(&prof).unwrap();
+    // work is the hottest function, called from main.
+    assert!(text.starts_with("work:"), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("main:")) && text.contains(" work:"),
+        "{text}"
+    );
 }
