@@ -15,6 +15,8 @@
 //! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
 //!   byte for byte as perf prints and writes them; [`symbols`] finds the names
 //!   perf gives addresses.
+//! - [`export`]: samples into SQLite or PostgreSQL with perf's schema.
+//! - [`profile_llvm`]: LLVM sample profiles (AutoFDO) of a decoded flow.
 //!
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
@@ -22,9 +24,11 @@
 pub mod code;
 pub mod damage;
 pub mod decode;
+pub mod export;
 pub mod inject;
 pub mod itrace;
 pub mod profile;
+pub mod profile_llvm;
 pub mod progress;
 pub mod record;
 mod record_check;
