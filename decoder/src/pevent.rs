@@ -538,6 +538,8 @@ pub struct SbSession<'f, 'a> {
     next: Vec<(u64, usize, PeventRecord<'a>)>,
     /// Errors met while fetching, to be printed with the next dump.
     errors: Vec<PeventError>,
+    /// Files that stopped at an error (libipt removes their decoders).
+    failed: Vec<bool>,
 }
 
 impl<'f, 'a> SbSession<'f, 'a> {
@@ -548,6 +550,7 @@ impl<'f, 'a> SbSession<'f, 'a> {
             iters: files.iter().map(|f| f.records()).collect(),
             next: Vec::new(),
             errors: Vec::new(),
+            failed: vec![false; files.len()],
         };
         // libipt adds the files last to first, each before those of the same time.
         for i in (0..files.len()).rev() {
@@ -564,7 +567,10 @@ impl<'f, 'a> SbSession<'f, 'a> {
                 let at = self.next.partition_point(|&(t, _, _)| t < tsc);
                 self.next.insert(at, (tsc, i, r));
             }
-            Some(Err(e)) => self.errors.push(e),
+            Some(Err(e)) => {
+                self.errors.push(e);
+                self.failed[i] = true;
+            }
             None => {}
         }
     }
@@ -576,12 +582,32 @@ impl<'f, 'a> SbSession<'f, 'a> {
 
     /// Takes the next record if its TSC is at most `tsc`, with its file.
     pub fn take(&mut self, tsc: u64) -> Option<(&'f PeventFile<'a>, PeventRecord<'a>)> {
+        self.take_indexed(tsc).map(|(i, r)| (&self.files[i], r))
+    }
+
+    /// Like [`Self::take`], with the file's index (in the order given to [`Self::new`]).
+    pub fn take_indexed(&mut self, tsc: u64) -> Option<(usize, PeventRecord<'a>)> {
         if self.next.first().is_none_or(|&(t, _, _)| t > tsc) {
             return None;
         }
         let (_, i, r) = self.next.remove(0);
         self.fetch(i);
-        Some((&self.files[i], r))
+        Some((i, r))
+    }
+
+    /// The files, in the order given to [`Self::new`].
+    pub fn files(&self) -> &'f [PeventFile<'a>] {
+        self.files
+    }
+
+    /// Whether file `i` has a record still to take.
+    pub fn has_next(&self, i: usize) -> bool {
+        self.next.iter().any(|&(_, f, _)| f == i)
+    }
+
+    /// Whether file `i` stopped at an error (its records end there).
+    pub fn failed(&self, i: usize) -> bool {
+        self.failed.get(i).copied().unwrap_or(false)
     }
 
     /// Errors met so far (a file stops at its first), taken.

@@ -11,6 +11,7 @@ use pt_decoder::flow::FlowOptions;
 use pt_decoder::image::{Image, LoadError};
 
 use super::perf::PerfArgs;
+use pt_decoder::pevent::SbOptions;
 use super::{Options, Stats};
 
 pub(super) const HELP: &str = "usage: {prog} [<options>]
@@ -85,6 +86,15 @@ You must specify at least one binary or ELF file (--raw|--elf).
 You must specify exactly one processor trace file (--pt).
 ";
 
+/// ptxed's side-band options beyond ptdump's.
+const SB_HELP_PTXED: &str = "  --sb:switch               print the new image name on context switches.
+  --pevent:kernel-start <val> the start address of the kernel.
+  --pevent:sysroot <path>   prepend <path> to sideband filenames.
+  --pevent:vdso-x64 <file>  use <file> as 64-bit vdso.
+  --pevent:vdso-x32 <file>  use <file> as x32 vdso.
+  --pevent:vdso-ia32 <file> use <file> as 32-bit vdso.
+";
+
 /// What the command line asked for.
 pub(super) struct Setup {
     pub opts: Options,
@@ -96,6 +106,8 @@ pub(super) struct Setup {
     pub trace: Option<TraceFile>,
     /// The perf.data options (`--perf*`).
     pub perf: PerfArgs,
+    /// libipt's side-band options (`--sb:*`, `--pevent:*`).
+    pub sb: SbOptions,
 }
 
 pub(super) enum Parsed {
@@ -176,6 +188,7 @@ struct Parser<'a> {
     cpu: Option<Cpu>,
     verbose: bool,
     perf: PerfArgs,
+    sb: SbOptions,
 }
 
 impl<'a> Parser<'a> {
@@ -215,6 +228,9 @@ impl<'a> Parser<'a> {
             match arg {
                 "--help" | "-h" => {
                     let _ = out.write_all(HELP.replace("{prog}", prog).as_bytes());
+                    let _ = out.write_all(b"\nside-band:\n");
+                    let _ = out.write_all(pt_decoder::pevent::SB_HELP.as_bytes());
+                    let _ = out.write_all(SB_HELP_PTXED.as_bytes());
                     let _ = out.write_all(b"\nperf.data:\n");
                     let _ = out.write_all(super::perf::HELP.as_bytes());
                     return Ok(false);
@@ -366,6 +382,13 @@ impl<'a> Parser<'a> {
                 "--block:show-blocks" => self.opts.show_blocks = true,
                 "--block:end-on-call" => self.flow.end_on_call = true,
                 "--block:end-on-jump" => self.flow.end_on_jump = true,
+                _ if SbOptions::takes(arg).is_some() => {
+                    let value = match SbOptions::takes(arg) {
+                        Some(true) => Some(self.value(arg)?),
+                        _ => None,
+                    };
+                    self.sb.set(arg, value).map_err(ArgError::Perf)?;
+                }
                 _ if PerfArgs::takes(arg).is_some() => {
                     let value = match PerfArgs::takes(arg) {
                         Some(true) => Some(self.value(arg)?),
@@ -419,6 +442,7 @@ pub(super) fn parse_args(
         cpu: None,
         verbose: false,
         perf: PerfArgs::default(),
+        sb: SbOptions::default(),
     };
     let done = match p.parse(out, err) {
         Ok(true) => match p.trace.take() {
@@ -444,6 +468,7 @@ pub(super) fn parse_args(
         keep_tcal,
         image,
         perf,
+        sb,
         ..
     } = p;
     if opts.print_stats && !stats.want_insn && !stats.want_blocks {
@@ -463,5 +488,6 @@ pub(super) fn parse_args(
         image,
         trace,
         perf,
+        sb,
     }))
 }

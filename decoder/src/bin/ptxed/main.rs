@@ -8,12 +8,15 @@ use pt_decoder::flow::{Block, InsnInfo};
 use pt_decoder::image::Image;
 use pt_decoder::insn;
 use pt_decoder::listing::{Listing, ListingOptions, Syntax};
+use pt_decoder::dump::cli::TraceFile;
 use pt_decoder::packet::recover::ResumeKind;
+use pt_decoder::pevent::PeventFile;
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
 
 mod args;
 mod perf;
+mod sideband;
 
 use args::{parse_args, Parsed};
 
@@ -589,12 +592,34 @@ fn run(prog: &str, args: &[String]) -> i32 {
     let Some(trace) = &setup.trace else {
         return 1;
     };
+    // libipt's side-band files (`--pevent:*`), in the order given.
+    let mut sb_files = Vec::new();
+    for (arg, _, _) in &setup.sb.files {
+        match TraceFile::open(arg) {
+            Ok(f) => sb_files.push(f),
+            Err(e) => {
+                let _ = writeln!(io::stderr(), "{prog}: error loading {arg}: {e}");
+                return 1;
+            }
+        }
+    }
+    let pevents: Vec<_> = sb_files
+        .iter()
+        .zip(&setup.sb.files)
+        .map(|(f, (_, primary, conf))| PeventFile::new(f.path(), f.bytes(), *conf, *primary))
+        .collect();
+    let plan = sideband::Plan::new(&pevents, &setup.sb);
+    let mut sb_out = Vec::new();
+    let mut sb = (!pevents.is_empty())
+        .then(|| sideband::Live::new(&pevents, &plan, &setup.sb, &mut sb_out));
     let stats = setup.stats;
     let mut p = Printer::new(out, setup.opts, &setup.image);
+    let _ = p.out.write_all(&sb_out);
     let opts = setup.opts;
     let count_only = opts.quiet && !opts.check;
-    // Block counts depend on where pieces start: only one thread then.
-    let share = count_only && (opts.insn_decoder || !stats.want_blocks);
+    // Block counts depend on where pieces start, and side-band switches the image
+    // on the way: only one thread then.
+    let share = count_only && (opts.insn_decoder || !stats.want_blocks) && sb.is_none();
     let mut dec = Decoder::builder(trace.bytes(), &setup.image)
         .config(&setup.config)
         .flow(setup.flow)
@@ -652,6 +677,15 @@ fn run(prog: &str, args: &[String]) -> i32 {
                 time = e.event.time.tsc.unwrap_or(0);
                 if !opts.quiet && !e.event.status_update {
                     let _ = p.event(&e.event, e.offset);
+                }
+                if let Some(sb) = &mut sb {
+                    sb_out.clear();
+                    if let Some(v) = sb.event(&e.event, &mut sb_out) {
+                        let image = plan.image(v);
+                        dec.set_image(image);
+                        p.image = image;
+                    }
+                    let _ = p.out.write_all(&sb_out);
                 }
             }
             Item::Error(e) => {
