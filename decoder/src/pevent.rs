@@ -658,6 +658,9 @@ pub struct SbOptions {
     pub sysroot: Option<String>,
     /// `--pevent:vdso-x64/-x32/-ia32` (ptxed).
     pub vdso: [Option<String>; 3],
+    /// `--pevent:kcore FILE[:base]` (ptxed): ELF files of the kernel image every
+    /// process's image starts with.
+    pub kcore: Vec<String>,
 }
 
 impl SbOptions {
@@ -721,7 +724,7 @@ impl SbOptions {
             "--pevent:tsc-offset" => self.config.tsc_offset = num(u64::MAX)?,
             "--pevent:kernel-start" => self.kernel_start = Some(num(u64::MAX)?),
             "--pevent:sysroot" => self.sysroot = Some(v.to_string()),
-            "--pevent:kcore" => {}
+            "--pevent:kcore" => self.kcore.push(v.to_string()),
             "--pevent:vdso-x64" => self.vdso[0] = Some(v.to_string()),
             "--pevent:vdso-x32" => self.vdso[1] = Some(v.to_string()),
             "--pevent:vdso-ia32" => self.vdso[2] = Some(v.to_string()),

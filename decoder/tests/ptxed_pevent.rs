@@ -17,6 +17,32 @@ use pt_testkit::trace::encode as bytes;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Where `kernel.elf` loads.
+const KERNEL: u64 = 0xffff_ffff_8100_0000;
+
+/// An x86-64 ELF executable with one PT_LOAD of 16 nops at [`KERNEL`].
+fn kernel_elf() -> Vec<u8> {
+    let mut e = b"\x7fELF\x02\x01\x01".to_vec();
+    e.resize(16, 0);
+    e.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    e.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    e.extend_from_slice(&1u32.to_le_bytes());
+    e.extend_from_slice(&KERNEL.to_le_bytes()); // entry
+    e.extend_from_slice(&64u64.to_le_bytes()); // phoff
+    e.extend_from_slice(&0u64.to_le_bytes()); // shoff
+    e.extend_from_slice(&0u32.to_le_bytes());
+    for v in [64u16, 56, 1, 64, 0, 0] {
+        e.extend_from_slice(&v.to_le_bytes());
+    }
+    e.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    e.extend_from_slice(&5u32.to_le_bytes()); // R+X
+    for v in [120u64, KERNEL, KERNEL, 16, 16, 1] {
+        e.extend_from_slice(&v.to_le_bytes());
+    }
+    e.extend_from_slice(&[0x90; 16]);
+    e
+}
+
 const TID_TIME: u64 = SampleType::TID | SampleType::TIME;
 
 fn events(sample_type: u64) -> EventTable {
@@ -41,7 +67,15 @@ fn sid(pid: u32, time: u64) -> SampleId {
     }
 }
 
-fn mmap<'a>(cpumode: u16, pid: u32, start: u64, len: u64, pgoff: u64, file: &'a str, time: u64) -> Record<'a> {
+fn mmap<'a>(
+    cpumode: u16,
+    pid: u32,
+    start: u64,
+    len: u64,
+    pgoff: u64,
+    file: &'a str,
+    time: u64,
+) -> Record<'a> {
     Record::Mmap(Mmap {
         misc: cpumode,
         pid,
@@ -209,11 +243,13 @@ fn trace() -> Vec<u8> {
     // pid 1 again, with b.bin at 0x2000 from the secondary file.
     p.extend(run_at(10, 0x2000, 0x2003));
     p.extend(run_at(11, 0x1000, 0x1001));
+    // The kernel (from `--pevent:kcore`, in every process's image).
+    p.extend(run_at(12, KERNEL, KERNEL + 2));
     bytes(&p)
 }
 
 /// The test's files: `trace.pt`, `primary.sb`, `secondary.sb` and the code:
-/// `root/a.bin` (one-byte nops), `root/b.bin` (three-byte moves), `root/c.elf` (an
+/// `kernel.elf`, `root/a.bin` (one-byte nops), `root/b.bin` (three-byte moves), `root/c.elf` (an
 /// x86-64 ELF header, then a jump to the vdso at 0x5000), `vdso64.bin` (nops).
 fn files() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -228,7 +264,11 @@ fn write_files() -> PathBuf {
     let st = TID_TIME | SampleType::CPU;
     std::fs::write(dir.join("secondary.sb"), encode(&secondary(), st)).unwrap();
     std::fs::write(dir.join("root/a.bin"), [0x90u8; 16]).unwrap();
-    let b: Vec<u8> = [0x48u8, 0x89, 0xc0].repeat(5).into_iter().chain([0x90]).collect();
+    let b: Vec<u8> = [0x48u8, 0x89, 0xc0]
+        .repeat(5)
+        .into_iter()
+        .chain([0x90])
+        .collect();
     std::fs::write(dir.join("root/b.bin"), b).unwrap();
     let mut c = vec![0u8; 0x40];
     c[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
@@ -239,6 +279,7 @@ fn write_files() -> PathBuf {
     c.extend_from_slice(&[0x90; 11]);
     std::fs::write(dir.join("root/c.elf"), c).unwrap();
     std::fs::write(dir.join("vdso64.bin"), [0x90u8; 16]).unwrap();
+    std::fs::write(dir.join("kernel.elf"), kernel_elf()).unwrap();
     dir
 }
 
@@ -249,7 +290,10 @@ const SB: &str = "--pevent:sysroot root --pevent:vdso-x64 vdso64.bin \
 /// The runs of this file: flags (with file names relative to the test directory).
 fn cases() -> Vec<(&'static str, String)> {
     vec![
-        ("compact_switch_warn", format!("--sb:switch --sb:warn --sb {SB}")),
+        (
+            "compact_switch_warn",
+            format!("--sb:switch --sb:warn --sb {SB}"),
+        ),
         (
             "offset_filename_time",
             format!("--sb:offset --sb:filename --sb:time --sb:switch {SB}"),
@@ -259,6 +303,10 @@ fn cases() -> Vec<(&'static str, String)> {
             format!("--insn-decoder --sb:verbose --sb:warn --event:time {SB}"),
         ),
         ("images_only", format!("--block:show-blocks {SB}")),
+        (
+            "kcore",
+            format!("--sb:switch --pevent:kcore kernel.elf {SB}"),
+        ),
         (
             "tsc_offset_kernel_start",
             format!(
@@ -299,7 +347,12 @@ fn run(exe: &Path, dir: &Path, flags: &str, libs: bool) -> String {
 /// Ours, with libipt's handling of decode errors (resync at the next PSB, quietly).
 fn ours(flags: &str) -> String {
     let flags = format!("--libipt-resync {flags}");
-    run(Path::new(env!("CARGO_BIN_EXE_ptxed")), &files(), &flags, false)
+    run(
+        Path::new(env!("CARGO_BIN_EXE_ptxed")),
+        &files(),
+        &flags,
+        false,
+    )
 }
 
 fn case(name: &str) -> String {
@@ -325,6 +378,11 @@ fn verbose_insn_decoder() {
 #[test]
 fn images_only() {
     insta::assert_snapshot!(case("images_only"));
+}
+
+#[test]
+fn kcore() {
+    insta::assert_snapshot!(case("kcore"));
 }
 
 #[test]

@@ -11,8 +11,8 @@ use pt_decoder::flow::FlowOptions;
 use pt_decoder::image::{Image, LoadError};
 
 use super::perf::PerfArgs;
-use pt_decoder::pevent::SbOptions;
 use super::{Options, Stats};
+use pt_decoder::pevent::SbOptions;
 
 pub(super) const HELP: &str = "usage: {prog} [<options>]
 
@@ -87,9 +87,11 @@ You must specify exactly one processor trace file (--pt).
 ";
 
 /// ptxed's side-band options beyond ptdump's.
-const SB_HELP_PTXED: &str = "  --sb:switch               print the new image name on context switches.
+const SB_HELP_PTXED: &str =
+    "  --sb:switch               print the new image name on context switches.
   --pevent:kernel-start <val> the start address of the kernel.
   --pevent:sysroot <path>   prepend <path> to sideband filenames.
+  --pevent:kcore <file>     load the kernel from a core dump.
   --pevent:vdso-x64 <file>  use <file> as 64-bit vdso.
   --pevent:vdso-x32 <file>  use <file> as x32 vdso.
   --pevent:vdso-ia32 <file> use <file> as 32-bit vdso.

@@ -2,13 +2,13 @@
 //! image, compatible with libipt's ptxed (options and output).
 
 use pt_decoder::driver::{BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync, SkipItem};
+use pt_decoder::dump::cli::TraceFile;
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
 use pt_decoder::flow::{Block, InsnInfo};
 use pt_decoder::image::Image;
 use pt_decoder::insn;
 use pt_decoder::listing::{Listing, ListingOptions, Syntax};
-use pt_decoder::dump::cli::TraceFile;
 use pt_decoder::packet::recover::ResumeKind;
 use pt_decoder::pevent::PeventFile;
 use pt_encoder::ExecMode;
@@ -608,10 +608,17 @@ fn run(prog: &str, args: &[String]) -> i32 {
         .zip(&setup.sb.files)
         .map(|(f, (_, primary, conf))| PeventFile::new(f.path(), f.bytes(), *conf, *primary))
         .collect();
-    let plan = sideband::Plan::new(&pevents, &setup.sb);
+    let mut kernel = Image::new();
+    for arg in &setup.sb.kcore {
+        if let Err(e) = kernel.add_elf_arg(arg) {
+            let _ = writeln!(io::stderr(), "{prog}: --pevent:kcore {arg}: {e}.");
+            return 1;
+        }
+    }
+    let plan = sideband::Plan::new(&pevents, &setup.sb, kernel);
     let mut sb_out = Vec::new();
-    let mut sb = (!pevents.is_empty())
-        .then(|| sideband::Live::new(&pevents, &plan, &setup.sb, &mut sb_out));
+    let mut sb =
+        (!pevents.is_empty()).then(|| sideband::Live::new(&pevents, &plan, &setup.sb, &mut sb_out));
     let stats = setup.stats;
     let mut p = Printer::new(out, setup.opts, &setup.image);
     let _ = p.out.write_all(&sb_out);

@@ -81,7 +81,7 @@ struct Contexts<'o> {
 }
 
 impl Contexts<'_> {
-    /// The context of `pid`, created with the (empty) kernel image if there is none.
+    /// The context of `pid`, created with the kernel image if there is none.
     fn get(&mut self, pid: u32, step: &mut Step) -> usize {
         if let Some(&c) = self.by_pid.get(&pid) {
             return c;
@@ -248,10 +248,11 @@ impl Contexts<'_> {
 
 impl Plan {
     /// Applies every record of `files` in the session's order.
-    pub(super) fn new(files: &[PeventFile<'_>], opts: &SbOptions) -> Plan {
+    /// Every process's image starts with `kernel` (`--pevent:kcore`).
+    pub(super) fn new(files: &[PeventFile<'_>], opts: &SbOptions, kernel: Image) -> Plan {
         let mut ctx = Contexts {
             opts,
-            images: vec![Image::new()],
+            images: vec![kernel],
             pids: Vec::new(),
             abi: Vec::new(),
             version: Vec::new(),
@@ -405,7 +406,11 @@ impl<'f, 'a, 'p> Live<'f, 'a, 'p> {
         let name = self.session.files()[file].name();
         let severity = if note.error { "error" } else { "warning" };
         out.extend_from_slice(
-            format!("[{name}:{offset:016x} sideband {severity}: {}]\n", note.text).as_bytes(),
+            format!(
+                "[{name}:{offset:016x} sideband {severity}: {}]\n",
+                note.text
+            )
+            .as_bytes(),
         );
     }
 
