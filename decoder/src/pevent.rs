@@ -600,6 +600,11 @@ impl<'f, 'a> SbSession<'f, 'a> {
         self.files
     }
 
+    /// The files with a record still to take, the one to take next first.
+    pub fn pending(&self) -> impl Iterator<Item = usize> + '_ {
+        self.next.iter().map(|&(_, f, _)| f)
+    }
+
     /// Whether file `i` has a record still to take.
     pub fn has_next(&self, i: usize) -> bool {
         self.next.iter().any(|&(_, f, _)| f == i)

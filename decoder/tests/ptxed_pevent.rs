@@ -315,6 +315,13 @@ fn cases() -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            "two_primaries",
+            "--sb --sb:switch --sb:warn --pevent:sysroot root --pevent:vdso-x64 vdso64.bin \
+             --pevent:sample-type 0x6 --pevent:primary primary.sb \
+             --pevent:sample-type 0x86 --pevent:primary secondary.sb"
+                .to_string(),
+        ),
+        (
             "range",
             "--sb --sb:offset --sb:switch --pevent:sample-type 0x6 \
              --pevent:sysroot root --pevent:primary primary.sb:0x258-0x398"
@@ -388,6 +395,11 @@ fn kcore() {
 #[test]
 fn tsc_offset_kernel_start() {
     insta::assert_snapshot!(case("tsc_offset_kernel_start"));
+}
+
+#[test]
+fn two_primaries() {
+    insta::assert_snapshot!(case("two_primaries"));
 }
 
 #[test]

@@ -28,20 +28,21 @@ enum Abi {
     Ia32,
 }
 
-/// The ELF ABI of `path`, if it is an x86 ELF file.
+/// The ELF ABI of `path`, if it is an x86 ELF file (libipt reads the identification
+/// and, for 32-bit files, the whole header for the machine).
 fn elf_abi(path: &str) -> Abi {
-    let mut head = [0u8; 20];
-    let ok = std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok();
-    if !ok || &head[..4] != b"\x7fELF" {
+    let mut head = Vec::with_capacity(52);
+    let read = std::fs::File::open(path).and_then(|f| f.take(52).read_to_end(&mut head));
+    if read.is_err() || head.len() < 16 || &head[..4] != b"\x7fELF" || head[6] != 1 {
         return Abi::Unknown;
     }
-    let machine = u16::from_le_bytes([head[18], head[19]]);
-    match (head[4], machine) {
-        (2, _) => Abi::X64,
-        (1, 62) => Abi::X32,
-        (1, 3) => Abi::Ia32,
+    match head[4] {
+        2 => Abi::X64,
+        1 if head.len() == 52 => match u16::from_le_bytes([head[18], head[19]]) {
+            3 => Abi::Ia32,
+            62 => Abi::X32,
+            _ => Abi::Unknown,
+        },
         _ => Abi::Unknown,
     }
 }
@@ -319,6 +320,8 @@ pub(super) struct Live<'f, 'a, 'p> {
     files: Vec<FileState>,
     /// The context whose image the decoder uses.
     current: Option<usize>,
+    /// Files at their end, the last to end first.
+    retired: Vec<usize>,
     kernel_start: u64,
 }
 
@@ -348,6 +351,7 @@ impl<'f, 'a, 'p> Live<'f, 'a, 'p> {
                 files.len()
             ],
             current: None,
+            retired: Vec::new(),
             kernel_start: opts.kernel_start.unwrap_or(u64::MAX),
         }
     }
@@ -467,10 +471,20 @@ impl<'f, 'a, 'p> Live<'f, 'a, 'p> {
                 }
             }
             self.session.dump_errors(out);
+            if !self.session.has_next(i) {
+                if self.session.failed(i) {
+                    self.files[i].removed = true;
+                } else {
+                    self.retired.insert(0, i);
+                }
+            }
         }
-        // Every file sees the event: postponed switches happen in the kernel.
-        for i in 0..self.files.len() {
-            if self.files[i].removed || self.session.failed(i) {
+        // Every file sees the event, those with records first (in the order of their
+        // next record), then those at their end (the last to end first): postponed
+        // switches happen in the kernel.
+        let order: Vec<usize> = self.session.pending().chain(self.retired.clone()).collect();
+        for i in order {
+            if self.files[i].removed {
                 continue;
             }
             let old = self.files[i].loc;
@@ -478,7 +492,9 @@ impl<'f, 'a, 'p> Live<'f, 'a, 'p> {
             self.files[i].loc = loc;
             if self.files[i].next.is_none() {
                 if !self.session.has_next(i) {
+                    // At its end with nothing pending: done.
                     self.files[i].removed = true;
+                    self.retired.retain(|&r| r != i);
                 }
                 continue;
             }
