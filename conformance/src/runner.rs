@@ -403,6 +403,10 @@ impl Runner {
                 args.extend(rest.iter().cloned());
                 args.extend(cpu_args(cpu));
                 args.extend(info.ptxed_opts.iter().cloned());
+                // The suite expects libipt's error handling, not our recovery.
+                if crate::tools::is_our_ptxed(&program) {
+                    args.push("--libipt-resync".into());
+                }
                 args.extend(["--no-inst".into(), "--check".into(), "--pt".into(), pt]);
                 args.extend(sideband.iter().cloned());
             }

@@ -222,6 +222,23 @@ pub fn locate(kind: ToolKind) -> ToolPath {
     ))
 }
 
+/// Whether the ptxed at `path` is this project's (its `--version` names pt-decoder):
+/// its error handling then must be told to be libipt's (`--libipt-resync`), which
+/// libipt's own ptxed would refuse as an unknown option. Asked once per path.
+pub fn is_our_ptxed(path: &Path) -> bool {
+    static SEEN: Mutex<Vec<(PathBuf, bool)>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, ours)) = seen.iter().find(|(p, _)| p == path) {
+        return ours;
+    }
+    let ours = Command::new(path)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("pt-decoder"));
+    seen.push((path.to_path_buf(), ours));
+    ours
+}
+
 /// The workspace this crate was built from.
 fn workspace_root() -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;

@@ -15,7 +15,18 @@
 //! * [`Item::EndOfTrace`], [`Item::Disabled`]: statuses (the trace ended while
 //!   tracing was on; tracing is off after a resync);
 //! * [`Item::Counts`]: in count-only mode, the instructions (and blocks) passed since
-//!   the last item (at least every 1024 steps, so that a caller sees progress).
+//!   the last item (at least every 1024 steps, so that a caller sees progress);
+//! * [`Item::Skipped`]: after an error, the trace skipped to where decoding goes on.
+//!
+//! After an error the default policy, [`Resync::Recover`], goes on at the nearest
+//! packet from which the flow is known again (a PSB, or an IP packet whose address
+//! is whole, or whose compressed address the image completes and a trial decode up
+//! to the next PSB+ confirms: [`crate::packet::recover`]) and says what it skipped;
+//! it also reports a trace that ends inside a packet and holes (long runs of zero
+//! bytes). [`Resync::NextPsb`] and [`Resync::NextIp`] are libipt's ptxed's ways,
+//! output for output. Under every policy the runaway guard
+//! ([`DecoderBuilder::runaway_limit`]) turns a flow that goes on without using trace
+//! into an error.
 //!
 //! In count-only mode ([`DecoderBuilder::count_only`]) the driver takes warm code
 //! through the block decoder's counting fast path ([`crate::flow::BlockDecoder::skip_blocks`])
@@ -67,8 +78,10 @@ use crate::flow::{
 };
 use crate::image::{CodeError, Image};
 use crate::insn;
+use crate::packet::recover::{self, ResumeKind, ResumePoint};
 use core::ops::ControlFlow;
 use pt_encoder::ExecMode;
+use std::sync::Arc;
 
 pub mod parallel;
 
@@ -89,12 +102,21 @@ pub enum Granularity {
 pub enum Resync {
     /// Synchronize at the next PSB (libipt's ptxed by default). What lies between the
     /// error and that PSB is lost.
-    #[default]
     NextPsb,
     /// Go on at the next point in the event stream where the IP is known again (a
     /// TIP, a FUP of an asynchronous event, an enable), without a PSB where possible;
     /// the events met on the way are reported (libipt's ptxed `--resync-on-error`).
     NextIp,
+    /// Lose as little as can soundly be decoded (the default): go on at the nearest
+    /// packet from which the flow is known without anything before it
+    /// ([`crate::packet::recover`]): an IP packet with a whole address (TIP, TIP.PGE,
+    /// FUP with its TIP) or a PSB; after an error at a PSB+ that contradicts the
+    /// flow, that very PSB. Say what was skipped ([`Item::Skipped`]). Also report
+    /// damage libipt passes over: a trace that ends inside a packet
+    /// ([`ErrorCode::Truncated`]) and holes, long runs of zero bytes
+    /// ([`ErrorCode::Hole`]), which decoding skips.
+    #[default]
+    Recover,
 }
 
 /// A block, with where and when it was decoded.
@@ -136,6 +158,19 @@ pub struct EventItem {
     /// The decoder's position in the trace when the event was taken (libipt's
     /// `pt_blk_get_offset` before `pt_blk_event`; what ptxed prints).
     pub offset: u64,
+}
+
+/// Trace skipped after an error ([`Resync::Recover`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkipItem {
+    /// Where the error left the decoder.
+    pub from: u64,
+    /// Where decoding goes on: the resume point, or the end of the trace. Before
+    /// `from` when decoding goes back to the PSB whose PSB+ the flow did not agree
+    /// with (the flow went wrong before it): nothing is skipped then.
+    pub to: u64,
+    /// What decoding goes on at; `None` at the end of the trace.
+    pub at: Option<ResumePoint>,
 }
 
 /// Which step of the decode loop failed.
@@ -218,6 +253,8 @@ pub enum Item {
     Disabled,
     /// Count-only mode: what was decoded since the last item.
     Counts(Counts),
+    /// After an error, the decoder skipped trace ([`Resync::Recover`]).
+    Skipped(SkipItem),
 }
 
 impl Default for Item {
@@ -272,6 +309,8 @@ struct Settings {
     count_only: bool,
     threads: usize,
     min_piece: u64,
+    /// `None`: [`default_runaway_limit`].
+    runaway_limit: Option<u64>,
 }
 
 /// Builds a [`Decoder`]: [`Decoder::builder`].
@@ -304,9 +343,26 @@ impl<'a> DecoderBuilder<'a> {
         self
     }
 
-    /// Where to go on after an error (default: [`Resync::NextPsb`]).
+    /// Where to go on after an error (default: [`Resync::Recover`]).
     pub fn resync(mut self, resync: Resync) -> Self {
         self.settings.resync = resync;
+        self
+    }
+
+    /// The runaway guard: after this many instructions without using any trace
+    /// (no packet, no TNT bit), the flow is an error ([`ErrorCode::Runaway`]) and
+    /// decoding goes on as the [`Resync`] policy says; 0: no guard (libipt's way: it
+    /// decodes such a flow forever). Default: [`default_runaway_limit`].
+    ///
+    /// It never fires on a valid trace: without trace the flow is one fixed path
+    /// through the code (a direct branch or call has one target), which ends where an
+    /// instruction needs trace or where the next event binds. Once that path comes
+    /// back to an instruction it has passed it repeats forever, and a valid trace
+    /// leaves such a loop only through an event that binds on it (an interrupt, a
+    /// disable): so a valid flow goes at most through each instruction of the image
+    /// once and then once more around the loop.
+    pub fn runaway_limit(mut self, instructions: u64) -> Self {
+        self.settings.runaway_limit = Some(instructions);
         self
     }
 
@@ -350,6 +406,14 @@ impl<'a> DecoderBuilder<'a> {
     }
 }
 
+/// The runaway guard's default for `image` (see [`DecoderBuilder::runaway_limit`]):
+/// 2^24 instructions, or twice the bytes of code in the image if that is more (no
+/// valid flow walks further without trace).
+pub fn default_runaway_limit(image: &Image) -> u64 {
+    let code: u64 = image.sections().iter().map(|s| s.len()).sum();
+    (1u64 << 24).max(code.saturating_mul(2))
+}
+
 /// The decode driver. See the [module docs](self).
 pub struct Decoder<'a> {
     trace: &'a [u8],
@@ -371,8 +435,8 @@ enum Run<'a> {
 }
 
 impl<'a> Decoder<'a> {
-    /// A decoder of `trace` with code from `image`, at block granularity, resyncing at
-    /// the next PSB after an error, on one thread.
+    /// A decoder of `trace` with code from `image`, at block granularity, recovering
+    /// from errors as [`Resync::Recover`] says, on one thread.
     pub fn new(trace: &'a [u8], image: &'a Image, config: &Config, flow: FlowOptions) -> Self {
         Self::builder(trace, image)
             .config(config)
@@ -389,10 +453,11 @@ impl<'a> Decoder<'a> {
                 config: Config::default(),
                 flow: FlowOptions::default(),
                 granularity: Granularity::Blocks,
-                resync: Resync::NextPsb,
+                resync: Resync::Recover,
                 count_only: false,
                 threads: 1,
                 min_piece: parallel::MIN_PIECE,
+                runaway_limit: None,
             },
         }
     }
@@ -404,9 +469,26 @@ impl<'a> Decoder<'a> {
 
     fn start(&mut self) -> Run<'a> {
         let s = self.settings;
+        let runaway = s
+            .runaway_limit
+            .unwrap_or_else(|| default_runaway_limit(self.image));
         let engine = |count_only| EngineSettings {
             count_only,
             resync: s.resync,
+            runaway,
+        };
+        // Holes matter to the policy that reports them.
+        let holes: Arc<[(u64, u64)]> = if s.resync == Resync::Recover {
+            recover::find_holes(self.trace).into()
+        } else {
+            Arc::from([])
+        };
+        let env = Env {
+            trace: self.trace,
+            image: self.image,
+            config: s.config,
+            flow: s.flow,
+            holes,
         };
         let threads = match s.threads {
             0 => parallel::default_threads(),
@@ -417,18 +499,14 @@ impl<'a> Decoder<'a> {
         if s.count_only && threads > 1 && !s.flow.tick_events {
             let joined = match s.granularity {
                 Granularity::Blocks => parallel::decode::<BlockStep<'a>>(
-                    self.trace,
-                    self.image,
-                    &s.config,
+                    &env,
                     s.flow,
                     engine(true),
                     threads,
                     s.min_piece,
                 ),
                 Granularity::Instructions => parallel::decode::<InsnStep<'a>>(
-                    self.trace,
-                    self.image,
-                    &s.config,
+                    &env,
                     s.flow,
                     engine(true),
                     threads,
@@ -447,12 +525,12 @@ impl<'a> Decoder<'a> {
         match s.granularity {
             Granularity::Blocks => Run::Blocks(Engine::new(
                 BlockStep::new(self.trace, self.image, &s.config, s.flow),
-                self.image,
+                env,
                 engine(s.count_only),
             )),
             Granularity::Instructions => Run::Insns(Engine::new(
                 InsnStep::new(self.trace, self.image, &s.config, s.flow),
-                self.image,
+                env,
                 engine(s.count_only),
             )),
         }
@@ -576,6 +654,16 @@ pub(crate) trait Step<'a>: Sized + Send {
     fn item(&self, offset: u64, slot: &mut Item);
     fn mark(&self) -> Option<Self::Mark>;
     fn reached(&self, mark: &Self::Mark) -> bool;
+    /// See [`BlockDecoder::set_end`].
+    fn set_end(&mut self, end: u64);
+    /// See [`BlockDecoder::resume_at`].
+    fn resume_at(&mut self, at: &ResumePoint) -> Result<Progress, ErrorCode>;
+    /// See [`BlockDecoder::trace_position`].
+    fn trace_position(&self) -> u64;
+    /// See [`BlockDecoder::failed_at_psb`].
+    fn failed_at_psb(&self) -> Option<u64>;
+    /// The block decoder underneath.
+    fn block_decoder(&self) -> &BlockDecoder<'a>;
     /// Decode with the code of `image` from the next step on.
     fn set_image(&mut self, image: &'a Image);
 }
@@ -589,6 +677,10 @@ pub(crate) trait Watch<S> {
     }
     /// The first synchronization.
     fn first_sync(&mut self, dec: &mut S) -> Result<Status, ErrorCode>;
+    /// Where the first synchronization looks for a PSB.
+    fn start(&self) -> u64 {
+        0
+    }
     /// Between two steps, with `tally` so far; `Break` ends the decode here.
     fn between_steps(&mut self, _dec: &S, _tally: Tally) -> ControlFlow<()> {
         ControlFlow::Continue(())
@@ -618,6 +710,15 @@ enum State {
     Error(ErrorCode),
     /// Resynchronize after an error.
     Resync,
+    /// Look for where to go on after an error at `from` ([`Resync::Recover`]), from
+    /// `scan` on.
+    Recover { from: u64, scan: u64 },
+    /// Report the trace skipped from `from`, then go on at `at`.
+    Skip { from: u64, at: ResumePoint },
+    /// Go on at a resume point.
+    Resume(ResumePoint),
+    /// The trace ended: report the end of the trace if `tracing` was on, then stop.
+    End { tracing: bool },
     /// The end.
     Done,
 }
@@ -626,13 +727,41 @@ enum State {
 pub(crate) struct EngineSettings {
     count_only: bool,
     resync: Resync,
+    /// The runaway guard (0: none).
+    runaway: u64,
+}
+
+/// What every engine of one decode shares.
+#[derive(Clone)]
+pub(crate) struct Env<'a> {
+    trace: &'a [u8],
+    image: &'a Image,
+    config: Config,
+    flow: FlowOptions,
+    /// The holes in the trace ([`recover::find_holes`]; only with [`Resync::Recover`]).
+    holes: Arc<[(u64, u64)]>,
 }
 
 /// The decode loop over one flow decoder, one item at a time.
 pub(crate) struct Engine<'a, S> {
     dec: S,
     image: &'a Image,
+    env: Env<'a>,
     settings: EngineSettings,
+    /// The end of the trace the decoder sees: the trace's, or where the next hole
+    /// starts.
+    end: u64,
+    /// Where decoding last went on after an error ([`Resync::Recover`]): each time
+    /// further on.
+    resumed: Option<u64>,
+    /// The runaway guard: the trace position after the last step, and the
+    /// instructions decoded when it last changed.
+    idle_pos: u64,
+    idle_since: u64,
+    /// The decoder that tries resume points ([`Resync::Recover`]), made on first
+    /// use, and the image it has.
+    trial: Option<BlockDecoder<'a>>,
+    trial_image: *const Image,
     state: State,
     status: Status,
     /// The offset a failed sync was last retried from.
@@ -650,11 +779,19 @@ pub(crate) struct Engine<'a, S> {
 const COUNTS_EVERY: u32 = 1 << 10;
 
 impl<'a, S: Step<'a>> Engine<'a, S> {
-    fn new(dec: S, image: &'a Image, settings: EngineSettings) -> Self {
+    fn new(dec: S, env: Env<'a>, settings: EngineSettings) -> Self {
+        let len = env.trace.len() as u64;
         Engine {
             dec,
-            image,
+            image: env.image,
+            env,
             settings,
+            end: len,
+            resumed: None,
+            idle_pos: u64::MAX,
+            idle_since: 0,
+            trial: None,
+            trial_image: core::ptr::null(),
             state: State::Sync { first: true },
             status: Status::default(),
             sync: 0,
@@ -667,6 +804,8 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
 
     /// Start again from the beginning (keeping the decoder's caches warm).
     fn restart(&mut self) {
+        self.resumed = None;
+        self.idle_pos = u64::MAX;
         self.state = State::Sync { first: true };
         self.status = Status::default();
         self.sync = 0;
@@ -701,12 +840,89 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
     }
 
     fn error(&self, kind: FlowErrorKind, code: ErrorCode) -> Item {
+        self.error_at(kind, code, self.dec.offset())
+    }
+
+    fn error_at(&self, kind: FlowErrorKind, code: ErrorCode, offset: Option<u64>) -> Item {
         Item::Error(FlowError {
             kind,
             code,
-            offset: self.dec.offset(),
+            offset,
             ip: self.dec.error_ip(self.image, code),
         })
+    }
+
+    fn recovers(&self) -> bool {
+        self.settings.resync == Resync::Recover
+    }
+
+    fn len(&self) -> u64 {
+        self.env.trace.len() as u64
+    }
+
+    /// The first hole that ends after `at`.
+    fn hole_after(&self, at: u64) -> Option<(u64, u64)> {
+        let holes = &self.env.holes;
+        let i = holes.partition_point(|&(_, end)| end <= at);
+        holes.get(i).copied()
+    }
+
+    /// Let the decoder see the trace from `at` up to the next hole.
+    fn see_from(&mut self, at: u64) {
+        let end = match self.hole_after(at) {
+            // A packet that starts before the hole may end in its first zeros.
+            Some((start, end)) if start >= at => (start + recover::PACKET_MAX).min(end),
+            _ => self.len(),
+        };
+        if end != self.end {
+            self.end = end;
+            self.dec.set_end(end);
+        }
+    }
+
+    /// The decoder came to the end of the trace it sees, with tracing on or not:
+    /// a hole ([`Resync::Recover`]: report it and go on after it), or the end of the
+    /// trace (reporting a packet it cuts off).
+    fn reached_end(&mut self, tracing: bool) -> Option<Item> {
+        if self.recovers() {
+            if self.end < self.len() {
+                let (start, end) = self.hole_after(self.end).unwrap_or((self.end, self.end));
+                self.state = State::Recover {
+                    from: start,
+                    scan: end,
+                };
+                return Some(self.error_at(FlowErrorKind::Decode, ErrorCode::Hole, Some(start)));
+            }
+            if let Some(at) = self.dec.offset().filter(|&o| o < self.len()) {
+                self.state = State::End { tracing };
+                return Some(self.error_at(FlowErrorKind::Decode, ErrorCode::Truncated, Some(at)));
+            }
+        }
+        self.state = State::Done;
+        tracing.then_some(Item::EndOfTrace)
+    }
+
+    /// After an error at `from`: where to look for a resume point.
+    fn recover_from(&self, from: Option<u64>) -> State {
+        let from = from.or(self.resumed).unwrap_or(0);
+        State::Recover { from, scan: from }
+    }
+
+    /// The runaway guard, after a step: an error if the flow went on for too long
+    /// without using trace.
+    #[inline]
+    fn guard(&mut self) {
+        if self.settings.runaway == 0 || !matches!(self.state, State::Running) {
+            return;
+        }
+        let pos = self.dec.trace_position();
+        if pos != self.idle_pos {
+            self.idle_pos = pos;
+            self.idle_since = self.tally.insns;
+        } else if self.tally.insns.wrapping_sub(self.idle_since) > self.settings.runaway {
+            self.idle_since = self.tally.insns;
+            self.state = State::Error(ErrorCode::Runaway);
+        }
     }
 
     fn after_step(&mut self, r: Result<Progress, ErrorCode>) {
@@ -755,9 +971,8 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                         continue;
                     }
                     if self.status.eos {
-                        self.state = State::Done;
-                        if !self.status.ip_suppressed {
-                            return self.report(Item::EndOfTrace, slot);
+                        if let Some(item) = self.reached_end(!self.status.ip_suppressed) {
+                            return self.report(item, slot);
                         }
                         continue;
                     }
@@ -771,6 +986,7 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                         // An error after the step is reported at the next call,
                         // after the step's item.
                         self.after_step(r);
+                        self.guard();
                         if produced {
                             self.dec.item(offset, slot);
                             return true;
@@ -781,6 +997,7 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                         }
                         let (_, r) = self.dec.step(&mut self.tally);
                         self.after_step(r);
+                        self.guard();
                         // Now and then hand the counts out, so that a caller sees
                         // progress (code that loops without needing trace, `jmp $`,
                         // never comes to an end of its own).
@@ -796,6 +1013,9 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                 State::Sync { first } => {
                     self.dec.reset();
                     let r = if first {
+                        if self.recovers() {
+                            self.see_from(watch.start());
+                        }
                         watch.first_sync(&mut self.dec)
                     } else {
                         self.dec.sync_forward()
@@ -805,12 +1025,17 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                             self.status = s;
                             self.state = State::Running;
                         }
-                        Err(ErrorCode::Eos) => self.state = State::Done,
+                        Err(ErrorCode::Eos) => {
+                            if let Some(item) = self.reached_end(false) {
+                                return self.report(item, slot);
+                            }
+                        }
                         Err(e) => {
                             watch.error(e);
                             let item = self.error(FlowErrorKind::Sync, e);
                             // Retry from further on, or give up.
                             self.state = match self.dec.offset() {
+                                Some(new) if self.recovers() => self.recover_from(Some(new)),
                                 Some(new) if new > self.sync => {
                                     self.sync = new;
                                     State::Sync { first: false }
@@ -823,14 +1048,29 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                 }
                 State::Error(code) => {
                     if code == ErrorCode::Eos {
-                        self.state = State::Done;
+                        if let Some(item) = self.reached_end(false) {
+                            return self.report(item, slot);
+                        }
                         continue;
                     }
                     watch.error(code);
                     let item = self.error(FlowErrorKind::Decode, code);
+                    let from = self.dec.offset();
                     self.state = match self.settings.resync {
                         Resync::NextPsb => State::Sync { first: false },
                         Resync::NextIp => State::Resync,
+                        Resync::Recover => match self.dec.failed_at_psb() {
+                            // The flow went wrong before this PSB: decode from it.
+                            Some(psb) if self.resumed.is_none_or(|r| psb > r) => State::Skip {
+                                from: from.unwrap_or(psb),
+                                at: ResumePoint {
+                                    offset: psb,
+                                    kind: ResumeKind::Psb,
+                                    ip: 0,
+                                },
+                            },
+                            _ => self.recover_from(from),
+                        },
                     };
                     return self.report(item, slot);
                 }
@@ -844,25 +1084,84 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                             }
                             continue;
                         }
+                        Ok(Progress::EventFirst) => match self.resync_event(items, slot) {
+                            Ok(true) => return true,
+                            Ok(false) => continue,
+                            Err(e) => e,
+                        },
+                        Err(e) => e,
+                    };
+                    if failed == ErrorCode::Eos && self.recovers() {
+                        if let Some(item) = self.reached_end(false) {
+                            return self.report(item, slot);
+                        }
+                        continue;
+                    }
+                    watch.error(failed);
+                    let item = self.error(FlowErrorKind::Resync, failed);
+                    self.state = if self.recovers() {
+                        self.recover_from(self.dec.offset())
+                    } else {
+                        State::Sync { first: false }
+                    };
+                    return self.report(item, slot);
+                }
+                State::Recover { from, scan } => {
+                    let item = self.find_resume(from, scan);
+                    return self.report(item, slot);
+                }
+                State::Skip { from, at } => {
+                    self.state = State::Resume(at);
+                    let item = Item::Skipped(SkipItem {
+                        from,
+                        to: at.offset,
+                        at: Some(at),
+                    });
+                    return self.report(item, slot);
+                }
+                State::Resume(at) => {
+                    self.dec.reset();
+                    self.resumed = Some(at.offset);
+                    self.see_from(at.offset);
+                    let failed = match self.dec.resume_at(&at) {
+                        Ok(Progress::Done(s)) => {
+                            self.status = s;
+                            self.state = State::Running;
+                            continue;
+                        }
                         Ok(Progress::EventFirst) => {
-                            let offset = self.dec.offset().unwrap_or(0);
-                            match self.dec.event() {
-                                Ok((event, _)) => {
-                                    if items {
-                                        *slot = Item::Event(EventItem { event, offset });
-                                        return true;
-                                    }
-                                    continue;
-                                }
+                            // Taken as after a resync (libipt's `pt_blk_resync`).
+                            self.state = State::Resync;
+                            match self.resync_event(items, slot) {
+                                Ok(true) => return true,
+                                Ok(false) => continue,
                                 Err(e) => e,
                             }
                         }
                         Err(e) => e,
                     };
+                    if failed == ErrorCode::Eos {
+                        if let Some(item) = self.reached_end(false) {
+                            return self.report(item, slot);
+                        }
+                        continue;
+                    }
                     watch.error(failed);
-                    let item = self.error(FlowErrorKind::Resync, failed);
-                    self.state = State::Sync { first: false };
+                    let kind = if at.kind == ResumeKind::Psb {
+                        FlowErrorKind::Sync
+                    } else {
+                        FlowErrorKind::Resync
+                    };
+                    let item = self.error(kind, failed);
+                    let next = self.dec.offset().filter(|&o| o > at.offset);
+                    self.state = self.recover_from(Some(next.unwrap_or(at.offset + 1)));
                     return self.report(item, slot);
+                }
+                State::End { tracing } => {
+                    self.state = State::Done;
+                    if tracing {
+                        return self.report(Item::EndOfTrace, slot);
+                    }
                 }
                 State::Done => {
                     return match self.take_counts() {
@@ -875,6 +1174,171 @@ impl<'a, S: Step<'a>> Engine<'a, S> {
                 }
             }
         }
+    }
+
+    /// During a resync: take the pending event (into `slot` if items are wanted:
+    /// `Ok(true)`).
+    fn resync_event(&mut self, items: bool, slot: &mut Item) -> Result<bool, ErrorCode> {
+        let offset = self.dec.offset().unwrap_or(0);
+        let (event, _) = self.dec.event()?;
+        if items {
+            *slot = Item::Event(EventItem { event, offset });
+        }
+        Ok(items)
+    }
+
+    /// Run `f` with the trial decoder (made on first use, seeing the trace up to
+    /// `end`), the main decoder's block decoder, the image, the configuration and
+    /// the trial's budget of instructions.
+    fn with_trial<R>(
+        &mut self,
+        end: u64,
+        f: impl FnOnce(&mut BlockDecoder<'a>, &BlockDecoder<'a>, &'a Image, &Config, u64) -> R,
+    ) -> R {
+        let image = self.image;
+        let trial = self.trial.get_or_insert_with(|| {
+            BlockDecoder::new(self.env.trace, image, &self.env.config, self.env.flow)
+        });
+        if !std::ptr::eq(self.trial_image, image) {
+            trial.set_image(image);
+            self.trial_image = image;
+        }
+        trial.set_end(end);
+        let budget = match self.settings.runaway {
+            0 => TRIAL_BUDGET,
+            n => n.min(TRIAL_BUDGET),
+        };
+        f(
+            trial,
+            self.dec.block_decoder(),
+            image,
+            &self.env.config,
+            budget,
+        )
+    }
+
+    /// Look for where to go on after an error at `from` ([`Resync::Recover`]), from
+    /// `scan` on: the skipped trace, or a hole met first.
+    fn find_resume(&mut self, from: u64, scan: u64) -> Item {
+        let len = self.len();
+        // Each resume point further on than the last.
+        let mut scan = scan.max(self.resumed.map_or(0, |r| r + 1));
+        loop {
+            let hole = self.hole_after(scan);
+            let end = match hole {
+                Some((start, end)) if start <= scan => {
+                    scan = end;
+                    continue;
+                }
+                Some((start, _)) => start,
+                None => len,
+            };
+            let trace = self.env.trace.get(..end as usize).unwrap_or_default();
+            // What the trial decoder sees (see `see_from`).
+            let visible = hole.map_or(len, |(start, end)| (start + recover::PACKET_MAX).min(end));
+            let found = self.with_trial(visible, |trial, main, image, config, budget| {
+                recover::find_resume(trace, scan, config, |c| {
+                    if !main.mode_known() {
+                        return None;
+                    }
+                    if let Some(ip) = c.whole_ip() {
+                        return image.find(ip).map(|_| ip);
+                    }
+                    // A compressed address: try each way to complete it with code of
+                    // the image, on the trial decoder, up to the next PSB+.
+                    let psb = crate::packet::find_psb_forward(trace, c.offset as usize)?;
+                    let psb_end = recover::psb_end(trace, psb as u64, config)?;
+                    let mut ips = [0u64; MAX_COMPLETIONS];
+                    let n = image.completions(c.raw, c.bits(), &mut ips)?;
+                    ips[..n].iter().copied().find(|&ip| {
+                        let at = ResumePoint {
+                            offset: c.offset,
+                            kind: c.kind,
+                            ip,
+                        };
+                        verify(trial, main, &at, psb_end, budget)
+                    })
+                })
+            });
+            if let Some(at) = found {
+                self.state = State::Resume(at);
+                return Item::Skipped(SkipItem {
+                    from,
+                    to: at.offset,
+                    at: Some(at),
+                });
+            }
+            match hole {
+                // No resume point before the hole: report it, look after it.
+                Some((start, end)) => {
+                    self.state = State::Recover { from, scan: end };
+                    return self.error_at(FlowErrorKind::Decode, ErrorCode::Hole, Some(start));
+                }
+                None => {
+                    self.state = State::Done;
+                    return Item::Skipped(SkipItem {
+                        from,
+                        to: len,
+                        at: None,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Most ways to complete a compressed IP packet's address that a resume tries.
+const MAX_COMPLETIONS: usize = 8;
+
+/// Most instructions a trial decode from a resume point takes to reach the next PSB+.
+const TRIAL_BUDGET: u64 = 1 << 24;
+
+/// Whether decoding from `at` on `trial` (with what `main` knows of the execution
+/// mode, address space and time) goes on without an error up to and through the
+/// PSB+ that ends at `psb_end`, within `budget` instructions: the flow agrees with
+/// all the trace up to there and with the state the PSB+ gives.
+fn verify<'a>(
+    trial: &mut BlockDecoder<'a>,
+    main: &BlockDecoder<'_>,
+    at: &ResumePoint,
+    psb_end: u64,
+    budget: u64,
+) -> bool {
+    let mut r = trial.resume_like(at, main);
+    let mut status = loop {
+        match r {
+            Ok(Progress::Done(s)) => break s,
+            Ok(Progress::EventFirst) => {
+                if trial.event().is_err() {
+                    return false;
+                }
+                r = trial.resync();
+            }
+            Err(_) => return false,
+        }
+    };
+    let mut insns = 0u64;
+    let mut block = NO_BLOCK;
+    loop {
+        // Past the PSB+: its status updates agreed with the flow.
+        if trial.offset().is_ok_and(|o| o >= psb_end) && !status.event_pending {
+            return true;
+        }
+        if status.event_pending {
+            match trial.event() {
+                Ok((_, s)) => status = s,
+                Err(_) => return false,
+            }
+            continue;
+        }
+        if status.eos || insns > budget {
+            return false;
+        }
+        match trial.next(&mut block) {
+            Ok(s) => status = s,
+            Err(_) => return false,
+        }
+        insns += u64::from(block.ninsn);
     }
 }
 
@@ -1052,6 +1516,27 @@ impl<'a> Step<'a> for BlockStep<'a> {
         blame(&self.block) == mark.1 && self.dec.reached(&mark.0)
     }
 
+    fn set_end(&mut self, end: u64) {
+        self.dec.set_end(end);
+    }
+
+    fn resume_at(&mut self, at: &ResumePoint) -> Result<Progress, ErrorCode> {
+        self.dec.resume_at(at)
+    }
+
+    #[inline]
+    fn trace_position(&self) -> u64 {
+        self.dec.trace_position()
+    }
+
+    fn failed_at_psb(&self) -> Option<u64> {
+        self.dec.failed_at_psb()
+    }
+
+    fn block_decoder(&self) -> &BlockDecoder<'a> {
+        &self.dec
+    }
+
     fn set_image(&mut self, image: &'a Image) {
         self.dec.set_image(image);
         self.ips_known = false;
@@ -1152,6 +1637,27 @@ impl<'a> Step<'a> for InsnStep<'a> {
 
     fn reached(&self, mark: &Self::Mark) -> bool {
         self.insn == mark.1 && self.dec.reached(&mark.0)
+    }
+
+    fn set_end(&mut self, end: u64) {
+        self.dec.set_end(end);
+    }
+
+    fn resume_at(&mut self, at: &ResumePoint) -> Result<Progress, ErrorCode> {
+        self.dec.resume_at(at)
+    }
+
+    #[inline]
+    fn trace_position(&self) -> u64 {
+        self.dec.block_decoder().trace_position()
+    }
+
+    fn failed_at_psb(&self) -> Option<u64> {
+        self.dec.block_decoder().failed_at_psb()
+    }
+
+    fn block_decoder(&self) -> &BlockDecoder<'a> {
+        self.dec.block_decoder()
     }
 
     fn set_image(&mut self, image: &'a Image) {

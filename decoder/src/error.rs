@@ -62,6 +62,17 @@ pub enum ErrorCode {
     BadFile,
     /// Unknown cpu.
     BadCpu,
+    /// The trace ends inside a packet (not libipt's: it ends the decode there without
+    /// an error). Reported with [`crate::Resync::Recover`].
+    Truncated,
+    /// A hole in the trace: a long run of zero bytes (trace overwritten or never
+    /// written) in the middle of the trace (not libipt's). Reported with
+    /// [`crate::Resync::Recover`].
+    Hole,
+    /// The flow ran on for too many instructions without using any trace: an endless
+    /// loop that no valid trace can hold (not libipt's, which decodes it forever). See
+    /// [`crate::DecoderBuilder::runaway_limit`].
+    Runaway,
 }
 
 impl ErrorCode {
@@ -95,6 +106,9 @@ impl ErrorCode {
             Self::Overflow => "overflow",
             Self::BadFile => "bad file",
             Self::BadCpu => "unknown cpu",
+            Self::Truncated => "trace ends inside a packet",
+            Self::Hole => "hole in the trace",
+            Self::Runaway => "too many instructions without trace",
         }
     }
 }

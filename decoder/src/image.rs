@@ -572,6 +572,41 @@ impl Image {
         Ok(load)
     }
 
+    /// The mapped addresses whose low `bits` bits are those of `low` (what a
+    /// compressed IP packet may stand for when its upper bits are unknown), into
+    /// `out`, in order; their number, or `None` if there are more than `out` holds.
+    /// For resuming after damage at an IP packet whose last IP was lost.
+    pub fn completions(&self, low: u64, bits: u32, out: &mut [u64]) -> Option<usize> {
+        if bits >= 64 {
+            return match self.find(low) {
+                Some(_) if !out.is_empty() => {
+                    out[0] = low;
+                    Some(1)
+                }
+                Some(_) => None,
+                None => Some(0),
+            };
+        }
+        let low = low & ((1u64 << bits) - 1);
+        let mut n = 0;
+        for s in &self.sections {
+            let (first, last) = (s.vaddr(), s.last());
+            // One candidate per 2^bits window the section touches.
+            let (lo, hi) = (first >> bits, last >> bits);
+            if hi - lo > out.len() as u64 {
+                return None;
+            }
+            for upper in lo..=hi {
+                let ip = (upper << bits) | low;
+                if (first..=last).contains(&ip) {
+                    *out.get_mut(n)? = ip;
+                    n += 1;
+                }
+            }
+        }
+        Some(n)
+    }
+
     /// The section that contains `ip`.
     pub fn find(&self, ip: u64) -> Option<&Section> {
         let at = self.sections.partition_point(|s| s.vaddr <= ip);
@@ -752,6 +787,28 @@ mod tests {
                 .unwrap();
         }
         image
+    }
+
+    #[test]
+    fn completions_of_a_compressed_ip() {
+        let code = vec![0x90u8; 0x3000];
+        let image = image_of(&[(0x7f00_0000_f000, &code), (0x40_1000, &code[..0x100])]);
+        let mut out = [0u64; 4];
+        // Low 16 bits 0x1010: in the first section's second window and the second
+        // section.
+        assert_eq!(image.completions(0x1010, 16, &mut out), Some(2));
+        assert_eq!(out[..2], [0x40_1010, 0x7f00_0001_1010]);
+        // 0xf800: only the first section's first window.
+        assert_eq!(image.completions(0xf800, 16, &mut out), Some(1));
+        assert_eq!(out[0], 0x7f00_0000_f800);
+        assert_eq!(image.completions(0x5000, 16, &mut out), Some(0));
+        // 32 bits: one each.
+        assert_eq!(image.completions(0x0000_f010, 32, &mut out), Some(1));
+        assert_eq!(out[0], 0x7f00_0000_f010);
+        assert_eq!(image.completions(0x40_1010, 64, &mut out), Some(1));
+        // More than fit: none.
+        assert_eq!(image.completions(0x1010, 4, &mut out), None);
+        assert_eq!(image.completions(0x1010, 16, &mut out[..1]), None);
     }
 
     #[test]

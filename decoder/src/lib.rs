@@ -109,8 +109,7 @@
 //! * [`driver`]: the decode loop over them ([`Decoder`]), one thread or several;
 //! * [`listing`]: instructions as libipt's ptxed prints them (XED's Intel or AT&T
 //!   text), formatted once per address;
-//! * [`dump`], [`sideband`]: the ptdump tool's library half, the simulator's
-//!   side-band files.
+//! * [`dump`]: the ptdump tool's library half.
 //!
 //! Errors are typed ([`ErrorCode`], [`DecodeError`] with the trace offset,
 //! [`FlowError`] with the offset and IP) and implement [`std::error::Error`].
@@ -129,14 +128,14 @@ pub mod listing;
 pub mod packet;
 pub mod parallel;
 pub mod perf;
+pub mod pevent;
 pub mod query;
-pub mod sideband;
 pub mod time;
 
 pub use config::{Config, Cpu, Errata};
 pub use driver::{
     BlockIps, BlockItem, Counts, Decoder, DecoderBuilder, EventItem, FlowError, FlowErrorKind,
-    Granularity, InsnItem, Item, Resync,
+    Granularity, InsnItem, Item, Resync, SkipItem,
 };
 pub use error::{DecodeError, ErrorCode, Status};
 pub use event::{Event, EventKind, Timestamp};

@@ -10,6 +10,7 @@ use pt_encoder::packet::{IpCompression, IpPacketKind, IpPayload, PSB_SIZE};
 use pt_encoder::{ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
 
 mod record;
+pub mod recover;
 pub use record::{PacketKind, PacketRecord};
 
 const FIRST_BYTE: [FirstByte; 256] = {
@@ -638,7 +639,10 @@ fn is_psb(b: &[u8]) -> bool {
 /// starts; synchronize again to go on.
 #[derive(Clone, Debug)]
 pub struct PacketDecoder<'a> {
+    /// The trace as far as the decoder may read it ([`Self::set_end`]).
     buf: &'a [u8],
+    /// The whole trace.
+    full: &'a [u8],
     pos: Option<usize>,
     sync: Option<usize>,
     errata: Errata,
@@ -652,6 +656,7 @@ impl<'a> PacketDecoder<'a> {
     pub fn new(trace: &'a [u8], config: &Config) -> Self {
         Self {
             buf: trace,
+            full: trace,
             pos: None,
             sync: None,
             errata: config.errata,
@@ -660,9 +665,32 @@ impl<'a> PacketDecoder<'a> {
         }
     }
 
-    /// The trace buffer.
+    /// The trace buffer, as far as the decoder may read it ([`Self::set_end`]).
     pub fn buffer(&self) -> &'a [u8] {
         self.buf
+    }
+
+    /// Let the decoder see the trace up to `end` only (offsets stay those of the whole
+    /// trace): there it meets the end of the trace. For stopping at a hole
+    /// ([`recover::find_holes`]); [`u64::MAX`] shows the whole trace again.
+    pub fn set_end(&mut self, end: u64) {
+        let end = usize::try_from(end)
+            .unwrap_or(usize::MAX)
+            .min(self.full.len());
+        self.buf = &self.full[..end];
+    }
+
+    /// Decode from `offset` on, whatever is there, keeping the last PSB as the sync
+    /// point (for resuming at a packet other than a PSB after damage:
+    /// [`recover::find_resume`]).
+    pub fn resume_at(&mut self, offset: u64) -> Result<(), DecodeError> {
+        if offset > self.buf.len() as u64 {
+            return Err(self.eos());
+        }
+        self.pos = Some(offset as usize);
+        self.ctx = PacketContext::default();
+        self.stalled = false;
+        Ok(())
     }
 
     /// Offset of the next packet, or `NoSync` before the first synchronization.

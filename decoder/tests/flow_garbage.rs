@@ -158,8 +158,10 @@ fn config(rng: &mut Rng) -> (Config, FlowOptions) {
 /// legitimately never need trace, so the bound is on items, not on the result).
 const MAX_ITEMS: usize = 20_000;
 
-/// Decode with the driver as ptxed `--resync-on-error` does (count-only: as ptxed
-/// `--quiet`, through the fast path); returns the items taken.
+/// Decode with the driver under each resync policy: as ptxed `--resync-on-error`
+/// does, as ptxed does by default (recovering) and as libipt's ptxed does by default
+/// (count-only: as ptxed `--quiet`, through the fast path); returns the most items
+/// a run took.
 fn run(
     trace: &[u8],
     image: &Image,
@@ -168,11 +170,37 @@ fn run(
     granularity: Granularity,
     count_only: bool,
 ) -> usize {
+    [Resync::NextIp, Resync::Recover, Resync::NextPsb]
+        .into_iter()
+        .map(|resync| {
+            run_with(
+                trace,
+                image,
+                config,
+                options,
+                granularity,
+                count_only,
+                resync,
+            )
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn run_with(
+    trace: &[u8],
+    image: &Image,
+    config: &Config,
+    options: FlowOptions,
+    granularity: Granularity,
+    count_only: bool,
+    resync: Resync,
+) -> usize {
     let dec = Decoder::builder(trace, image)
         .config(config)
         .flow(options)
         .granularity(granularity)
-        .resync(Resync::NextIp)
+        .resync(resync)
         .count_only(count_only)
         .build();
     let len = trace.len() as u64;

@@ -176,9 +176,12 @@ fn run(exe: &str, dir: &Path, args: &[&str]) -> (String, String, i32) {
         .env("HOME", dir)
         .output()
         .unwrap();
+    // The tools name themselves by argv[0], as libipt's do: the snapshots hold
+    // the file name, not this checkout's path.
+    let name = Path::new(exe).file_name().unwrap().to_str().unwrap();
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        String::from_utf8_lossy(&out.stderr).replace(exe, name),
         out.status.code().unwrap_or(-1),
     )
 }

@@ -60,6 +60,10 @@ fn argument_errors() {
     let o = ptxed(&["--nom-freq", "x"]);
     assert_eq!(stderr(&o), "ptxed: --nom-freq: bad argument: x.\n");
 
+    let o = ptxed(&["--runaway-limit", "many"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "ptxed: --runaway-limit: bad argument: many.\n");
+
     let o = ptxed(&["--cpu", "6"]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(

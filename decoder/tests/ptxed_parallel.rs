@@ -1,153 +1,14 @@
 //! `ptxed --threads`: decoding pieces of the trace on several threads prints exactly
-//! what one thread prints, on valid traces and on broken ones (errors, resyncs).
+//! what one thread prints, on valid traces and on broken ones (errors, resyncs), under
+//! every resync policy.
 
-use pt_encoder::encode_to_vec;
-use pt_encoder::packet::{ExecMode, IpCompression, IpPacketKind, IpPayload, ModeExec, Packet, Tnt};
 use pt_testkit::Rng;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-const BASE: u64 = 0x1000;
-
-/// A loop with a direct call, an indirect call, two returns, a conditional branch and
-/// an indirect jump.
-const CODE: &[u8] = &[
-    0x48, 0x83, 0xc0, 0x01, // 00: add rax, 1
-    0xe8, 0x07, 0x00, 0x00, 0x00, // 04: call 0x10
-    0x75, 0xf5, // 09: jnz 0x00
-    0xff, 0xe0, // 0b: jmp rax
-    0x90, 0x90, 0x90, // 0d: nops
-    0x90, // 10: nop
-    0xff, 0xd3, // 11: call rbx
-    0xc3, // 13: ret
-];
-
-/// Builds a trace the code above is consistent with: TNT bits for the conditional
-/// branch and for returns to calls made since the last PSB (hardware compresses no
-/// others), TIPs for the rest, timing packets, and a PSB+ every `psb_every` bytes at
-/// any instruction boundary.
-struct Gen {
-    rng: Rng,
-    out: Vec<u8>,
-    bits: Vec<bool>,
-    /// Return addresses, and whether their call came after the last PSB.
-    stack: Vec<(u64, bool)>,
-    next_psb: usize,
-    psb_every: usize,
-    insns: u64,
-}
-
-impl Gen {
-    fn put(&mut self, p: Packet) {
-        let _ = encode_to_vec(&p, &mut self.out);
-    }
-
-    fn flush_tnt(&mut self) {
-        if !self.bits.is_empty() {
-            let t = Tnt::from_results(self.bits.drain(..)).expect("at most six bits");
-            self.put(Packet::Tnt8(t));
-        }
-    }
-
-    fn timing(&mut self) {
-        let v = self.rng.next();
-        match v % 8 {
-            0 => self.put(Packet::Mtc {
-                ctc: (v >> 8) as u8,
-            }),
-            1 => self.put(Packet::Cyc {
-                value: 1 + (v >> 8) % 100,
-            }),
-            _ => {}
-        }
-    }
-
-    fn bit(&mut self, b: bool) {
-        self.bits.push(b);
-        if self.bits.len() == 6 {
-            self.flush_tnt();
-            self.timing();
-        }
-    }
-
-    fn tip(&mut self, ip: u64) {
-        self.flush_tnt();
-        self.timing();
-        self.put(Packet::Ip(
-            IpPacketKind::Tip,
-            IpPayload::new(IpCompression::Full, ip),
-        ));
-    }
-
-    /// Before the instruction at `ip`: a PSB+ if it is time for one.
-    fn boundary(&mut self, ip: u64) {
-        self.insns += 1;
-        if self.out.len() < self.next_psb {
-            return;
-        }
-        self.flush_tnt();
-        self.put(Packet::Psb);
-        self.put(Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)));
-        self.put(Packet::Ip(
-            IpPacketKind::Fup,
-            IpPayload::new(IpCompression::Full, ip),
-        ));
-        self.put(Packet::Psbend);
-        for e in &mut self.stack {
-            e.1 = false;
-        }
-        self.next_psb = self.out.len() + self.psb_every;
-    }
-
-    fn ret(&mut self) -> u64 {
-        // Decoders do not pop their stack at a TIP: an uncompressed return leaves the
-        // entry there, so hardware can only leave returns uncompressed where the
-        // entries below matter no more (calls from before the PSB).
-        let (to, fresh) = self.stack.pop().expect("a call before each return");
-        if fresh {
-            self.bit(true);
-        } else {
-            self.tip(to);
-        }
-        to
-    }
-
-    fn trace(seed: u64, bytes: usize, psb_every: usize) -> (Vec<u8>, u64) {
-        let mut g = Gen {
-            rng: Rng(seed),
-            out: Vec::new(),
-            bits: Vec::new(),
-            stack: Vec::new(),
-            next_psb: 0,
-            psb_every,
-            insns: 0,
-        };
-        while g.out.len() < bytes {
-            g.boundary(BASE); // add
-            g.boundary(BASE + 0x04); // call 0x10
-            g.stack.push((BASE + 0x09, true));
-            g.boundary(BASE + 0x10); // nop
-            g.boundary(BASE + 0x11); // call rbx
-            g.tip(BASE + 0x13);
-            g.stack.push((BASE + 0x13, true));
-            g.boundary(BASE + 0x13); // ret
-            g.ret();
-            g.boundary(BASE + 0x13); // ret
-            g.ret();
-            g.boundary(BASE + 0x09); // jnz
-            let taken = g.rng.below(4) != 0;
-            g.bit(taken);
-            if !taken {
-                g.boundary(BASE + 0x0b); // jmp rax
-                g.tip(BASE);
-            }
-        }
-        g.flush_tnt();
-        (g.out, g.insns)
-    }
-}
+use pt_testkit::trace::{loop_trace, LOOP_BASE as BASE, LOOP_CODE as CODE};
 
 /// Flip bits, cut, duplicate or drop ranges.
 fn mutate(rng: &mut Rng, mut t: Vec<u8>) -> Vec<u8> {
@@ -223,6 +84,8 @@ const MODES: &[&[&str]] = &[
     &["--quiet", "--stat", "--insn-decoder"],
     &["--quiet", "--stat:insn", "--resync-on-error"],
     &["--quiet", "--stat", "--insn-decoder", "--resync-on-error"],
+    &["--quiet", "--stat:insn", "--libipt-resync"],
+    &["--quiet", "--stat", "--insn-decoder", "--libipt-resync"],
 ];
 
 fn same_with_threads(dir: &std::path::Path, trace: &[u8], what: &str) {
@@ -244,7 +107,7 @@ fn same_with_threads(dir: &std::path::Path, trace: &[u8], what: &str) {
 fn valid_traces_decode_the_same_on_several_threads() {
     let dir = temp_dir("valid");
     for seed in 1..=4 {
-        let (trace, insns) = Gen::trace(seed, 24 << 10, 700 + 300 * seed as usize);
+        let (trace, insns) = loop_trace(seed, 24 << 10, 700 + 300 * seed as usize);
         // The generator's own count: pieces are neither lost nor counted twice.
         let (out, _) = ptxed(
             &dir,
@@ -270,7 +133,7 @@ fn broken_traces_decode_the_same_on_several_threads() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut with_errors = 0;
     for i in 0..40 {
-        let (trace, _) = Gen::trace(100 + i, 12 << 10, 500 + rng.below(1500) as usize);
+        let (trace, _) = loop_trace(100 + i, 12 << 10, 500 + rng.below(1500) as usize);
         let trace = mutate(&mut rng, trace);
         let (out, _) = ptxed(&dir, &trace, &["--quiet", "--threads", "1"]);
         with_errors += usize::from(!out.is_empty());
@@ -294,14 +157,14 @@ fn the_driver_counts_what_it_decodes_on_any_number_of_threads() {
         .expect("section");
     let mut rng = Rng(0x5eed);
     for i in 0..24u64 {
-        let (trace, _) = Gen::trace(200 + i, 12 << 10, 800 + rng.below(1200) as usize);
+        let (trace, _) = loop_trace(200 + i, 12 << 10, 800 + rng.below(1200) as usize);
         let trace = if i % 2 == 0 {
             trace
         } else {
             mutate(&mut rng, trace)
         };
         for granularity in [Granularity::Blocks, Granularity::Instructions] {
-            for resync in [Resync::NextPsb, Resync::NextIp] {
+            for resync in [Resync::NextPsb, Resync::NextIp, Resync::Recover] {
                 let what = format!("trace {i}, {granularity:?}, {resync:?}");
                 let builder = || {
                     Decoder::builder(&trace, &image)

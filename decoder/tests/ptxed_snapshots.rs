@@ -177,6 +177,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
         ("quiet-block", t.clone(), "--quiet --stat --stat:insn"),
         ("tick", t.clone(), "--no-inst --event:tick --event:time"),
         ("err", bad.clone(), "--no-inst"),
+        ("err-libipt", bad.clone(), "--no-inst --libipt-resync"),
         ("resync", bad.clone(), "--no-inst --resync-on-error"),
         (
             "resync-insn",
@@ -270,7 +271,14 @@ fn ticks() {
 
 #[test]
 fn errors_and_resync() {
+    // Ours: going on at the TIP after the error, saying so.
     insta::assert_snapshot!(ptxed("err", &bad_trace(), "--no-inst"));
+    // libipt's: at the next PSB.
+    insta::assert_snapshot!(ptxed(
+        "err-libipt",
+        &bad_trace(),
+        "--no-inst --libipt-resync"
+    ));
     insta::assert_snapshot!(ptxed("resync", &bad_trace(), "--no-inst --resync-on-error"));
     insta::assert_snapshot!(ptxed(
         "resync-insn",
@@ -348,11 +356,13 @@ fn recorded_program() {
 #[ignore = "needs libipt's ptxed (PT_REFERENCE_PTXED=/path/to/ptxed)"]
 fn same_output_as_libipt_ptxed() {
     let reference = pt_testkit::env_path("PT_REFERENCE_PTXED", "libipt's ptxed, built with XED");
+    // Ours with libipt's error handling (its own is the default).
+    let libipt = |flags: &str| format!("{flags} --libipt-resync");
     for (name, trace, flags) in cases() {
         let files = Files::new(name, &trace);
         assert_eq!(
-            files.run(ours(), flags),
-            files.run(&reference, flags),
+            files.run(ours(), &libipt(flags)),
+            files.run(&reference, &flags.replace("--libipt-resync", "")),
             "{name}: differs from {} with {flags}",
             reference.display()
         );
@@ -360,7 +370,7 @@ fn same_output_as_libipt_ptxed() {
     for flags in RECORDED_FLAGS {
         let args = recorded_args(flags);
         assert_eq!(
-            run(ours(), &args, recorded_dir()),
+            run(ours(), &recorded_args(&libipt(flags)), recorded_dir()),
             run(&reference, &args, recorded_dir()),
             "recorded program: differs from {} with {flags}",
             reference.display()

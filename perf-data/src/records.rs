@@ -139,12 +139,16 @@ pub struct SampleId {
     pub tid: Option<u32>,
     /// Timestamp (PERF_SAMPLE_TIME).
     pub time: Option<u64>,
-    /// Event instance id (PERF_SAMPLE_ID / IDENTIFIER).
+    /// Event instance id (PERF_SAMPLE_ID, else PERF_SAMPLE_IDENTIFIER).
     pub id: Option<u64>,
     /// Stream id (PERF_SAMPLE_STREAM_ID).
     pub stream_id: Option<u64>,
     /// CPU (PERF_SAMPLE_CPU).
     pub cpu: Option<u32>,
+    /// PERF_SAMPLE_IDENTIFIER where it differs from `id` (the kernel writes the same
+    /// value in both; libipt's side-band tests do not, and its tools print both).
+    /// `None`: the identifier is `id`.
+    pub identifier: Option<u64>,
 }
 
 impl SampleId {
@@ -168,7 +172,11 @@ impl SampleId {
             c.u32()?;
         }
         if st.has(SampleType::IDENTIFIER) {
-            s.id = Some(c.u64()?);
+            let v = c.u64()?;
+            match s.id {
+                Some(id) if id != v => s.identifier = Some(v),
+                _ => s.id = Some(v),
+            }
         }
         Ok(s)
     }
@@ -195,7 +203,7 @@ impl SampleId {
             out.put_u32(0);
         }
         if st.has(SampleType::IDENTIFIER) {
-            out.put_u64(need(self.id, "id")?);
+            out.put_u64(need(self.identifier.or(self.id), "id")?);
         }
         Ok(())
     }

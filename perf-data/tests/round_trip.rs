@@ -74,6 +74,7 @@ fn sample_id(a: EventAttr, id: u64) -> BoxedStrategy<SampleId> {
             id: Some(id),
             stream_id,
             cpu,
+            identifier: None,
         })
         .boxed()
 }

@@ -5,6 +5,8 @@
 //!   where PT works, else the simulated PT CPU, into perf.data.
 //! - [`verify`]: decode a simulated recording with pt-decoder and compare
 //!   every thread's instructions with the recorded execution.
+//! - [`damage`]: how much of a recorded execution a decoder recovers from a
+//!   damaged trace (the damage benchmark).
 //! - [`profile`]: branch counts and the hottest functions of a decoded flow.
 //! - [`decode`]: perf's Intel PT decoder semantics (the states intel-pt-decoder.c
 //!   hands to intel-pt.c), over pt-decoder's packets and [`code`]'s walk.
@@ -13,15 +15,20 @@
 //! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
 //!   byte for byte as perf prints and writes them; [`symbols`] finds the names
 //!   perf gives addresses.
+//! - [`export`]: samples into SQLite or PostgreSQL with perf's schema.
+//! - [`profile_llvm`]: LLVM sample profiles (AutoFDO) of a decoded flow.
 //!
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
 
 pub mod code;
+pub mod damage;
 pub mod decode;
+pub mod export;
 pub mod inject;
 pub mod itrace;
 pub mod profile;
+pub mod profile_llvm;
 pub mod progress;
 pub mod record;
 mod record_check;

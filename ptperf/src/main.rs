@@ -12,6 +12,7 @@ const USAGE: &str = "\
    script          Read perf.data and display the trace's samples as perf script does
    report          Read perf.data and display its profile as perf report --stdio does
    inject          Write a perf.data with the trace's samples, as perf inject --itrace does
+   export          Export an Intel PT perf.data into SQLite or PostgreSQL with perf's schema
 
  See 'ptperf COMMAND -h' for the options of a command.
 ";
@@ -28,6 +29,7 @@ fn main() -> ExitCode {
         "script" => ptperf::script::main(&args[1..]),
         "report" => ptperf::report::main(&args[1..]),
         "inject" => ptperf::inject::main(&args[1..]),
+        "export" => ptperf::export::cli::main(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

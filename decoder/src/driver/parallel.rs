@@ -22,11 +22,9 @@
 //!
 //! [`BlockDecoder::checkpoint`]: crate::flow::BlockDecoder::checkpoint
 
-use super::{Engine, EngineSettings, Item, Step, Tally, Watch};
-use crate::config::Config;
+use super::{Engine, EngineSettings, Env, Item, Step, Tally, Watch};
 use crate::error::{ErrorCode, Status};
 use crate::flow::FlowOptions;
-use crate::image::Image;
 use crate::parallel::split_at_psbs;
 use core::ops::ControlFlow;
 use crossbeam::utils::CachePadded;
@@ -139,6 +137,10 @@ impl<'a, S: Step<'a>, T> Watch<S> for PieceWatch<'_, S::Mark, T> {
         }
     }
 
+    fn start(&self) -> u64 {
+        self.start.unwrap_or(0)
+    }
+
     fn between_steps(&mut self, dec: &S, tally: Tally) -> ControlFlow<()> {
         let Some(offset) = dec.offset() else {
             return ControlFlow::Continue(());
@@ -235,9 +237,7 @@ impl Joined<Item> {
 /// [`Engine`] would on one. `None` if the trace is too small to share out, or if the
 /// pieces cannot be joined exactly (see the module docs): decode it on one thread then.
 pub(super) fn decode<'a, S>(
-    trace: &'a [u8],
-    image: &'a Image,
-    config: &Config,
+    env: &Env<'a>,
     flow: FlowOptions,
     settings: EngineSettings,
     threads: usize,
@@ -246,6 +246,7 @@ pub(super) fn decode<'a, S>(
 where
     S: Step<'a>,
 {
+    let trace = env.trace;
     // Several pieces per thread: how long a piece takes varies a lot (code seen for the
     // first time is slow), and a thread that is done early takes the next one.
     let most = threads.saturating_mul(PIECES_PER_THREAD) as u64;
@@ -301,7 +302,11 @@ where
     // No thread ever waits for another (see `between_steps`).
     let taken = CachePadded::new(AtomicUsize::new(0));
     let work = || {
-        let mut engine = Engine::new(S::new(trace, image, config, flow), image, settings);
+        let mut engine = Engine::new(
+            S::new(trace, env.image, &env.config, flow),
+            env.clone(),
+            settings,
+        );
         let mut done = Vec::new();
         loop {
             let k = taken.fetch_add(1, Ordering::Relaxed);

@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use std::ops::Range;
 use std::path::Path;
 
-use super::{dump, write_diag, DumpOptions};
+use super::{dump_with_sideband, write_diag, DumpOptions};
 use crate::config::{Config, Cpu, Errata};
 use crate::error::ErrorCode;
 
@@ -23,6 +23,8 @@ pub struct Args {
     pub trace: String,
     /// `--perf*`: dump a perf.data's AUX data instead.
     pub perf: super::perf::PerfDumpArgs,
+    /// `--sb:*`, `--pevent:*`: side-band records to print between the packets.
+    pub sb: crate::pevent::SbOptions,
 }
 
 /// What the command line asks for.
@@ -270,6 +272,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
     let mut config = Config::default();
     let mut file = None;
     let mut perf = super::perf::PerfDumpArgs::default();
+    let mut sb = crate::pevent::SbOptions::default();
     let mut idx = 0;
     while idx < args.len() {
         let a = args[idx].as_str();
@@ -343,6 +346,19 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
                     config.cpuid_0x15_ebx = v;
                 }
             }
+            _ if crate::pevent::SbOptions::takes(a).is_some() => {
+                let value = if crate::pevent::SbOptions::takes(a) == Some(true) {
+                    idx += 1;
+                    Some(arg_value(a, args.get(idx))?)
+                } else {
+                    None
+                };
+                sb.set(a, value).map_err(cli_err)?;
+                if sb.any() {
+                    // Side-band records are placed by the trace's time.
+                    options.track_time = true;
+                }
+            }
             _ if super::perf::PerfDumpArgs::takes(a) => {
                 idx += 1;
                 let v = arg_value(a, args.get(idx))?;
@@ -362,6 +378,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, CliError> {
         config,
         trace,
         perf,
+        sb,
     })))
 }
 
@@ -394,7 +411,9 @@ options:\n\
   --cpuid-0x15.eax <n>      CPUID 0x15 EAX (TSC:crystal ratio denominator).\n\
   --cpuid-0x15.ebx <n>      CPUID 0x15 EBX (TSC:crystal ratio numerator).\n\
   <ptfile>[:<from>[-<to>]]  the trace file, optionally a byte range of it.\n\n\
+side-band:\n{}\n\
 perf.data:\n{}",
+        crate::pevent::SB_HELP,
         super::perf::HELP
     )
 }
@@ -474,7 +493,26 @@ pub fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, mut err:
             return 1;
         }
     };
-    match dump(trace.bytes(), &args.config, &args.options, &mut out) {
+    let mut sb_files = Vec::new();
+    for (arg, _, _) in &args.sb.files {
+        match TraceFile::open(arg) {
+            Ok(f) => sb_files.push(f),
+            Err(e) => {
+                let _ = writeln!(err, "{prog}: error loading {arg}: {e}");
+                return 1;
+            }
+        }
+    }
+    let pevents: Vec<_> = sb_files
+        .iter()
+        .zip(&args.sb.files)
+        .map(|(f, (_, primary, conf))| {
+            crate::pevent::PeventFile::new(f.path(), f.bytes(), *conf, *primary)
+        })
+        .collect();
+    let mut session = crate::pevent::SbSession::new(&pevents);
+    let sb = (!pevents.is_empty()).then_some((&mut session, args.sb.flags));
+    match dump_with_sideband(trace.bytes(), &args.config, &args.options, sb, &mut out) {
         Ok(()) => 0,
         // A closed pipe (e.g. `| head`) ends the dump quietly.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,

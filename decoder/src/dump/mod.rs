@@ -18,6 +18,7 @@ use std::ops::ControlFlow;
 use crate::config::Config;
 use crate::error::{DecodeError, ErrorCode};
 use crate::packet::{PacketDecoder, PacketKind};
+use crate::pevent::{SbFlags, SbSession};
 use crate::time::{Time, TimeCal, FCR_SHIFT};
 use field::{hex16_padded, pad16, push_hex, put, put_spaces, Field};
 use pt_encoder::packet::{sext48, ExecMode, IpCompression, IpPacketKind, LastIpError};
@@ -159,6 +160,8 @@ struct Dumper<'a, W: Write> {
     line: Line,
     out: Vec<u8>,
     sink: W,
+    /// Side-band records to print in time order between the packets.
+    sb: Option<(&'a mut SbSession<'a, 'a>, SbFlags)>,
 }
 
 /// Dump `trace` as libipt's ptdump would (or as JSON lines with `opts.json`).
@@ -171,6 +174,19 @@ pub fn dump<W: Write>(
     opts: &DumpOptions,
     sink: W,
 ) -> io::Result<()> {
+    dump_with_sideband(trace, config, opts, None, sink)
+}
+
+/// [`dump`], with the records of side-band files printed where the trace's time
+/// passes theirs (libipt's ptdump with `--pevent:*`; `opts.track_time` must be set)
+/// and the rest at the end.
+pub fn dump_with_sideband<'a, W: Write>(
+    trace: &'a [u8],
+    config: &'a Config,
+    opts: &'a DumpOptions,
+    sb: Option<(&'a mut SbSession<'a, 'a>, SbFlags)>,
+    sink: W,
+) -> io::Result<()> {
     let mut d = Dumper {
         trace,
         config,
@@ -179,8 +195,17 @@ pub fn dump<W: Write>(
         line: Line::new(),
         out: Vec::with_capacity(FLUSH_AT + 4096),
         sink,
+        sb,
     };
+    if let Some((sb, _)) = &mut d.sb {
+        // Errors met reading the first records come first, as libipt loads the files
+        // before it dumps.
+        sb.dump_errors(&mut d.out);
+    }
     d.run()?;
+    if let Some((sb, flags)) = &mut d.sb {
+        sb.dump(u64::MAX, *flags, &mut d.out);
+    }
     d.flush()?;
     d.sink.flush()
 }
@@ -737,6 +762,10 @@ impl<W: Write> Dumper<'_, W> {
         }
         if self.opts.show_time && !self.line.skip_time {
             self.print_time(offset);
+        }
+        if let Some((sb, flags)) = &mut self.sb {
+            // The estimate, with or without a TSC yet (as libipt queries it).
+            sb.dump(self.tracking.time.tsc(), *flags, &mut self.out);
         }
     }
 

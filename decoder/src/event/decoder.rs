@@ -407,6 +407,28 @@ impl<'a> EventDecoder<'a> {
         }
     }
 
+    /// Let the decoder see the trace up to `end` only (see
+    /// [`PacketDecoder::set_end`]). Call it before synchronizing.
+    pub fn set_end(&mut self, end: u64) {
+        self.pkt.set_end(end);
+    }
+
+    /// Go on at the IP packet at `offset` (a resume point after damage: see
+    /// [`crate::packet::recover`]) with tracing `enabled` or not, as if the packets
+    /// before it had never been seen, but keeping the time and the execution state
+    /// learned so far; `ip` is the address the packet stands for (the last IP a
+    /// compressed packet's low bits update).
+    pub fn resume_at(&mut self, offset: u64, enabled: bool, ip: u64) -> Result<(), DecodeError> {
+        let (time, tcal, exec) = (self.time, self.tcal, self.exec);
+        self.reset();
+        (self.time, self.tcal, self.exec) = (time, tcal, exec);
+        self.ip.update(IpPayload::new(IpCompression::Full, ip));
+        self.pkt.resume_at(offset)?;
+        self.enabled = enabled;
+        self.fetch();
+        Ok(())
+    }
+
     /// Synchronize at `offset`, which must hold a PSB.
     pub fn sync_set(&mut self, offset: u64) -> Result<(), DecodeError> {
         self.reset();

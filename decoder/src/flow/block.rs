@@ -24,6 +24,7 @@ use crate::error::{ErrorCode, Status};
 use crate::event::{self, Event, EventDecoder, EventKind, Timestamp};
 use crate::image::Image;
 use crate::insn::{self, Insn, InsnClass, MAX_INSN_SIZE};
+use crate::packet::recover::{ResumeKind, ResumePoint};
 use pt_encoder::ExecMode;
 
 /// Most instructions in one block (libipt counts them in 16 bits).
@@ -713,6 +714,81 @@ impl<'a> BlockDecoder<'a> {
             }
             self.fetch_event()?;
         }
+    }
+
+    /// Let the decoder see the trace up to `end` only (offsets stay those of the
+    /// whole trace); there it meets the end of the trace. For stopping at a hole
+    /// ([`crate::packet::recover::find_holes`]): call it before synchronizing.
+    pub fn set_end(&mut self, end: u64) {
+        self.evdec.set_end(end);
+    }
+
+    /// After damage, go on at `at` (see [`crate::packet::recover`]): synchronize at a
+    /// PSB, or start anew at an IP packet with a whole address, keeping only the
+    /// execution mode, the address space and the time learned before (the return
+    /// stack starts empty, as at a PSB). [`Progress::EventFirst`]: take the pending
+    /// event, as after [`resync`](Self::resync).
+    pub fn resume_at(&mut self, at: &ResumePoint) -> Result<Progress, ErrorCode> {
+        let context = (self.mode, self.asid, self.cbr, self.time);
+        self.resume_with(at, context)
+    }
+
+    /// [`resume_at`](Self::resume_at) with the execution mode, address space and time
+    /// `like` has learned (for trying a resume point on a second decoder).
+    pub fn resume_like(
+        &mut self,
+        at: &ResumePoint,
+        like: &BlockDecoder<'_>,
+    ) -> Result<Progress, ErrorCode> {
+        self.resume_with(at, (like.mode, like.asid, like.cbr, like.time))
+    }
+
+    fn resume_with(
+        &mut self,
+        at: &ResumePoint,
+        context: (ExecMode, Asid, Option<u32>, Timestamp),
+    ) -> Result<Progress, ErrorCode> {
+        if at.kind == ResumeKind::Psb {
+            return self.sync_set(at.offset).map(Progress::Done);
+        }
+        self.reset();
+        (self.mode, self.asid, self.cbr, self.time) = context;
+        // A TIP or an asynchronous branch comes with tracing on; a TIP.PGE turns it on.
+        let enabled = at.kind != ResumeKind::TipPge;
+        // The packet's address, completed: the last IP a compressed one builds on.
+        self.evdec
+            .resume_at(at.offset, enabled, at.ip)
+            .map_err(code)?;
+        self.enabled = enabled;
+        self.load_next_event();
+        self.resync()
+    }
+
+    /// Where the decoder is in the trace, as a number that changes whenever it uses
+    /// up trace: a packet, an event or a TNT bit (for noticing a flow that goes on
+    /// without trace).
+    #[inline]
+    pub fn trace_position(&self) -> u64 {
+        let bits = match self.event.kind {
+            EventKind::Tnt { size, .. } => u64::from(size),
+            _ => 0,
+        };
+        self.evdec.offset().map_or(u64::MAX, |o| o << 6 | bits)
+    }
+
+    /// If the last error came at a status update of a PSB+ (the flow does not agree
+    /// with what the PSB+ says, so it went wrong before it): that PSB's offset.
+    pub fn failed_at_psb(&self) -> Option<u64> {
+        if self.status.is_ok() && self.event.status_update {
+            self.sync_offset()
+        } else {
+            None
+        }
+    }
+
+    /// Whether the execution mode is known (decoding from an IP packet needs it).
+    pub fn mode_known(&self) -> bool {
+        self.mode != ExecMode::Unknown
     }
 
     fn resync_at_event(&mut self) -> Result<Status, ErrorCode> {

@@ -8,6 +8,7 @@ use crate::error::ErrorCode;
 use crate::event::Event;
 use crate::image::Image;
 use crate::insn::{self, InsnClass};
+use crate::packet::recover::ResumePoint;
 use pt_encoder::ExecMode;
 
 /// One instruction of the flow.
@@ -133,6 +134,25 @@ impl<'a> InsnDecoder<'a> {
     /// Go on after an error (see [`BlockDecoder::resync`]).
     pub fn resync(&mut self) -> Result<Progress, ErrorCode> {
         match self.blk.resync() {
+            Ok(Progress::EventFirst) => {
+                self.block = EMPTY;
+                self.segs.clear();
+                Ok(Progress::EventFirst)
+            }
+            Ok(Progress::Done(status)) => self.restart(Ok(status)).map(Progress::Done),
+            Err(e) => self.restart(Err(e)).map(Progress::Done),
+        }
+    }
+
+    /// Let the decoder see the trace up to `end` only (see
+    /// [`BlockDecoder::set_end`]).
+    pub fn set_end(&mut self, end: u64) {
+        self.blk.set_end(end);
+    }
+
+    /// After damage, go on at `at` (see [`BlockDecoder::resume_at`]).
+    pub fn resume_at(&mut self, at: &ResumePoint) -> Result<Progress, ErrorCode> {
+        match self.blk.resume_at(at) {
             Ok(Progress::EventFirst) => {
                 self.block = EMPTY;
                 self.segs.clear();

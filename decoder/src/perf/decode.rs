@@ -94,6 +94,10 @@ pub struct QueueDecoder<'s, 'a> {
     /// The queue's code may change while decoding.
     switches: bool,
     done: bool,
+    /// The AUXTRACE reference of the part last looked up: its byte range in the
+    /// current segment and the reference (items come in trace order, so most fall in
+    /// the part of the one before).
+    reference: (u64, u64, u64),
 }
 
 impl<'s, 'a> QueueDecoder<'s, 'a> {
@@ -130,6 +134,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
             pending: None,
             switches,
             done: false,
+            reference: (0, 0, 0),
         }
     }
 
@@ -207,9 +212,17 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
     }
 
     /// The perf time of a decoder timestamp at trace offset `offset`.
-    fn perf_time(&self, tsc: u64, offset: u64) -> u64 {
-        let q = &self.session.queues()[self.queue];
-        let r = q.reference(self.segment, offset);
+    fn perf_time(&mut self, tsc: u64, offset: u64) -> u64 {
+        let (lo, hi, mut r) = self.reference;
+        if !(lo..hi).contains(&offset) {
+            let q = &self.session.queues()[self.queue];
+            let part = q.segments.get(self.segment).and_then(|s| s.part_at(offset));
+            r = part
+                .and_then(|p| q.pieces.get(p.piece))
+                .map_or(0, |pc| pc.reference);
+            self.reference =
+                part.map_or((0, 0, 0), |p| (p.at as u64, p.at as u64 + p.len as u64, r));
+        }
         self.session.tsc_to_time(full_tsc(tsc, r))
     }
 
@@ -247,6 +260,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
         }
         self.next_segment += 1;
         self.segment = i;
+        self.reference = (0, 0, 0);
         if let Some(lost) = q.lost_before(i) {
             self.out.push_back(PerfItem::Lost(lost));
         }
@@ -362,6 +376,10 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
                 Item::Error(e) if e.code == ErrorCode::NoMap => Some(e.ip),
                 _ => None,
             };
+            // The common case: nothing else is due, the item goes out directly.
+            if self.out.is_empty() && !crossed && no_map.is_none() {
+                return Some(PerfItem::Decoded(item));
+            }
             self.out.push_back(PerfItem::Decoded(item));
             if crossed && !is_event {
                 self.pending = Some(time);

@@ -1,5 +1,5 @@
 //! ptxed's command line: libipt's ptxed options, in libipt's order and meaning (the
-//! side-band options `--sb:*` and `--pevent:*` aside), plus ours (`--sideband`,
+//! side-band options `--sb:*` and `--pevent:*` aside), plus ours (`--perf`,
 //! `--threads`). Errors say what is wrong, with the argument or file concerned, on one
 //! line, and exit with 1.
 
@@ -9,7 +9,6 @@ use pt_decoder::config::{Config, Cpu, Errata};
 use pt_decoder::dump::cli::{os_reason, parse_u64, FileError, TraceFile};
 use pt_decoder::flow::FlowOptions;
 use pt_decoder::image::{Image, LoadError};
-use pt_decoder::sideband::{Explicit, Sideband, SidebandError};
 
 use super::perf::PerfArgs;
 use super::{Options, Stats};
@@ -26,7 +25,19 @@ options:
   --time                               print the current timestamp.
   --raw-insn                           print the raw bytes of each instruction.
   --check                              perform checks (expensive).
-  --resync-on-error                    resync on decode errors more aggressively.
+  --resync-on-error                    resync on decode errors more aggressively (libipt's
+                                       way: at the next event with an ip).
+  --libipt-resync                      handle decode errors as libipt does: resync at the next
+                                       psb (or with --resync-on-error at the next ip), report
+                                       neither truncation nor holes. by default decoding
+                                       goes on at the nearest psb or ip packet whose address
+                                       is known (whole, or completed from the code and
+                                       confirmed up to the next psb), says what it skipped,
+                                       and reports a trace that ends inside a packet and
+                                       holes (runs of zeros).
+  --runaway-limit <n>                  end a flow that runs on for <n> instructions without
+                                       using trace with an error (default: 2^24 or twice the
+                                       code size; 0: never).
   --iscache-limit <size>               set the image section cache limit to <size> bytes.
                                        accepted for compatibility: code is mapped from its
                                        files, there is no section cache to limit.
@@ -48,18 +59,13 @@ options:
   --threads:min-piece <n>              give each thread at least <n> bytes of the trace
                                        (default: 256 KiB).
   --verbose|-v                         print various information (even when quiet): the
-                                       segments of the ELF files (--elf) and the mappings of
-                                       side-band files (--sideband) loaded after it.
+                                       segments of the ELF files (--elf) loaded after it.
   --pt <file>[:<from>[-<to>]]          load the processor trace data from <file>.
                                        an optional offset or range can be given.
   --elf <<file>[:<base>]               load an ELF from <file> at address <base>.
                                        use the default load address if <base> is omitted.
   --raw <file>[:<from>[-<to>]]:<base>  load a raw binary from <file> at address <base>.
                                        an optional offset or range can be given.
-  --sideband <file>                    load the code image and the recording parameters (cpu,
-                                       mtc-freq, nom-freq, cpuid-0x15) from the side-band file
-                                       of a trace recorded on the PT simulator (ptrec);
-                                       explicit options win over its parameters.
   --cpu none|f/m[/s]                   set cpu to the given value and decode according to:
                                          none     spec (default)
                                          f/m[/s]  family/model[/stepping]
@@ -114,8 +120,6 @@ enum ArgError {
     NoPt,
     #[error("duplicate pt sources: {0}.")]
     DuplicatePt(String),
-    #[error("duplicate side-band files: {0}.")]
-    DuplicateSideband(String),
     #[error("please specify {0} before the pt source file.")]
     AfterPt(String),
     #[error("--cpu {0}: cpu must be specified as f/m[/s] (family/model[/stepping]).")]
@@ -128,8 +132,6 @@ enum ArgError {
         arg: String,
         why: String,
     },
-    #[error("{0}.")]
-    Sideband(String),
     #[error("{0}")]
     Perf(String),
 }
@@ -172,8 +174,6 @@ struct Parser<'a> {
     image: Image,
     trace: Option<TraceFile>,
     cpu: Option<Cpu>,
-    explicit: Explicit,
-    sideband: Option<Sideband>,
     verbose: bool,
     perf: PerfArgs,
 }
@@ -288,35 +288,6 @@ impl<'a> Parser<'a> {
                         }
                     }
                 }
-                "--sideband" => {
-                    let file = self.value(arg)?.to_string();
-                    if self.sideband.is_some() {
-                        return Err(ArgError::DuplicateSideband(file));
-                    }
-                    let sb = Sideband::read(std::path::Path::new(&file)).map_err(|e| {
-                        ArgError::Sideband(match e {
-                            // An I/O error names the file itself.
-                            e @ SidebandError::Io { .. } => e.to_string(),
-                            e => format!("{file}: {e}"),
-                        })
-                    })?;
-                    if let Err(e) = sb.load(&mut self.image) {
-                        return Err(ArgError::Sideband(format!("{file}: {e}")));
-                    }
-                    if self.verbose {
-                        for m in sb.merged_maps() {
-                            let _ = writeln!(
-                                out,
-                                "{}: offset={:#x} size={:#x} vaddr={:#x}.",
-                                sb.resolve(&m.path).display(),
-                                m.file_offset,
-                                m.end - m.start,
-                                m.start
-                            );
-                        }
-                    }
-                    self.sideband = Some(sb);
-                }
                 "--att" => self.opts.att = true,
                 "--no-inst" => self.opts.no_inst = true,
                 "--quiet" | "-q" => self.opts.quiet = true,
@@ -329,6 +300,8 @@ impl<'a> Parser<'a> {
                 "--event:iflags" => self.flow.iflags_events = true,
                 "--check" => self.opts.check = true,
                 "--resync-on-error" => self.opts.resync_on_error = true,
+                "--libipt-resync" => self.opts.libipt_resync = true,
+                "--runaway-limit" => self.opts.runaway_limit = Some(self.number(arg, u64::MAX)?),
                 "--threads" => {
                     let n = self.number(arg, 1024)?;
                     if n == 0 {
@@ -360,7 +333,6 @@ impl<'a> Parser<'a> {
                         return Err(ArgError::AfterPt("cpu".into()));
                     }
                     let c = self.value(arg)?;
-                    self.explicit.cpu = true;
                     self.cpu = if c == "none" {
                         None
                     } else {
@@ -372,19 +344,15 @@ impl<'a> Parser<'a> {
                 }
                 "--mtc-freq" => {
                     self.config.mtc_freq = self.number(arg, 0xff)? as u8;
-                    self.explicit.mtc_freq = true;
                 }
                 "--nom-freq" => {
                     self.config.nom_freq = self.number(arg, 0xff)? as u8;
-                    self.explicit.nom_freq = true;
                 }
                 "--cpuid-0x15.eax" => {
                     self.config.cpuid_0x15_eax = self.number(arg, 0xffff_ffff)? as u32;
-                    self.explicit.cpuid_0x15_eax = true;
                 }
                 "--cpuid-0x15.ebx" => {
                     self.config.cpuid_0x15_ebx = self.number(arg, 0xffff_ffff)? as u32;
-                    self.explicit.cpuid_0x15_ebx = true;
                 }
                 "--insn-decoder" | "--block-decoder" => {
                     if self.trace.is_some() {
@@ -449,8 +417,6 @@ pub(super) fn parse_args(
         image: Image::new(),
         trace: None,
         cpu: None,
-        explicit: Explicit::default(),
-        sideband: None,
         verbose: false,
         perf: PerfArgs::default(),
     };
@@ -473,20 +439,13 @@ pub(super) fn parse_args(
     let Parser {
         opts,
         mut stats,
-        mut config,
+        config,
         mut flow,
         keep_tcal,
         image,
-        explicit,
-        sideband,
         perf,
         ..
     } = p;
-    if let Some(sb) = &sideband {
-        if sb.configure(&mut config, explicit).is_err() {
-            let _ = writeln!(out, "[0, 0: config error: unknown cpu]");
-        }
-    }
     if opts.print_stats && !stats.want_insn && !stats.want_blocks {
         stats.want_insn = true;
         stats.want_blocks = !opts.insn_decoder;

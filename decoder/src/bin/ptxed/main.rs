@@ -1,13 +1,14 @@
 //! ptxed: reconstruct the executed instructions from an Intel PT trace and the code
 //! image, compatible with libipt's ptxed (options and output).
 
-use pt_decoder::driver::{BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync};
+use pt_decoder::driver::{BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync, SkipItem};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
 use pt_decoder::flow::{Block, InsnInfo};
 use pt_decoder::image::Image;
 use pt_decoder::insn;
 use pt_decoder::listing::{Listing, ListingOptions, Syntax};
+use pt_decoder::packet::recover::ResumeKind;
 use pt_encoder::ExecMode;
 use std::io::{self, Write};
 
@@ -31,11 +32,30 @@ struct Options {
     event_time: bool,
     event_ip: bool,
     resync_on_error: bool,
+    /// `--libipt-resync`: libipt's error handling instead of [`Resync::Recover`].
+    libipt_resync: bool,
+    /// `--runaway-limit` (`None`: the library's default).
+    runaway_limit: Option<u64>,
     insn_decoder: bool,
     /// Threads for `--quiet` decoding (0: one per core).
     threads: u64,
     /// The smallest piece of the trace worth a thread of its own.
     min_piece: u64,
+}
+
+impl Options {
+    /// What to do after an error: by default recover as much as can soundly be
+    /// decoded; libipt's resync at the next PSB (or, with `--resync-on-error`, at the
+    /// next IP) with `--libipt-resync` or `--resync-on-error`.
+    fn resync(&self) -> Resync {
+        if self.resync_on_error {
+            Resync::NextIp
+        } else if self.libipt_resync {
+            Resync::NextPsb
+        } else {
+            Resync::Recover
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -522,6 +542,27 @@ fn check_insn<W: Write>(p: &mut Printer<'_, W>, insn: &InsnInfo, offset: u64) {
     }
 }
 
+/// The line for trace skipped after an error ([`Resync::Recover`]), printed even when
+/// quiet, as errors are: `[skipped <from>-<to> (<n> bytes): resync at tip <ip>]`.
+fn print_skipped(o: &mut impl Write, s: &SkipItem) -> io::Result<()> {
+    if s.to > s.from {
+        write!(
+            o,
+            "[skipped {:x}-{:x} ({} bytes): ",
+            s.from,
+            s.to,
+            s.to - s.from
+        )?;
+    } else {
+        write!(o, "[{:x}: ", s.to)?;
+    }
+    match s.at {
+        Some(at) if at.kind == ResumeKind::Psb => o.write_all(b"resync at psb]\n"),
+        Some(at) => writeln!(o, "resync at {} {:x}]", at.kind.name(), at.ip),
+        None => o.write_all(b"end of trace]\n"),
+    }
+}
+
 /// The line ptxed prints for an error of `kind`.
 fn error_label(kind: FlowErrorKind) -> &'static str {
     match kind {
@@ -562,19 +603,18 @@ fn run(prog: &str, args: &[String]) -> i32 {
         } else {
             Granularity::Blocks
         })
-        .resync(if opts.resync_on_error {
-            Resync::NextIp
-        } else {
-            Resync::NextPsb
-        })
+        .resync(opts.resync())
         .count_only(count_only)
         .threads(if share {
             usize::try_from(opts.threads).unwrap_or(1)
         } else {
             1
         })
-        .min_piece(opts.min_piece)
-        .build();
+        .min_piece(opts.min_piece);
+    if let Some(n) = opts.runaway_limit {
+        dec = dec.runaway_limit(n);
+    }
+    let mut dec = dec.build();
     // The time of the last event, as ptxed prints it with instructions.
     let mut time = 0u64;
     let mut item = Item::default();
@@ -623,6 +663,9 @@ fn run(prog: &str, args: &[String]) -> i32 {
             }
             Item::Disabled if !opts.quiet => {
                 let _ = p.out.write_all(b"[disabled]\n");
+            }
+            Item::Skipped(s) => {
+                let _ = print_skipped(&mut p.out, &s);
             }
             _ => {}
         }

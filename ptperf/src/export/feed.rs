@@ -1,0 +1,591 @@
+//! Where the exported samples come from: a perf.data decoded as perf decodes
+//! it, the branch samples `ptperf script --itrace=b` synthesizes (perf's
+//! intel-pt.c: [`crate::synth`]), each resolved to its thread, file and symbol
+//! as perf resolves them, with the recording's context switches in time
+//! order. [`Exporter`] only sees [`ExportSample`]s.
+
+use std::collections::HashMap;
+
+use pt_decoder::perf::{Context, MappingKind, Session, Thread};
+use pt_perf_data::{AttrFlags, EventAttr, PerfFile, Record};
+
+use super::{
+    ContextSwitch, DsoRef, EventRef, ExportError, ExportSample, Exporter, Loc, Sink, SymRef,
+    ThreadRef,
+};
+
+/// What the export met besides samples.
+#[derive(Clone, Debug, Default)]
+pub struct FeedStats {
+    /// Samples exported.
+    pub samples: u64,
+    /// Instructions decoded.
+    pub insns: u64,
+    /// Decode errors, lost data and missing code, one line each.
+    pub problems: Vec<String>,
+}
+
+/// One symbol of a file, in perf's addresses for the file.
+#[derive(Clone, Debug)]
+struct FileSym {
+    start: u64,
+    end: u64,
+    binding: u8,
+    name: String,
+}
+
+/// A file of code as the export names it, with its function symbols.
+#[derive(Debug)]
+struct CodeFile {
+    short_name: String,
+    long_name: String,
+    build_id: String,
+    /// Sorted by start; overlaps resolved as perf does (one symbol per start).
+    syms: Vec<FileSym>,
+}
+
+impl CodeFile {
+    /// The symbol covering `addr` (perf's `symbols__find`): the last one
+    /// starting at or below it that covers it.
+    fn sym(&self, addr: u64) -> Option<&FileSym> {
+        let i = self.syms.partition_point(|s| s.start <= addr);
+        let covers = |s: &&FileSym| addr < s.end || (s.start == s.end && addr == s.start);
+        // An earlier symbol may still cover it (an object or label overlap).
+        self.syms[..i].iter().rev().take(8).find(covers)
+    }
+}
+
+/// The symbols of the ELF file `data` as perf loads them (symbol-elf.c's
+/// dso__load_sym, symbol.c's fixups): `.symtab` (else `.dynsym`); named,
+/// defined functions and objects, and labels in text or data sections; in
+/// allocated sections, not absolute; their values made file offsets with their
+/// PT_LOAD segment (else their section); sizes of zero extended to the next
+/// symbol (the last to the next page but one); one symbol per start, chosen
+/// as perf chooses. Also the file's build id.
+fn elf_symbols(data: &[u8]) -> (Vec<FileSym>, Option<String>) {
+    use object::elf;
+    use object::read::elf::{ElfFile64, ProgramHeader, SectionHeader, Sym};
+    use object::Object;
+    let Ok(file) = ElfFile64::<object::Endianness>::parse(data) else {
+        return (Vec::new(), None);
+    };
+    let e = file.endian();
+    let id = file
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
+    let symtab = if file.elf_symbol_table().is_empty() {
+        file.elf_dynamic_symbol_table()
+    } else {
+        file.elf_symbol_table()
+    };
+    let sections = file.elf_section_table();
+    let loads: Vec<(u64, u64, u64)> = file
+        .elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(e) == elf::PT_LOAD)
+        .map(|p| {
+            let size = p.p_memsz(e).max(p.p_filesz(e));
+            (p.p_vaddr(e), size, p.p_offset(e))
+        })
+        .filter(|&(_, size, _)| size != 0)
+        .collect();
+    let mut syms: Vec<FileSym> = Vec::new();
+    for sym in symtab.symbols() {
+        let ty = sym.st_type();
+        let shndx = sym.st_shndx(e);
+        let vis = sym.st_other() & 3;
+        let label = ty == elf::STT_NOTYPE && vis != elf::STV_HIDDEN && vis != elf::STV_INTERNAL;
+        let wanted = matches!(ty, elf::STT_FUNC | elf::STT_GNU_IFUNC | elf::STT_OBJECT) || label;
+        if !wanted || sym.st_name(e) == 0 || shndx == elf::SHN_UNDEF || shndx == elf::SHN_ABS {
+            continue;
+        }
+        let Ok(sec) = sections.section(object::SectionIndex(usize::from(shndx))) else {
+            continue;
+        };
+        if sec.sh_flags(e) & u64::from(elf::SHF_ALLOC) == 0 {
+            continue;
+        }
+        if label {
+            let name = sections.section_name(e, sec).unwrap_or_default();
+            let has = |w: &[u8]| name.windows(w.len()).any(|x| x == w);
+            if !has(b"text") && !has(b"data") {
+                continue;
+            }
+        }
+        let Ok(name) = symtab.symbol_name(e, sym) else {
+            continue;
+        };
+        let value = sym.st_value(e);
+        let delta = match loads
+            .iter()
+            .find(|&&(v, size, _)| value >= v && value - v < size)
+        {
+            Some(&(v, _, off)) => v.wrapping_sub(off),
+            None => sec.sh_addr(e).wrapping_sub(sec.sh_offset(e)),
+        };
+        let start = value.wrapping_sub(delta);
+        syms.push(FileSym {
+            start,
+            end: start.wrapping_add(sym.st_size(e)),
+            binding: sym.st_bind(),
+            name: String::from_utf8_lossy(name).into_owned(),
+        });
+    }
+    // Equal starts keep their table order (perf's tree puts them right).
+    syms.sort_by_key(|s| s.start);
+    let n = syms.len();
+    for i in 0..n {
+        if syms[i].end == syms[i].start {
+            syms[i].end = match syms.get(i + 1) {
+                Some(next) => next.start,
+                None => {
+                    (syms[i].start & !4095)
+                        + if syms[i].start & 4095 != 0 {
+                            8192
+                        } else {
+                            4096
+                        }
+                }
+            };
+        }
+    }
+    let mut kept: Vec<FileSym> = Vec::with_capacity(n);
+    for s in syms {
+        match kept.last_mut() {
+            Some(last) if last.start == s.start => {
+                if !first_is_better(last, &s) {
+                    *last = s;
+                }
+            }
+            _ => kept.push(s),
+        }
+    }
+    (kept, id)
+}
+
+/// perf's choice between two symbols at one address (`choose_best_symbol`):
+/// the one with a size, not weak, global, with fewer leading underscores, with
+/// the longer name; else the first.
+fn first_is_better(a: &FileSym, b: &FileSym) -> bool {
+    use object::elf::{STB_GLOBAL, STB_WEAK};
+    let (la, lb) = (a.end != a.start, b.end != b.start);
+    if la != lb {
+        return la;
+    }
+    let (wa, wb) = (a.binding == STB_WEAK, b.binding == STB_WEAK);
+    if wa != wb {
+        return wb;
+    }
+    let (ga, gb) = (a.binding == STB_GLOBAL, b.binding == STB_GLOBAL);
+    if ga != gb {
+        return ga;
+    }
+    let under = |s: &FileSym| s.name.bytes().take_while(|&c| c == b'_').count();
+    let (ua, ub) = (under(a), under(b));
+    if ua != ub {
+        return ua < ub;
+    }
+    a.name.len() >= b.name.len()
+}
+
+/// perf's short name of a file: its base name; `[…]` names as they are.
+fn short_name(long: &str) -> &str {
+    if long.starts_with('[') {
+        return long;
+    }
+    long.rsplit('/').next().unwrap_or(long)
+}
+
+/// A thread with no side-band: perf's unknown thread -1.
+static NO_COMMS: [pt_decoder::perf::CommChange; 0] = [];
+
+/// Resolves addresses and threads of a session, caching what it read.
+struct Resolver<'s, 'a> {
+    session: &'s Session<'a>,
+    /// By mapping (its index in the session's mappings).
+    files: HashMap<usize, Option<usize>>,
+    /// Loaded files, by path.
+    by_path: HashMap<String, usize>,
+    loaded: Vec<CodeFile>,
+}
+
+impl<'s, 'a> Resolver<'s, 'a> {
+    fn new(session: &'s Session<'a>) -> Self {
+        Resolver {
+            session,
+            files: HashMap::new(),
+            by_path: HashMap::new(),
+            loaded: Vec::new(),
+        }
+    }
+
+    /// The loaded file of the mapping at `ip` in `pid` and the address perf
+    /// looks symbols up with (`map__map_ip`).
+    fn file_of(&mut self, pid: Option<u32>, ip: u64, time: Option<u64>) -> Option<(usize, u64)> {
+        let m = self.session.mapping(pid, ip, time)?;
+        let base = self.session.mappings().as_ptr() as usize;
+        let idx = (m as *const _ as usize - base) / std::mem::size_of_val(m);
+        let file_addr = match m.kind {
+            MappingKind::Kernel => ip,
+            _ => ip.wrapping_sub(m.start).wrapping_add(m.pgoff),
+        };
+        if let Some(f) = self.files.get(&idx) {
+            return f.map(|f| (f, file_addr));
+        }
+        let key = m.filename.clone();
+        let f = match self.by_path.get(&key) {
+            Some(&f) => Some(f),
+            None => {
+                let code = self.session.code_file(m).ok();
+                let data = code.and_then(|c| std::fs::read(&c.path).ok());
+                let (syms, file_id) = data.as_deref().map(elf_symbols).unwrap_or_default();
+                let build_id = m
+                    .build_id
+                    .map(|b| {
+                        b.bytes[..usize::from(b.len).min(20)]
+                            .iter()
+                            .map(|x| format!("{x:02x}"))
+                            .collect()
+                    })
+                    .or(file_id)
+                    .unwrap_or_default();
+                let f = self.loaded.len();
+                self.loaded.push(CodeFile {
+                    short_name: short_name(&key).to_string(),
+                    long_name: key.clone(),
+                    build_id,
+                    syms,
+                });
+                self.by_path.insert(key, f);
+                Some(f)
+            }
+        };
+        self.files.insert(idx, f);
+        f.map(|f| (f, file_addr))
+    }
+
+    fn loc(&self, ip: u64, file: Option<(usize, u64)>) -> Loc<'_> {
+        let Some((f, file_addr)) = file else {
+            return Loc {
+                ip,
+                file_addr: ip,
+                dso: None,
+                sym: None,
+            };
+        };
+        let f = &self.loaded[f];
+        Loc {
+            ip,
+            file_addr,
+            dso: Some(DsoRef {
+                short_name: &f.short_name,
+                long_name: &f.long_name,
+                build_id: &f.build_id,
+            }),
+            sym: f.sym(file_addr).map(|s| SymRef {
+                start: s.start,
+                end: s.end,
+                binding: s.binding,
+                name: &s.name,
+            }),
+        }
+    }
+
+    fn thread(&self, ctx: &Context, time: Option<u64>) -> (ThreadRef<'s>, Option<ThreadRef<'s>>) {
+        let session = self.session;
+        let of = |t: &'s Thread, tid: u32| ThreadRef {
+            key: t as *const Thread as u64,
+            pid: t.pid.or(ctx.pid).map_or(-1, |p| p as i32),
+            tid: tid as i32,
+            comms: &t.comms,
+        };
+        let Some(tid) = ctx.tid else {
+            let t = ThreadRef {
+                key: u64::MAX,
+                pid: ctx.pid.map_or(-1, |p| p as i32),
+                tid: -1,
+                comms: &NO_COMMS,
+            };
+            return (t, None);
+        };
+        let t = match session.thread(tid, time) {
+            Some(t) => of(t, tid),
+            None => ThreadRef {
+                key: u64::MAX - 1 - u64::from(tid),
+                pid: ctx.pid.map_or(-1, |p| p as i32),
+                tid: tid as i32,
+                comms: &NO_COMMS,
+            },
+        };
+        let main = match ctx.pid.or(u32::try_from(t.pid).ok()) {
+            Some(pid) if pid == tid => Some(t),
+            Some(pid) => session.thread(pid, time).map(|m| of(m, pid)),
+            None => None,
+        };
+        (t, main)
+    }
+}
+
+/// A branch sample, before resolution.
+#[derive(Clone, Copy, Debug)]
+struct Raw {
+    ip: u64,
+    addr: u64,
+    flags: u32,
+    insn_len: u8,
+}
+
+/// The name perf gives its synthesized `event` of a recording whose trace
+/// event is `attr` (perf's evsel name: the event and the modifiers of the
+/// attr's exclude bits, e.g. `branches:uH` for `intel_pt//u`).
+pub fn event_name(event: &str, attr: Option<&EventAttr>) -> String {
+    let Some(attr) = attr else {
+        return event.to_string();
+    };
+    let f = attr.flags;
+    let mut m = String::new();
+    let ex = |b| f.has(b);
+    let (ku, kk, kh) = (
+        ex(AttrFlags::EXCLUDE_USER),
+        ex(AttrFlags::EXCLUDE_KERNEL),
+        ex(AttrFlags::EXCLUDE_HV),
+    );
+    let mut guest_default = false;
+    if ku || kk || kh {
+        for (excluded, c) in [(kk, 'k'), (ku, 'u'), (kh, 'h')] {
+            if !excluded {
+                m.push(c);
+            }
+        }
+        guest_default = true;
+    }
+    for _ in 0..f.precise_ip() {
+        m.push('p');
+    }
+    let (xhost, xguest) = (ex(AttrFlags::EXCLUDE_HOST), ex(AttrFlags::EXCLUDE_GUEST));
+    if xhost || xguest == guest_default {
+        if !xhost {
+            m.push('H');
+        }
+        if !xguest {
+            m.push('G');
+        }
+    }
+    if m.is_empty() {
+        event.to_string()
+    } else {
+        format!("{event}:{m}")
+    }
+}
+
+/// The intel_pt event of `perf` (the one of the session's PMU type).
+pub fn trace_attr<'p>(perf: &'p PerfFile<'_>, session: &Session<'_>) -> Option<&'p EventAttr> {
+    let pmu = session.info().pmu_type;
+    perf.events()
+        .iter()
+        .find(|e| u64::from(e.attr.type_) == pmu)
+        .map(|e| &e.attr)
+}
+
+/// A context switch record (PERF_RECORD_SWITCH, SWITCH_CPU_WIDE).
+#[derive(Clone, Copy, Debug)]
+struct SwitchRec {
+    time: u64,
+    cpu: Option<u32>,
+    out: bool,
+    preempt: bool,
+    /// The thread the record is about (pid, tid).
+    thread: (Option<u32>, Option<u32>),
+    /// SWITCH_CPU_WIDE's other side.
+    other: Option<(u32, u32)>,
+}
+
+/// The context switches of `perf`, in time order (unreadable records are
+/// the session's warnings already).
+fn switches(perf: &PerfFile<'_>) -> Vec<SwitchRec> {
+    let mut v = Vec::new();
+    for r in perf.records().flatten() {
+        let (sid, out, preempt, other) = match &r.1 {
+            Record::Switch(s) => (s.sample_id, s.is_out(), s.is_preempt(), None),
+            Record::SwitchCpuWide(s) => (
+                s.sample_id,
+                s.is_out(),
+                s.is_preempt(),
+                Some((s.next_prev_pid, s.next_prev_tid)),
+            ),
+            _ => continue,
+        };
+        v.push(SwitchRec {
+            time: sid.time.unwrap_or(0),
+            cpu: sid.cpu,
+            out,
+            preempt,
+            thread: (sid.pid, sid.tid),
+            other,
+        });
+    }
+    v.sort_by_key(|s| s.time);
+    v
+}
+
+/// Where samples are resolved and handed to the exporter, with the context
+/// switches between them in time order.
+struct Feed<'s, 'a> {
+    res: Resolver<'s, 'a>,
+    name: String,
+    /// Context switches not yet exported (perf exports them in time order
+    /// with the samples).
+    switches: std::collections::VecDeque<SwitchRec>,
+    stats: FeedStats,
+}
+
+impl Feed<'_, '_> {
+    /// Exports the context switches up to `time`.
+    fn switches_until<S: Sink>(
+        &mut self,
+        ex: &mut Exporter<S>,
+        time: u64,
+    ) -> Result<(), ExportError> {
+        while self.switches.front().is_some_and(|s| s.time <= time) {
+            let Some(sw) = self.switches.pop_front() else {
+                break;
+            };
+            let at = Some(sw.time);
+            let side = |pid: Option<u32>, tid: Option<u32>| {
+                let ctx = Context {
+                    pid,
+                    tid,
+                    cpu: sw.cpu,
+                    since: None,
+                };
+                self.res.thread(&ctx, at)
+            };
+            let thread = sw.thread.1.map(|_| side(sw.thread.0, sw.thread.1));
+            let other = sw.other.map(|(p, t)| side(Some(p), Some(t)));
+            ex.context_switch(&ContextSwitch {
+                time: sw.time,
+                cpu: sw.cpu.map_or(-1, |c| c as i32),
+                out: sw.out,
+                preempt: sw.preempt,
+                thread,
+                other,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Exports one branch sample of the thread `ctx` names; `ipc`: its
+    /// instruction and cycle counts (perf's, where the trace has cycles).
+    fn export<S: Sink>(
+        &mut self,
+        ex: &mut Exporter<S>,
+        ctx: Context,
+        r: Raw,
+        time: Option<u64>,
+        ipc: (u64, u64),
+    ) -> Result<(), ExportError> {
+        self.switches_until(ex, time.unwrap_or(0))?;
+        let pid = ctx.pid;
+        let from_file = (r.ip != 0)
+            .then(|| self.res.file_of(pid, r.ip, time))
+            .flatten();
+        let to_file = (r.addr != 0)
+            .then(|| self.res.file_of(pid, r.addr, time))
+            .flatten();
+        let res = &self.res;
+        let name = &self.name;
+        let (thread, main_thread) = res.thread(&ctx, time);
+        let s = ExportSample {
+            event: EventRef {
+                index: 0,
+                name,
+                attr_type: 0,
+                // PERF_COUNT_HW_BRANCH_INSTRUCTIONS
+                config: 4,
+            },
+            thread,
+            main_thread,
+            cpu: ctx.cpu.map_or(-1, |c| c as i32),
+            time: time.unwrap_or(0),
+            from: res.loc(r.ip, from_file),
+            to: Some(res.loc(r.addr, to_file)),
+            addr: r.addr,
+            period: 1,
+            weight: 0,
+            transaction: 0,
+            data_src: 0,
+            flags: r.flags,
+            insn_len: r.insn_len,
+            // perf counts instructions (and cycles) per sample only where the
+            // trace has cycle counts (CYC) to give IPC; without, both are 0.
+            insn_cnt: ipc.0,
+            cyc_cnt: ipc.1,
+            raw: &[],
+            callchain: &[],
+        };
+        ex.sample(&s)?;
+        Ok(())
+    }
+}
+
+/// Exports the branch samples of `session` (of the recording `perf`) into
+/// `ex`: those `ptperf script --itrace=b` synthesizes (perf's intel-pt.c,
+/// [`crate::synth`]), with the recording's context switches.
+pub fn export_session<S: Sink>(
+    perf: &PerfFile<'_>,
+    session: &Session<'_>,
+    ex: &mut Exporter<S>,
+) -> Result<FeedStats, ExportError> {
+    let name = event_name("branches", trace_attr(perf, session));
+    let mut feed = Feed {
+        res: Resolver::new(session),
+        name,
+        switches: switches(perf).into(),
+        stats: FeedStats::default(),
+    };
+    let opts = crate::itrace::SynthOpts::parse("b").expect("b is an --itrace option");
+    let mut synth = crate::synth::Synth::new(session, opts);
+    let mut failed = None;
+    let _ = synth.run(&mut |e| match e {
+        crate::synth::Event::Sample(s, _) => {
+            let some = |v: i32| u32::try_from(v).ok();
+            let ctx = Context {
+                pid: some(s.pid),
+                tid: some(s.tid),
+                cpu: some(s.cpu),
+                since: None,
+            };
+            let r = Raw {
+                ip: s.ip,
+                addr: s.addr,
+                flags: s.flags,
+                insn_len: s.insn_len,
+            };
+            match feed.export(ex, ctx, r, s.time, (s.insn_cnt, s.cyc_cnt)) {
+                Ok(()) => {
+                    feed.stats.samples += 1;
+                    std::ops::ControlFlow::Continue(())
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    std::ops::ControlFlow::Break(())
+                }
+            }
+        }
+        crate::synth::Event::Error(t) => {
+            feed.stats.problems.push(format!(
+                "instruction trace error type 1 cpu {} pid {} tid {} ip {:#x} code {}: {}",
+                t.cpu, t.pid, t.tid, t.ip, t.code, t.msg
+            ));
+            std::ops::ControlFlow::Continue(())
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    feed.switches_until(ex, u64::MAX)?;
+    feed.stats.insns = synth.walked();
+    Ok(feed.stats)
+}
