@@ -77,7 +77,7 @@ fn argument_errors() {
         "--raw",
         "--elf",
         "--cpu",
-        "--sideband",
+        "--pevent:primary",
         "--iscache-limit",
     ] {
         let o = ptxed(&[opt]);
