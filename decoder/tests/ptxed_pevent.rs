@@ -435,3 +435,20 @@ fn same_output_as_libipt_ptxed() {
         );
     }
 }
+
+#[test]
+fn not_with_perf_data() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptxed"))
+        .args(["--perf", "perf.data", "--pevent:primary", "primary.sb"])
+        .current_dir(files())
+        .output()
+        .expect("run ptxed");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.ends_with("ptxed: --pevent:* side-band files do not go with --perf.\n")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+}

@@ -587,6 +587,14 @@ fn run(prog: &str, args: &[String]) -> i32 {
         Parsed::Run(s) => s,
     };
     if setup.perf.file.is_some() {
+        if setup.sb.any() {
+            // perf.data carries its own side-band records.
+            let _ = writeln!(
+                io::stderr(),
+                "{prog}: --pevent:* side-band files do not go with --perf."
+            );
+            return 1;
+        }
         return perf::run(prog, &setup, &setup.perf, out);
     }
     let Some(trace) = &setup.trace else {
