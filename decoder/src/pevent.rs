@@ -27,10 +27,14 @@ use pt_perf_data::{
 use std::fmt::Write as _;
 
 /// How to read a side-band file (libipt's `pt_sb_pevent_config`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeventConfig {
     /// The sample_type of the records' trailers (`--pevent:sample-type`).
     pub sample_type: u64,
+    /// The sample_type of the records whose last 8 bytes are one of these
+    /// identifiers (`--pevent:sample-config ID:TYPE`); each must have
+    /// PERF_SAMPLE_IDENTIFIER.
+    pub sample_config: Vec<(u64, u64)>,
     /// perf_event_mmap_page.time_zero (`--pevent:time-zero`).
     pub time_zero: u64,
     /// perf_event_mmap_page.time_shift (`--pevent:time-shift`).
@@ -46,6 +50,7 @@ impl Default for PeventConfig {
     fn default() -> Self {
         PeventConfig {
             sample_type: 0,
+            sample_config: Vec::new(),
             time_zero: 0,
             time_shift: 0,
             time_mult: 1,
@@ -140,27 +145,40 @@ pub struct PeventFile<'a> {
     bytes: &'a [u8],
     config: PeventConfig,
     events: EventTable,
+    /// The tables of `config.sample_config`, by identifier.
+    configured: Vec<(u64, EventTable)>,
     primary: bool,
+}
+
+/// A table of one event whose records carry `sample_type`.
+fn one_event(sample_type: u64) -> EventTable {
+    let attr = EventAttr {
+        sample_type: SampleType(sample_type),
+        flags: AttrFlags(AttrFlags::SAMPLE_ID_ALL),
+        ..Default::default()
+    };
+    EventTable::new(vec![EventDesc {
+        attr,
+        ids: Vec::new(),
+        name: None,
+    }])
 }
 
 impl<'a> PeventFile<'a> {
     /// The records in `bytes` (the file's range), named `name` in messages.
     pub fn new(name: &str, bytes: &'a [u8], config: PeventConfig, primary: bool) -> Self {
-        let attr = EventAttr {
-            sample_type: SampleType(config.sample_type),
-            flags: AttrFlags(AttrFlags::SAMPLE_ID_ALL),
-            ..Default::default()
-        };
-        let events = EventTable::new(vec![EventDesc {
-            attr,
-            ids: Vec::new(),
-            name: None,
-        }]);
+        let events = one_event(config.sample_type);
+        let configured = config
+            .sample_config
+            .iter()
+            .map(|&(id, st)| (id, one_event(st)))
+            .collect();
         PeventFile {
             name: name.to_string(),
             bytes,
             config,
             events,
+            configured,
             primary,
         }
     }
@@ -199,6 +217,8 @@ pub struct PeventRecord<'a> {
     pub ty: u32,
     /// The header's misc.
     pub misc: u16,
+    /// The sample_type of its trailer.
+    pub sample_type: u64,
 }
 
 /// The records of a [`PeventFile`]; after an error, none.
@@ -252,14 +272,27 @@ impl<'a> Iterator for PeventRecords<'_, 'a> {
                 return fail(ErrorCode::BadPacket);
             }
         }
-        let Ok(record) = parse_record(ty, misc, body, &[], at as u64, &f.events) else {
+        // With `--pevent:sample-config`, the last 8 bytes name the event (libipt
+        // looks there whenever the record has 8 bytes past its header).
+        let mut events = &f.events;
+        if let Some(last) = body.len().checked_sub(8).map(|i| &body[i..]) {
+            let id = u64::from_le_bytes(last.try_into().unwrap_or([0; 8]));
+            if let Some((_, table)) = f.configured.iter().find(|(i, _)| *i == id) {
+                let st = table.events()[0].attr.sample_type;
+                if !st.has(SampleType::IDENTIFIER) {
+                    return fail(ErrorCode::BadConfig);
+                }
+                events = table;
+            }
+        }
+        let Ok(record) = parse_record(ty, misc, body, &[], at as u64, events) else {
             return fail(ErrorCode::NoSync);
         };
         // The record must be exactly its fields and trailer: what encoding it again
         // takes (pt-perf-data pads strings to 8 bytes as the kernel does).
         if record.sample_id().is_some() {
             let mut again = Vec::new();
-            let fits = encode_record(&record, &f.events, &mut again).is_ok() && again.len() == size;
+            let fits = encode_record(&record, events, &mut again).is_ok() && again.len() == size;
             if !fits {
                 return fail(ErrorCode::NoSync);
             }
@@ -278,6 +311,7 @@ impl<'a> Iterator for PeventRecords<'_, 'a> {
             record,
             ty,
             misc,
+            sample_type: events.events()[0].attr.sample_type.0,
         }))
     }
 }
@@ -311,7 +345,7 @@ impl PeventRecord<'_> {
         self.describe(compact.then_some(&mut c), verbose.then_some(&mut v));
         s.push_str(&c);
         s.push_str(&v);
-        let st = SampleType(file.config.sample_type);
+        let st = SampleType(self.sample_type);
         if let Some(sid) = self.record.sample_id() {
             if compact {
                 samples_compact(sid, st, &mut s);
@@ -678,6 +712,7 @@ impl SbOptions {
             | "--pevent:primary"
             | "--pevent:secondary"
             | "--pevent:sample-type"
+            | "--pevent:sample-config"
             | "--pevent:time-zero"
             | "--pevent:time-shift"
             | "--pevent:time-mult"
@@ -720,9 +755,20 @@ impl SbOptions {
             "--sb:warn" => self.warn = true,
             "--pevent" | "--pevent:primary" | "--pevent:secondary" => {
                 let primary = arg != "--pevent:secondary";
-                self.files.push((v.to_string(), primary, self.config));
+                self.files
+                    .push((v.to_string(), primary, self.config.clone()));
             }
             "--pevent:sample-type" => self.config.sample_type = num(u64::MAX)?,
+            "--pevent:sample-config" => {
+                let pair = v.split_once(':').and_then(|(id, st)| {
+                    let id = crate::dump::cli::parse_u64(id).filter(|_| !id.is_empty())?;
+                    Some((id, crate::dump::cli::parse_u64(st)?))
+                });
+                let Some(pair) = pair else {
+                    return Err(format!("bad sample config {v}: invalid argument."));
+                };
+                self.config.sample_config.push(pair);
+            }
             "--pevent:time-zero" => self.config.time_zero = num(u64::MAX)?,
             "--pevent:time-shift" => self.config.time_shift = num(u16::MAX.into())? as u16,
             "--pevent:time-mult" => self.config.time_mult = num(u32::MAX.into())? as u32,
@@ -754,6 +800,8 @@ pub const SB_HELP: &str = "  --sb:compact | --sb       show sideband records in 
   --pevent[:primary|:secondary] <file>[:<from>[-<to>]]
                             load a perf_event sideband stream from <file>.
   --pevent:sample-type <val>  set perf_event_attr.sample_type to <val> (default: 0).
+  --pevent:sample-config <id>:<val>
+                            set perf_event_attr.sample_type to <val> for event <id>.
   --pevent:time-zero <val>  set perf_event_mmap_page.time_zero to <val> (default: 0).
   --pevent:time-shift <val> set perf_event_mmap_page.time_shift to <val> (default: 0).
   --pevent:time-mult <val>  set perf_event_mmap_page.time_mult to <val> (default: 1).

@@ -214,6 +214,39 @@ fn encode(records: &[Record<'_>], sample_type: u64) -> Vec<u8> {
     out
 }
 
+/// The primary records with an identifier: 1 (sample_type TID|TIME|IDENTIFIER) and 7
+/// (with CPU too) in turn, for `--pevent:sample-config 7:0x10086`.
+fn mixed() -> Vec<u8> {
+    let mut out = Vec::new();
+    for (n, mut r) in primary().into_iter().enumerate() {
+        let (id, st) = if n % 2 == 0 {
+            (1, TID_TIME | SampleType::IDENTIFIER)
+        } else {
+            (7, TID_TIME | SampleType::CPU | SampleType::IDENTIFIER)
+        };
+        if let Some(s) = sample_id_mut(&mut r) {
+            s.identifier = Some(id);
+        }
+        encode_record(&r, &events(st), &mut out).expect("encode");
+    }
+    out
+}
+
+fn sample_id_mut<'r>(r: &'r mut Record<'_>) -> Option<&'r mut SampleId> {
+    Some(match r {
+        Record::Mmap(x) => &mut x.sample_id,
+        Record::Mmap2(x) => &mut x.sample_id,
+        Record::Comm(x) => &mut x.sample_id,
+        Record::Fork(x) | Record::Exit(x) => &mut x.sample_id,
+        Record::Lost(x) => &mut x.sample_id,
+        Record::Aux(x) => &mut x.sample_id,
+        Record::ItraceStart(x) => &mut x.sample_id,
+        Record::Switch(x) => &mut x.sample_id,
+        Record::SwitchCpuWide(x) => &mut x.sample_id,
+        _ => return None,
+    })
+}
+
 /// Enabled at `ip` at time `tsc`, one instruction, disabled.
 fn run_at(tsc: u64, ip: u64, next: u64) -> Vec<Packet> {
     vec![
@@ -261,6 +294,7 @@ fn write_files() -> PathBuf {
     std::fs::create_dir_all(dir.join("root")).unwrap();
     std::fs::write(dir.join("trace.pt"), trace()).unwrap();
     std::fs::write(dir.join("primary.sb"), encode(&primary(), TID_TIME)).unwrap();
+    std::fs::write(dir.join("mixed.sb"), mixed()).unwrap();
     let st = TID_TIME | SampleType::CPU;
     std::fs::write(dir.join("secondary.sb"), encode(&secondary(), st)).unwrap();
     std::fs::write(dir.join("root/a.bin"), [0x90u8; 16]).unwrap();
@@ -319,6 +353,19 @@ fn cases() -> Vec<(&'static str, String)> {
             "--sb --sb:switch --sb:warn --pevent:sysroot root --pevent:vdso-x64 vdso64.bin \
              --pevent:sample-type 0x6 --pevent:primary primary.sb \
              --pevent:sample-type 0x86 --pevent:primary secondary.sb"
+                .to_string(),
+        ),
+        (
+            "sample_config",
+            "--sb --sb:switch --pevent:sysroot root --pevent:vdso-x64 vdso64.bin \
+             --pevent:sample-type 0x10006 --pevent:sample-config 7:0x10086 \
+             --pevent:primary mixed.sb"
+                .to_string(),
+        ),
+        (
+            "sample_config_without_identifier",
+            "--sb --pevent:sysroot root --pevent:sample-type 0x10006 \
+             --pevent:sample-config 7:0x86 --pevent:primary mixed.sb"
                 .to_string(),
         ),
         (
@@ -400,6 +447,16 @@ fn tsc_offset_kernel_start() {
 #[test]
 fn two_primaries() {
     insta::assert_snapshot!(case("two_primaries"));
+}
+
+#[test]
+fn sample_config() {
+    insta::assert_snapshot!(case("sample_config"));
+}
+
+#[test]
+fn sample_config_without_identifier() {
+    insta::assert_snapshot!(case("sample_config_without_identifier"));
 }
 
 #[test]

@@ -507,7 +507,7 @@ pub fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, mut err:
         .iter()
         .zip(&args.sb.files)
         .map(|(f, (_, primary, conf))| {
-            crate::pevent::PeventFile::new(f.path(), f.bytes(), *conf, *primary)
+            crate::pevent::PeventFile::new(f.path(), f.bytes(), conf.clone(), *primary)
         })
         .collect();
     let mut session = crate::pevent::SbSession::new(&pevents);

@@ -614,7 +614,7 @@ fn run(prog: &str, args: &[String]) -> i32 {
     let pevents: Vec<_> = sb_files
         .iter()
         .zip(&setup.sb.files)
-        .map(|(f, (_, primary, conf))| PeventFile::new(f.path(), f.bytes(), *conf, *primary))
+        .map(|(f, (_, primary, conf))| PeventFile::new(f.path(), f.bytes(), conf.clone(), *primary))
         .collect();
     let mut kernel = Image::new();
     for arg in &setup.sb.kcore {
