@@ -25,6 +25,12 @@ fuzz_target!(|data: &[u8]| {
         time_shift: (head[16] & 0x3f).into(),
         time_mult: u32::from(head[17]),
         tsc_offset: if head[18] & 1 == 0 { 0 } else { u64_at(head, 24) },
+        // Records whose last word is a small identifier may have their own trailer.
+        sample_config: if head[18] & 2 == 0 {
+            Vec::new()
+        } else {
+            vec![(u64::from(head[20]), u64_at(head, 0) >> 20 & 0x1_03ff)]
+        },
     };
     let split = (usize::from(head[19]) * 8).min(body.len());
     let files = [
