@@ -77,7 +77,7 @@ fn argument_errors() {
         "--raw",
         "--elf",
         "--cpu",
-        "--sideband",
+        "--perf",
         "--iscache-limit",
     ] {
         let o = ptxed(&[opt]);
