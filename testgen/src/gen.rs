@@ -16,6 +16,7 @@ use crate::directive::{parse_packet, Emit};
 use crate::exp;
 use crate::labels::Labels;
 use crate::ptt::{exp_file_name, file_root, find_directive, split_lines, Cpu, Marker};
+use crate::sideband::Sideband;
 
 /// An error with the source position it belongs to; displays as `file:line: message`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +72,8 @@ pub struct Trace {
     /// The expectation sections, in source order (a tool may appear twice; the later
     /// section then replaces the earlier file, as with pttc).
     pub exps: Vec<ExpFile>,
+    /// The side-band streams written by `@sb` directives.
+    pub sideband: Sideband,
 }
 
 /// Process the directives of `source` (named `file` in messages) against the
@@ -96,9 +99,6 @@ pub fn process(
             Ok(None) => continue,
             Err(e) => return Err(fail(e.to_string())),
         };
-        if directive.marker == Marker::Sb {
-            return Err(fail("sideband directives (@sb) are not supported".into()));
-        }
         if directive.name.is_empty() {
             return Err(fail("invalid syntax (missing directive)".into()));
         }
@@ -132,6 +132,13 @@ pub fn process(
                 if rest.is_empty() {
                     return Err(fail("invalid syntax (missing directive)".into()));
                 }
+                let offset = match directive.marker {
+                    Marker::Pt => offset,
+                    Marker::Sb => trace
+                        .sideband
+                        .offset()
+                        .map_err(|e| fail(format!("sideband label ({e})")))?,
+                };
                 labels
                     .define_packet(label, offset)
                     .map_err(|e| fail(format!("label '{label}' ({e})")))?;
@@ -139,6 +146,13 @@ pub fn process(
             }
             None => (None, directive.name.as_str()),
         };
+        if directive.marker == Marker::Sb {
+            trace
+                .sideband
+                .process(name, &directive.payload, root, &labels)
+                .map_err(|e| fail(format!("{name}: {e}")))?;
+            continue;
+        }
         let emit =
             parse_packet(name, &directive.payload, &labels).map_err(|e| fail(e.to_string()))?;
         emit.encode_into(&mut trace.bytes)
@@ -212,8 +226,8 @@ pub fn generate_for(source: &str, path: &Path, cpus: &[Option<Cpu>]) -> Result<O
 }
 
 impl Outputs {
-    /// The files to write, in order: `.bin`, `.pt`, `.lst`, then the `.exp` files (one
-    /// per name; a later section of the same name wins).
+    /// The files to write, in order: `.bin`, `.pt`, `.lst`, the `.exp` files (one
+    /// per name; a later section of the same name wins), then the `.sb` files.
     pub fn files(&self) -> Vec<(String, &[u8])> {
         let mut files: Vec<(String, &[u8])> = vec![
             (format!("{}.bin", self.root), &self.bin),
@@ -224,12 +238,18 @@ impl Outputs {
             files.retain(|(n, _)| *n != e.name);
             files.push((e.name.clone(), e.text.as_bytes()));
         }
+        for sb in self.trace.sideband.printed() {
+            files.push((sb.final_name(), &sb.bytes));
+        }
         files
     }
 
-    /// The names to print, one per `.exp` section, as pttc prints them.
-    pub fn printed(&self) -> Vec<&str> {
-        self.trace.exps.iter().map(|e| e.name.as_str()).collect()
+    /// The names to print as pttc prints them: one per `.exp` section, then one per
+    /// side-band stream (the last opened first).
+    pub fn printed(&self) -> Vec<String> {
+        let exps = self.trace.exps.iter().map(|e| e.name.clone());
+        exps.chain(self.trace.sideband.printed().map(|sb| sb.final_name()))
+            .collect()
     }
 
     /// Write all files into `dir`: each goes to a temporary name first and all are

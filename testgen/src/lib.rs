@@ -21,3 +21,4 @@ pub mod exp;
 pub mod gen;
 pub mod labels;
 pub mod ptt;
+pub mod sideband;
