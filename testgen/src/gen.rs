@@ -361,13 +361,70 @@ l2: hlt
         );
         assert_eq!(error("; @pt p: psb()\n; @pt p: pad()\n").line, 2);
         assert_eq!(error("; @pt eos: psb()\n; @pt .exp(x)\n").line, 2);
-        assert_eq!(error("; @sb primary(raw)\n").line, 1);
+        assert_eq!(error("; @sb raw-8(1)\n").message, "raw-8: no sideband file");
+        assert_eq!(
+            error("; @sb s1: raw-8(1)\n").message,
+            "sideband label (no sideband file)"
+        );
+        assert_eq!(error("; @sb primary(pevent)\n; @sb bogus()\n").line, 2);
         let e = error("; @pt .exp(ptdump)\n;\n;%what\n");
         assert_eq!(e.line, 3);
         assert_eq!(
             e.message,
             "error generating e-ptdump.exp: no such label '%what'"
         );
+    }
+
+    #[test]
+    fn sideband_streams_and_labels() {
+        let src = "\
+org 0x1000
+; @sb primary(raw)
+; @sb r1: raw-16(0x1234)
+; @pt p1: pad()
+; @sb secondary(pevent, cpu1)
+; @sb pevent-sample_type(tid)
+; @sb e1: pevent-itrace-start(1, 2, 3, 4)
+; @sb primary(raw)
+; @sb r2: raw-8(0xff)
+; @pt .exp(ptdump)
+;%0r2 %0e1 %0p1
+";
+        let t = process(src, "s.ptt", labels(), "s", None).unwrap();
+        assert_eq!(t.bytes, [0]);
+        let files: Vec<(String, Vec<u8>)> = t
+            .sideband
+            .printed()
+            .map(|f| (f.final_name(), f.bytes.clone()))
+            .collect();
+        assert_eq!(files.len(), 2);
+        assert_eq!(
+            files[0].0,
+            "s-cpu1-pevent-secondary,sample-type=0x2,time-zero=0x0,time-shift=0x0,\
+             time-mult=0x1.sb"
+        );
+        assert_eq!(files[0].1.len(), 24);
+        assert_eq!(
+            files[1],
+            ("s-raw-primary.sb".to_string(), vec![0x34, 0x12, 0xff])
+        );
+        // Side-band labels are offsets in their own stream.
+        assert_eq!(
+            t.exps[0].text,
+            "0000000000000002 0000000000000000 0000000000000000\n"
+        );
+        let o = Outputs {
+            root: "s".into(),
+            bin: vec![],
+            lst: String::new(),
+            trace: t,
+        };
+        assert_eq!(
+            o.printed()[1..],
+            [files[0].0.clone(), "s-raw-primary.sb".to_string()]
+        );
+        let names: Vec<String> = o.files().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names[4..], o.printed()[1..]);
     }
 
     #[test]

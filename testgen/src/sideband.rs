@@ -432,3 +432,139 @@ fn samples(t: &mut Strtok<'_>, config: &PeventConfig) -> Result<SampleId, String
     }
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn labels() -> Labels {
+        let mut code = BTreeMap::new();
+        code.insert("l1".to_string(), 0x2000);
+        Labels::from_assembly(&code, 0x1000, [("text".to_string(), 0x2000, 0x1010, 6)])
+    }
+
+    fn run(lines: &[(&str, &str)]) -> Result<Sideband, String> {
+        let mut sb = Sideband::default();
+        sb.process("primary", "pevent", "r", &labels())?;
+        for (name, payload) in lines {
+            sb.process(name, payload, "r", &labels())?;
+        }
+        Ok(sb)
+    }
+
+    fn bytes(lines: &[(&str, &str)]) -> Vec<u8> {
+        run(lines).unwrap().files.remove(0).bytes
+    }
+
+    fn header(ty: u32, misc: u16, size: u16) -> Vec<u8> {
+        let mut v = ty.to_le_bytes().to_vec();
+        v.extend(misc.to_le_bytes());
+        v.extend(size.to_le_bytes());
+        v
+    }
+
+    #[test]
+    fn mmap_section_record() {
+        let b = bytes(&[("pevent-mmap-section", "text, 1, 2")]);
+        let mut want = header(1, 0, 48);
+        for v in [1u32, 2] {
+            want.extend(v.to_le_bytes());
+        }
+        for v in [0x2000u64, 6, 0x10] {
+            want.extend(v.to_le_bytes());
+        }
+        want.extend(b"r.bin\0\0\0");
+        assert_eq!(b, want);
+        assert_eq!(
+            run(&[("pevent-mmap-section", "nosuch, 1, 2")]).unwrap_err(),
+            "pevent-mmap-section - section vstart (no such label)"
+        );
+    }
+
+    #[test]
+    fn samples_follow_the_arguments_in_pttc_order() {
+        // tid, time, id, cpu, stream, identifier on input; perf's order on output.
+        let b = bytes(&[
+            ("pevent-sample_type", "tid time id stream cpu identifier"),
+            ("pevent-comm.exec", "1, 2, ab, 3, 4, 5, 6, 7, 8, 9"),
+        ]);
+        let mut want = header(3, misc::COMM_EXEC, 8 + 8 + 8 + 48);
+        for v in [1u32, 2] {
+            want.extend(v.to_le_bytes());
+        }
+        want.extend(b"ab\0\0\0\0\0\0");
+        for v in [3u32, 4] {
+            want.extend(v.to_le_bytes());
+        }
+        for v in [5u64, 6, 8] {
+            want.extend(v.to_le_bytes());
+        }
+        want.extend(7u32.to_le_bytes());
+        want.extend(0u32.to_le_bytes());
+        want.extend(9u64.to_le_bytes());
+        assert_eq!(b, want);
+    }
+
+    #[test]
+    fn switch_samples_start_at_the_payload() {
+        let b = bytes(&[
+            ("pevent-sample_type", "time"),
+            ("pevent-switch.out", "0x10"),
+        ]);
+        let mut want = header(14, misc::SWITCH_OUT, 16);
+        want.extend(0x10u64.to_le_bytes());
+        assert_eq!(b, want);
+    }
+
+    #[test]
+    fn sample_errors_and_final_configuration() {
+        let tid = ("pevent-sample_type", "tid");
+        assert_eq!(
+            run(&[tid, ("pevent-lost", "1, 2, 3")]).unwrap_err(),
+            "tid missing"
+        );
+        assert_eq!(
+            run(&[tid, ("pevent-lost", "1, 2, 3, 4, 5")]).unwrap_err(),
+            "unexpected samples"
+        );
+        assert_eq!(
+            run(&[("pevent-lost", "1, 2"), tid]).unwrap_err(),
+            "the sideband configuration can no longer be modified"
+        );
+        assert_eq!(
+            run(&[("pevent-sample_type", "0x1"), ("pevent-lost", "1, 2")])
+                .unwrap_err()
+                .split(':')
+                .next(),
+            Some("error writing pevent sample")
+        );
+        assert_eq!(run(&[("pevent-comm", "1, 2")]).unwrap_err(), "comm missing");
+        assert_eq!(
+            run(&[("pevent-bogus", "")]).unwrap_err(),
+            "syntax error (unknown directive)"
+        );
+        let mut sb = Sideband::default();
+        assert_eq!(sb.offset().unwrap_err(), "no sideband file");
+        assert!(sb.process("raw-8", "1", "r", &labels()).is_err());
+        sb.process("primary", "raw", "r", &labels()).unwrap();
+        sb.process("raw-32", "0x01020304", "r", &labels()).unwrap();
+        assert_eq!(sb.offset(), Ok(4));
+        assert!(sb.process("raw-8", "0x100", "r", &labels()).is_err());
+        assert_eq!(sb.files[0].final_name(), "r-raw-primary.sb");
+    }
+
+    #[test]
+    fn time_from_tsc() {
+        let c = PeventConfig::default();
+        assert_eq!(c.time_from_tsc(0x1234), 0x1234);
+        let c = PeventConfig {
+            time_zero: 100,
+            time_shift: 4,
+            time_mult: 3,
+            ..Default::default()
+        };
+        // (0x25 >> 4) * 3 + ((0x25 & 0xf) * 3 >> 4) + 100
+        assert_eq!(c.time_from_tsc(0x25), 2 * 3 + (5 * 3 >> 4) + 100);
+    }
+}
