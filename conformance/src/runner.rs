@@ -22,6 +22,10 @@ pub const GENERATOR: &str = "pttestgen";
 /// ([`Runner::with_reference_generator`]).
 pub const REFERENCE_CHECK: &str = "pttestgen=ref";
 
+/// The reason of the [`Outcome::NotRun`] of a side-band test whose tool rejects the
+/// side-band options (`--pevent:*`, `--sb:*`): the tool cannot run the test at all.
+pub const SIDEBAND_UNSUPPORTED: &str = "this tool does not take the side-band options (--pevent:*)";
+
 /// The verdict for one (file, tool, cpu).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -421,7 +425,7 @@ impl Runner {
         }
         if kind == ToolKind::Ptxed && !sideband.is_empty() && rejects_sideband(&output) {
             return Outcome::NotRun {
-                reason: "this ptxed does not take the side-band options (--pevent:*)".into(),
+                reason: SIDEBAND_UNSUPPORTED.into(),
             };
         }
         let actual = String::from_utf8_lossy(&output.stdout);
