@@ -564,7 +564,7 @@ mod tests {
             time_mult: 3,
             ..Default::default()
         };
-        // (0x25 >> 4) * 3 + ((0x25 & 0xf) * 3 >> 4) + 100
-        assert_eq!(c.time_from_tsc(0x25), 2 * 3 + (5 * 3 >> 4) + 100);
+        // (0x2b >> 4) * 3 + (((0x2b & 0xf) * 3) >> 4) + 100 = 6 + 2 + 100
+        assert_eq!(c.time_from_tsc(0x2b), 108);
     }
 }
