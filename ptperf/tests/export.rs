@@ -296,10 +296,52 @@ fn same_tables_as_perfs_export_to_sqlite_per_cpu() {
     );
 }
 
+/// With call chains (`callchains`, perf's `g`): perf keeps them for its
+/// instructions samples, so both events are exported (`--itrace=bi100ig`), and
+/// each sample's call_path_id names the call path of its chain, numbered with
+/// the calls' paths in one tree as perf's db-export numbers them. (perf 6.1's
+/// script needs `calls` with `callchains`: without, its trace_begin writes to
+/// the calls table it did not create and fails.)
+#[test]
+fn same_tables_as_perfs_export_to_sqlite_with_callchains() {
+    let dir = scratch("export_vs_perf_callchains");
+    for (itrace, words) in [
+        ("bi100ig", &["branches", "calls", "callchains"][..]),
+        ("i50ig", &["all", "calls", "callchains"][..]),
+        ("bg", &["branches", "calls", "callchains"][..]),
+    ] {
+        let sub = dir.join(format!("{itrace}-{}", words.join("-")));
+        std::fs::create_dir_all(&sub).unwrap();
+        compare_with_perf_as(recording(), &sub, &[], itrace, words);
+        if itrace != "bg" {
+            let db = Connection::open(sub.join("ours.db")).unwrap();
+            let q = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+            // Chains were stored, and every one reaches the root.
+            assert!(q("SELECT COUNT(*) FROM samples WHERE call_path_id != 0") > 0);
+            assert_eq!(
+                q("SELECT COUNT(*) FROM samples s LEFT JOIN call_paths c \
+                   ON c.id = s.call_path_id WHERE c.id IS NULL"),
+                0
+            );
+        }
+    }
+}
+
 /// Exports `file` with perf's export-to-sqlite.py and with ours and compares
 /// perf's tables and `extra` (table, columns) row for row, and the schemas.
 fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
-    let dir = scratch(name);
+    compare_with_perf_as(file, &scratch(name), extra, "b", &["branches", "calls"]);
+}
+
+/// [`compare_with_perf`] in `dir`, both sides given `--itrace=ITRACE` and the
+/// script's arguments `words`.
+fn compare_with_perf_as(
+    file: &Path,
+    dir: &Path,
+    extra: &[(&str, &str)],
+    itrace: &str,
+    words: &[&str],
+) {
     let script = Path::new("/usr/lib/perf-core/scripts/python/export-to-sqlite.py");
     assert!(
         script.exists(),
@@ -313,12 +355,14 @@ fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
     let out = run(Command::new(perf)
         .arg("--buildid-dir")
         .arg(cache)
-        .args(["script", "--itrace=b", "-i"])
+        .arg("script")
+        .arg(format!("--itrace={itrace}"))
+        .arg("-i")
         .arg(file)
         .arg("-s")
         .arg(script)
         .arg(&theirs)
-        .args(["branches", "calls"])
+        .args(words)
         .env("PERF_PAGER", "cat")
         .env("HOME", perf_support::tmp()));
     assert!(
@@ -330,7 +374,9 @@ fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
     let out = run(ptperf()
         .args(["export", "sqlite"])
         .arg(&ours)
-        .args(["branches", "calls", "-i"])
+        .args(words)
+        .arg(format!("--itrace={itrace}"))
+        .arg("-i")
         .arg(file));
     assert!(out.status.success(), "{}", stderr(&out));
     for (table, cols) in [
@@ -347,6 +393,8 @@ fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
         ("calls", "*"),
     ]
     .into_iter()
+    .filter(|(t, _)| *t != "calls" || words.contains(&"calls"))
+    .filter(|(t, _)| *t != "call_paths" || words.iter().any(|w| w.starts_with("call")))
     .chain(extra.iter().copied())
     {
         let (a, b) = (rows(&theirs, table, cols), rows(&ours, table, cols));

@@ -328,13 +328,15 @@ impl<'s, 'a> Resolver<'s, 'a> {
     }
 }
 
-/// A branch sample, before resolution.
+/// A sample, before resolution.
 #[derive(Clone, Copy, Debug)]
 struct Raw {
+    kind: crate::sample::Kind,
     ip: u64,
     addr: u64,
     flags: u32,
     insn_len: u8,
+    period: u64,
 }
 
 /// The name perf gives its synthesized `event` of a recording whose trace
@@ -434,7 +436,13 @@ fn switches(perf: &PerfFile<'_>) -> Vec<SwitchRec> {
 /// switches between them in time order.
 struct Feed<'s, 'a> {
     res: Resolver<'s, 'a>,
-    name: String,
+    /// perf's names of the synthesized events, by [`event_index`].
+    names: Vec<String>,
+    /// The most entries of a call chain (`--itrace=gN`: the IP and N - 1
+    /// return addresses).
+    chain_depth: usize,
+    /// A call chain taken from the exporter's call/return stacks.
+    chain: Vec<u64>,
     /// Context switches not yet exported (perf exports them in time order
     /// with the samples).
     switches: std::collections::VecDeque<SwitchRec>,
@@ -476,8 +484,9 @@ impl Feed<'_, '_> {
         Ok(())
     }
 
-    /// Exports one branch sample of the thread `ctx` names; `ipc`: its
-    /// instruction and cycle counts (perf's, where the trace has cycles).
+    /// Exports one sample of the thread `ctx` names; `ipc`: its instruction
+    /// and cycle counts (perf's, where the trace has cycles); `chain`: its
+    /// call chain, innermost first (empty: none).
     fn export<S: Sink>(
         &mut self,
         ex: &mut Exporter<S>,
@@ -485,34 +494,62 @@ impl Feed<'_, '_> {
         r: Raw,
         time: Option<u64>,
         ipc: (u64, u64),
+        chain: &[u64],
     ) -> Result<(), ExportError> {
         self.switches_until(ex, time.unwrap_or(0))?;
         let pid = ctx.pid;
+        let Some((index, config)) = event_index(r.kind) else {
+            return Ok(());
+        };
+        // perf resolves the target only of its branches event (a BTS-like
+        // event: `sample_addr_correlates_sym`).
+        let branch = r.kind == crate::sample::Kind::Branches;
         let from_file = (r.ip != 0)
             .then(|| self.res.file_of(pid, r.ip, time))
             .flatten();
-        let to_file = (r.addr != 0)
+        let to_file = (branch && r.addr != 0)
             .then(|| self.res.file_of(pid, r.addr, time))
             .flatten();
+        // Once perf's call/return processing (`calls`) has a thread's stack,
+        // the chains of the thread's samples are made from it, not from the
+        // stack the synthesis keeps (thread-stack.c: one stack per thread).
+        let (thread, _) = self.res.thread(&ctx, time);
+        let cpu = ctx.cpu.map_or(-1, |c| c as i32);
+        let mut own = std::mem::take(&mut self.chain);
+        let chain = if !chain.is_empty()
+            && ex.calls_chain(&thread, cpu, r.ip, self.chain_depth, &mut own)
+        {
+            &own[..]
+        } else {
+            chain
+        };
+        // The chain's files (perf resolves each entry in the sample's thread).
+        let chain_files: Vec<(u64, Option<(usize, u64)>)> = chain
+            .iter()
+            .map(|&ip| (ip, self.res.file_of(pid, ip, time)))
+            .collect();
         let res = &self.res;
-        let name = &self.name;
+        let chain_locs: Vec<Loc<'_>> = chain_files
+            .iter()
+            .map(|&(ip, f)| res.loc(ip, f))
+            .collect();
+        let name = &self.names[index];
         let (thread, main_thread) = res.thread(&ctx, time);
         let s = ExportSample {
             event: EventRef {
-                index: 0,
+                index,
                 name,
                 attr_type: 0,
-                // PERF_COUNT_HW_BRANCH_INSTRUCTIONS
-                config: 4,
+                config,
             },
             thread,
             main_thread,
             cpu: ctx.cpu.map_or(-1, |c| c as i32),
             time: time.unwrap_or(0),
             from: res.loc(r.ip, from_file),
-            to: Some(res.loc(r.addr, to_file)),
+            to: branch.then(|| res.loc(r.addr, to_file)),
             addr: r.addr,
-            period: 1,
+            period: r.period,
             weight: 0,
             transaction: 0,
             data_src: 0,
@@ -523,11 +560,31 @@ impl Feed<'_, '_> {
             insn_cnt: ipc.0,
             cyc_cnt: ipc.1,
             raw: &[],
-            callchain: &[],
+            callchain: &chain_locs,
         };
         ex.sample(&s)?;
+        self.chain = own;
         Ok(())
     }
+}
+
+/// The exported events of the hardware kind: their index among the names
+/// [`Feed`] keeps and perf's `attr.config` (PERF_COUNT_HW_INSTRUCTIONS,
+/// PERF_COUNT_HW_BRANCH_INSTRUCTIONS).
+fn event_index(kind: crate::sample::Kind) -> Option<(usize, u64)> {
+    use crate::sample::Kind;
+    match kind {
+        Kind::Instructions => Some((0, 1)),
+        Kind::Branches => Some((1, 4)),
+        _ => None,
+    }
+}
+
+/// The `--itrace` options the export synthesizes by default: perf's
+/// branches (`b`), with call chains (`g`) when the export stores them.
+pub fn default_itrace(export: &super::ExportOptions) -> crate::itrace::SynthOpts {
+    let s = if export.callchains { "bg" } else { "b" };
+    crate::itrace::SynthOpts::parse(s).expect("valid --itrace options")
 }
 
 /// Exports the branch samples of `session` (of the recording `perf`) into
@@ -538,18 +595,36 @@ pub fn export_session<S: Sink>(
     session: &Session<'_>,
     ex: &mut Exporter<S>,
 ) -> Result<FeedStats, ExportError> {
-    let name = event_name("branches", trace_attr(perf, session));
+    let opts = default_itrace(&ex.options());
+    export_session_with(perf, session, ex, opts)
+}
+
+/// Exports the samples `ptperf script --itrace=OPTS` synthesizes with `opts`
+/// (instructions and branches, with their call chains where `g` asks for
+/// them; perf's call chains are those of its instructions samples, not of its
+/// branches).
+pub fn export_session_with<S: Sink>(
+    perf: &PerfFile<'_>,
+    session: &Session<'_>,
+    ex: &mut Exporter<S>,
+    opts: crate::itrace::SynthOpts,
+) -> Result<FeedStats, ExportError> {
+    let attr = trace_attr(perf, session);
     let mut feed = Feed {
         res: Resolver::new(session),
-        name,
+        names: vec![
+            event_name("instructions", attr),
+            event_name("branches", attr),
+        ],
+        chain_depth: opts.callchain_sz as usize,
+        chain: Vec::new(),
         switches: switches(perf).into(),
         stats: FeedStats::default(),
     };
-    let opts = crate::itrace::SynthOpts::parse("b").expect("b is an --itrace option");
     let mut synth = crate::synth::Synth::new(session, opts);
     let mut failed = None;
     let _ = synth.run(&mut |e| match e {
-        crate::synth::Event::Sample(s, _) => {
+        crate::synth::Event::Sample(s, stacks) => {
             let some = |v: i32| u32::try_from(v).ok();
             let ctx = Context {
                 pid: some(s.pid),
@@ -558,14 +633,17 @@ pub fn export_session<S: Sink>(
                 since: None,
             };
             let r = Raw {
+                kind: s.kind,
                 ip: s.ip,
                 addr: s.addr,
                 flags: s.flags,
                 insn_len: s.insn_len,
+                period: s.period,
             };
-            match feed.export(ex, ctx, r, s.time, (s.insn_cnt, s.cyc_cnt)) {
+            let chain = &stacks.callchain;
+            match feed.export(ex, ctx, r, s.time, (s.insn_cnt, s.cyc_cnt), chain) {
                 Ok(()) => {
-                    feed.stats.samples += 1;
+                    feed.stats.samples += u64::from(event_index(s.kind).is_some());
                     std::ops::ControlFlow::Continue(())
                 }
                 Err(e) => {
