@@ -1,7 +1,7 @@
 //! `ptperf export`: a program with known call counts recorded on the simulator
 //! into perf.data (as perf lays it out), exported into SQLite and into a
 //! throwaway PostgreSQL server, and checked with SQL: the samples are perf's
-//! (as many as `perf script --itrace=b` prints), their ids dense, every call
+//! (as many as `perf script --itrace=bpw` prints), their ids dense, every call
 //! on a call path chain that reaches the root, the calls of each function as
 //! many as the program makes, and perf's views answer.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -44,11 +44,12 @@ fn recording() -> &'static Path {
     })
 }
 
-/// Branch samples `perf script --itrace=b` prints for `file`.
+/// Samples `perf script --itrace=bpw` (the export's default: branches,
+/// PTWRITE and power events) prints for `file`.
 fn perf_branch_samples(file: &Path) -> u64 {
     let perf = pt_testkit::tool("perf", "linux-perf");
     let out = run(Command::new(perf)
-        .args(["script", "--itrace=b", "-F", "ip,addr", "-i"])
+        .args(["script", "--itrace=bpw", "-F", "ip,addr", "-i"])
         .arg(file)
         .env("PERF_PAGER", "cat")
         .env("HOME", perf_support::tmp()));
@@ -330,7 +331,7 @@ fn same_tables_as_perfs_export_to_sqlite_with_callchains() {
 /// Exports `file` with perf's export-to-sqlite.py and with ours and compares
 /// perf's tables and `extra` (table, columns) row for row, and the schemas.
 fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
-    compare_with_perf_as(file, &scratch(name), extra, "b", &["branches", "calls"]);
+    compare_with_perf_as(file, &scratch(name), extra, "bpw", &["branches", "calls"]);
 }
 
 /// [`compare_with_perf`] in `dir`, both sides given `--itrace=ITRACE` and the
@@ -393,6 +394,15 @@ fn compare_with_perf_as(
         ("calls", "*"),
     ]
     .into_iter()
+    .chain(
+        // perf's script writes Python 3 quotients (1333.812) into these
+        // integer columns; ours are their integer parts, as its PostgreSQL
+        // script writes them.
+        itrace.contains('p').then_some((
+            "cbr",
+            "id, cbr, CAST(mhz AS INTEGER), CAST(percent AS INTEGER)",
+        )),
+    )
     .filter(|(t, _)| *t != "calls" || words.contains(&"calls"))
     .filter(|(t, _)| *t != "call_paths" || words.iter().any(|w| w.starts_with("call")))
     .chain(extra.iter().copied())

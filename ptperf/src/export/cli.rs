@@ -20,7 +20,7 @@ const USAGE: &str = "\
 usage: ptperf export sqlite OUT.db [branches|all] [calls] [callchains] [OPTIONS]
        ptperf export postgres CONNINFO [branches|all] [calls] [callchains] [OPTIONS]
 
-Exports the branch samples of an Intel PT perf.data into a database with perf's
+Exports the samples of an Intel PT perf.data into a database with perf's
 schema (that of perf's export-to-sqlite.py and export-to-postgresql.py).
 
   sqlite OUT.db      a new SQLite file (written beside it, renamed when complete)
@@ -33,9 +33,10 @@ schema (that of perf's export-to-sqlite.py and export-to-postgresql.py).
                      'g' to the --itrace options)
 
       --itrace OPTS     the samples to export, as perf script's --itrace: 'b'
-                        branches, 'iNUNIT' instructions, 'g' call chains
-                        (default: b; perf's call chains are those of
-                        instructions samples, e.g. --itrace=i100ig)
+                        branches, 'iNUNIT' instructions, 'w' PTWRITE, 'p'
+                        power events, 'g' call chains (default: bpw; perf
+                        gives call chains to all samples but branches, e.g.
+                        --itrace=bpwi100ig)
   -i, --input FILE      the perf.data (default: perf.data)
   -f, --force           replace an existing SQLite file
       --symfs DIR       look for the recorded files under DIR

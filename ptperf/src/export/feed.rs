@@ -1,6 +1,7 @@
 //! Where the exported samples come from: a perf.data decoded as perf decodes
-//! it, the branch samples `ptperf script --itrace=b` synthesizes (perf's
-//! intel-pt.c: [`crate::synth`]), each resolved to its thread, file and symbol
+//! it, the samples `ptperf script --itrace=…` synthesizes (perf's
+//! intel-pt.c: [`crate::synth`]; by default `bpw`: branches, PTWRITE and power
+//! events, as perf's scripts get them), each resolved to its thread, file and symbol
 //! as perf resolves them, with the recording's context switches in time
 //! order. [`Exporter`] only sees [`ExportSample`]s.
 
@@ -337,6 +338,9 @@ struct Raw {
     flags: u32,
     insn_len: u8,
     period: u64,
+    /// A synthesized event's payload and its [`crate::sample::Sample::aux`].
+    payload: u64,
+    aux: u32,
 }
 
 /// The name perf gives its synthesized `event` of a recording whose trace
@@ -443,6 +447,8 @@ struct Feed<'s, 'a> {
     chain_depth: usize,
     /// A call chain taken from the exporter's call/return stacks.
     chain: Vec<u64>,
+    /// kHz per unit of core-to-bus ratio (perf's `cbr2khz`).
+    cbr2khz: u64,
     /// Context switches not yet exported (perf exports them in time order
     /// with the samples).
     switches: std::collections::VecDeque<SwitchRec>,
@@ -498,9 +504,10 @@ impl Feed<'_, '_> {
     ) -> Result<(), ExportError> {
         self.switches_until(ex, time.unwrap_or(0))?;
         let pid = ctx.pid;
-        let Some((index, config)) = event_index(r.kind) else {
+        let Some((index, attr_type, config)) = event_index(r.kind) else {
             return Ok(());
         };
+        let raw = synth_raw(r, self.cbr2khz);
         // perf resolves the target only of its branches event (a BTS-like
         // event: `sample_addr_correlates_sym`).
         let branch = r.kind == crate::sample::Kind::Branches;
@@ -539,7 +546,7 @@ impl Feed<'_, '_> {
             event: EventRef {
                 index,
                 name,
-                attr_type: 0,
+                attr_type,
                 config,
             },
             thread,
@@ -559,7 +566,7 @@ impl Feed<'_, '_> {
             // trace has cycle counts (CYC) to give IPC; without, both are 0.
             insn_cnt: ipc.0,
             cyc_cnt: ipc.1,
-            raw: &[],
+            raw: raw.as_ref().map_or(&[][..], |r| &r[..]),
             callchain: &chain_locs,
         };
         ex.sample(&s)?;
@@ -568,28 +575,78 @@ impl Feed<'_, '_> {
     }
 }
 
-/// The exported events of the hardware kind: their index among the names
-/// [`Feed`] keeps and perf's `attr.config` (PERF_COUNT_HW_INSTRUCTIONS,
-/// PERF_COUNT_HW_BRANCH_INSTRUCTIONS).
-fn event_index(kind: crate::sample::Kind) -> Option<(usize, u64)> {
+/// The exported events: their index among the names [`Feed`] keeps (see
+/// [`EVENT_NAMES`]), perf's `attr.type` and `attr.config`: the hardware
+/// events instructions and branches (PERF_COUNT_HW_INSTRUCTIONS,
+/// PERF_COUNT_HW_BRANCH_INSTRUCTIONS) and intel_pt's synthesized events
+/// (PERF_SYNTH_INTEL_*).
+fn event_index(kind: crate::sample::Kind) -> Option<(usize, u32, u64)> {
     use crate::sample::Kind;
-    match kind {
-        Kind::Instructions => Some((0, 1)),
-        Kind::Branches => Some((1, 4)),
-        _ => None,
-    }
+    use super::PERF_TYPE_SYNTH as SYNTH;
+    Some(match kind {
+        Kind::Instructions => (0, 0, 1),
+        Kind::Branches => (1, 0, 4),
+        Kind::Ptwrite => (2, SYNTH, 0),
+        Kind::Mwait => (3, SYNTH, 1),
+        Kind::Pwre => (4, SYNTH, 2),
+        Kind::Exstop => (5, SYNTH, 3),
+        Kind::Pwrx => (6, SYNTH, 4),
+        Kind::Cbr => (7, SYNTH, 5),
+        Kind::Psb => (8, SYNTH, 6),
+        _ => return None,
+    })
 }
 
-/// The `--itrace` options the export synthesizes by default: perf's
-/// branches (`b`), with call chains (`g`) when the export stores them.
+/// perf's names of the events of [`event_index`] (the synthesized events'
+/// names carry no modifiers).
+const EVENT_NAMES: [&str; 9] = [
+    "instructions",
+    "branches",
+    "ptwrite",
+    "mwait",
+    "pwre",
+    "exstop",
+    "pwrx",
+    "cbr",
+    "psb",
+];
+
+/// The raw data of a synthesized event as intel-pt.c lays it out (its
+/// `perf_synth_intel_*` structure after the padding): flags (or CBR's ratio
+/// bytes), then the payload (CBR: the frequency in kHz), 12 bytes in all.
+fn synth_raw(r: Raw, cbr2khz: u64) -> Option<[u8; 12]> {
+    use crate::sample::Kind;
+    let mut raw = [0u8; 12];
+    let (flags, payload): (u32, u64) = match r.kind {
+        // Bit 0: the event has an IP (a FUP).
+        Kind::Ptwrite | Kind::Exstop => (r.aux & 1, r.payload),
+        Kind::Mwait | Kind::Pwre | Kind::Pwrx => (0, r.payload),
+        Kind::Cbr => {
+            let cbr = r.payload & 0xff;
+            let flags = cbr as u32 | ((r.aux & 0xff) << 16);
+            // A 32-bit field in perf's structure.
+            (flags, u64::from((cbr * cbr2khz) as u32))
+        }
+        Kind::Psb => (0, r.payload),
+        _ => return None,
+    };
+    raw[..4].copy_from_slice(&flags.to_le_bytes());
+    raw[4..].copy_from_slice(&payload.to_le_bytes());
+    Some(raw)
+}
+
+/// The `--itrace` options the export synthesizes by default: every branch
+/// (`b`), and the PTWRITE (`w`) and power events (`p`: cbr, psb, mwait, pwre,
+/// exstop, pwrx) that perf's scripts synthesize by default and whose tables
+/// the export fills; call chains (`g`) when the export stores them.
 pub fn default_itrace(export: &super::ExportOptions) -> crate::itrace::SynthOpts {
-    let s = if export.callchains { "bg" } else { "b" };
+    let s = if export.callchains { "bpwg" } else { "bpw" };
     crate::itrace::SynthOpts::parse(s).expect("valid --itrace options")
 }
 
-/// Exports the branch samples of `session` (of the recording `perf`) into
-/// `ex`: those `ptperf script --itrace=b` synthesizes (perf's intel-pt.c,
-/// [`crate::synth`]), with the recording's context switches.
+/// Exports the samples of `session` (of the recording `perf`) into `ex`: those
+/// `ptperf script` synthesizes (perf's intel-pt.c, [`crate::synth`]) with
+/// [`default_itrace`], with the recording's context switches.
 pub fn export_session<S: Sink>(
     perf: &PerfFile<'_>,
     session: &Session<'_>,
@@ -599,10 +656,9 @@ pub fn export_session<S: Sink>(
     export_session_with(perf, session, ex, opts)
 }
 
-/// Exports the samples `ptperf script --itrace=OPTS` synthesizes with `opts`
-/// (instructions and branches, with their call chains where `g` asks for
-/// them; perf's call chains are those of its instructions samples, not of its
-/// branches).
+/// Exports the samples `ptperf script --itrace=OPTS` synthesizes with `opts`:
+/// instructions, branches, PTWRITE and power events (with their call chains
+/// where `g` asks for them: perf gives them to all but its branches samples).
 pub fn export_session_with<S: Sink>(
     perf: &PerfFile<'_>,
     session: &Session<'_>,
@@ -612,16 +668,25 @@ pub fn export_session_with<S: Sink>(
     let attr = trace_attr(perf, session);
     let mut feed = Feed {
         res: Resolver::new(session),
-        names: vec![
-            event_name("instructions", attr),
-            event_name("branches", attr),
-        ],
+        names: EVENT_NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                if i < 2 {
+                    event_name(n, attr)
+                } else {
+                    n.to_string()
+                }
+            })
+            .collect(),
+        cbr2khz: 0,
         chain_depth: opts.callchain_sz as usize,
         chain: Vec::new(),
         switches: switches(perf).into(),
         stats: FeedStats::default(),
     };
     let mut synth = crate::synth::Synth::new(session, opts);
+    feed.cbr2khz = synth.cbr2khz();
     let mut failed = None;
     let _ = synth.run(&mut |e| match e {
         crate::synth::Event::Sample(s, stacks) => {
@@ -639,6 +704,8 @@ pub fn export_session_with<S: Sink>(
                 flags: s.flags,
                 insn_len: s.insn_len,
                 period: s.period,
+                payload: s.payload,
+                aux: s.aux,
             };
             let chain = &stacks.callchain;
             match feed.export(ex, ctx, r, s.time, (s.insn_cnt, s.cyc_cnt), chain) {
