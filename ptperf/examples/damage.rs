@@ -20,9 +20,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use pt_decoder::Resync;
-use ptperf::damage::{
-    open_perf_data, score_libipt, score_ours, with_suffix, Damage, Score, Truth,
-};
+use ptperf::damage::{open_perf_data, score_libipt, score_ours, with_suffix, Damage, Score, Truth};
 
 struct Args {
     trace: PathBuf,

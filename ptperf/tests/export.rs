@@ -328,6 +328,90 @@ fn same_tables_as_perfs_export_to_sqlite_with_callchains() {
     }
 }
 
+/// PTWRITE and power events: the program's recording with PTW, MWAIT, PWRE,
+/// EXSTOP (with its FUP) and PWRX packets after its first PSB+ (the simulator
+/// traces no PTWRITE instruction and models no power events), exported by
+/// default (`--itrace=bpw`, perf's p and w) and by perf's export-to-sqlite.py:
+/// the samples and the ptwrite, cbr, mwait, pwre, exstop and pwrx tables agree.
+#[test]
+fn same_tables_as_perfs_export_to_sqlite_with_ptwrite_and_power_events() {
+    use pt_encoder::{encode, IpPacketKind, Packet, PtwSize, WakeReason};
+    let prog = program("export_calls", NOLIBC);
+    let dir = scratch("export_vs_perf_pwr");
+    // perf makes its mwait, pwre, exstop and pwrx events only for a trace
+    // with pwr_evt.
+    let layout = Layout {
+        config_bits: pt_perf_data::intel_pt::config::PWR_EVT | pt_perf_data::intel_pt::config::PTW,
+        ..Layout::default()
+    };
+    let (_, mut sink) = record(&dir, &prog, &[], layout);
+    let bytes = sink.stream_bytes_mut(0).expect("a trace stream");
+    // After the first TIP.PGE (tracing on): its IP, and where it ends.
+    let mut dec = pt_decoder::PacketDecoder::new(bytes, &pt_decoder::Config::default());
+    dec.sync_forward().expect("a PSB");
+    let (fup, at) = loop {
+        if let Packet::Ip(IpPacketKind::TipPge, ip) = dec.next_packet().expect("a TIP.PGE").1 {
+            break (ip, dec.offset().unwrap() as usize);
+        }
+    };
+    let packets = [
+        Packet::Ptw {
+            size: PtwSize::Eight,
+            payload: 0x1234_5678_9abc_def0,
+            ip: false,
+        },
+        Packet::Ptw {
+            size: PtwSize::Four,
+            payload: 0xcafe,
+            ip: false,
+        },
+        Packet::Mwait {
+            hints: 0x21,
+            ext: 1,
+        },
+        Packet::Pwre {
+            state: 2,
+            sub_state: 1,
+            hw: true,
+        },
+        Packet::Exstop { ip: true },
+        Packet::Ip(IpPacketKind::Fup, fup),
+        Packet::Pwrx {
+            last: 2,
+            deepest: 3,
+            wake: WakeReason {
+                interrupt: true,
+                store: false,
+                autonomous: false,
+            },
+        },
+    ];
+    let mut add = Vec::new();
+    for p in &packets {
+        let mut b = [0u8; 16];
+        let n = encode(p, &mut b).unwrap();
+        add.extend_from_slice(&b[..n]);
+    }
+    bytes.splice(at..at, add);
+    let file = dir.join("pwr.data");
+    sink.write(&file);
+    let sub = dir.join("cmp");
+    std::fs::create_dir_all(&sub).unwrap();
+    compare_with_perf_as(
+        &file,
+        &sub,
+        &[
+            ("ptwrite", "*"),
+            ("mwait", "*"),
+            ("pwre", "*"),
+            ("exstop", "*"),
+            ("pwrx", "*"),
+        ],
+        "bpw",
+        &["all", "calls"],
+    );
+}
+
 /// Exports `file` with perf's export-to-sqlite.py and with ours and compares
 /// perf's tables and `extra` (table, columns) row for row, and the schemas.
 fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {

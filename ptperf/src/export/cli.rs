@@ -10,11 +10,11 @@ use pt_decoder::perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 use super::feed::{default_itrace, export_session_with, FeedStats};
-use crate::itrace::SynthOpts;
 use super::postgres::PostgresSink;
 use super::sqlite::SqliteSink;
 use super::tables::Table;
 use super::{ExportError, ExportOptions, Exporter, Sink, Summary};
+use crate::itrace::SynthOpts;
 
 const USAGE: &str = "\
 usage: ptperf export sqlite OUT.db [branches|all] [calls] [callchains] [OPTIONS]

@@ -536,10 +536,7 @@ impl Feed<'_, '_> {
             .map(|&ip| (ip, self.res.file_of(pid, ip, time)))
             .collect();
         let res = &self.res;
-        let chain_locs: Vec<Loc<'_>> = chain_files
-            .iter()
-            .map(|&(ip, f)| res.loc(ip, f))
-            .collect();
+        let chain_locs: Vec<Loc<'_>> = chain_files.iter().map(|&(ip, f)| res.loc(ip, f)).collect();
         let name = &self.names[index];
         let (thread, main_thread) = res.thread(&ctx, time);
         let s = ExportSample {
@@ -581,8 +578,8 @@ impl Feed<'_, '_> {
 /// PERF_COUNT_HW_BRANCH_INSTRUCTIONS) and intel_pt's synthesized events
 /// (PERF_SYNTH_INTEL_*).
 fn event_index(kind: crate::sample::Kind) -> Option<(usize, u32, u64)> {
-    use crate::sample::Kind;
     use super::PERF_TYPE_SYNTH as SYNTH;
+    use crate::sample::Kind;
     Some(match kind {
         Kind::Instructions => (0, 0, 1),
         Kind::Branches => (1, 0, 4),
