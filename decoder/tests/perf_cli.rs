@@ -289,7 +289,7 @@ fn bad_files_give_one_line_with_the_offset() {
     assert_eq!(code, 1);
     assert_eq!(
         err.trim(),
-        format!("{PTXED}: noinfo: no intel_pt AUXTRACE_INFO record: not an Intel PT recording.")
+        format!("ptxed: noinfo: no intel_pt AUXTRACE_INFO record: not an Intel PT recording.")
     );
     // An AUXTRACE whose size points past the end: a warning with its offset, the rest
     // decoded.

@@ -74,10 +74,16 @@ pub struct Block {
 #[derive(Default)]
 struct Cache {
     blocks: Vec<Block>,
+    /// Per block, the last two blocks the walk went on to from it (IP, block),
+    /// so that following a branch seldom needs the hash map.
+    succ: Vec<[(u64, u32); 2]>,
     index: IpMap<u32>,
     lens: Vec<u8>,
     bytes: Vec<u8>,
 }
+
+/// No block (an empty successor slot).
+const NO_BLOCK: u32 = u32::MAX;
 
 /// Instructions and bytes per block at most (long straight-line code is split).
 const MAX_BLOCK: u32 = 4096;
@@ -127,6 +133,7 @@ impl Cache {
             lens,
             bytes: bytes_at,
         });
+        self.succ.push([(0, NO_BLOCK); 2]);
         self.index.insert(ip, id);
         id
     }
@@ -136,6 +143,53 @@ impl Cache {
         match self.index.get(&ip) {
             Some(&id) => id,
             None => self.build(image, ip),
+        }
+    }
+
+    /// The block at `ip`, reached from block `from` (a hint: its successors are
+    /// tried first, then the hash map).
+    #[inline]
+    fn lookup_from(&mut self, image: &Image, from: u32, ip: u64) -> u32 {
+        let Some(s) = self.succ.get_mut(from as usize) else {
+            return self.lookup(image, ip);
+        };
+        if s[0].0 == ip && s[0].1 != NO_BLOCK {
+            return s[0].1;
+        }
+        if s[1].0 == ip && s[1].1 != NO_BLOCK {
+            s.swap(0, 1);
+            return s[0].1;
+        }
+        let id = self.lookup(image, ip);
+        let s = &mut self.succ[from as usize];
+        s[1] = s[0];
+        s[0] = (ip, id);
+        id
+    }
+}
+
+/// The `len` bytes at `from` in `arena`, zero-padded to [`INSN_BUF`]: one
+/// fixed-size load and a mask where the arena has the room (no call to memcpy
+/// per instruction), a copy at its very end.
+#[inline]
+fn insn_bytes(arena: &[u8], from: usize, len: u8) -> [u8; INSN_BUF] {
+    let n = usize::from(len).min(INSN_BUF);
+    match arena.get(from..from + INSN_BUF) {
+        Some(w) => {
+            let mut v = [0u8; INSN_BUF];
+            v.copy_from_slice(w);
+            let x = u128::from_le_bytes(v);
+            let mask = if n == INSN_BUF {
+                u128::MAX
+            } else {
+                (1u128 << (8 * n)) - 1
+            };
+            (x & mask).to_le_bytes()
+        }
+        None => {
+            let mut buf = [0u8; INSN_BUF];
+            buf[..n].copy_from_slice(&arena[from..from + n]);
+            buf
         }
     }
 }
@@ -162,6 +216,9 @@ pub struct CodeWalker {
     caches: Vec<(u64, Cache)>,
     last: usize,
     cursor: Option<Cursor>,
+    /// The block the last walk ended in (cache index, block): where the next
+    /// walk most likely comes from.
+    prev: (usize, u32),
     /// Instructions walked in total.
     pub walked: u64,
 }
@@ -234,11 +291,16 @@ impl CodeWalker {
                 Some(c) if c.stamp == stamp && c.ip == *ip => (c.block, c.index, c.byte_off),
                 _ => {
                     let c = &mut self.caches[ci].1;
-                    let id = c.lookup(image, *ip);
+                    let id = if self.prev.0 == ci {
+                        c.lookup_from(image, self.prev.1, *ip)
+                    } else {
+                        c.lookup(image, *ip)
+                    };
                     (id, 0, c.blocks[id as usize].bytes)
                 }
             };
             self.cursor = None;
+            self.prev = (ci, bid);
             let c = &mut self.caches[ci].1;
             let b = c.blocks[bid as usize];
             if b.ninsn == 0 {
@@ -274,13 +336,9 @@ impl CodeWalker {
                         b.last
                     } else {
                         // A plain instruction: its length and bytes are in the block.
-                        let n = usize::from(len).min(INSN_BUF);
-                        let mut buf = [0u8; INSN_BUF];
-                        let from = boff as usize;
-                        buf[..n].copy_from_slice(&c.bytes[from..from + n]);
                         Insn {
                             length: len,
-                            buf,
+                            buf: insn_bytes(&c.bytes, boff as usize, len),
                             ..Insn::default()
                         }
                     };
@@ -347,9 +405,7 @@ impl CodeWalker {
         let mut at = ip;
         let mut boff = cur.byte_off as usize;
         for &len in &lens[cur.index as usize..cur.index as usize + n] {
-            let k = usize::from(len).min(INSN_BUF);
-            let mut bytes = [0u8; INSN_BUF];
-            bytes[..k].copy_from_slice(&c.bytes[boff..boff + k]);
+            let bytes = insn_bytes(&c.bytes, boff, len);
             out.push(PlainInsn { ip: at, len, bytes });
             at = at.wrapping_add(u64::from(len));
             boff += usize::from(len);

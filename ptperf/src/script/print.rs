@@ -32,9 +32,39 @@ pub(crate) mod w {
         buf.extend_from_slice(&tmp[i..]);
     }
 
+    /// The 16 hex digits of `v` (zero-padded), computed eight at a time in a
+    /// word: each nibble spread into a byte, then turned into its ASCII digit.
+    #[inline]
+    fn hex16(v: u64) -> [u8; 16] {
+        fn eight(h: u32) -> u64 {
+            let mut x = u64::from(h);
+            x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+            x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+            x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+            // Bytes hold nibbles, least significant first; digits above 9 get
+            // 'a' - '0' - 10 more.
+            let over9 = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+            (x + 0x3030_3030_3030_3030 + over9 * 39).swap_bytes()
+        }
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&eight((v >> 32) as u32).to_le_bytes());
+        out[8..].copy_from_slice(&eight(v as u32).to_le_bytes());
+        out
+    }
+
     /// `%*x` (right-aligned in `width`).
     #[inline]
     pub fn hex_w(buf: &mut Vec<u8>, v: u64, width: usize) {
+        if width == 16 {
+            // perf's "%16" PRIx64: the digits, leading zeros as spaces.
+            let d = u128::from_le_bytes(hex16(v));
+            // The first `blanks` bytes (the low ones of the word) become spaces.
+            let blanks = (v.leading_zeros() / 4).min(15);
+            let low = (1u128 << (8 * blanks)) - 1;
+            let d = (d & !low) | (u128::from_le_bytes([b' '; 16]) & low);
+            buf.extend_from_slice(&d.to_le_bytes());
+            return;
+        }
         let digits = if v == 0 {
             1
         } else {
@@ -51,18 +81,36 @@ pub(crate) mod w {
         }
     }
 
-    /// `%u`.
+    /// "00" to "99".
+    const PAIRS: [u8; 200] = {
+        let mut t = [0u8; 200];
+        let mut i = 0;
+        while i < 100 {
+            t[2 * i] = b'0' + (i / 10) as u8;
+            t[2 * i + 1] = b'0' + (i % 10) as u8;
+            i += 1;
+        }
+        t
+    };
+
+    /// `%u`, two digits at a time.
     pub fn dec(buf: &mut Vec<u8>, v: u64) {
         let mut tmp = [0u8; 20];
         let mut i = 20;
         let mut v = v;
-        loop {
+        while v >= 100 {
+            let r = (v % 100) as usize;
+            v /= 100;
+            i -= 2;
+            tmp[i..i + 2].copy_from_slice(&PAIRS[2 * r..2 * r + 2]);
+        }
+        if v >= 10 {
+            i -= 2;
+            let r = v as usize;
+            tmp[i..i + 2].copy_from_slice(&PAIRS[2 * r..2 * r + 2]);
+        } else {
             i -= 1;
-            tmp[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
+            tmp[i] = b'0' + v as u8;
         }
         buf.extend_from_slice(&tmp[i..]);
     }
@@ -76,15 +124,9 @@ pub(crate) mod w {
     }
 
     fn int_len(v: i64) -> usize {
-        let mut n = usize::from(v < 0);
-        let mut u = v.unsigned_abs();
-        loop {
-            n += 1;
-            u /= 10;
-            if u == 0 {
-                break n;
-            }
-        }
+        let u = v.unsigned_abs();
+        let digits = if u == 0 { 1 } else { u.ilog10() as usize + 1 };
+        usize::from(v < 0) + digits
     }
 
     /// `%*u` without a temporary.
@@ -123,6 +165,53 @@ pub(crate) mod w {
     pub fn str_w(buf: &mut Vec<u8>, s: &[u8], width: usize) {
         pad(buf, width.saturating_sub(s.len()));
         buf.extend_from_slice(s);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn hex_w_16_is_printf() {
+            let mut v: u64 = 0;
+            let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+            for i in 0..20_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Every width of value, and the edges.
+                let cand = [x >> (i % 64), i, u64::MAX, 0, 0xa, 0x10, 0x9f];
+                for &c in &cand {
+                    v = c;
+                    let mut b = Vec::new();
+                    super::hex_w(&mut b, v, 16);
+                    assert_eq!(String::from_utf8(b).unwrap(), format!("{v:16x}"));
+                }
+            }
+            assert_eq!(v, 0x9f);
+        }
+
+        #[test]
+        fn dec_and_widths_are_printf() {
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            for i in 0..20_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                for v in [x >> (i % 64), i, u64::MAX, 0, 9, 10, 99, 100] {
+                    let mut b = Vec::new();
+                    super::dec(&mut b, v);
+                    super::dec_w(&mut b, v % 1_000_000, 7);
+                    super::int_w(&mut b, -((v % 100_000) as i64), 5);
+                    super::dec_z(&mut b, v % 1000, 6);
+                    let want = format!(
+                        "{v}{:7}{:5}{:06}",
+                        v % 1_000_000,
+                        -((v % 100_000) as i64),
+                        v % 1000
+                    );
+                    assert_eq!(String::from_utf8(b).unwrap(), want);
+                }
+            }
+        }
     }
 }
 
@@ -175,8 +264,9 @@ pub struct Printer<'s, 'a> {
     pub cbr2khz: u64,
     /// Samples carry call chains (`--itrace=g`): printed one entry a line.
     callchains: bool,
-    /// `-F flags` texts by flags.
-    flag_texts: std::collections::HashMap<u32, Vec<u8>>,
+    /// `-F flags` texts by flags (few combinations occur: a short list searched
+    /// in order is cheaper than hashing per sample).
+    flag_texts: Vec<(u32, Vec<u8>)>,
     /// perf's `spacing` of callindent lines (kept from line to line).
     spacing: usize,
     /// Width dso names are padded to (perf's `pad_output_len_dso`; 0: none).
@@ -993,11 +1083,15 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
         if self.sel.flags {
             // "  %-21s ", each flag combination formatted once.
-            let fs = self
-                .flag_texts
-                .entry(s.flags)
-                .or_insert_with(|| format!("  {:<21} ", flags::to_string(s.flags)).into_bytes());
-            self.buf.extend_from_slice(fs);
+            let i = match self.flag_texts.iter().position(|(k, _)| *k == s.flags) {
+                Some(i) => i,
+                None => {
+                    let t = format!("  {:<21} ", flags::to_string(s.flags)).into_bytes();
+                    self.flag_texts.push((s.flags, t));
+                    self.flag_texts.len() - 1
+                }
+            };
+            self.buf.extend_from_slice(&self.flag_texts[i].1);
         }
         if s.kind == Kind::Branches {
             // perf_sample__fprintf_bts
