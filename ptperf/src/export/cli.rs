@@ -268,4 +268,24 @@ mod tests {
         assert!(args("sqlite pt.db --bogus").is_err());
         assert!(args("--help").unwrap().is_none());
     }
+
+    #[test]
+    fn itrace_options() {
+        // By default: branches, PTWRITE and power events; chains with callchains.
+        let a = args("sqlite pt.db").unwrap().unwrap();
+        let i = a.itrace;
+        assert!(i.branches && i.ptwrites && i.pwr_events && !i.instructions && !i.callchain);
+        let a = args("sqlite pt.db calls callchains").unwrap().unwrap();
+        assert!(a.itrace.branches && a.itrace.callchain);
+        // As given, with g added for callchains.
+        let a = args("sqlite pt.db callchains --itrace=i100i")
+            .unwrap()
+            .unwrap();
+        let i = a.itrace;
+        assert!(i.instructions && i.period == 100 && !i.branches && i.callchain);
+        let a = args("sqlite pt.db --itrace b").unwrap().unwrap();
+        assert!(a.itrace.branches && !a.itrace.pwr_events && !a.itrace.callchain);
+        assert!(args("sqlite pt.db --itrace=Q").is_err());
+        assert!(args("sqlite pt.db --itrace").is_err());
+    }
 }
