@@ -449,6 +449,9 @@ struct Feed<'s, 'a> {
     chain: Vec<u64>,
     /// kHz per unit of core-to-bus ratio (perf's `cbr2khz`).
     cbr2khz: u64,
+    /// A trace without `pwr_evt`: the first event's `attr.type` and
+    /// `attr.config` (its name the last of `names`).
+    no_pwr_evt: Option<(u32, u64)>,
     /// Context switches not yet exported (perf exports them in time order
     /// with the samples).
     switches: std::collections::VecDeque<SwitchRec>,
@@ -504,10 +507,20 @@ impl Feed<'_, '_> {
     ) -> Result<(), ExportError> {
         self.switches_until(ex, time.unwrap_or(0))?;
         let pid = ctx.pid;
-        let Some((index, attr_type, config)) = event_index(r.kind) else {
+        let Some((mut index, mut attr_type, mut config)) = event_index(r.kind) else {
             return Ok(());
         };
-        let raw = synth_raw(r, self.cbr2khz);
+        let mut raw = synth_raw(r, self.cbr2khz);
+        if let Some((first_type, first_config)) = self.no_pwr_evt {
+            use crate::sample::Kind;
+            if matches!(r.kind, Kind::Mwait | Kind::Pwre | Kind::Exstop | Kind::Pwrx) {
+                // Without pwr_evt perf makes no events for these, yet
+                // synthesizes their samples: id 0, which perf takes for its
+                // first event, and no table row.
+                (index, attr_type, config) = (EVENT_NAMES.len(), first_type, first_config);
+                raw = None;
+            }
+        }
         // perf resolves the target only of its branches event (a BTS-like
         // event: `sample_addr_correlates_sym`).
         let branch = r.kind == crate::sample::Kind::Branches;
@@ -675,8 +688,18 @@ pub fn export_session_with<S: Sink>(
                     n.to_string()
                 }
             })
+            .chain(std::iter::once(
+                perf.events()
+                    .first()
+                    .and_then(|e| e.name.clone())
+                    .unwrap_or_else(|| "intel_pt//".to_string()),
+            ))
             .collect(),
         cbr2khz: 0,
+        no_pwr_evt: attr
+            .filter(|a| a.config & pt_perf_data::intel_pt::config::PWR_EVT == 0)
+            .and_then(|_| perf.events().first())
+            .map(|e| (e.attr.type_, e.attr.config)),
         chain_depth: opts.callchain_sz as usize,
         chain: Vec::new(),
         switches: switches(perf).into(),
