@@ -344,14 +344,35 @@ fn same_tables_as_perfs_export_to_sqlite_with_ptwrite_and_power_events() {
 }
 
 fn compare_ptwrite_and_power_events(name: &str, config_bits: u64) {
+    let dir = scratch(name);
+    let file = ptwrite_and_power_recording(&dir, config_bits);
+    let sub = dir.join("cmp");
+    std::fs::create_dir_all(&sub).unwrap();
+    let pwr = config_bits & pt_perf_data::intel_pt::config::PWR_EVT != 0;
+    let tables = [
+        ("ptwrite", "*"),
+        ("mwait", "*"),
+        ("pwre", "*"),
+        ("exstop", "*"),
+        ("pwrx", "*"),
+    ];
+    // Without pwr_evt, perf drops the empty power tables (the schemas are
+    // compared too).
+    let extra = if pwr { &tables[..] } else { &tables[..1] };
+    compare_with_perf_as(&file, &sub, extra, "bpw", &["all", "calls"]);
+}
+
+/// The program's recording in `dir` with the intel_pt config bits
+/// `config_bits` added and PTW (two), MWAIT, PWRE, EXSTOP with its FUP, and
+/// PWRX packets after the first TIP.PGE of its trace.
+fn ptwrite_and_power_recording(dir: &Path, config_bits: u64) -> PathBuf {
     use pt_encoder::{encode, IpPacketKind, Packet, PtwSize, WakeReason};
     let prog = program("export_calls", NOLIBC);
-    let dir = scratch(name);
     let layout = Layout {
         config_bits,
         ..Layout::default()
     };
-    let (_, mut sink) = record(&dir, &prog, &[], layout);
+    let (_, mut sink) = record(dir, &prog, &[], layout);
     let bytes = sink.stream_bytes_mut(0).expect("a trace stream");
     // After the first TIP.PGE (tracing on): its IP, and where it ends.
     let mut dec = pt_decoder::PacketDecoder::new(bytes, &pt_decoder::Config::default());
@@ -402,20 +423,73 @@ fn compare_ptwrite_and_power_events(name: &str, config_bits: u64) {
     bytes.splice(at..at, add);
     let file = dir.join("pwr.data");
     sink.write(&file);
-    let sub = dir.join("cmp");
-    std::fs::create_dir_all(&sub).unwrap();
-    let pwr = config_bits & pt_perf_data::intel_pt::config::PWR_EVT != 0;
-    let tables = [
-        ("ptwrite", "*"),
-        ("mwait", "*"),
-        ("pwre", "*"),
-        ("exstop", "*"),
-        ("pwrx", "*"),
-    ];
-    // Without pwr_evt, perf drops the empty power tables (the schemas are
-    // compared too).
-    let extra = if pwr { &tables[..] } else { &tables[..1] };
-    compare_with_perf_as(&file, &sub, extra, "bpw", &["all", "calls"]);
+    file
+}
+
+/// The same PTWRITE and power events, and call chains, through PostgreSQL's
+/// binary COPY: the rows the packets make, and as many samples and chains as
+/// the SQLite export of the same file.
+#[test]
+fn postgres_ptwrite_power_events_and_callchains() {
+    use pt_perf_data::intel_pt::config::{PTW, PWR_EVT};
+    let dir = scratch("export_pg_pwr");
+    let file = ptwrite_and_power_recording(&dir, PWR_EVT | PTW);
+    let words = ["calls", "callchains", "--itrace=bpwi100ig", "-i"];
+    let lite = dir.join("ours.db");
+    let out = run(ptperf()
+        .args(["export", "sqlite"])
+        .arg(&lite)
+        .args(words)
+        .arg(&file));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let server = PgServer::start();
+    let out = run(ptperf()
+        .args(["export", "postgres", &server.conninfo("pt_pwr")])
+        .args(words)
+        .arg(&file));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut client = server.client("pt_pwr");
+    let mut pg = |sql: &str| -> String {
+        let row = client
+            .query_one(sql, &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        row.get::<_, Option<String>>(0).unwrap_or_default()
+    };
+    let db = Connection::open(&lite).unwrap();
+    let lite_count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    for (table, rows) in [
+        ("ptwrite", "1311768467463790320 false,51966 false"),
+        ("mwait", "33 1"),
+        ("pwre", "2 1 true"),
+        ("exstop", "true"),
+        ("pwrx", "3 2 1"),
+        ("cbr", "32 1333 133"),
+    ] {
+        let cols = match table {
+            "ptwrite" => "payload || ' ' || exact_ip",
+            "mwait" => "hints || ' ' || extensions",
+            "pwre" => "cstate || ' ' || subcstate || ' ' || hw",
+            "exstop" => "exact_ip::text",
+            "pwrx" => "deepest_cstate || ' ' || last_cstate || ' ' || wake_reason",
+            _ => "cbr || ' ' || mhz || ' ' || percent",
+        };
+        let sql = format!("SELECT string_agg({cols}, ',' ORDER BY id) FROM {table} WHERE id <> 0");
+        assert_eq!(pg(&sql), rows, "{table}");
+    }
+    for sql in [
+        "SELECT count(*) FROM samples",
+        "SELECT count(*) FROM samples WHERE call_path_id <> 0",
+        "SELECT count(*) FROM call_paths",
+        "SELECT count(*) FROM calls",
+    ] {
+        let n: i64 = pg(&format!("SELECT ({sql})::text")).parse().unwrap();
+        assert_eq!(n, lite_count(sql), "{sql}");
+    }
+    assert!(lite_count("SELECT count(*) FROM samples WHERE call_path_id <> 0") > 0);
+    let n: i64 = pg("SELECT count(*)::text FROM power_events_view")
+        .parse()
+        .unwrap();
+    assert_eq!(n, 5, "power_events_view: cbr, mwait, pwre, exstop, pwrx");
 }
 
 /// Exports `file` with perf's export-to-sqlite.py and with ours and compares
