@@ -22,6 +22,10 @@ pub const GENERATOR: &str = "pttestgen";
 /// ([`Runner::with_reference_generator`]).
 pub const REFERENCE_CHECK: &str = "pttestgen=ref";
 
+/// The reason of the [`Outcome::NotRun`] of a side-band test whose tool rejects the
+/// side-band options (`--pevent:*`, `--sb:*`): the tool cannot run the test at all.
+pub const SIDEBAND_UNSUPPORTED: &str = "this tool does not take the side-band options (--pevent:*)";
+
 /// The verdict for one (file, tool, cpu).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -419,6 +423,11 @@ impl Runner {
         if let Some(crash) = output.crash() {
             return error(format!("{tool} {crash}"));
         }
+        if kind == ToolKind::Ptxed && !sideband.is_empty() && rejects_sideband(&output) {
+            return Outcome::NotRun {
+                reason: SIDEBAND_UNSUPPORTED.into(),
+            };
+        }
         let actual = String::from_utf8_lossy(&output.stdout);
         let out_name = format!("{}.out", exp.strip_suffix(".exp").unwrap_or(exp));
         match diff_ub(&expected, &actual, exp, &out_name) {
@@ -426,6 +435,16 @@ impl Runner {
             Some(diff) => Outcome::Fail { diff },
         }
     }
+}
+
+/// Whether a tool failed because it does not know a side-band option: a ptxed
+/// without side-band support cannot run the test at all, which is not a result.
+fn rejects_sideband(output: &ToolOutput) -> bool {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    !output.status.success()
+        && stderr.lines().any(|l| {
+            l.contains("unknown option") && (l.contains("--pevent") || l.contains("--sb:"))
+        })
 }
 
 fn error(message: String) -> Outcome {
@@ -675,6 +694,45 @@ esac"#,
             matches!(&results[0].outcome, Outcome::Error { message } if message.contains("timed out"))
         );
         assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn sideband_files_become_arguments_and_unknown_options_are_not_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Writes one .sb stream besides the expectations, as pttc names it.
+        let generator = r#"
+base=$(basename "$1" .ptt)
+sb="$base-pevent-primary,sample-type=0x4,time-zero=0x0,time-shift=0x0,time-mult=0x1.sb"
+: > "$sb"; : > "$base.pt"; : > "$base.bin"
+printf 'ARGS\n' > "$base-ptdump.exp"
+printf 'x\n' > "$base-ptxed.exp"
+printf '%s %s %s ' "$base-ptdump.exp" "$base-ptxed.exp" "$sb"
+"#;
+        let tools = Tools {
+            pttestgen: ToolPath::Found(script(dir.path(), "gen", generator)),
+            // Passes only with test.bash's arguments for that stream.
+            ptdump: ToolPath::Found(script(
+                dir.path(),
+                "dump",
+                r#"[ "$*" = "--pevent:sample-type 0x4 --pevent:time-zero 0x0 --pevent:time-shift 0x0 --pevent:time-mult 0x1 --pevent:primary s-pevent-primary,sample-type=0x4,time-zero=0x0,time-shift=0x0,time-mult=0x1.sb s.pt" ] && echo ARGS"#,
+            )),
+            ptxed: ToolPath::Found(script(
+                dir.path(),
+                "xed",
+                "echo \"xed: unknown option: --pevent:sample-type.\" >&2; exit 1",
+            )),
+        };
+        let file = ptt(dir.path(), "s.ptt", "org 0x1000\n; @pt .exp(ptdump)\n");
+        let results = Runner::new(tools).run_file(&file);
+        let got: Vec<(&str, &str)> = results
+            .iter()
+            .map(|r| (r.tool.as_str(), r.outcome.label()))
+            .collect();
+        assert_eq!(
+            got,
+            [("ptdump", "pass"), ("ptxed", "not run")],
+            "{results:?}"
+        );
     }
 
     #[test]

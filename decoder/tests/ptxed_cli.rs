@@ -78,6 +78,7 @@ fn argument_errors() {
         "--elf",
         "--cpu",
         "--pevent:primary",
+        "--perf",
         "--iscache-limit",
     ] {
         let o = ptxed(&[opt]);

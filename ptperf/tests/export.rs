@@ -1,7 +1,7 @@
 //! `ptperf export`: a program with known call counts recorded on the simulator
 //! into perf.data (as perf lays it out), exported into SQLite and into a
 //! throwaway PostgreSQL server, and checked with SQL: the samples are perf's
-//! (as many as `perf script --itrace=b` prints), their ids dense, every call
+//! (as many as `perf script --itrace=bpw` prints), their ids dense, every call
 //! on a call path chain that reaches the root, the calls of each function as
 //! many as the program makes, and perf's views answer.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -44,11 +44,12 @@ fn recording() -> &'static Path {
     })
 }
 
-/// Branch samples `perf script --itrace=b` prints for `file`.
+/// Samples `perf script --itrace=bpw` (the export's default: branches,
+/// PTWRITE and power events) prints for `file`.
 fn perf_branch_samples(file: &Path) -> u64 {
     let perf = pt_testkit::tool("perf", "linux-perf");
     let out = run(Command::new(perf)
-        .args(["script", "--itrace=b", "-F", "ip,addr", "-i"])
+        .args(["script", "--itrace=bpw", "-F", "ip,addr", "-i"])
         .arg(file)
         .env("PERF_PAGER", "cat")
         .env("HOME", perf_support::tmp()));
@@ -296,10 +297,216 @@ fn same_tables_as_perfs_export_to_sqlite_per_cpu() {
     );
 }
 
+/// With call chains (`callchains`, perf's `g`): perf keeps them for its
+/// instructions samples, so both events are exported (`--itrace=bi100ig`), and
+/// each sample's call_path_id names the call path of its chain, numbered with
+/// the calls' paths in one tree as perf's db-export numbers them. (perf 6.1's
+/// script needs `calls` with `callchains`: without, its trace_begin writes to
+/// the calls table it did not create and fails.)
+#[test]
+fn same_tables_as_perfs_export_to_sqlite_with_callchains() {
+    let dir = scratch("export_vs_perf_callchains");
+    for (itrace, words) in [
+        ("bi100ig", &["branches", "calls", "callchains"][..]),
+        ("i50ig", &["all", "calls", "callchains"][..]),
+        ("bg", &["branches", "calls", "callchains"][..]),
+    ] {
+        let sub = dir.join(format!("{itrace}-{}", words.join("-")));
+        std::fs::create_dir_all(&sub).unwrap();
+        compare_with_perf_as(recording(), &sub, &[], itrace, words);
+        if itrace != "bg" {
+            let db = Connection::open(sub.join("ours.db")).unwrap();
+            let q = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+            // Chains were stored, and every one reaches the root.
+            assert!(q("SELECT COUNT(*) FROM samples WHERE call_path_id != 0") > 0);
+            assert_eq!(
+                q("SELECT COUNT(*) FROM samples s LEFT JOIN call_paths c \
+                   ON c.id = s.call_path_id WHERE c.id IS NULL"),
+                0
+            );
+        }
+    }
+}
+
+/// PTWRITE and power events: the program's recording with PTW, MWAIT, PWRE,
+/// EXSTOP (with its FUP) and PWRX packets after its first PSB+ (the simulator
+/// traces no PTWRITE instruction and models no power events), exported by
+/// default (`--itrace=bpw`, perf's p and w) and by perf's export-to-sqlite.py:
+/// the samples and the ptwrite, cbr, mwait, pwre, exstop and pwrx tables agree.
+/// Without pwr_evt in the config, perf makes no mwait, pwre, exstop and pwrx
+/// events but still synthesizes their samples, which it takes for its first
+/// event's (intel_pt//u), with no table rows: so do we.
+#[test]
+fn same_tables_as_perfs_export_to_sqlite_with_ptwrite_and_power_events() {
+    use pt_perf_data::intel_pt::config::{PTW, PWR_EVT};
+    compare_ptwrite_and_power_events("export_vs_perf_pwr", PWR_EVT | PTW);
+    compare_ptwrite_and_power_events("export_vs_perf_pwr_off", PTW);
+}
+
+fn compare_ptwrite_and_power_events(name: &str, config_bits: u64) {
+    let dir = scratch(name);
+    let file = ptwrite_and_power_recording(&dir, config_bits);
+    let sub = dir.join("cmp");
+    std::fs::create_dir_all(&sub).unwrap();
+    let pwr = config_bits & pt_perf_data::intel_pt::config::PWR_EVT != 0;
+    let tables = [
+        ("ptwrite", "*"),
+        ("mwait", "*"),
+        ("pwre", "*"),
+        ("exstop", "*"),
+        ("pwrx", "*"),
+    ];
+    // Without pwr_evt, perf drops the empty power tables (the schemas are
+    // compared too).
+    let extra = if pwr { &tables[..] } else { &tables[..1] };
+    compare_with_perf_as(&file, &sub, extra, "bpw", &["all", "calls"]);
+}
+
+/// The program's recording in `dir` with the intel_pt config bits
+/// `config_bits` added and PTW (two), MWAIT, PWRE, EXSTOP with its FUP, and
+/// PWRX packets after the first TIP.PGE of its trace.
+fn ptwrite_and_power_recording(dir: &Path, config_bits: u64) -> PathBuf {
+    use pt_encoder::{encode, IpPacketKind, Packet, PtwSize, WakeReason};
+    let prog = program("export_calls", NOLIBC);
+    let layout = Layout {
+        config_bits,
+        ..Layout::default()
+    };
+    let (_, mut sink) = record(dir, &prog, &[], layout);
+    let bytes = sink.stream_bytes_mut(0).expect("a trace stream");
+    // After the first TIP.PGE (tracing on): its IP, and where it ends.
+    let mut dec = pt_decoder::PacketDecoder::new(bytes, &pt_decoder::Config::default());
+    dec.sync_forward().expect("a PSB");
+    let (fup, at) = loop {
+        if let Packet::Ip(IpPacketKind::TipPge, ip) = dec.next_packet().expect("a TIP.PGE").1 {
+            break (ip, dec.offset().unwrap() as usize);
+        }
+    };
+    let packets = [
+        Packet::Ptw {
+            size: PtwSize::Eight,
+            payload: 0x1234_5678_9abc_def0,
+            ip: false,
+        },
+        Packet::Ptw {
+            size: PtwSize::Four,
+            payload: 0xcafe,
+            ip: false,
+        },
+        Packet::Mwait {
+            hints: 0x21,
+            ext: 1,
+        },
+        Packet::Pwre {
+            state: 2,
+            sub_state: 1,
+            hw: true,
+        },
+        Packet::Exstop { ip: true },
+        Packet::Ip(IpPacketKind::Fup, fup),
+        Packet::Pwrx {
+            last: 2,
+            deepest: 3,
+            wake: WakeReason {
+                interrupt: true,
+                store: false,
+                autonomous: false,
+            },
+        },
+    ];
+    let mut add = Vec::new();
+    for p in &packets {
+        let mut b = [0u8; 16];
+        let n = encode(p, &mut b).unwrap();
+        add.extend_from_slice(&b[..n]);
+    }
+    bytes.splice(at..at, add);
+    let file = dir.join("pwr.data");
+    sink.write(&file);
+    file
+}
+
+/// The same PTWRITE and power events, and call chains, through PostgreSQL's
+/// binary COPY: the rows the packets make, and as many samples and chains as
+/// the SQLite export of the same file.
+#[test]
+fn postgres_ptwrite_power_events_and_callchains() {
+    use pt_perf_data::intel_pt::config::{PTW, PWR_EVT};
+    let dir = scratch("export_pg_pwr");
+    let file = ptwrite_and_power_recording(&dir, PWR_EVT | PTW);
+    let words = ["calls", "callchains", "--itrace=bpwi100ig", "-i"];
+    let lite = dir.join("ours.db");
+    let out = run(ptperf()
+        .args(["export", "sqlite"])
+        .arg(&lite)
+        .args(words)
+        .arg(&file));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let server = PgServer::start();
+    let out = run(ptperf()
+        .args(["export", "postgres", &server.conninfo("pt_pwr")])
+        .args(words)
+        .arg(&file));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut client = server.client("pt_pwr");
+    let mut pg = |sql: &str| -> String {
+        let row = client
+            .query_one(sql, &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        row.get::<_, Option<String>>(0).unwrap_or_default()
+    };
+    let db = Connection::open(&lite).unwrap();
+    let lite_count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    for (table, rows) in [
+        ("ptwrite", "1311768467463790320 false,51966 false"),
+        ("mwait", "33 1"),
+        ("pwre", "2 1 true"),
+        ("exstop", "true"),
+        ("pwrx", "3 2 1"),
+        ("cbr", "32 1333 133"),
+    ] {
+        let cols = match table {
+            "ptwrite" => "payload || ' ' || exact_ip",
+            "mwait" => "hints || ' ' || extensions",
+            "pwre" => "cstate || ' ' || subcstate || ' ' || hw",
+            "exstop" => "exact_ip::text",
+            "pwrx" => "deepest_cstate || ' ' || last_cstate || ' ' || wake_reason",
+            _ => "cbr || ' ' || mhz || ' ' || percent",
+        };
+        let sql = format!("SELECT string_agg({cols}, ',' ORDER BY id) FROM {table} WHERE id <> 0");
+        assert_eq!(pg(&sql), rows, "{table}");
+    }
+    for sql in [
+        "SELECT count(*) FROM samples",
+        "SELECT count(*) FROM samples WHERE call_path_id <> 0",
+        "SELECT count(*) FROM call_paths",
+        "SELECT count(*) FROM calls",
+    ] {
+        let n: i64 = pg(&format!("SELECT ({sql})::text")).parse().unwrap();
+        assert_eq!(n, lite_count(sql), "{sql}");
+    }
+    assert!(lite_count("SELECT count(*) FROM samples WHERE call_path_id <> 0") > 0);
+    let n: i64 = pg("SELECT count(*)::text FROM power_events_view")
+        .parse()
+        .unwrap();
+    assert_eq!(n, 5, "power_events_view: cbr, mwait, pwre, exstop, pwrx");
+}
+
 /// Exports `file` with perf's export-to-sqlite.py and with ours and compares
 /// perf's tables and `extra` (table, columns) row for row, and the schemas.
 fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
-    let dir = scratch(name);
+    compare_with_perf_as(file, &scratch(name), extra, "bpw", &["branches", "calls"]);
+}
+
+/// [`compare_with_perf`] in `dir`, both sides given `--itrace=ITRACE` and the
+/// script's arguments `words`.
+fn compare_with_perf_as(
+    file: &Path,
+    dir: &Path,
+    extra: &[(&str, &str)],
+    itrace: &str,
+    words: &[&str],
+) {
     let script = Path::new("/usr/lib/perf-core/scripts/python/export-to-sqlite.py");
     assert!(
         script.exists(),
@@ -313,12 +520,14 @@ fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
     let out = run(Command::new(perf)
         .arg("--buildid-dir")
         .arg(cache)
-        .args(["script", "--itrace=b", "-i"])
+        .arg("script")
+        .arg(format!("--itrace={itrace}"))
+        .arg("-i")
         .arg(file)
         .arg("-s")
         .arg(script)
         .arg(&theirs)
-        .args(["branches", "calls"])
+        .args(words)
         .env("PERF_PAGER", "cat")
         .env("HOME", perf_support::tmp()));
     assert!(
@@ -330,7 +539,9 @@ fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
     let out = run(ptperf()
         .args(["export", "sqlite"])
         .arg(&ours)
-        .args(["branches", "calls", "-i"])
+        .args(words)
+        .arg(format!("--itrace={itrace}"))
+        .arg("-i")
         .arg(file));
     assert!(out.status.success(), "{}", stderr(&out));
     for (table, cols) in [
@@ -347,6 +558,17 @@ fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
         ("calls", "*"),
     ]
     .into_iter()
+    .chain(
+        // perf's script writes Python 3 quotients (1333.812) into these
+        // integer columns; ours are their integer parts, as its PostgreSQL
+        // script writes them.
+        itrace.contains('p').then_some((
+            "cbr",
+            "id, cbr, CAST(mhz AS INTEGER), CAST(percent AS INTEGER)",
+        )),
+    )
+    .filter(|(t, _)| *t != "calls" || words.contains(&"calls"))
+    .filter(|(t, _)| *t != "call_paths" || words.iter().any(|w| w.starts_with("call")))
     .chain(extra.iter().copied())
     {
         let (a, b) = (rows(&theirs, table, cols), rows(&ours, table, cols));

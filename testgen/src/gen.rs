@@ -16,6 +16,7 @@ use crate::directive::{parse_packet, Emit};
 use crate::exp;
 use crate::labels::Labels;
 use crate::ptt::{exp_file_name, file_root, find_directive, split_lines, Cpu, Marker};
+use crate::sideband::Sideband;
 
 /// An error with the source position it belongs to; displays as `file:line: message`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +72,8 @@ pub struct Trace {
     /// The expectation sections, in source order (a tool may appear twice; the later
     /// section then replaces the earlier file, as with pttc).
     pub exps: Vec<ExpFile>,
+    /// The side-band streams written by `@sb` directives.
+    pub sideband: Sideband,
 }
 
 /// Process the directives of `source` (named `file` in messages) against the
@@ -96,9 +99,6 @@ pub fn process(
             Ok(None) => continue,
             Err(e) => return Err(fail(e.to_string())),
         };
-        if directive.marker == Marker::Sb {
-            return Err(fail("sideband directives (@sb) are not supported".into()));
-        }
         if directive.name.is_empty() {
             return Err(fail("invalid syntax (missing directive)".into()));
         }
@@ -132,6 +132,13 @@ pub fn process(
                 if rest.is_empty() {
                     return Err(fail("invalid syntax (missing directive)".into()));
                 }
+                let offset = match directive.marker {
+                    Marker::Pt => offset,
+                    Marker::Sb => trace
+                        .sideband
+                        .offset()
+                        .map_err(|e| fail(format!("sideband label ({e})")))?,
+                };
                 labels
                     .define_packet(label, offset)
                     .map_err(|e| fail(format!("label '{label}' ({e})")))?;
@@ -139,6 +146,13 @@ pub fn process(
             }
             None => (None, directive.name.as_str()),
         };
+        if directive.marker == Marker::Sb {
+            trace
+                .sideband
+                .process(name, &directive.payload, root, &labels)
+                .map_err(|e| fail(format!("{name}: {e}")))?;
+            continue;
+        }
         let emit =
             parse_packet(name, &directive.payload, &labels).map_err(|e| fail(e.to_string()))?;
         emit.encode_into(&mut trace.bytes)
@@ -212,8 +226,8 @@ pub fn generate_for(source: &str, path: &Path, cpus: &[Option<Cpu>]) -> Result<O
 }
 
 impl Outputs {
-    /// The files to write, in order: `.bin`, `.pt`, `.lst`, then the `.exp` files (one
-    /// per name; a later section of the same name wins).
+    /// The files to write, in order: `.bin`, `.pt`, `.lst`, the `.exp` files (one
+    /// per name; a later section of the same name wins), then the `.sb` files.
     pub fn files(&self) -> Vec<(String, &[u8])> {
         let mut files: Vec<(String, &[u8])> = vec![
             (format!("{}.bin", self.root), &self.bin),
@@ -224,12 +238,18 @@ impl Outputs {
             files.retain(|(n, _)| *n != e.name);
             files.push((e.name.clone(), e.text.as_bytes()));
         }
+        for sb in self.trace.sideband.printed() {
+            files.push((sb.final_name(), &sb.bytes));
+        }
         files
     }
 
-    /// The names to print, one per `.exp` section, as pttc prints them.
-    pub fn printed(&self) -> Vec<&str> {
-        self.trace.exps.iter().map(|e| e.name.as_str()).collect()
+    /// The names to print as pttc prints them: one per `.exp` section, then one per
+    /// side-band stream (the last opened first).
+    pub fn printed(&self) -> Vec<String> {
+        let exps = self.trace.exps.iter().map(|e| e.name.clone());
+        exps.chain(self.trace.sideband.printed().map(|sb| sb.final_name()))
+            .collect()
     }
 
     /// Write all files into `dir`: each goes to a temporary name first and all are
@@ -341,13 +361,70 @@ l2: hlt
         );
         assert_eq!(error("; @pt p: psb()\n; @pt p: pad()\n").line, 2);
         assert_eq!(error("; @pt eos: psb()\n; @pt .exp(x)\n").line, 2);
-        assert_eq!(error("; @sb primary(raw)\n").line, 1);
+        assert_eq!(error("; @sb raw-8(1)\n").message, "raw-8: no sideband file");
+        assert_eq!(
+            error("; @sb s1: raw-8(1)\n").message,
+            "sideband label (no sideband file)"
+        );
+        assert_eq!(error("; @sb primary(pevent)\n; @sb bogus()\n").line, 2);
         let e = error("; @pt .exp(ptdump)\n;\n;%what\n");
         assert_eq!(e.line, 3);
         assert_eq!(
             e.message,
             "error generating e-ptdump.exp: no such label '%what'"
         );
+    }
+
+    #[test]
+    fn sideband_streams_and_labels() {
+        let src = "\
+org 0x1000
+; @sb primary(raw)
+; @sb r1: raw-16(0x1234)
+; @pt p1: pad()
+; @sb secondary(pevent, cpu1)
+; @sb pevent-sample_type(tid)
+; @sb e1: pevent-itrace-start(1, 2, 3, 4)
+; @sb primary(raw)
+; @sb r2: raw-8(0xff)
+; @pt .exp(ptdump)
+;%0r2 %0e1 %0p1
+";
+        let t = process(src, "s.ptt", labels(), "s", None).unwrap();
+        assert_eq!(t.bytes, [0]);
+        let files: Vec<(String, Vec<u8>)> = t
+            .sideband
+            .printed()
+            .map(|f| (f.final_name(), f.bytes.clone()))
+            .collect();
+        assert_eq!(files.len(), 2);
+        assert_eq!(
+            files[0].0,
+            "s-cpu1-pevent-secondary,sample-type=0x2,time-zero=0x0,time-shift=0x0,\
+             time-mult=0x1.sb"
+        );
+        assert_eq!(files[0].1.len(), 24);
+        assert_eq!(
+            files[1],
+            ("s-raw-primary.sb".to_string(), vec![0x34, 0x12, 0xff])
+        );
+        // Side-band labels are offsets in their own stream.
+        assert_eq!(
+            t.exps[0].text,
+            "0000000000000002 0000000000000000 0000000000000000\n"
+        );
+        let o = Outputs {
+            root: "s".into(),
+            bin: vec![],
+            lst: String::new(),
+            trace: t,
+        };
+        assert_eq!(
+            o.printed()[1..],
+            [files[0].0.clone(), "s-raw-primary.sb".to_string()]
+        );
+        let names: Vec<String> = o.files().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names[4..], o.printed()[1..]);
     }
 
     #[test]

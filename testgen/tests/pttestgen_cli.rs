@@ -266,3 +266,40 @@ fn all_cpus_writes_one_set_per_cpu_line() {
 fn missing_org_is_rejected() {
     assert_rejected("no_org.ptt", 0, "'org' directive is required");
 }
+
+#[test]
+fn sideband_streams_are_written_and_listed() {
+    let dir = TempDir::new("sideband");
+    let out = run(&dir.0, &[data("sideband.ptt").to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let pevent = "sideband-pevent-primary,sample-type=0x2,time-zero=0x0,time-shift=0x0,\
+                  time-mult=0x1.sb";
+    assert_eq!(
+        stdout_lines(&out),
+        ["sideband-ptdump.exp", "sideband-raw-secondary.sb", pevent]
+    );
+    assert_eq!(
+        dir.entries(),
+        [
+            pevent,
+            "sideband-ptdump.exp",
+            "sideband-raw-secondary.sb",
+            "sideband.bin",
+            "sideband.lst",
+            "sideband.pt",
+        ]
+    );
+    assert_eq!(
+        fs::read(dir.0.join("sideband-raw-secondary.sb")).unwrap(),
+        [0x5a]
+    );
+    // PERF_RECORD_COMM, 32 bytes: header, pid/tid, "x" padded to 8, the tid sample.
+    let mut comm = vec![3, 0, 0, 0, 0, 0, 32, 0, 1, 0, 0, 0, 2, 0, 0, 0, b'x'];
+    comm.extend([0; 7]);
+    comm.extend([1, 0, 0, 0, 2, 0, 0, 0]);
+    assert_eq!(fs::read(dir.0.join(pevent)).unwrap(), comm);
+    assert_eq!(
+        fs::read_to_string(dir.0.join("sideband-ptdump.exp")).unwrap(),
+        "0000000000000000 psb\n0000000000000000 comm\n"
+    );
+}

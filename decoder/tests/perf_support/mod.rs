@@ -96,6 +96,9 @@ pub struct Layout {
     pub vdso_cache: bool,
     /// The trace configuration.
     pub config: TraceConfig,
+    /// More intel_pt config bits for the event (e.g. `pwr_evt`, `ptw`, for
+    /// packets a test adds to the trace).
+    pub config_bits: u64,
 }
 
 impl Default for Layout {
@@ -108,6 +111,7 @@ impl Default for Layout {
             drop_piece: None,
             vdso_cache: false,
             config: TraceConfig::perf_default(),
+            config_bits: 0,
         }
     }
 }
@@ -215,6 +219,12 @@ impl PerfSink {
             last_tsc: 0,
             threads: Vec::new(),
         }
+    }
+
+    /// The bytes of trace stream `i` (in order of first appearance), for a
+    /// test to add packets to before [`PerfSink::write`].
+    pub fn stream_bytes_mut(&mut self, i: usize) -> Option<&mut Vec<u8>> {
+        self.streams.get_mut(i).map(|(_, b)| b)
     }
 
     fn stream(&mut self, t: ThreadId) -> &mut Vec<u8> {
@@ -438,7 +448,7 @@ impl PerfSink {
     /// Writes the perf.data.
     pub fn write(&self, path: &Path) {
         let l = &self.layout;
-        let config = pt_config(&l.config);
+        let config = pt_config(&l.config) | l.config_bits;
         let pt = intel_pt_attr(PT_PMU, config, true, l.per_cpu);
         let mut track = tracking_attr(true, l.per_cpu, l.per_cpu, l.timed);
         if !l.timed {

@@ -304,6 +304,21 @@ impl CallReturns {
         }
     }
 
+    /// The return addresses on the stack of thread `thread` (`idle`, `cpu` as
+    /// for [`CallReturns::process`]), innermost first; `None` before its first
+    /// branch. perf's thread stack is this one once call/return processing
+    /// has taken it over, so the call chains of later samples come from it.
+    pub fn return_addresses(
+        &self,
+        thread: u64,
+        idle: bool,
+        cpu: i32,
+    ) -> Option<impl Iterator<Item = u64> + '_> {
+        let key = (thread, if idle { cpu.max(0) } else { -1 });
+        let ts = self.stacks.get(&key)?;
+        Some(ts.entries.iter().rev().map(|e| e.ret_addr))
+    }
+
     /// One branch sample of thread `thread` (an exporter key; `idle` for the
     /// idle task, whose stacks are per `cpu`), whose process's command is
     /// `comm_id` (a change of it in a process's main thread is an exec, which

@@ -9,17 +9,18 @@ use std::process::ExitCode;
 use pt_decoder::perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
-use super::feed::{export_session, FeedStats};
+use super::feed::{default_itrace, export_session_with, FeedStats};
 use super::postgres::PostgresSink;
 use super::sqlite::SqliteSink;
 use super::tables::Table;
 use super::{ExportError, ExportOptions, Exporter, Sink, Summary};
+use crate::itrace::SynthOpts;
 
 const USAGE: &str = "\
 usage: ptperf export sqlite OUT.db [branches|all] [calls] [callchains] [OPTIONS]
        ptperf export postgres CONNINFO [branches|all] [calls] [callchains] [OPTIONS]
 
-Exports the branch samples of an Intel PT perf.data into a database with perf's
+Exports the samples of an Intel PT perf.data into a database with perf's
 schema (that of perf's export-to-sqlite.py and export-to-postgresql.py).
 
   sqlite OUT.db      a new SQLite file (written beside it, renamed when complete)
@@ -28,8 +29,14 @@ schema (that of perf's export-to-sqlite.py and export-to-postgresql.py).
   branches           the samples table without period, weight, transaction and
                      data_src (default: all columns)
   calls              the calls and call_paths tables (calls and returns)
-  callchains         the call_paths table
+  callchains         the call_paths table and the samples' call chains (adds
+                     'g' to the --itrace options)
 
+      --itrace OPTS     the samples to export, as perf script's --itrace: 'b'
+                        branches, 'iNUNIT' instructions, 'w' PTWRITE, 'p'
+                        power events, 'g' call chains (default: bpw; perf
+                        gives call chains to all samples but branches, e.g.
+                        --itrace=bpwi100ig)
   -i, --input FILE      the perf.data (default: perf.data)
   -f, --force           replace an existing SQLite file
       --symfs DIR       look for the recorded files under DIR
@@ -47,6 +54,7 @@ struct Args {
     symfs: Option<PathBuf>,
     buildid_dirs: Vec<PathBuf>,
     quiet: bool,
+    itrace: SynthOpts,
 }
 
 #[derive(Debug)]
@@ -64,6 +72,7 @@ fn parse(args: &[OsString]) -> Result<Option<Args>, String> {
     let mut symfs = None;
     let mut buildid_dirs = Vec::new();
     let mut target_arg: Option<OsString> = None;
+    let mut itrace: Option<String> = None;
     while let Some(a) = it.next() {
         let s = a.to_string_lossy();
         let mut value = |name: &str| -> Result<OsString, String> {
@@ -78,6 +87,8 @@ fn parse(args: &[OsString]) -> Result<Option<Args>, String> {
             "-q" | "--quiet" => quiet = true,
             "--symfs" => symfs = Some(value("--symfs")?.into()),
             "--buildid-dir" => buildid_dirs.push(value("--buildid-dir")?.into()),
+            "--itrace" => itrace = Some(value("--itrace")?.to_string_lossy().into_owned()),
+            _ if s.starts_with("--itrace=") => itrace = Some(s["--itrace=".len()..].to_string()),
             _ if s.starts_with("--input=") => input = PathBuf::from(&s["--input=".len()..]),
             _ if s.starts_with('-') && s.len() > 1 => return Err(format!("unknown option '{s}'")),
             _ => {
@@ -115,7 +126,16 @@ fn parse(args: &[OsString]) -> Result<Option<Args>, String> {
             }
         }
     }
+    let itrace = match itrace {
+        None => default_itrace(&opts),
+        Some(i) => {
+            let mut o = SynthOpts::parse(&i).map_err(|e| e.to_string())?;
+            o.callchain |= opts.callchains;
+            o
+        }
+    };
     Ok(Some(Args {
+        itrace,
         target,
         opts,
         input,
@@ -201,11 +221,11 @@ fn run(args: &Args) -> Result<(Summary, FeedStats), ExportError> {
     match &args.target {
         Target::Sqlite(path) => {
             let sink = SqliteSink::create(path, args.force, &layout)?;
-            export(&perf, &session, sink, args.opts)
+            export(&perf, &session, sink, args)
         }
         Target::Postgres(conninfo) => {
             let sink = PostgresSink::create(conninfo, &layout)?;
-            export(&perf, &session, sink, args.opts)
+            export(&perf, &session, sink, args)
         }
     }
 }
@@ -214,10 +234,10 @@ fn export<S: Sink>(
     perf: &pt_perf_data::PerfFile<'_>,
     session: &Session<'_>,
     sink: S,
-    opts: ExportOptions,
+    args: &Args,
 ) -> Result<(Summary, FeedStats), ExportError> {
-    let mut ex = Exporter::new(sink, opts)?;
-    let stats = export_session(perf, session, &mut ex)?;
+    let mut ex = Exporter::new(sink, args.opts)?;
+    let stats = export_session_with(perf, session, &mut ex, args.itrace)?;
     let summary = ex.finish()?;
     Ok((summary, stats))
 }
@@ -247,5 +267,25 @@ mod tests {
         assert!(args("mysql pt.db").is_err());
         assert!(args("sqlite pt.db --bogus").is_err());
         assert!(args("--help").unwrap().is_none());
+    }
+
+    #[test]
+    fn itrace_options() {
+        // By default: branches, PTWRITE and power events; chains with callchains.
+        let a = args("sqlite pt.db").unwrap().unwrap();
+        let i = a.itrace;
+        assert!(i.branches && i.ptwrites && i.pwr_events && !i.instructions && !i.callchain);
+        let a = args("sqlite pt.db calls callchains").unwrap().unwrap();
+        assert!(a.itrace.branches && a.itrace.callchain);
+        // As given, with g added for callchains.
+        let a = args("sqlite pt.db callchains --itrace=i100i")
+            .unwrap()
+            .unwrap();
+        let i = a.itrace;
+        assert!(i.instructions && i.period == 100 && !i.branches && i.callchain);
+        let a = args("sqlite pt.db --itrace b").unwrap().unwrap();
+        assert!(a.itrace.branches && !a.itrace.pwr_events && !a.itrace.callchain);
+        assert!(args("sqlite pt.db --itrace=Q").is_err());
+        assert!(args("sqlite pt.db --itrace").is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! Where the exported samples come from: a perf.data decoded as perf decodes
-//! it, the branch samples `ptperf script --itrace=b` synthesizes (perf's
-//! intel-pt.c: [`crate::synth`]), each resolved to its thread, file and symbol
+//! it, the samples `ptperf script --itrace=…` synthesizes (perf's
+//! intel-pt.c: [`crate::synth`]; by default `bpw`: branches, PTWRITE and power
+//! events, as perf's scripts get them), each resolved to its thread, file and symbol
 //! as perf resolves them, with the recording's context switches in time
 //! order. [`Exporter`] only sees [`ExportSample`]s.
 
@@ -328,13 +329,18 @@ impl<'s, 'a> Resolver<'s, 'a> {
     }
 }
 
-/// A branch sample, before resolution.
+/// A sample, before resolution.
 #[derive(Clone, Copy, Debug)]
 struct Raw {
+    kind: crate::sample::Kind,
     ip: u64,
     addr: u64,
     flags: u32,
     insn_len: u8,
+    period: u64,
+    /// A synthesized event's payload and its [`crate::sample::Sample::aux`].
+    payload: u64,
+    aux: u32,
 }
 
 /// The name perf gives its synthesized `event` of a recording whose trace
@@ -434,7 +440,18 @@ fn switches(perf: &PerfFile<'_>) -> Vec<SwitchRec> {
 /// switches between them in time order.
 struct Feed<'s, 'a> {
     res: Resolver<'s, 'a>,
-    name: String,
+    /// perf's names of the synthesized events, by [`event_index`].
+    names: Vec<String>,
+    /// The most entries of a call chain (`--itrace=gN`: the IP and N - 1
+    /// return addresses).
+    chain_depth: usize,
+    /// A call chain taken from the exporter's call/return stacks.
+    chain: Vec<u64>,
+    /// kHz per unit of core-to-bus ratio (perf's `cbr2khz`).
+    cbr2khz: u64,
+    /// A trace without `pwr_evt`: the first event's `attr.type` and
+    /// `attr.config` (its name the last of `names`).
+    no_pwr_evt: Option<(u32, u64)>,
     /// Context switches not yet exported (perf exports them in time order
     /// with the samples).
     switches: std::collections::VecDeque<SwitchRec>,
@@ -476,8 +493,9 @@ impl Feed<'_, '_> {
         Ok(())
     }
 
-    /// Exports one branch sample of the thread `ctx` names; `ipc`: its
-    /// instruction and cycle counts (perf's, where the trace has cycles).
+    /// Exports one sample of the thread `ctx` names; `ipc`: its instruction
+    /// and cycle counts (perf's, where the trace has cycles); `chain`: its
+    /// call chain, innermost first (empty: none).
     fn export<S: Sink>(
         &mut self,
         ex: &mut Exporter<S>,
@@ -485,34 +503,70 @@ impl Feed<'_, '_> {
         r: Raw,
         time: Option<u64>,
         ipc: (u64, u64),
+        chain: &[u64],
     ) -> Result<(), ExportError> {
         self.switches_until(ex, time.unwrap_or(0))?;
         let pid = ctx.pid;
+        let Some((mut index, mut attr_type, mut config)) = event_index(r.kind) else {
+            return Ok(());
+        };
+        let mut raw = synth_raw(r, self.cbr2khz);
+        if let Some((first_type, first_config)) = self.no_pwr_evt {
+            use crate::sample::Kind;
+            if matches!(r.kind, Kind::Mwait | Kind::Pwre | Kind::Exstop | Kind::Pwrx) {
+                // Without pwr_evt perf makes no events for these, yet
+                // synthesizes their samples: id 0, which perf takes for its
+                // first event, and no table row.
+                (index, attr_type, config) = (EVENT_NAMES.len(), first_type, first_config);
+                raw = None;
+            }
+        }
+        // perf resolves the target only of its branches event (a BTS-like
+        // event: `sample_addr_correlates_sym`).
+        let branch = r.kind == crate::sample::Kind::Branches;
         let from_file = (r.ip != 0)
             .then(|| self.res.file_of(pid, r.ip, time))
             .flatten();
-        let to_file = (r.addr != 0)
+        let to_file = (branch && r.addr != 0)
             .then(|| self.res.file_of(pid, r.addr, time))
             .flatten();
+        // Once perf's call/return processing (`calls`) has a thread's stack,
+        // the chains of the thread's samples are made from it, not from the
+        // stack the synthesis keeps (thread-stack.c: one stack per thread).
+        let (thread, _) = self.res.thread(&ctx, time);
+        let cpu = ctx.cpu.map_or(-1, |c| c as i32);
+        let mut own = std::mem::take(&mut self.chain);
+        let chain = if !chain.is_empty()
+            && ex.calls_chain(&thread, cpu, r.ip, self.chain_depth, &mut own)
+        {
+            &own[..]
+        } else {
+            chain
+        };
+        // The chain's files (perf resolves each entry in the sample's thread).
+        let chain_files: Vec<(u64, Option<(usize, u64)>)> = chain
+            .iter()
+            .map(|&ip| (ip, self.res.file_of(pid, ip, time)))
+            .collect();
         let res = &self.res;
-        let name = &self.name;
+        let chain_locs: Vec<Loc<'_>> = chain_files.iter().map(|&(ip, f)| res.loc(ip, f)).collect();
+        let name = &self.names[index];
         let (thread, main_thread) = res.thread(&ctx, time);
         let s = ExportSample {
             event: EventRef {
-                index: 0,
+                index,
                 name,
-                attr_type: 0,
-                // PERF_COUNT_HW_BRANCH_INSTRUCTIONS
-                config: 4,
+                attr_type,
+                config,
             },
             thread,
             main_thread,
             cpu: ctx.cpu.map_or(-1, |c| c as i32),
             time: time.unwrap_or(0),
             from: res.loc(r.ip, from_file),
-            to: Some(res.loc(r.addr, to_file)),
+            to: branch.then(|| res.loc(r.addr, to_file)),
             addr: r.addr,
-            period: 1,
+            period: r.period,
             weight: 0,
             transaction: 0,
             data_src: 0,
@@ -522,34 +576,140 @@ impl Feed<'_, '_> {
             // trace has cycle counts (CYC) to give IPC; without, both are 0.
             insn_cnt: ipc.0,
             cyc_cnt: ipc.1,
-            raw: &[],
-            callchain: &[],
+            raw: raw.as_ref().map_or(&[][..], |r| &r[..]),
+            callchain: &chain_locs,
         };
         ex.sample(&s)?;
+        self.chain = own;
         Ok(())
     }
 }
 
-/// Exports the branch samples of `session` (of the recording `perf`) into
-/// `ex`: those `ptperf script --itrace=b` synthesizes (perf's intel-pt.c,
-/// [`crate::synth`]), with the recording's context switches.
+/// The exported events: their index among the names [`Feed`] keeps (see
+/// [`EVENT_NAMES`]), perf's `attr.type` and `attr.config`: the hardware
+/// events instructions and branches (PERF_COUNT_HW_INSTRUCTIONS,
+/// PERF_COUNT_HW_BRANCH_INSTRUCTIONS) and intel_pt's synthesized events
+/// (PERF_SYNTH_INTEL_*).
+fn event_index(kind: crate::sample::Kind) -> Option<(usize, u32, u64)> {
+    use super::PERF_TYPE_SYNTH as SYNTH;
+    use crate::sample::Kind;
+    Some(match kind {
+        Kind::Instructions => (0, 0, 1),
+        Kind::Branches => (1, 0, 4),
+        Kind::Ptwrite => (2, SYNTH, 0),
+        Kind::Mwait => (3, SYNTH, 1),
+        Kind::Pwre => (4, SYNTH, 2),
+        Kind::Exstop => (5, SYNTH, 3),
+        Kind::Pwrx => (6, SYNTH, 4),
+        Kind::Cbr => (7, SYNTH, 5),
+        Kind::Psb => (8, SYNTH, 6),
+        _ => return None,
+    })
+}
+
+/// perf's names of the events of [`event_index`] (the synthesized events'
+/// names carry no modifiers).
+const EVENT_NAMES: [&str; 9] = [
+    "instructions",
+    "branches",
+    "ptwrite",
+    "mwait",
+    "pwre",
+    "exstop",
+    "pwrx",
+    "cbr",
+    "psb",
+];
+
+/// The raw data of a synthesized event as intel-pt.c lays it out (its
+/// `perf_synth_intel_*` structure after the padding): flags (or CBR's ratio
+/// bytes), then the payload (CBR: the frequency in kHz), 12 bytes in all.
+fn synth_raw(r: Raw, cbr2khz: u64) -> Option<[u8; 12]> {
+    use crate::sample::Kind;
+    let mut raw = [0u8; 12];
+    let (flags, payload): (u32, u64) = match r.kind {
+        // Bit 0: the event has an IP (a FUP).
+        Kind::Ptwrite | Kind::Exstop => (r.aux & 1, r.payload),
+        Kind::Mwait | Kind::Pwre | Kind::Pwrx => (0, r.payload),
+        Kind::Cbr => {
+            let cbr = r.payload & 0xff;
+            let flags = cbr as u32 | ((r.aux & 0xff) << 16);
+            // A 32-bit field in perf's structure.
+            (flags, u64::from((cbr * cbr2khz) as u32))
+        }
+        Kind::Psb => (0, r.payload),
+        _ => return None,
+    };
+    raw[..4].copy_from_slice(&flags.to_le_bytes());
+    raw[4..].copy_from_slice(&payload.to_le_bytes());
+    Some(raw)
+}
+
+/// The `--itrace` options the export synthesizes by default: every branch
+/// (`b`), and the PTWRITE (`w`) and power events (`p`: cbr, psb, mwait, pwre,
+/// exstop, pwrx) that perf's scripts synthesize by default and whose tables
+/// the export fills; call chains (`g`) when the export stores them.
+pub fn default_itrace(export: &super::ExportOptions) -> crate::itrace::SynthOpts {
+    let s = if export.callchains { "bpwg" } else { "bpw" };
+    crate::itrace::SynthOpts::parse(s).expect("valid --itrace options")
+}
+
+/// Exports the samples of `session` (of the recording `perf`) into `ex`: those
+/// `ptperf script` synthesizes (perf's intel-pt.c, [`crate::synth`]) with
+/// [`default_itrace`], with the recording's context switches.
 pub fn export_session<S: Sink>(
     perf: &PerfFile<'_>,
     session: &Session<'_>,
     ex: &mut Exporter<S>,
 ) -> Result<FeedStats, ExportError> {
-    let name = event_name("branches", trace_attr(perf, session));
+    let opts = default_itrace(&ex.options());
+    export_session_with(perf, session, ex, opts)
+}
+
+/// Exports the samples `ptperf script --itrace=OPTS` synthesizes with `opts`:
+/// instructions, branches, PTWRITE and power events (with their call chains
+/// where `g` asks for them: perf gives them to all but its branches samples).
+pub fn export_session_with<S: Sink>(
+    perf: &PerfFile<'_>,
+    session: &Session<'_>,
+    ex: &mut Exporter<S>,
+    opts: crate::itrace::SynthOpts,
+) -> Result<FeedStats, ExportError> {
+    let attr = trace_attr(perf, session);
     let mut feed = Feed {
         res: Resolver::new(session),
-        name,
+        names: EVENT_NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                if i < 2 {
+                    event_name(n, attr)
+                } else {
+                    n.to_string()
+                }
+            })
+            .chain(std::iter::once(
+                perf.events()
+                    .first()
+                    .and_then(|e| e.name.clone())
+                    .unwrap_or_else(|| "intel_pt//".to_string()),
+            ))
+            .collect(),
+        cbr2khz: 0,
+        no_pwr_evt: attr
+            .filter(|a| a.config & pt_perf_data::intel_pt::config::PWR_EVT == 0)
+            .and_then(|_| perf.events().first())
+            .map(|e| (e.attr.type_, e.attr.config)),
+        chain_depth: opts.callchain_sz as usize,
+        chain: Vec::new(),
         switches: switches(perf).into(),
         stats: FeedStats::default(),
     };
-    let opts = crate::itrace::SynthOpts::parse("b").expect("b is an --itrace option");
     let mut synth = crate::synth::Synth::new(session, opts);
+    feed.cbr2khz = synth.cbr2khz();
     let mut failed = None;
     let _ = synth.run(&mut |e| match e {
-        crate::synth::Event::Sample(s, _) => {
+        crate::synth::Event::Sample(s, stacks) => {
             let some = |v: i32| u32::try_from(v).ok();
             let ctx = Context {
                 pid: some(s.pid),
@@ -558,14 +718,19 @@ pub fn export_session<S: Sink>(
                 since: None,
             };
             let r = Raw {
+                kind: s.kind,
                 ip: s.ip,
                 addr: s.addr,
                 flags: s.flags,
                 insn_len: s.insn_len,
+                period: s.period,
+                payload: s.payload,
+                aux: s.aux,
             };
-            match feed.export(ex, ctx, r, s.time, (s.insn_cnt, s.cyc_cnt)) {
+            let chain = &stacks.callchain;
+            match feed.export(ex, ctx, r, s.time, (s.insn_cnt, s.cyc_cnt), chain) {
                 Ok(()) => {
-                    feed.stats.samples += 1;
+                    feed.stats.samples += u64::from(event_index(s.kind).is_some());
                     std::ops::ControlFlow::Continue(())
                 }
                 Err(e) => {

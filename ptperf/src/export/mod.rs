@@ -971,6 +971,38 @@ impl<S: Sink> Exporter<S> {
         )
     }
 
+    /// The call chain perf gives a sample at `ip` of `thread` on `cpu` once
+    /// its call/return processing (`calls`) owns the thread's stack: `ip`,
+    /// then the stack's return addresses, innermost first, `depth` entries at
+    /// most in all. `false` (and `out` untouched) where it does not.
+    pub fn calls_chain(
+        &self,
+        thread: &ThreadRef<'_>,
+        cpu: i32,
+        ip: u64,
+        depth: usize,
+        out: &mut Vec<u64>,
+    ) -> bool {
+        let Some(calls) = &self.calls else {
+            return false;
+        };
+        let idle = thread.pid == 0 && thread.tid == 0;
+        let Some(rets) = calls.return_addresses(thread.key, idle, cpu) else {
+            return false;
+        };
+        out.clear();
+        if depth >= 1 {
+            out.push(ip);
+            out.extend(rets.take(depth - 1));
+        }
+        true
+    }
+
+    /// What it exports.
+    pub fn options(&self) -> ExportOptions {
+        self.opts
+    }
+
     /// Ends the export: the calls still open end ("no return"), thread by
     /// thread as perf flushes them, and the sink finishes the database.
     pub fn finish(mut self) -> Result<Summary, ExportError> {

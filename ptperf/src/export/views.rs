@@ -227,7 +227,41 @@ pub fn event_views(flavor: Flavor) -> Vec<(&'static str, &'static [&'static str]
         (
             "power_events_view",
             &["cbr", "mwait", "pwre", "exstop", "pwrx"][..],
-            format!(
+            match flavor {
+                // perf's SQLite view: each column a lookup in the event's
+                // table, '' for the other events (so its columns carry no
+                // declared type).
+                Flavor::Sqlite => {
+                    let col = |event: &str, expr: &str, name: &str| {
+                        format!(
+                            "CASE WHEN selected_events.name = '{event}' THEN \
+                             (SELECT {expr} FROM {event} WHERE {event}.id = samples.id) \
+                             ELSE '' END AS {name}"
+                        )
+                    };
+                    let cols = [
+                        col("cbr", "cbr", "cbr"),
+                        col("cbr", "mhz", "mhz"),
+                        col("cbr", "percent", "percent"),
+                        col("mwait", &hex(flavor, "hints"), "hints_hex"),
+                        col("mwait", &hex(flavor, "extensions"), "extensions_hex"),
+                        col("pwre", "cstate", "cstate"),
+                        col("pwre", "subcstate", "subcstate"),
+                        col("pwre", "hw", "hw"),
+                        col("exstop", "exact_ip", "exact_ip"),
+                        col("pwrx", "deepest_cstate", "deepest_cstate"),
+                        col("pwrx", "last_cstate", "last_cstate"),
+                        col("pwrx", &wake_reason(flavor, "wake_reason"), "wake_reason"),
+                    ];
+                    format!(
+                        "CREATE VIEW power_events_view AS SELECT samples.id, time, cpu, \
+                         selected_events.name AS event, {} FROM samples \
+                         INNER JOIN selected_events ON selected_events.id = evsel_id \
+                         WHERE selected_events.name IN ('cbr', 'mwait', 'exstop', 'pwre', 'pwrx')",
+                        cols.join(", ")
+                    )
+                }
+                Flavor::Postgres => format!(
                 "CREATE VIEW power_events_view AS SELECT samples.id, samples.time, samples.cpu, \
                  selected_events.name AS event, cbr.cbr, cbr.mhz, cbr.percent, \
                  {} AS hints_hex, {} AS extensions_hex, pwre.cstate, pwre.subcstate, \
@@ -250,6 +284,7 @@ pub fn event_views(flavor: Flavor) -> Vec<(&'static str, &'static [&'static str]
                 true_false(flavor, "exstop.exact_ip"),
                 wake_reason(flavor, "pwrx.wake_reason")
             ),
+            },
         ),
         (
             "context_switches_view",

@@ -2,8 +2,9 @@
 //!
 //! Reads an annotated assembly file (.ptt), assembles it and writes, into the current
 //! directory (or `--output-dir`), `<root>.bin`, `<root>.pt`, `<root>.lst` and one
-//! `<root>-<tool>[-cpu_<f>_<m>[_<s>]].exp` per `.exp` section; prints the names of the
-//! .exp files, one per line. On error: one `file:line: message` line on stderr, exit
+//! `<root>-<tool>[-cpu_<f>_<m>[_<s>]].exp` per `.exp` section and one `.sb` file per
+//! `@sb` side-band stream (named as pttc names them); prints the names of the .exp and
+//! .sb files, one per line. On error: one `file:line: message` line on stderr, exit
 //! status 1, and no new files.
 
 use std::path::PathBuf;
