@@ -11,7 +11,6 @@
 
 use std::hint::black_box;
 use std::path::PathBuf;
-use std::process::Command;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pt_benches::flow::{listing_blocks, quiet_blocks};
@@ -32,13 +31,8 @@ fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let data = dir.join("gzip.data");
     if !data.exists() {
-        let have_valgrind = Command::new("valgrind")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !have_valgrind {
-            return Err("valgrind is not installed".into());
-        }
+        // The recording needs valgrind: a missing one fails the bench, never skips it.
+        pt_testkit::tool("valgrind", "valgrind");
         let libc = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
@@ -74,13 +68,8 @@ fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
 }
 
 fn listing(c: &mut Criterion) {
-    let (trace, image, config) = match recorded() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("listing: skipped: {e}");
-            return;
-        }
-    };
+    let (trace, image, config) =
+        recorded().unwrap_or_else(|e| panic!("listing: no recording to bench: {e}"));
     let n = quiet_blocks(&trace, &image, &config);
     let mut out = Vec::with_capacity(2 << 20);
     let mut check = Listing::new(ListingOptions::default());
