@@ -65,21 +65,7 @@ const CONTEXT_USER: u64 = (-512i64) as u64;
 
 /// Runs `ptperf inject ARGS`.
 pub fn main(args: &[OsString]) -> ExitCode {
-    let argv = std::iter::once(OsString::from("ptperf inject")).chain(args.iter().cloned());
-    let a = match Args::try_parse_from(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 129 } else { 0 });
-        }
-    };
-    match run(&a) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
-            eprintln!("{msg}");
-            ExitCode::from(1)
-        }
-    }
+    crate::command::<Args>("ptperf inject", args, |a| run(&a))
 }
 
 /// One synthesized event: its kind, attr and id.

@@ -38,3 +38,29 @@ pub mod script;
 pub mod symbols;
 pub mod synth;
 pub mod verify;
+
+/// A subcommand's `main` on its clap arguments: help and usage errors as clap prints
+/// them (exit 0, or 129 as perf exits on bad options), then `run`'s error as one line
+/// on stderr with exit status 1.
+pub(crate) fn command<A: clap::Parser>(
+    name: &str,
+    args: &[std::ffi::OsString],
+    run: impl FnOnce(A) -> Result<(), String>,
+) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let argv = std::iter::once(std::ffi::OsString::from(name)).chain(args.iter().cloned());
+    let a = match A::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 129 } else { 0 });
+        }
+    };
+    match run(a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("{msg}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -93,21 +93,7 @@ struct Hist {
 
 /// Runs `ptperf report ARGS`.
 pub fn main(args: &[OsString]) -> ExitCode {
-    let argv = std::iter::once(OsString::from("ptperf report")).chain(args.iter().cloned());
-    let a = match Args::try_parse_from(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 129 } else { 0 });
-        }
-    };
-    match run(&a) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
-            eprintln!("{msg}");
-            ExitCode::from(1)
-        }
-    }
+    crate::command::<Args>("ptperf report", args, |a| run(&a))
 }
 
 fn run(a: &Args) -> Result<(), String> {

@@ -133,21 +133,7 @@ pub fn parse_time(s: &str) -> Result<TimeRange, String> {
 
 /// Runs `ptperf script ARGS` (the arguments after `script`).
 pub fn main(args: &[OsString]) -> ExitCode {
-    let argv = std::iter::once(OsString::from("ptperf script")).chain(args.iter().cloned());
-    let a = match Args::try_parse_from(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 129 } else { 0 });
-        }
-    };
-    match run(&a) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
-            eprintln!("{msg}");
-            ExitCode::from(1)
-        }
-    }
+    crate::command::<Args>("ptperf script", args, |a| run(&a))
 }
 
 /// What `ptperf script` was asked for, checked.
