@@ -190,6 +190,31 @@ pub struct Config {
     pub cpuid_0x15_ebx: u32,
 }
 
+impl Config {
+    /// This configuration (e.g. a recording's) with what `given` sets explicitly
+    /// winning: its CPU (with its errata) when it names one, and every non-zero
+    /// frequency or CPUID 0x15 value.
+    pub fn overridden_by(mut self, given: &Config) -> Config {
+        if given.cpu.is_some() {
+            self.cpu = given.cpu;
+            self.errata = given.errata;
+        }
+        if given.mtc_freq != 0 {
+            self.mtc_freq = given.mtc_freq;
+        }
+        if given.nom_freq != 0 {
+            self.nom_freq = given.nom_freq;
+        }
+        if given.cpuid_0x15_eax != 0 {
+            self.cpuid_0x15_eax = given.cpuid_0x15_eax;
+        }
+        if given.cpuid_0x15_ebx != 0 {
+            self.cpuid_0x15_ebx = given.cpuid_0x15_ebx;
+        }
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,23 +104,7 @@ pub fn run_perf<O: Write, E: Write>(
         let _ = writeln!(err, "{prog}: {path}: warning: {w}.");
     }
     // The recording's parameters, unless given.
-    let mut cfg = *session.config();
-    if config.cpu.is_some() {
-        cfg.cpu = config.cpu;
-        cfg.errata = config.errata;
-    }
-    if config.mtc_freq != 0 {
-        cfg.mtc_freq = config.mtc_freq;
-    }
-    if config.nom_freq != 0 {
-        cfg.nom_freq = config.nom_freq;
-    }
-    if config.cpuid_0x15_eax != 0 {
-        cfg.cpuid_0x15_eax = config.cpuid_0x15_eax;
-    }
-    if config.cpuid_0x15_ebx != 0 {
-        cfg.cpuid_0x15_ebx = config.cpuid_0x15_ebx;
-    }
+    let cfg = session.config().overridden_by(config);
     let chosen: Vec<usize> = session
         .queues()
         .iter()

@@ -132,26 +132,7 @@ pub(super) fn run<W: Write>(prog: &str, setup: &Setup, perf: &PerfArgs, out: W) 
         let _ = writeln!(err, "{prog}: {path}: warning: {w}.");
     }
     // Explicit decoder parameters win over the recording's.
-    let mut config = *session.config();
-    let given = setup.config;
-    if given.cpu.is_some() {
-        config.cpu = given.cpu;
-        config.errata = given.errata;
-    }
-    for (mine, theirs) in [
-        (&mut config.mtc_freq, given.mtc_freq),
-        (&mut config.nom_freq, given.nom_freq),
-    ] {
-        if theirs != 0 {
-            *mine = theirs;
-        }
-    }
-    if given.cpuid_0x15_eax != 0 {
-        config.cpuid_0x15_eax = given.cpuid_0x15_eax;
-    }
-    if given.cpuid_0x15_ebx != 0 {
-        config.cpuid_0x15_ebx = given.cpuid_0x15_ebx;
-    }
+    let config = session.config().overridden_by(&setup.config);
 
     let queues: Vec<usize> = session
         .queues()
