@@ -14,7 +14,7 @@
 //!   ([`sample`]), for the `--itrace` options ([`itrace`]), queues in time order.
 //! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
 //!   byte for byte as perf prints and writes them; [`symbols`] finds the names
-//!   perf gives addresses.
+//!   perf gives addresses, [`srcline`] their source lines.
 //! - [`export`]: samples into SQLite or PostgreSQL with perf's schema.
 //! - [`profile_llvm`]: LLVM sample profiles (AutoFDO) of a decoded flow.
 //!
@@ -35,6 +35,7 @@ mod record_check;
 pub mod report;
 pub mod sample;
 pub mod script;
+pub mod srcline;
 pub mod symbols;
 pub mod synth;
 pub mod verify;
