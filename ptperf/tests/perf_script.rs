@@ -121,6 +121,12 @@ const CHECKS: &[&[&str]] = &[
     &["--itrace=bg"],
     &["--itrace=i1000il8", "-F", "+brstack"],
     &["--itrace=i1000il", "-F", "ip,brstack"],
+    // Source lines: perf asks binutils' addr2line; DWARF (the C program, the C
+    // library's debug files), file symbols only (the static C library's
+    // objects), none (/bin/true: perf's `true[addr]`).
+    &["--itrace=b", "-F", "+srcline"],
+    &["--itrace=i100ig", "-F", "+srcline"],
+    &["--itrace=i10i", "-F", "ip,sym,srcline,insn", "--full-source-path"],
 ];
 
 fn check_all(file: &Path) {
@@ -219,9 +225,43 @@ fn threads_per_cpu() {
             ..Layout::default()
         },
     );
-    for args in [&["--itrace=b"][..], &["--itrace=i1i", "-F", "+cpu"], &[]] {
+    for args in [
+        &["--itrace=b"][..],
+        &["--itrace=i1i", "-F", "+cpu"],
+        &[],
+        // The vdso: perf's `[vdso][addr]`.
+        &["--itrace=b", "-F", "+srcline"],
+    ] {
         same(&file, args);
     }
+}
+
+/// `-F srcfile` (ptperf's own; perf script has no such field, perf report has
+/// it as a sort key): the file part of each srcline, in the same place.
+#[test]
+fn srcfile_is_the_srclines_file() {
+    let dir = scratch("s_srcfile");
+    let (file, _) = record(&dir, &demo(), &[], Layout::default());
+    let text = |f: &str| {
+        let out = run(&ptperf(), &file, &["--itrace=b", "-F", f]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let lines = text("ip,sym,srcline");
+    let files = text("ip,sym,srcfile");
+    // perf's `short_name[addr]` (no file known) has no srcfile line.
+    let src = |l: &str| l.starts_with("  ") && l.as_bytes().get(2) != Some(&b' ');
+    let want: String = lines
+        .lines()
+        .filter(|l| !(src(l) && l.ends_with(']')))
+        .map(|l| match l.rsplit_once(':').filter(|_| src(l)) {
+            Some((f, _)) => format!("{f}\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert!(lines.contains("\n  script_demo[4"));
+    assert_eq!(files, want);
+    assert!(files.contains("  script_demo.c\n"));
 }
 
 /// Lost trace: errors where perf reports them.

@@ -43,6 +43,9 @@ pub mod f {
     pub const BRSTACKINSNLEN: u64 = 1 << 36;
     pub const MACHINE_PID: u64 = 1 << 37;
     pub const VCPU: u64 = 1 << 38;
+    /// ptperf's own: the source file of the srcline (perf script has no
+    /// such field; perf report has it as a sort key).
+    pub const SRCFILE: u64 = 1 << 48;
 }
 
 /// perf's field names.
@@ -86,6 +89,7 @@ pub const NAMES: &[(&str, u64)] = &[
     ("brstackinsnlen", f::BRSTACKINSNLEN),
     ("machine_pid", f::MACHINE_PID),
     ("vcpu", f::VCPU),
+    ("srcfile", f::SRCFILE),
 ];
 
 /// The fields this tool prints; the others are accepted by perf but not here.
@@ -100,6 +104,8 @@ pub const SUPPORTED: u64 = f::COMM
     | f::DSO
     | f::ADDR
     | f::SYMOFFSET
+    | f::SRCLINE
+    | f::SRCFILE
     | f::PERIOD
     | f::INSN
     | f::INSNLEN

@@ -60,6 +60,9 @@ pub struct Args {
     /// look for files under this directory
     #[arg(long = "symfs")]
     pub symfs: Option<String>,
+    /// Show full source file name path for source lines
+    #[arg(long = "full-source-path")]
+    pub full_source_path: bool,
     /// One JSON object per sample (and per error) instead of perf's text
     #[arg(long = "json")]
     pub json: bool,
@@ -272,6 +275,7 @@ fn run(a: &Args) -> Result<(), String> {
     let mut synth = Synth::new(&session, plan.opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     printer.cbr2khz = synth.cbr2khz();
+    printer.full_source_path = a.full_source_path;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, pt_cli::stdout());
     let mut errors = 0u64;
     let tids = plan.tids.clone();

@@ -275,6 +275,12 @@ pub struct Printer<'s, 'a> {
     comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
     /// Resolved addresses by (code image, pid, address).
     cache: Vec<Option<CacheEntry>>,
+    /// Source lines (`-F srcline,srcfile`), loaded on first use.
+    srclines: Option<crate::srcline::SrcLines>,
+    /// srcline texts by (code image, pid, address) (`None`: perf prints none).
+    srcline_cache: std::collections::HashMap<(u64, i32, u64), Option<std::rc::Rc<str>>>,
+    /// Source files with their directories (`--full-source-path`).
+    pub full_source_path: bool,
 }
 
 /// perf's event modifiers (`evsel__add_modifiers`) of an attr.
@@ -421,6 +427,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             if o.fields & f::SYMOFFSET != 0 && o.fields & f::SYM == 0 {
                 return Err("Display of offsets requested but symbol is notselected.".into());
             }
+            if o.fields & (f::SRCLINE | f::SRCFILE) != 0 && o.fields & f::IP == 0 {
+                return Err("Display of source line number requested but sample IP is not\nselected. Hence, no address to lookup the source line number.".into());
+            }
         }
         Ok(Printer {
             session,
@@ -441,6 +450,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             flag_texts: Default::default(),
             callchains: opts.callchain,
             pad_dso: if plan.pad_dso { 50 } else { 0 },
+            srclines: None,
+            srcline_cache: Default::default(),
+            full_source_path: false,
         })
     }
 
@@ -516,6 +528,49 @@ impl<'s, 'a> Printer<'s, 'a> {
             dso,
             addr,
             mapped: true,
+        }
+    }
+
+    /// perf's srcline text of `ip` (`None` where perf prints none: no mapping,
+    /// or addr2line's `??:0`), cached per address.
+    fn srcline_of(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> Option<std::rc::Rc<str>> {
+        if let Some(v) = self.srcline_cache.get(&(stamp, pid, ip)) {
+            return v.clone();
+        }
+        let s = self.session;
+        let m = s.mapping((pid >= 0).then_some(pid as u32), ip, time);
+        let text = m.and_then(|m| {
+            let path = s.code_file(m).ok().map(|f| f.path.as_path());
+            let bid = m.build_id.filter(|b| b.len > 0);
+            let addr = ip.wrapping_sub(m.start).wrapping_add(m.pgoff);
+            let full = self.full_source_path;
+            self.srclines
+                .get_or_insert_with(|| crate::srcline::SrcLines::new(full))
+                .srcline(&m.filename, path, bid.as_ref().map(|b| b.as_bytes()), addr)
+        });
+        self.srcline_cache.insert((stamp, pid, ip), text.clone());
+        text
+    }
+
+    /// The `-F srcline` (and ptperf's `srcfile`) line of `ip`: `prefix` and the
+    /// text, or nothing.
+    fn srcline(&mut self, fields: u64, s: &Sample, ip: u64, prefix: &[u8]) {
+        if fields & (f::SRCLINE | f::SRCFILE) == 0 {
+            return;
+        }
+        let Some(text) = self.srcline_of(s.code, s.pid, ip, s.time) else {
+            return;
+        };
+        if fields & f::SRCLINE != 0 {
+            self.buf.extend_from_slice(prefix);
+            self.buf.extend_from_slice(text.as_bytes());
+        }
+        if fields & f::SRCFILE != 0 {
+            // The file of `file:line`; perf's `short_name[addr]` has none.
+            if let Some((file, _)) = text.rsplit_once(':').filter(|_| !text.ends_with(']')) {
+                self.buf.extend_from_slice(prefix);
+                self.buf.extend_from_slice(file.as_bytes());
+            }
         }
     }
 
@@ -905,6 +960,7 @@ impl<'s, 'a> Printer<'s, 'a> {
                 self.dso_name(&r.dso.clone());
                 self.buf.push(b')');
             }
+            self.srcline(fields, s, ip, b"\n  ");
             self.buf.push(b'\n');
         }
     }
@@ -1115,6 +1171,9 @@ impl<'s, 'a> Printer<'s, 'a> {
                 }
             }
             self.ipc(fields, s);
+            if fields & f::IP != 0 {
+                self.srcline(fields, s, s.ip, b"\n  ");
+            }
             self.insn(fields, s);
             self.buf.push(b'\n');
             return;
@@ -1136,6 +1195,7 @@ impl<'s, 'a> Printer<'s, 'a> {
                     let r = self.resolve(s.code, s.pid, s.ip, s.time);
                     self.sym_part(&r, fields);
                 }
+                self.srcline(fields, s, s.ip, b"\n  ");
             }
         }
         if fields & f::BRSTACK != 0 {
