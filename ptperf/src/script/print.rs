@@ -115,6 +115,25 @@ pub(crate) mod w {
         buf.extend_from_slice(&tmp[i..]);
     }
 
+    /// `%0*u` for `v` below `10^n` (`n` at most 10), two digits at a time.
+    #[inline]
+    pub fn digits(buf: &mut Vec<u8>, v: u64, n: usize) {
+        let mut tmp = [b'0'; 10];
+        let mut i = 10;
+        let mut v = v;
+        while v >= 100 && i >= 2 {
+            let r = (v % 100) as usize;
+            v /= 100;
+            i -= 2;
+            tmp[i..i + 2].copy_from_slice(&PAIRS[2 * r..2 * r + 2]);
+        }
+        if i >= 2 {
+            let r = v as usize % 100;
+            tmp[i - 2..i].copy_from_slice(&PAIRS[2 * r..2 * r + 2]);
+        }
+        buf.extend_from_slice(&tmp[10 - n.min(10)..]);
+    }
+
     /// `%d`.
     pub fn int(buf: &mut Vec<u8>, v: i64) {
         if v < 0 {
@@ -202,11 +221,15 @@ pub(crate) mod w {
                     super::dec_w(&mut b, v % 1_000_000, 7);
                     super::int_w(&mut b, -((v % 100_000) as i64), 5);
                     super::dec_z(&mut b, v % 1000, 6);
+                    super::digits(&mut b, v % 1_000_000, 6);
+                    super::digits(&mut b, v % 1_000_000_000, 9);
                     let want = format!(
-                        "{v}{:7}{:5}{:06}",
+                        "{v}{:7}{:5}{:06}{:06}{:09}",
                         v % 1_000_000,
                         -((v % 100_000) as i64),
-                        v % 1000
+                        v % 1000,
+                        v % 1_000_000,
+                        v % 1_000_000_000
                     );
                     assert_eq!(String::from_utf8(b).unwrap(), want);
                 }
@@ -241,8 +264,54 @@ pub(crate) struct Resolved {
     pub mapped: bool,
 }
 
-/// A resolved address by (code image, pid, address).
-type CacheEntry = ((u64, i32, u64), Resolved);
+/// A resolved address by (code image, pid, address), with its printed
+/// `sym+0xoff (dso)` text for the fields it was last printed with (the text's
+/// buffer is reused when the slot is taken by another address).
+#[derive(Clone)]
+struct CacheEntry {
+    key: (u64, i32, u64),
+    r: Resolved,
+    text: Vec<u8>,
+    /// The `SYM | SYMOFFSET | DSO` bits `text` is for (`u64::MAX`: none yet).
+    text_fields: u64,
+}
+
+/// `sym+0xoff (dso)` as perf's `sample__fprintf_sym` writes it after the IP.
+fn write_sym_part(b: &mut Vec<u8>, r: &Resolved, fields: u64, pad_dso: usize) {
+    if fields & f::SYM != 0 {
+        b.push(b' ');
+        match &r.sym {
+            Some((name, off)) => {
+                b.extend_from_slice(name.as_bytes());
+                if fields & f::SYMOFFSET != 0 {
+                    b.extend_from_slice(b"+0x");
+                    w::hex(b, *off);
+                }
+            }
+            None => b.extend_from_slice(b"[unknown]"),
+        }
+    }
+    if fields & f::DSO != 0 {
+        b.extend_from_slice(b" (");
+        write_dso_name(b, &r.dso, pad_dso);
+        b.push(b')');
+    }
+}
+
+/// A dso name as perf writes it (padded to `pad` with `--call-trace`).
+fn write_dso_name(b: &mut Vec<u8>, dso: &str, pad: usize) {
+    if pad != 0 {
+        let n = dso.len().min(pad - 1);
+        b.extend_from_slice(&dso.as_bytes()[..n]);
+        w::pad(b, pad - n);
+    } else {
+        b.extend_from_slice(dso.as_bytes());
+    }
+}
+
+/// The part of a line before the time that stays while the thread, CPU and
+/// fields do: (tid, pid, cpu, fields, unpadded comm, the comm's text pointer).
+type PrefixKey = (i32, i32, i32, u64, bool, usize);
 
 /// Prints samples as perf script does.
 pub struct Printer<'s, 'a> {
@@ -275,6 +344,15 @@ pub struct Printer<'s, 'a> {
     comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
     /// Resolved addresses by (code image, pid, address).
     cache: Vec<Option<CacheEntry>>,
+    /// The last line's text before the time, and what it depends on.
+    prefix: Vec<u8>,
+    prefix_key: Option<PrefixKey>,
+    /// The last time's whole seconds and their `%5lu.` text.
+    time_secs: u64,
+    time_head: Vec<u8>,
+    /// The last line's period and event columns, for (period, kind).
+    mid: Vec<u8>,
+    mid_key: Option<(u64, Kind)>,
     /// Source lines (`-F srcline,srcfile`), loaded on first use.
     srclines: Option<crate::srcline::SrcLines>,
     /// srcline texts by (code image, pid, address) (`None`: perf prints none).
@@ -445,6 +523,12 @@ impl<'s, 'a> Printer<'s, 'a> {
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
             cache: vec![None; 1 << 13],
+            prefix: Vec::new(),
+            prefix_key: None,
+            time_secs: u64::MAX,
+            time_head: Vec::new(),
+            mid: Vec::new(),
+            mid_key: None,
             comm_cache: None,
             spacing: 0,
             flag_texts: Default::default(),
@@ -460,17 +544,54 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// image the sample ran in (its mappings do not change while it is the same)
     /// and the address.
     pub(crate) fn resolve(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> Resolved {
-        let slot = ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            >> 51) as usize;
-        if let Some((k, r)) = &self.cache[slot] {
-            if *k == (stamp, pid, ip) {
-                return r.clone();
-            }
+        let slot = Self::slot(stamp, ip);
+        self.fill(slot, stamp, pid, ip, time);
+        match &self.cache[slot] {
+            Some(e) => e.r.clone(),
+            None => unreachable!("filled above"),
+        }
+    }
+
+    /// The cache slot of (code image, pid, address).
+    #[inline]
+    fn slot(stamp: u64, ip: u64) -> usize {
+        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51)
+            as usize
+    }
+
+    /// Makes `slot` hold (stamp, pid, ip).
+    #[inline]
+    fn fill(&mut self, slot: usize, stamp: u64, pid: i32, ip: u64, time: Option<u64>) {
+        if matches!(&self.cache[slot], Some(e) if e.key == (stamp, pid, ip)) {
+            return;
         }
         let r = self.resolve_uncached(pid, ip, time);
-        self.cache[slot] = Some(((stamp, pid, ip), r.clone()));
-        r
+        let mut text = self.cache[slot].take().map(|e| e.text).unwrap_or_default();
+        text.clear();
+        self.cache[slot] = Some(CacheEntry {
+            key: (stamp, pid, ip),
+            r,
+            text,
+            text_fields: u64::MAX,
+        });
+    }
+
+    /// Appends `ip`'s `sym+0xoff (dso)` text for `fields`, formatted once per
+    /// cached address.
+    #[inline]
+    fn sym_text(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>, fields: u64) {
+        let slot = Self::slot(stamp, ip);
+        self.fill(slot, stamp, pid, ip, time);
+        let mask = fields & (f::SYM | f::SYMOFFSET | f::DSO);
+        let Some(e) = &mut self.cache[slot] else {
+            return;
+        };
+        if e.text_fields != mask {
+            e.text.clear();
+            write_sym_part(&mut e.text, &e.r, mask, self.pad_dso);
+            e.text_fields = mask;
+        }
+        self.buf.extend_from_slice(&e.text);
     }
 
     /// What `ip` of process `pid` at `time` is: symbol and offset, and the dso.
@@ -574,29 +695,6 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
     }
 
-    /// `sym+0xoff (dso)` as perf's `sample__fprintf_sym` writes it after the IP.
-    fn sym_part(&mut self, r: &Resolved, fields: u64) {
-        let b = &mut self.buf;
-        if fields & f::SYM != 0 {
-            b.push(b' ');
-            match &r.sym {
-                Some((name, off)) => {
-                    b.extend_from_slice(name.as_bytes());
-                    if fields & f::SYMOFFSET != 0 {
-                        b.extend_from_slice(b"+0x");
-                        w::hex(b, *off);
-                    }
-                }
-                None => b.extend_from_slice(b"[unknown]"),
-            }
-        }
-        if fields & f::DSO != 0 {
-            b.extend_from_slice(b" (");
-            self.dso_name(&r.dso.clone());
-            self.buf.push(b')');
-        }
-    }
-
     /// The thread's name at `time` (cached for the span the name holds).
     pub(crate) fn comm(&mut self, tid: i32, time: Option<u64>) -> Option<&'s str> {
         if tid < 0 {
@@ -637,47 +735,71 @@ impl<'s, 'a> Printer<'s, 'a> {
     }
 
     fn time(&mut self, t: u64) {
-        let b = &mut self.buf;
         let secs = t / 1_000_000_000;
         let ns = t % 1_000_000_000;
+        // "%5lu." (also the head of "%12s" of "%lu.%06lu": the seconds take what
+        // the 7 characters of ".uuuuuu" leave), formatted when the second changes.
+        if secs != self.time_secs {
+            self.time_head.clear();
+            w::dec_w(&mut self.time_head, secs, 5);
+            self.time_head.push(b'.');
+            self.time_secs = secs;
+        }
+        let b = &mut self.buf;
+        b.extend_from_slice(&self.time_head);
         if self.ns {
-            // "%5lu.%09llu: "
-            w::dec_w(b, secs, 5);
-            b.push(b'.');
-            w::dec_z(b, ns, 9);
+            w::digits(b, ns, 9);
         } else {
-            // "%12s: " of "%lu.%06lu": the seconds take what the 7 characters of
-            // ".uuuuuu" leave.
-            w::dec_w(b, secs, 5);
-            b.push(b'.');
-            w::dec_z(b, ns / 1000, 6);
+            w::digits(b, ns / 1000, 6);
         }
         b.extend_from_slice(b": ");
     }
 
-    /// perf's `perf_sample__fprintf_start`.
+    /// perf's `perf_sample__fprintf_start`: the columns before the time are
+    /// formatted when the thread, CPU or name change, else copied.
     fn start(&mut self, fields: u64, s: &Sample) {
+        // Events with call chains (all but branches) have the name unpadded.
+        let unpadded = self.callchains && fields & f::IP != 0 && s.kind != Kind::Branches;
+        let comm = if fields & f::COMM != 0 {
+            self.comm(s.tid, s.time)
+        } else {
+            None
+        };
+        let key = (
+            s.tid,
+            s.pid,
+            s.cpu,
+            fields,
+            unpadded,
+            comm.map_or(0, |c| c.as_ptr() as usize ^ c.len().rotate_left(48)),
+        );
+        if self.prefix_key != Some(key) {
+            let mut b = std::mem::take(&mut self.prefix);
+            b.clear();
+            Self::write_prefix(&mut b, fields, s, comm, unpadded);
+            self.prefix = b;
+            self.prefix_key = Some(key);
+        }
+        self.buf.extend_from_slice(&self.prefix);
+        if fields & f::TIME != 0 {
+            self.time(s.time.unwrap_or(0));
+        }
+    }
+
+    /// The comm, pid/tid and cpu columns.
+    fn write_prefix(b: &mut Vec<u8>, fields: u64, s: &Sample, comm: Option<&str>, unpadded: bool) {
         if fields & f::COMM != 0 {
-            let tid = s.tid;
-            let comm = self.comm(tid, s.time);
-            let b = &mut self.buf;
-            // Events with call chains (all but branches) have the name unpadded.
-            let width = if self.callchains && fields & f::IP != 0 && s.kind != Kind::Branches {
-                0
-            } else {
-                16
-            };
+            let width = if unpadded { 0 } else { 16 };
             match comm {
                 Some(c) => w::str_w(b, c.as_bytes(), width),
                 None => {
                     let mut t = vec![b':'];
-                    w::int(&mut t, i64::from(tid));
+                    w::int(&mut t, i64::from(s.tid));
                     w::str_w(b, &t, width);
                 }
             }
             b.push(b' ');
         }
-        let b = &mut self.buf;
         if fields & f::PID != 0 && fields & f::TID != 0 {
             w::int_w(b, i64::from(s.pid), 5);
             b.push(b'/');
@@ -699,9 +821,6 @@ impl<'s, 'a> Printer<'s, 'a> {
                 w::dec_z(b, s.cpu as u64, 3);
             }
             b.extend_from_slice(b"] ");
-        }
-        if fields & f::TIME != 0 {
-            self.time(s.time.unwrap_or(0));
         }
     }
 
@@ -842,14 +961,7 @@ impl<'s, 'a> Printer<'s, 'a> {
 
     /// A dso name as perf writes it (padded with `--call-trace`).
     fn dso_name(&mut self, dso: &str) {
-        let b = &mut self.buf;
-        if self.pad_dso != 0 {
-            let n = dso.len().min(self.pad_dso - 1);
-            b.extend_from_slice(&dso.as_bytes()[..n]);
-            w::pad(b, self.pad_dso - n);
-        } else {
-            b.extend_from_slice(dso.as_bytes());
-        }
+        write_dso_name(&mut self.buf, dso, self.pad_dso);
     }
 
     /// perf's `perf_sample__fprintf_callindent`: the call depth as indentation and
@@ -1123,19 +1235,29 @@ impl<'s, 'a> Printer<'s, 'a> {
             return;
         }
         self.start(fields, s);
-        let b = &mut self.buf;
-        if fields & f::PERIOD != 0 {
-            w::dec_w(b, s.period, 10);
-            b.push(b' ');
-        }
-        if fields & f::EVNAME != 0 {
-            let name = self
-                .names
-                .iter()
-                .find(|(k, _)| *k == s.kind)
-                .map_or(&b"[unknown]"[..], |(_, n)| n.as_slice());
-            w::str_w(b, name, self.name_width);
-            b.extend_from_slice(b": ");
+        if fields & (f::PERIOD | f::EVNAME) != 0 {
+            // The period and event columns, formatted when they change (the
+            // fields are the kind's output type's).
+            let key = (s.period, s.kind);
+            if self.mid_key != Some(key) {
+                let b = &mut self.mid;
+                b.clear();
+                if fields & f::PERIOD != 0 {
+                    w::dec_w(b, s.period, 10);
+                    b.push(b' ');
+                }
+                if fields & f::EVNAME != 0 {
+                    let name = self
+                        .names
+                        .iter()
+                        .find(|(k, _)| *k == s.kind)
+                        .map_or(&b"[unknown]"[..], |(_, n)| n.as_slice());
+                    w::str_w(b, name, self.name_width);
+                    b.extend_from_slice(b": ");
+                }
+                self.mid_key = Some(key);
+            }
+            self.buf.extend_from_slice(&self.mid);
         }
         if self.sel.flags {
             // "  %-21s ", each flag combination formatted once.
@@ -1158,16 +1280,14 @@ impl<'s, 'a> Printer<'s, 'a> {
                 self.buf.push(b' ');
                 w::hex_w(&mut self.buf, s.ip, 16);
                 if fields & (f::SYM | f::DSO) != 0 {
-                    let r = self.resolve(s.code, s.pid, s.ip, s.time);
-                    self.sym_part(&r, fields);
+                    self.sym_text(s.code, s.pid, s.ip, s.time, fields);
                 }
             }
             if fields & f::ADDR != 0 || (self.hw_type & st::ADDR != 0 && !out.user_set) {
                 self.buf.extend_from_slice(b" => ");
                 w::hex_w(&mut self.buf, s.addr, 16);
                 if fields & (f::SYM | f::DSO) != 0 {
-                    let r = self.resolve(s.code, s.pid, s.addr, s.time);
-                    self.sym_part(&r, fields);
+                    self.sym_text(s.code, s.pid, s.addr, s.time, fields);
                 }
             }
             self.ipc(fields, s);
@@ -1192,8 +1312,7 @@ impl<'s, 'a> Printer<'s, 'a> {
                 self.buf.push(b' ');
                 w::hex_w(&mut self.buf, s.ip, 16);
                 if fields & (f::SYM | f::DSO) != 0 {
-                    let r = self.resolve(s.code, s.pid, s.ip, s.time);
-                    self.sym_part(&r, fields);
+                    self.sym_text(s.code, s.pid, s.ip, s.time, fields);
                 }
                 self.srcline(fields, s, s.ip, b"\n  ");
             }
