@@ -112,8 +112,10 @@ impl FuncSyms {
             }
             seen_sym = true;
             let shndx = u32::from(s.st_shndx(e));
-            if matches!(ty, elf::STT_SECTION | elf::STT_OBJECT | elf::STT_TLS | elf::STT_COMMON)
-                || shndx == u32::from(elf::SHN_UNDEF)
+            if matches!(
+                ty,
+                elf::STT_SECTION | elf::STT_OBJECT | elf::STT_TLS | elf::STT_COMMON
+            ) || shndx == u32::from(elf::SHN_UNDEF)
                 || shndx >= u32::from(elf::SHN_LORESERVE)
             {
                 continue;
@@ -121,11 +123,7 @@ impl FuncSyms {
             let local = s.st_bind() == elf::STB_LOCAL;
             let size = s.st_size(e);
             // annobin's hidden, local, untyped markers are no functions.
-            if size == 0
-                && local
-                && ty == elf::STT_NOTYPE
-                && s.st_visibility() == elf::STV_HIDDEN
-            {
+            if size == 0 && local && ty == elf::STT_NOTYPE && s.st_visibility() == elf::STV_HIDDEN {
                 continue;
             }
             let f = match file {
@@ -150,7 +148,9 @@ impl FuncSyms {
     /// section `shndx` (whether it reaches `addr` or not), ties settled as
     /// binutils' `better_fit` settles them; its file if it has one.
     fn find(&self, shndx: u32, addr: u64) -> Option<Option<Rc<str>>> {
-        let end = self.syms.partition_point(|s| (s.shndx, s.value) <= (shndx, addr));
+        let end = self
+            .syms
+            .partition_point(|s| (s.shndx, s.value) <= (shndx, addr));
         let last = self.syms[..end].last().filter(|s| s.shndx == shndx)?;
         let start = self.syms[..end].partition_point(|s| (s.shndx, s.value) < (shndx, last.value));
         let mut best = self.syms[start];
@@ -313,12 +313,8 @@ impl LineTable {
                         self.rows.truncate(seq_start);
                         let start = keep[0].0;
                         if addr > start {
-                            self.sequences.push((
-                                start,
-                                addr,
-                                seq_start as u32,
-                                keep.len() as u32,
-                            ));
+                            self.sequences
+                                .push((start, addr, seq_start as u32, keep.len() as u32));
                             self.rows.extend(keep);
                         }
                     }
@@ -584,7 +580,11 @@ fn symsrc(name: &str, path: Option<&Path>, build_id: Option<&[u8]>) -> Option<Pa
         c.push(PathBuf::from(&link));
         c.push(dir.join(&link));
         c.push(dir.join(".debug").join(&link));
-        c.push(Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&link));
+        c.push(
+            Path::new("/usr/lib/debug")
+                .join(dir.strip_prefix("/").unwrap_or(dir))
+                .join(&link),
+        );
     }
     let own_id = path.and_then(|p| {
         let data = std::fs::read(p).ok()?;

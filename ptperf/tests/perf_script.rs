@@ -126,7 +126,12 @@ const CHECKS: &[&[&str]] = &[
     // objects), none (/bin/true: perf's `true[addr]`).
     &["--itrace=b", "-F", "+srcline"],
     &["--itrace=i100ig", "-F", "+srcline"],
-    &["--itrace=i10i", "-F", "ip,sym,srcline,insn", "--full-source-path"],
+    &[
+        "--itrace=i10i",
+        "-F",
+        "ip,sym,srcline,insn",
+        "--full-source-path",
+    ],
 ];
 
 fn check_all(file: &Path) {
@@ -244,7 +249,11 @@ fn srcfile_is_the_srclines_file() {
     let (file, _) = record(&dir, &demo(), &[], Layout::default());
     let text = |f: &str| {
         let out = run(&ptperf(), &file, &["--itrace=b", "-F", f]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     let lines = text("ip,sym,srcline");

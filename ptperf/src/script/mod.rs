@@ -282,12 +282,14 @@ fn run(a: &Args) -> Result<(), String> {
     let pids = plan.pids.clone();
     let time = plan.time;
     let json = a.json;
+    let filtered = tids.is_some() || pids.is_some() || time.is_some();
     let keep = |tid: i32, pid: i32, t: Option<u64>| {
-        tids.as_ref().map_or(true, |v| v.contains(&(tid as u32)))
-            && pids.as_ref().map_or(true, |v| v.contains(&(pid as u32)))
-            && time.map_or(true, |r| {
-                t.map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end))
-            })
+        !filtered
+            || tids.as_ref().map_or(true, |v| v.contains(&(tid as u32)))
+                && pids.as_ref().map_or(true, |v| v.contains(&(pid as u32)))
+                && time.map_or(true, |r| {
+                    t.map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end))
+                })
     };
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());

@@ -52,17 +52,22 @@ pub(crate) mod w {
         out
     }
 
+    /// perf's "%16" PRIx64: the digits, leading zeros as spaces.
+    #[inline]
+    pub fn hex16_spaced(v: u64) -> [u8; 16] {
+        let d = u128::from_le_bytes(hex16(v));
+        // The first `blanks` bytes (the low ones of the word) become spaces.
+        let blanks = (v.leading_zeros() / 4).min(15);
+        let low = (1u128 << (8 * blanks)) - 1;
+        let d = (d & !low) | (u128::from_le_bytes([b' '; 16]) & low);
+        d.to_le_bytes()
+    }
+
     /// `%*x` (right-aligned in `width`).
     #[inline]
     pub fn hex_w(buf: &mut Vec<u8>, v: u64, width: usize) {
         if width == 16 {
-            // perf's "%16" PRIx64: the digits, leading zeros as spaces.
-            let d = u128::from_le_bytes(hex16(v));
-            // The first `blanks` bytes (the low ones of the word) become spaces.
-            let blanks = (v.leading_zeros() / 4).min(15);
-            let low = (1u128 << (8 * blanks)) - 1;
-            let d = (d & !low) | (u128::from_le_bytes([b' '; 16]) & low);
-            buf.extend_from_slice(&d.to_le_bytes());
+            buf.extend_from_slice(&hex16_spaced(v));
             return;
         }
         let digits = if v == 0 {
@@ -344,6 +349,8 @@ pub struct Printer<'s, 'a> {
     comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
     /// Resolved addresses by (code image, pid, address).
     cache: Vec<Option<CacheEntry>>,
+    /// Hardware events print `-F ip` only (no call chains, no flags).
+    ip_only: bool,
     /// The last line's text before the time, and what it depends on.
     prefix: Vec<u8>,
     prefix_key: Option<PrefixKey>,
@@ -522,7 +529,10 @@ impl<'s, 'a> Printer<'s, 'a> {
             sym_names: Default::default(),
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
-            cache: vec![None; 1 << 13],
+            cache: vec![None; 1 << 15],
+            ip_only: sel.out[OutType::Hardware as usize].fields == f::IP
+                && !opts.callchain
+                && !sel.flags,
             prefix: Vec::new(),
             prefix_key: None,
             time_secs: u64::MAX,
@@ -555,7 +565,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// The cache slot of (code image, pid, address).
     #[inline]
     fn slot(stamp: u64, ip: u64) -> usize {
-        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51)
+        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 49)
             as usize
     }
 
@@ -654,7 +664,13 @@ impl<'s, 'a> Printer<'s, 'a> {
 
     /// perf's srcline text of `ip` (`None` where perf prints none: no mapping,
     /// or addr2line's `??:0`), cached per address.
-    fn srcline_of(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> Option<std::rc::Rc<str>> {
+    fn srcline_of(
+        &mut self,
+        stamp: u64,
+        pid: i32,
+        ip: u64,
+        time: Option<u64>,
+    ) -> Option<std::rc::Rc<str>> {
         if let Some(v) = self.srcline_cache.get(&(stamp, pid, ip)) {
             return v.clone();
         }
@@ -675,10 +691,15 @@ impl<'s, 'a> Printer<'s, 'a> {
 
     /// The `-F srcline` (and ptperf's `srcfile`) line of `ip`: `prefix` and the
     /// text, or nothing.
+    #[inline]
     fn srcline(&mut self, fields: u64, s: &Sample, ip: u64, prefix: &[u8]) {
-        if fields & (f::SRCLINE | f::SRCFILE) == 0 {
-            return;
+        if fields & (f::SRCLINE | f::SRCFILE) != 0 {
+            self.srcline_text(fields, s, ip, prefix);
         }
+    }
+
+    #[inline(never)]
+    fn srcline_text(&mut self, fields: u64, s: &Sample, ip: u64, prefix: &[u8]) {
         let Some(text) = self.srcline_of(s.code, s.pid, ip, s.time) else {
             return;
         };
@@ -1223,7 +1244,20 @@ impl<'s, 'a> Printer<'s, 'a> {
     }
 
     /// One sample's line (and lines of its call chain).
+    #[inline]
     pub fn sample_with(&mut self, s: &Sample, st: &Stacks) {
+        if self.ip_only && !s.kind.is_synth() && s.kind != Kind::Branches {
+            // `-F ip`: " %16x\n", one fixed-size copy.
+            let mut line = [b'\n'; 18];
+            line[0] = b' ';
+            line[1..17].copy_from_slice(&w::hex16_spaced(s.ip));
+            self.buf.extend_from_slice(&line);
+            return;
+        }
+        self.sample_line(s, st);
+    }
+
+    fn sample_line(&mut self, s: &Sample, st: &Stacks) {
         let t = if s.kind.is_synth() {
             OutType::Synth
         } else {
