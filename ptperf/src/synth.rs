@@ -205,8 +205,19 @@ impl Walker for QueueCode<'_, '_> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
 
-    fn plain_run(&mut self, ip: u64, max: usize, out: &mut Vec<decode::PlainInsn>) -> usize {
-        self.walker.plain_run(self.image, ip, max, out)
+    #[inline]
+    fn block(&mut self, ip: u64) -> Option<decode::RunBlock> {
+        self.walker.run_block(self.image, ip)
+    }
+
+    #[inline]
+    fn take_block(&mut self, block: &decode::RunBlock, count: u32) {
+        self.walker.take_block(block, count);
+    }
+
+    #[inline]
+    fn plain_insns(&self, at: [u32; 2], n: u32) -> &[decode::PlainInsn] {
+        self.walker.plain_insns(at, n)
     }
 }
 
@@ -309,7 +320,9 @@ pub struct Synth<'s, 'a> {
     ticks: u32,
     /// The fast path for samples of every instruction applies.
     fast_runs: bool,
-    run: Vec<decode::PlainInsn>,
+    run: Vec<decode::Step>,
+    /// States that came through the fast path.
+    fast_states: u64,
 }
 
 /// Nanoseconds to TSC ticks with the session's conversion (perf's
@@ -389,6 +402,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             stacks: Stacks::default(),
             fast_runs: false,
             run: Vec::new(),
+            fast_states: 0,
             progress: None,
             total_bytes: session
                 .queues()
@@ -398,18 +412,35 @@ impl<'s, 'a> Synth<'s, 'a> {
                 .sum(),
             ticks: 0,
         };
-        // Every instruction sampled and nothing else asked of each: the decoder may
-        // hand out runs of plain instructions at once.
-        s.fast_runs = s.opts.instructions
-            && s.opts.period_type == PeriodType::Instructions
-            && s.opts.period == 1
-            && s.opts.initial_skip == 0
-            && s.opts.quick == 0
-            && !s.opts.callchain
-            && !s.opts.last_branch
-            && !s.opts.approx_ipc;
+        s.fast_runs = s.fast_path_applies();
         s.setup_queues();
         s
+    }
+
+    /// Every instruction sampled or none, and nothing asked of a sample but
+    /// itself (no call chain, branch stack or thread stack): the decoder may hand
+    /// out runs of states at once.
+    fn fast_path_applies(&self) -> bool {
+        let o = &self.opts;
+        (!o.instructions || (o.period_type == PeriodType::Instructions && o.period == 1))
+            && o.initial_skip == 0
+            && o.quick == 0
+            && !o.callchain
+            && !o.last_branch
+            && !o.thread_stack
+            && !o.approx_ipc
+    }
+
+    /// Turns the fast path off, or back on where it applies. The samples are
+    /// the same either way (the tests compare them); off, every state goes
+    /// through perf's step-by-step decode.
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_runs = on && self.fast_path_applies();
+    }
+
+    /// How many decoder states came through the fast path so far.
+    pub fn fast_states(&self) -> u64 {
+        self.fast_states
     }
 
     /// Calls `f` now and then with the trace bytes decoded so far and the bytes
@@ -717,7 +748,8 @@ impl<'s, 'a> Synth<'s, 'a> {
             let sampled = self.queues[qi].have_sample;
             self.sample(qi, sink)?;
             if sampled && self.fast_runs {
-                self.plain_runs(qi, sink)?;
+                self.runs(qi, sink)?;
+                self.tick();
             }
             self.decode(qi);
             self.tick();
@@ -756,35 +788,123 @@ impl<'s, 'a> Synth<'s, 'a> {
         }
     }
 
-    /// The fast path for samples of every instruction: the plain instructions
-    /// that follow the one just sampled, taken from the decoder in one go
-    /// ([`Decoder::take_plain_run`]) and sampled as perf would have sampled the
-    /// states it returns for them one by one.
-    fn plain_runs(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+    /// The fast path: the states the decoder would return one by one while it
+    /// steps through the code between packets, taken at once
+    /// ([`Decoder::take_run`]) and sampled as [`Synth::sample`] samples each
+    /// (instruction and branch samples; nothing else happens in a run).
+    fn runs(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
         let mut run = std::mem::take(&mut self.run);
         let q = &mut self.queues[qi];
         let mut code = QueueCode {
             walker: &mut self.walker,
             image: q.image,
         };
-        let n = q.dec.take_plain_run(&mut code, 4096, &mut run);
-        if n > 0 {
-            let mut s = self.prep(qi, Kind::Instructions);
-            let q = &mut self.queues[qi];
-            q.last_insn_cnt = q.dec.state().tot_insn_cnt;
-            q.ipc_insn_cnt = q.last_insn_cnt;
-            for p in &run[..n] {
-                s.ip = p.ip;
-                s.insn_len = p.len;
-                s.insn = p.bytes;
-                let r = sink(Event::Sample(&s, &self.stacks));
-                if r.is_break() {
-                    self.run = run;
-                    return r;
+        let n = q.dec.take_run(&mut code, self.kernel_start, 4096, &mut run);
+        let r = if n == 0 {
+            Flow::Continue(())
+        } else {
+            self.sample_run(qi, &run, sink)
+        };
+        self.run = run;
+        r
+    }
+
+    fn sample_run(
+        &mut self,
+        qi: usize,
+        run: &[decode::Step],
+        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> Flow {
+        // What the steps share: the last one's state but for the step's fields.
+        let st = *self.queues[qi].dec.state();
+        let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
+        let cyc = st.tot_cyc_cnt;
+        let iflag = if self.cap_event_trace && !st.to_iflag {
+            flags::INTR_DISABLE
+        } else {
+            0
+        };
+        let (instructions, branches) = (self.opts.instructions, self.opts.branches);
+        let filter = self.branches_filter;
+        let mut s = self.prep(qi, Kind::Instructions);
+        let q = &mut self.queues[qi];
+        q.ipc_cyc_cnt = cyc;
+        q.sample_ipc = sample_ipc;
+        for step in run {
+            self.fast_states += u64::from(step.plain) + u64::from(step.type_ != 0);
+            if step.plain != 0 {
+                // Plain instructions: instruction samples only, no flags, no IPC
+                // but at the first after a change of the cycle count.
+                s.kind = Kind::Instructions;
+                s.addr = 0;
+                s.flags = iflag;
+                let mut tot = step.tot_before;
+                for p in self.walker.plain_insns(step.plain_at, step.plain) {
+                    tot += 1;
+                    s.ip = p.ip;
+                    s.insn_len = p.len;
+                    s.insn = p.bytes;
+                    s.period = tot.wrapping_sub(q.last_insn_cnt);
+                    s.cyc_cnt = if sample_ipc {
+                        cyc.wrapping_sub(q.last_in_cyc_cnt)
+                    } else {
+                        0
+                    };
+                    s.insn_cnt = 0;
+                    if s.cyc_cnt != 0 {
+                        s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
+                        q.last_in_insn_cnt = tot;
+                        q.last_in_cyc_cnt = cyc;
+                    }
+                    q.last_insn_cnt = tot;
+                    sink(Event::Sample(&s, &self.stacks))?;
                 }
+                q.ipc_insn_cnt = tot;
+            }
+            if step.type_ == 0 {
+                continue;
+            }
+            let tot = step.tot_insn_cnt;
+            q.ipc_insn_cnt = tot;
+            s.ip = step.from_ip;
+            s.addr = step.to_ip;
+            s.flags = crate::decode::insn::op_flags(step.op) | iflag;
+            s.insn_len = step.len;
+            s.insn = step.insn;
+            if instructions && step.type_ & ty::INSTRUCTION != 0 {
+                s.kind = Kind::Instructions;
+                s.period = tot.wrapping_sub(q.last_insn_cnt);
+                s.cyc_cnt = if sample_ipc {
+                    cyc.wrapping_sub(q.last_in_cyc_cnt)
+                } else {
+                    0
+                };
+                s.insn_cnt = 0;
+                if s.cyc_cnt != 0 {
+                    s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
+                    q.last_in_insn_cnt = tot;
+                    q.last_in_cyc_cnt = cyc;
+                }
+                q.last_insn_cnt = tot;
+                sink(Event::Sample(&s, &self.stacks))?;
+            }
+            if branches && step.type_ & ty::BRANCH != 0 && (filter == 0 || filter & s.flags != 0) {
+                s.kind = Kind::Branches;
+                s.period = 1;
+                s.cyc_cnt = if sample_ipc {
+                    cyc.wrapping_sub(q.last_br_cyc_cnt)
+                } else {
+                    0
+                };
+                s.insn_cnt = 0;
+                if s.cyc_cnt != 0 {
+                    s.insn_cnt = tot.wrapping_sub(q.last_br_insn_cnt);
+                    q.last_br_insn_cnt = tot;
+                    q.last_br_cyc_cnt = cyc;
+                }
+                sink(Event::Sample(&s, &self.stacks))?;
             }
         }
-        self.run = run;
         Flow::Continue(())
     }
 
