@@ -284,19 +284,19 @@ fn run(a: &Args) -> Result<(), String> {
     let json = a.json;
     let filtered = tids.is_some() || pids.is_some() || time.is_some();
     let keep = |tid: i32, pid: i32, t: Option<u64>| {
-        !filtered
-            || tids.as_ref().map_or(true, |v| v.contains(&(tid as u32)))
-                && pids.as_ref().map_or(true, |v| v.contains(&(pid as u32)))
-                && time.map_or(true, |r| {
-                    t.map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end))
-                })
+        tids.as_ref().map_or(true, |v| v.contains(&(tid as u32)))
+            && pids.as_ref().map_or(true, |v| v.contains(&(pid as u32)))
+            && time.map_or(true, |r| {
+                t.map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end))
+            })
     };
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
     let _ = synth.run(&mut |e: Event<'_>| -> Flow {
         match e {
             Event::Sample(s, st) => {
-                if keep(s.tid, s.pid, s.time) {
+                // No filter: no call per sample.
+                if !filtered || keep(s.tid, s.pid, s.time) {
                     if json {
                         printer.json(s, st);
                     } else {

@@ -86,6 +86,50 @@ pub(crate) mod w {
         }
     }
 
+    /// A short text kept padded to whole 32-byte chunks, so that appending it
+    /// copies fixed-size chunks (a few vector moves) instead of calling memcpy
+    /// for a length known only at run time.
+    #[derive(Clone, Default)]
+    pub struct Padded {
+        /// The text, then padding up to a multiple of 32 bytes.
+        bytes: Vec<u8>,
+        /// The text's length.
+        n: usize,
+    }
+
+    impl Padded {
+        /// Replaces the text by what `f` writes.
+        pub fn set(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
+            self.bytes.clear();
+            f(&mut self.bytes);
+            self.n = self.bytes.len();
+            let padded = self.n.div_ceil(32).max(1) * 32;
+            self.bytes.resize(padded, b' ');
+        }
+
+        /// Appends the text to `buf`.
+        #[inline]
+        pub fn put(&self, buf: &mut Vec<u8>) {
+            let total = self.bytes.len();
+            buf.reserve(total);
+            let start = buf.len();
+            let src = self.bytes.as_ptr();
+            // SAFETY: `reserve` made room for `total` bytes after `start`; `bytes`
+            // holds `total` bytes (whole 32-byte chunks); a vector's spare
+            // capacity never overlaps another vector's bytes; the chunks copied
+            // cover the `n` bytes `set_len` makes part of `buf`.
+            unsafe {
+                let dst = buf.as_mut_ptr().add(start);
+                let mut i = 0;
+                while i < total {
+                    std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), 32);
+                    i += 32;
+                }
+                buf.set_len(start + self.n);
+            }
+        }
+    }
+
     /// "00" to "99".
     const PAIRS: [u8; 200] = {
         let mut t = [0u8; 200];
@@ -276,7 +320,7 @@ pub(crate) struct Resolved {
 struct CacheEntry {
     key: (u64, i32, u64),
     r: Resolved,
-    text: Vec<u8>,
+    text: w::Padded,
     /// The `SYM | SYMOFFSET | DSO` bits `text` is for (`u64::MAX`: none yet).
     text_fields: u64,
 }
@@ -352,13 +396,13 @@ pub struct Printer<'s, 'a> {
     /// Hardware events print `-F ip` only (no call chains, no flags).
     ip_only: bool,
     /// The last line's text before the time, and what it depends on.
-    prefix: Vec<u8>,
+    prefix: w::Padded,
     prefix_key: Option<PrefixKey>,
     /// The last time's whole seconds and their `%5lu.` text.
     time_secs: u64,
-    time_head: Vec<u8>,
+    time_head: w::Padded,
     /// The last line's period and event columns, for (period, kind).
-    mid: Vec<u8>,
+    mid: w::Padded,
     mid_key: Option<(u64, Kind)>,
     /// Source lines (`-F srcline,srcfile`), loaded on first use.
     srclines: Option<crate::srcline::SrcLines>,
@@ -533,11 +577,11 @@ impl<'s, 'a> Printer<'s, 'a> {
             ip_only: sel.out[OutType::Hardware as usize].fields == f::IP
                 && !opts.callchain
                 && !sel.flags,
-            prefix: Vec::new(),
+            prefix: Default::default(),
             prefix_key: None,
             time_secs: u64::MAX,
-            time_head: Vec::new(),
-            mid: Vec::new(),
+            time_head: Default::default(),
+            mid: Default::default(),
             mid_key: None,
             comm_cache: None,
             spacing: 0,
@@ -570,14 +614,18 @@ impl<'s, 'a> Printer<'s, 'a> {
     }
 
     /// Makes `slot` hold (stamp, pid, ip).
-    #[inline]
+    #[inline(always)]
     fn fill(&mut self, slot: usize, stamp: u64, pid: i32, ip: u64, time: Option<u64>) {
-        if matches!(&self.cache[slot], Some(e) if e.key == (stamp, pid, ip)) {
-            return;
+        if !matches!(&self.cache[slot], Some(e) if e.key == (stamp, pid, ip)) {
+            self.fill_miss(slot, stamp, pid, ip, time);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fill_miss(&mut self, slot: usize, stamp: u64, pid: i32, ip: u64, time: Option<u64>) {
         let r = self.resolve_uncached(pid, ip, time);
-        let mut text = self.cache[slot].take().map(|e| e.text).unwrap_or_default();
-        text.clear();
+        let text = self.cache[slot].take().map(|e| e.text).unwrap_or_default();
         self.cache[slot] = Some(CacheEntry {
             key: (stamp, pid, ip),
             r,
@@ -597,11 +645,12 @@ impl<'s, 'a> Printer<'s, 'a> {
             return;
         };
         if e.text_fields != mask {
-            e.text.clear();
-            write_sym_part(&mut e.text, &e.r, mask, self.pad_dso);
+            let pad = self.pad_dso;
+            let r = &e.r;
+            e.text.set(|b| write_sym_part(b, r, mask, pad));
             e.text_fields = mask;
         }
-        self.buf.extend_from_slice(&e.text);
+        e.text.put(&mut self.buf);
     }
 
     /// What `ip` of process `pid` at `time` is: symbol and offset, and the dso.
@@ -717,16 +766,22 @@ impl<'s, 'a> Printer<'s, 'a> {
     }
 
     /// The thread's name at `time` (cached for the span the name holds).
+    #[inline]
     pub(crate) fn comm(&mut self, tid: i32, time: Option<u64>) -> Option<&'s str> {
+        if let (Some((ctid, lo, hi, c)), Some(t)) = (self.comm_cache, time) {
+            if ctid == tid && t >= lo && t < hi {
+                return c;
+            }
+        }
+        self.comm_lookup(tid, time)
+    }
+
+    #[inline(never)]
+    fn comm_lookup(&mut self, tid: i32, time: Option<u64>) -> Option<&'s str> {
         if tid < 0 {
             return None;
         }
         let t = time.unwrap_or(0);
-        if let Some((ctid, lo, hi, c)) = self.comm_cache {
-            if ctid == tid && time.is_some() && t >= lo && t < hi {
-                return c;
-            }
-        }
         let th = self.session.thread(tid as u32, time)?;
         let comm = th.comm_at(time);
         if time.is_some() {
@@ -761,13 +816,14 @@ impl<'s, 'a> Printer<'s, 'a> {
         // "%5lu." (also the head of "%12s" of "%lu.%06lu": the seconds take what
         // the 7 characters of ".uuuuuu" leave), formatted when the second changes.
         if secs != self.time_secs {
-            self.time_head.clear();
-            w::dec_w(&mut self.time_head, secs, 5);
-            self.time_head.push(b'.');
+            self.time_head.set(|b| {
+                w::dec_w(b, secs, 5);
+                b.push(b'.');
+            });
             self.time_secs = secs;
         }
         let b = &mut self.buf;
-        b.extend_from_slice(&self.time_head);
+        self.time_head.put(b);
         if self.ns {
             w::digits(b, ns, 9);
         } else {
@@ -795,13 +851,11 @@ impl<'s, 'a> Printer<'s, 'a> {
             comm.map_or(0, |c| c.as_ptr() as usize ^ c.len().rotate_left(48)),
         );
         if self.prefix_key != Some(key) {
-            let mut b = std::mem::take(&mut self.prefix);
-            b.clear();
-            Self::write_prefix(&mut b, fields, s, comm, unpadded);
-            self.prefix = b;
+            self.prefix
+                .set(|b| Self::write_prefix(b, fields, s, comm, unpadded));
             self.prefix_key = Some(key);
         }
-        self.buf.extend_from_slice(&self.prefix);
+        self.prefix.put(&mut self.buf);
         if fields & f::TIME != 0 {
             self.time(s.time.unwrap_or(0));
         }
@@ -1274,24 +1328,25 @@ impl<'s, 'a> Printer<'s, 'a> {
             // fields are the kind's output type's).
             let key = (s.period, s.kind);
             if self.mid_key != Some(key) {
-                let b = &mut self.mid;
-                b.clear();
-                if fields & f::PERIOD != 0 {
-                    w::dec_w(b, s.period, 10);
-                    b.push(b' ');
-                }
-                if fields & f::EVNAME != 0 {
-                    let name = self
-                        .names
-                        .iter()
-                        .find(|(k, _)| *k == s.kind)
-                        .map_or(&b"[unknown]"[..], |(_, n)| n.as_slice());
-                    w::str_w(b, name, self.name_width);
-                    b.extend_from_slice(b": ");
-                }
+                let name = self
+                    .names
+                    .iter()
+                    .find(|(k, _)| *k == s.kind)
+                    .map_or(&b"[unknown]"[..], |(_, n)| n.as_slice());
+                let width = self.name_width;
+                self.mid.set(|b| {
+                    if fields & f::PERIOD != 0 {
+                        w::dec_w(b, s.period, 10);
+                        b.push(b' ');
+                    }
+                    if fields & f::EVNAME != 0 {
+                        w::str_w(b, name, width);
+                        b.extend_from_slice(b": ");
+                    }
+                });
                 self.mid_key = Some(key);
             }
-            self.buf.extend_from_slice(&self.mid);
+            self.mid.put(&mut self.buf);
         }
         if self.sel.flags {
             // "  %-21s ", each flag combination formatted once.
@@ -1324,11 +1379,15 @@ impl<'s, 'a> Printer<'s, 'a> {
                     self.sym_text(s.code, s.pid, s.addr, s.time, fields);
                 }
             }
-            self.ipc(fields, s);
+            if fields & f::IPC != 0 {
+                self.ipc(fields, s);
+            }
             if fields & f::IP != 0 {
                 self.srcline(fields, s, s.ip, b"\n  ");
             }
-            self.insn(fields, s);
+            if fields & (f::INSN | f::INSNLEN) != 0 {
+                self.insn(fields, s);
+            }
             self.buf.push(b'\n');
             return;
         }
