@@ -251,6 +251,45 @@ impl Drop for OwnVdso {
     }
 }
 
+/// A sample that is filtered or printed as JSON, or an error.
+#[inline(never)]
+fn other_event(
+    printer: &mut Printer<'_, '_>,
+    e: Event<'_>,
+    json: bool,
+    keep: &dyn Fn(i32, i32, Option<u64>) -> bool,
+    errors: &mut u64,
+) {
+    match e {
+        Event::Sample(s, st) => {
+            if keep(s.tid, s.pid, s.time) {
+                if json {
+                    printer.json(s, st);
+                } else {
+                    printer.sample_with(s, st);
+                }
+            }
+        }
+        Event::Error(e) => {
+            *errors += 1;
+            if keep(e.tid, e.pid, (e.time != 0).then_some(e.time)) {
+                if json {
+                    printer.json_error(e);
+                } else {
+                    printer.error(e);
+                }
+            }
+        }
+    }
+}
+
+/// Writes out the printed lines (errors end the process as `pt_cli::stdout` does).
+#[inline(never)]
+fn flush(out: &mut impl Write, buf: &mut Vec<u8>) {
+    let _ = out.write_all(buf);
+    buf.clear();
+}
+
 fn run(a: &Args) -> Result<(), String> {
     let plan = Plan::new(a)?;
     let file =
@@ -292,32 +331,15 @@ fn run(a: &Args) -> Result<(), String> {
     };
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
+    // The closure's hot path is the plain sample line: everything else is out of
+    // line, so that the closure stays small (few registers to save per call).
     let _ = synth.run(&mut |e: Event<'_>| -> Flow {
         match e {
-            Event::Sample(s, st) => {
-                // No filter: no call per sample.
-                if !filtered || keep(s.tid, s.pid, s.time) {
-                    if json {
-                        printer.json(s, st);
-                    } else {
-                        printer.sample_with(s, st);
-                    }
-                }
-            }
-            Event::Error(e) => {
-                errors += 1;
-                if keep(e.tid, e.pid, (e.time != 0).then_some(e.time)) {
-                    if json {
-                        printer.json_error(e);
-                    } else {
-                        printer.error(e);
-                    }
-                }
-            }
+            Event::Sample(s, st) if !filtered && !json => printer.sample_with(s, st),
+            e => other_event(&mut printer, e, json, &keep, &mut errors),
         }
         if printer.buf.len() >= 1 << 16 {
-            let _ = out.write_all(&printer.buf);
-            printer.buf.clear();
+            flush(&mut out, &mut printer.buf);
         }
         Flow::Continue(())
     });

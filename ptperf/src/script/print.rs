@@ -32,35 +32,41 @@ pub(crate) mod w {
         buf.extend_from_slice(&tmp[i..]);
     }
 
-    /// The 16 hex digits of `v` (zero-padded), computed eight at a time in a
-    /// word: each nibble spread into a byte, then turned into its ASCII digit.
+    /// The 8 hex digits of `h` as a little-endian word of ASCII bytes.
     #[inline]
-    fn hex16(v: u64) -> [u8; 16] {
-        fn eight(h: u32) -> u64 {
-            let mut x = u64::from(h);
-            x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
-            x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
-            x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
-            // Bytes hold nibbles, least significant first; digits above 9 get
-            // 'a' - '0' - 10 more.
-            let over9 = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
-            (x + 0x3030_3030_3030_3030 + over9 * 39).swap_bytes()
-        }
-        let mut out = [0u8; 16];
-        out[..8].copy_from_slice(&eight((v >> 32) as u32).to_le_bytes());
-        out[8..].copy_from_slice(&eight(v as u32).to_le_bytes());
-        out
+    pub fn eight(h: u32) -> u64 {
+        let mut x = u64::from(h);
+        x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+        x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+        x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+        // Bytes hold nibbles, least significant first; digits above 9 get
+        // 'a' - '0' - 10 more.
+        let over9 = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+        (x + 0x3030_3030_3030_3030 + over9 * 39).swap_bytes()
+    }
+
+    /// `eight(h)` with its leading zeros (all but the last) as spaces.
+    #[inline]
+    pub fn eight_spaced(h: u32) -> u64 {
+        let d = eight(h);
+        // The first `blanks` bytes (the low ones of the word) become spaces.
+        let blanks = (h.leading_zeros() / 4).min(7);
+        let low = (1u64 << (8 * blanks)) - 1;
+        (d & !low) | (0x2020_2020_2020_2020 & low)
     }
 
     /// perf's "%16" PRIx64: the digits, leading zeros as spaces.
     #[inline]
     pub fn hex16_spaced(v: u64) -> [u8; 16] {
-        let d = u128::from_le_bytes(hex16(v));
-        // The first `blanks` bytes (the low ones of the word) become spaces.
-        let blanks = (v.leading_zeros() / 4).min(15);
-        let low = (1u128 << (8 * blanks)) - 1;
-        let d = (d & !low) | (u128::from_le_bytes([b' '; 16]) & low);
-        d.to_le_bytes()
+        let (hi, lo) = ((v >> 32) as u32, v as u32);
+        let mut out = [b' '; 16];
+        if hi != 0 {
+            out[..8].copy_from_slice(&eight_spaced(hi).to_le_bytes());
+            out[8..].copy_from_slice(&eight(lo).to_le_bytes());
+        } else {
+            out[8..].copy_from_slice(&eight_spaced(lo).to_le_bytes());
+        }
+        out
     }
 
     /// `%*x` (right-aligned in `width`).
@@ -395,6 +401,8 @@ pub struct Printer<'s, 'a> {
     cache: Vec<Option<CacheEntry>>,
     /// Hardware events print `-F ip` only (no call chains, no flags).
     ip_only: bool,
+    /// The upper half of the last IP printed by the `-F ip` path, and its text.
+    hex_hi: (u32, [u8; 16]),
     /// The last line's text before the time, and what it depends on.
     prefix: w::Padded,
     prefix_key: Option<PrefixKey>,
@@ -574,6 +582,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
             cache: vec![None; 1 << 15],
+            hex_hi: (0, [b' '; 16]),
             ip_only: sel.out[OutType::Hardware as usize].fields == f::IP
                 && !opts.callchain
                 && !sel.flags,
@@ -1292,25 +1301,50 @@ impl<'s, 'a> Printer<'s, 'a> {
         self.buf.extend_from_slice(b"\"}\n");
     }
 
+    /// perf's "%16" PRIx64 of `v`; the upper half's digits are kept from the
+    /// last address (consecutive addresses mostly share it).
+    #[inline]
+    fn hex16(&mut self, v: u64) -> [u8; 16] {
+        let hi = (v >> 32) as u32;
+        if hi == 0 {
+            let mut out = [b' '; 16];
+            out[8..].copy_from_slice(&w::eight_spaced(v as u32).to_le_bytes());
+            return out;
+        }
+        if hi != self.hex_hi.0 {
+            self.new_hex_hi(v);
+        }
+        let mut out = self.hex_hi.1;
+        out[8..].copy_from_slice(&w::eight(v as u32).to_le_bytes());
+        out
+    }
+
+    #[inline(never)]
+    fn new_hex_hi(&mut self, v: u64) {
+        self.hex_hi = ((v >> 32) as u32, w::hex16_spaced(v & !0xffff_ffff));
+    }
+
     /// One sample's line, without call chain or branch stack.
     pub fn sample(&mut self, s: &Sample) {
         self.sample_with(s, &Stacks::default());
     }
 
     /// One sample's line (and lines of its call chain).
-    #[inline]
+    #[inline(always)]
     pub fn sample_with(&mut self, s: &Sample, st: &Stacks) {
         if self.ip_only && !s.kind.is_synth() && s.kind != Kind::Branches {
-            // `-F ip`: " %16x\n", one fixed-size copy.
+            // `-F ip`: " %16x\n", one fixed-size copy. Consecutive IPs share
+            // their upper half: its digits are kept from the last sample.
             let mut line = [b'\n'; 18];
             line[0] = b' ';
-            line[1..17].copy_from_slice(&w::hex16_spaced(s.ip));
+            line[1..17].copy_from_slice(&self.hex16(s.ip));
             self.buf.extend_from_slice(&line);
             return;
         }
         self.sample_line(s, st);
     }
 
+    #[inline(never)]
     fn sample_line(&mut self, s: &Sample, st: &Stacks) {
         let t = if s.kind.is_synth() {
             OutType::Synth
@@ -1366,15 +1400,17 @@ impl<'s, 'a> Printer<'s, 'a> {
                 self.callindent(s, fields);
             }
             if fields & f::IP != 0 {
-                self.buf.push(b' ');
-                w::hex_w(&mut self.buf, s.ip, 16);
+                let mut t = [b' '; 17];
+                t[1..].copy_from_slice(&self.hex16(s.ip));
+                self.buf.extend_from_slice(&t);
                 if fields & (f::SYM | f::DSO) != 0 {
                     self.sym_text(s.code, s.pid, s.ip, s.time, fields);
                 }
             }
             if fields & f::ADDR != 0 || (self.hw_type & st::ADDR != 0 && !out.user_set) {
-                self.buf.extend_from_slice(b" => ");
-                w::hex_w(&mut self.buf, s.addr, 16);
+                let mut t = *b" => 0123456789abcdef";
+                t[4..].copy_from_slice(&self.hex16(s.addr));
+                self.buf.extend_from_slice(&t);
                 if fields & (f::SYM | f::DSO) != 0 {
                     self.sym_text(s.code, s.pid, s.addr, s.time, fields);
                 }
@@ -1402,8 +1438,9 @@ impl<'s, 'a> Printer<'s, 'a> {
                 self.buf.push(b'\n');
                 self.callchain(s, st, fields);
             } else {
-                self.buf.push(b' ');
-                w::hex_w(&mut self.buf, s.ip, 16);
+                let mut t = [b' '; 17];
+                t[1..].copy_from_slice(&self.hex16(s.ip));
+                self.buf.extend_from_slice(&t);
                 if fields & (f::SYM | f::DSO) != 0 {
                     self.sym_text(s.code, s.pid, s.ip, s.time, fields);
                 }
