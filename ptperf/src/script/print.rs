@@ -364,6 +364,12 @@ fn write_dso_name(b: &mut Vec<u8>, dso: &str, pad: usize) {
     }
 }
 
+/// A mapping's dso name and symbols.
+struct MapSyms {
+    dso: std::rc::Rc<str>,
+    table: Option<std::rc::Rc<crate::symbols::SymbolTable>>,
+}
+
 /// The part of a line before the time that stays while the thread, CPU and
 /// fields do: (tid, pid, cpu, fields, unpadded comm, the comm's text pointer).
 type PrefixKey = (i32, i32, i32, u64, bool, usize);
@@ -399,6 +405,12 @@ pub struct Printer<'s, 'a> {
     comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
     /// Resolved addresses by (code image, pid, address).
     cache: Vec<Option<CacheEntry>>,
+    /// Dso names and symbols by mapping (its address in the session).
+    map_syms: std::collections::HashMap<usize, MapSyms>,
+    /// Symbol tables by file, shared by the mappings of one file.
+    tables: std::collections::HashMap<std::path::PathBuf, std::rc::Rc<crate::symbols::SymbolTable>>,
+    /// The last symbol named: (table, start, name).
+    last_sym: Option<(usize, u64, std::rc::Rc<str>)>,
     /// Hardware events print `-F ip` only (no call chains, no flags).
     ip_only: bool,
     /// The upper half of the last IP printed by the `-F ip` path, and its text.
@@ -582,6 +594,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
             cache: vec![None; 1 << 15],
+            map_syms: Default::default(),
+            tables: Default::default(),
+            last_sym: None,
             hex_hi: (0, [b' '; 16]),
             ip_only: sel.out[OutType::Hardware as usize].fields == f::IP
                 && !opts.callchain
@@ -674,16 +689,19 @@ impl<'s, 'a> Printer<'s, 'a> {
                 mapped: false,
             };
         };
-        let dso = match self.dso_names.get(&m.filename) {
-            Some(d) => d.clone(),
-            None => {
-                let d: std::rc::Rc<str> = m.filename.as_str().into();
-                self.dso_names.insert(m.filename.clone(), d.clone());
-                d
-            }
-        };
         let addr = ip.wrapping_sub(m.start).wrapping_add(m.pgoff);
-        let Ok(file) = s.code_file(m) else {
+        // The session's mappings do not move: one entry per mapping holds its
+        // dso name and symbols (no file search, no path hashing per miss).
+        let key = m as *const pt_decoder::perf::Mapping as usize;
+        if !self.map_syms.contains_key(&key) {
+            let ms = self.map_syms_of(m);
+            self.map_syms.insert(key, ms);
+        }
+        let Some(ms) = self.map_syms.get(&key) else {
+            unreachable!("inserted above")
+        };
+        let dso = ms.dso.clone();
+        let Some(table) = &ms.table else {
             return Resolved {
                 sym: None,
                 dso,
@@ -691,20 +709,23 @@ impl<'s, 'a> Printer<'s, 'a> {
                 mapped: true,
             };
         };
-        let bid = m.build_id.filter(|b| b.len > 0);
-        let table =
-            self.symbols
-                .of_dso(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()));
-        let key = table as *const _ as usize;
+        let tkey = std::rc::Rc::as_ptr(table) as usize;
         let sym = match table.find(addr) {
             Some(sy) => {
                 let off = addr - sy.start;
                 let start = sy.start;
-                let name = match self.sym_names.get(&(key, start)) {
-                    Some(n) => n.clone(),
-                    None => {
-                        let n: std::rc::Rc<str> = sy.name.as_str().into();
-                        self.sym_names.insert((key, start), n.clone());
+                let name = match &self.last_sym {
+                    Some((k, st, n)) if *k == tkey && *st == start => n.clone(),
+                    _ => {
+                        let n = match self.sym_names.get(&(tkey, start)) {
+                            Some(n) => n.clone(),
+                            None => {
+                                let n: std::rc::Rc<str> = sy.name.as_str().into();
+                                self.sym_names.insert((tkey, start), n.clone());
+                                n
+                            }
+                        };
+                        self.last_sym = Some((tkey, start, n.clone()));
                         n
                     }
                 };
@@ -718,6 +739,32 @@ impl<'s, 'a> Printer<'s, 'a> {
             addr,
             mapped: true,
         }
+    }
+
+    /// A mapping's dso name and symbols (the table copied out of the shared
+    /// [`Symbols`] cache, so that it can be kept by mapping).
+    fn map_syms_of(&mut self, m: &pt_decoder::perf::Mapping) -> MapSyms {
+        let dso = match self.dso_names.get(&m.filename) {
+            Some(d) => d.clone(),
+            None => {
+                let d: std::rc::Rc<str> = m.filename.as_str().into();
+                self.dso_names.insert(m.filename.clone(), d.clone());
+                d
+            }
+        };
+        let table = self.session.code_file(m).ok().map(|file| {
+            let bid = m.build_id.filter(|b| b.len > 0);
+            let path = file.path.clone();
+            let tables = self.tables.entry(path.clone()).or_insert_with(|| {
+                std::rc::Rc::new(
+                    self.symbols
+                        .of_dso(&path, &m.filename, bid.as_ref().map(|b| b.as_bytes()))
+                        .clone(),
+                )
+            });
+            tables.clone()
+        });
+        MapSyms { dso, table }
     }
 
     /// perf's srcline text of `ip` (`None` where perf prints none: no mapping,
