@@ -364,6 +364,9 @@ fn write_dso_name(b: &mut Vec<u8>, dso: &str, pad: usize) {
     }
 }
 
+/// A branch's text by (code image, pid, source, target) and fields.
+type PairEntry = ((u64, i32, u64, u64), u64, w::Padded);
+
 /// A mapping's dso name and symbols.
 struct MapSyms {
     dso: std::rc::Rc<str>,
@@ -405,6 +408,9 @@ pub struct Printer<'s, 'a> {
     comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
     /// Resolved addresses by (code image, pid, address).
     cache: Vec<Option<CacheEntry>>,
+    /// Branch lines' texts from the source address on, by (code image, pid,
+    /// source, target), with the fields they were printed with.
+    pairs: Vec<Option<PairEntry>>,
     /// Dso names and symbols by mapping (its address in the session).
     map_syms: std::collections::HashMap<usize, MapSyms>,
     /// Symbol tables by file, shared by the mappings of one file.
@@ -595,6 +601,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             cbr2khz: 0,
             cache: vec![None; 1 << 15],
             map_syms: Default::default(),
+            pairs: vec![None; 1 << 14],
             tables: Default::default(),
             last_sym: None,
             hex_hi: (0, [b' '; 16]),
@@ -1371,6 +1378,51 @@ impl<'s, 'a> Printer<'s, 'a> {
         self.hex_hi = ((v >> 32) as u32, w::hex16_spaced(v & !0xffff_ffff));
     }
 
+    /// A branch's " ip sym+off (dso)".
+    #[inline]
+    fn branch_from(&mut self, s: &Sample, fields: u64) {
+        let mut t = [b' '; 17];
+        t[1..].copy_from_slice(&self.hex16(s.ip));
+        self.buf.extend_from_slice(&t);
+        if fields & (f::SYM | f::DSO) != 0 {
+            self.sym_text(s.code, s.pid, s.ip, s.time, fields);
+        }
+    }
+
+    /// A branch's " => addr sym+off (dso)".
+    #[inline]
+    fn branch_to(&mut self, s: &Sample, fields: u64) {
+        let mut t = *b" => 0123456789abcdef";
+        t[4..].copy_from_slice(&self.hex16(s.addr));
+        self.buf.extend_from_slice(&t);
+        if fields & (f::SYM | f::DSO) != 0 {
+            self.sym_text(s.code, s.pid, s.addr, s.time, fields);
+        }
+    }
+
+    /// Both parts of a branch's line, through a cache by (code image, pid,
+    /// source, target): a loop's branches print the same text again and again.
+    #[inline]
+    fn branch_pair(&mut self, s: &Sample, fields: u64) {
+        let key = (s.code, s.pid, s.ip, s.addr);
+        let h = (s.ip.rotate_left(17) ^ s.addr ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let slot = (h >> 50) as usize;
+        if let Some((k, f, text)) = &self.pairs[slot] {
+            if *k == key && *f == fields {
+                text.put(&mut self.buf);
+                return;
+            }
+        }
+        let start = self.buf.len();
+        self.branch_from(s, fields);
+        self.branch_to(s, fields);
+        let mut text = self.pairs[slot].take().map(|e| e.2).unwrap_or_default();
+        let written = &self.buf[start..];
+        text.set(|b| b.extend_from_slice(written));
+        self.pairs[slot] = Some((key, fields, text));
+    }
+
     /// One sample's line, without call chain or branch stack.
     pub fn sample(&mut self, s: &Sample) {
         self.sample_with(s, &Stacks::default());
@@ -1446,20 +1498,16 @@ impl<'s, 'a> Printer<'s, 'a> {
             if fields & f::CALLINDENT != 0 {
                 self.callindent(s, fields);
             }
-            if fields & f::IP != 0 {
-                let mut t = [b' '; 17];
-                t[1..].copy_from_slice(&self.hex16(s.ip));
-                self.buf.extend_from_slice(&t);
-                if fields & (f::SYM | f::DSO) != 0 {
-                    self.sym_text(s.code, s.pid, s.ip, s.time, fields);
+            let show_addr =
+                fields & f::ADDR != 0 || (self.hw_type & st::ADDR != 0 && !out.user_set);
+            if fields & f::IP != 0 && show_addr {
+                self.branch_pair(s, fields);
+            } else {
+                if fields & f::IP != 0 {
+                    self.branch_from(s, fields);
                 }
-            }
-            if fields & f::ADDR != 0 || (self.hw_type & st::ADDR != 0 && !out.user_set) {
-                let mut t = *b" => 0123456789abcdef";
-                t[4..].copy_from_slice(&self.hex16(s.addr));
-                self.buf.extend_from_slice(&t);
-                if fields & (f::SYM | f::DSO) != 0 {
-                    self.sym_text(s.code, s.pid, s.addr, s.time, fields);
+                if show_addr {
+                    self.branch_to(s, fields);
                 }
             }
             if fields & f::IPC != 0 {
