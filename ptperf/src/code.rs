@@ -185,6 +185,8 @@ pub struct CodeWalker {
     /// Caches by image stamp (few images: a short list, the last one used first).
     caches: Vec<(u64, Cache)>,
     last: usize,
+    /// The stamp of `caches[last]` (0: none yet).
+    last_stamp: u64,
     cursor: Option<Cursor>,
     /// The block the last walk ended in (cache index, block): where the next
     /// walk most likely comes from.
@@ -199,10 +201,16 @@ impl CodeWalker {
         Self::default()
     }
 
+    #[inline]
     fn cache_index(&mut self, stamp: u64) -> usize {
-        if self.caches.get(self.last).is_some_and(|c| c.0 == stamp) {
+        if stamp == self.last_stamp && self.last < self.caches.len() {
             return self.last;
         }
+        self.find_cache(stamp)
+    }
+
+    #[cold]
+    fn find_cache(&mut self, stamp: u64) -> usize {
         let i = match self.caches.iter().position(|c| c.0 == stamp) {
             Some(i) => i,
             None => {
@@ -211,6 +219,7 @@ impl CodeWalker {
             }
         };
         self.last = i;
+        self.last_stamp = stamp;
         i
     }
 
@@ -342,57 +351,51 @@ impl CodeWalker {
 }
 
 impl CodeWalker {
-    /// See [`Walker::block`]: the block at `ip` in `image` (the rest of the one
-    /// the last walk stopped in, if it stopped there).
+    /// See [`Walker::next_block`]: the block at `ip` in the image whose cache
+    /// is `ci` ([`CodeWalker::cache_of`]; the rest of the block the last walk
+    /// stopped in, if it stopped there).
     #[inline]
-    pub fn run_block(&mut self, image: &Image, ip: u64) -> Option<RunBlock> {
-        let stamp = image.stamp();
-        let ci = self.cache_index(stamp);
+    pub fn next_block(&mut self, image: &Image, ci: usize, ip: u64, rb: &mut RunBlock) -> bool {
+        let stamp = self.caches[ci].0;
+        let c = &mut self.caches[ci].1;
         let (bid, index) = match self.cursor {
-            Some(c) if c.stamp == stamp && c.ip == ip => (c.block, c.index),
-            _ => {
-                let c = &mut self.caches[ci].1;
-                let id = if self.prev.0 == ci {
-                    c.lookup_from(image, self.prev.1, ip)
-                } else {
-                    c.lookup(image, ip)
-                };
-                (id, 0)
-            }
+            Some(k) if k.stamp == stamp && k.ip == ip => (k.block, k.index),
+            _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, ip), 0),
+            _ => (c.lookup(image, ip), 0),
         };
-        let b = &self.caches[ci].1.blocks[bid as usize];
+        let b = &c.blocks[bid as usize];
         if b.end != End::Branch || index >= b.ninsn {
-            return None;
+            return false;
         }
-        Some(RunBlock {
-            ip,
-            ninsn: b.ninsn - index,
-            last_ip: b.last_ip,
-            last: b.last,
-            handle: [ci as u32, bid, index, b.first + index],
-            plain_at: [ci as u32, b.first + index],
-        })
+        rb.ip = ip;
+        rb.ninsn = b.ninsn - index;
+        rb.last_ip = b.last_ip;
+        rb.last = b.last;
+        rb.handle = [ci as u32, bid, index, b.first + index];
+        rb.plain_at = [ci as u32, b.first + index];
+        self.walked += u64::from(rb.ninsn);
+        self.cursor = None;
+        self.prev = (ci, bid);
+        true
     }
 
-    /// See [`Walker::take_block`].
-    #[inline]
-    pub fn take_block(&mut self, rb: &RunBlock, count: u32) {
+    /// See [`Walker::stop_in_block`].
+    pub fn stop_in_block(&mut self, rb: &RunBlock, count: u32) {
         let [ci, bid, index, first] = rb.handle;
         let count = count.min(rb.ninsn);
-        self.walked += u64::from(count);
-        self.cursor = if count < rb.ninsn {
-            let (stamp, c) = &self.caches[ci as usize];
-            let next = &c.insns[(first + count) as usize];
-            Some(Cursor {
-                stamp: *stamp,
-                block: bid,
-                index: index + count,
-                ip: next.ip,
-            })
-        } else {
-            None
-        };
-        self.prev = (ci as usize, bid);
+        self.walked -= u64::from(rb.ninsn - count);
+        let (stamp, c) = &self.caches[ci as usize];
+        self.cursor = c.insns.get((first + count) as usize).map(|next| Cursor {
+            stamp: *stamp,
+            block: bid,
+            index: index + count,
+            ip: next.ip,
+        });
+    }
+
+    /// The index of `image`'s cache (for [`CodeWalker::next_block`]).
+    pub fn cache_of(&mut self, image: &Image) -> usize {
+        self.cache_index(image.stamp())
     }
 
     /// See [`Walker::plain_insns`]: e.g. the plain instructions of a run's
@@ -427,12 +430,13 @@ impl Walker for ImageWalker<'_, '_> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
 
-    fn block(&mut self, ip: u64) -> Option<RunBlock> {
-        self.walker.run_block(self.image, ip)
+    fn next_block(&mut self, ip: u64, block: &mut RunBlock) -> bool {
+        let ci = self.walker.cache_of(self.image);
+        self.walker.next_block(self.image, ci, ip, block)
     }
 
-    fn take_block(&mut self, block: &RunBlock, count: u32) {
-        self.walker.take_block(block, count);
+    fn stop_in_block(&mut self, block: &RunBlock, count: u32) {
+        self.walker.stop_in_block(block, count);
     }
 
     fn plain_insns(&self, at: [u32; 2], n: u32) -> &[PlainInsn] {

@@ -199,17 +199,17 @@ pub trait Walker {
         None
     }
 
-    /// The run of code from `ip` up to and including the branch that ends it,
-    /// for [`Decoder::take_run`]: `None` when the walker cannot tell cheaply
-    /// (the run does not end in a branch within one image section, or there is no
-    /// code). Asking moves nothing: [`Walker::take_block`] does.
-    fn block(&mut self, _ip: u64) -> Option<RunBlock> {
-        None
+    /// Walks the run of code from `ip` up to and including the branch that ends
+    /// it, for [`Decoder::take_run`], describing it in `block`; `false` (and
+    /// nothing walked) when the walker cannot tell cheaply (the run does not end
+    /// in a branch within one image section, or there is no code).
+    fn next_block(&mut self, _ip: u64, _block: &mut RunBlock) -> bool {
+        false
     }
 
-    /// Walks the first `count` instructions of `block` (from [`Walker::block`],
-    /// just before) as if one by one, so that the next walk goes on after them.
-    fn take_block(&mut self, _block: &RunBlock, _count: u32) {}
+    /// Takes back the walk of `block` (the last [`Walker::next_block`]) but for
+    /// its first `count` instructions: the next walk goes on after them.
+    fn stop_in_block(&mut self, _block: &RunBlock, _count: u32) {}
 
     /// The `n` plain instructions at `at` ([`RunBlock::plain_at`], [`Step::plain_at`]).
     fn plain_insns(&self, _at: [u32; 2], _n: u32) -> &[PlainInsn] {
@@ -2880,6 +2880,7 @@ impl<'a> Decoder<'a> {
             && self.iflag == self.next_iflag;
         let is_tip = |p: &Pkt| tip_ok && p.kind == Kind::Tip && p.count != 0;
         let crosses = |from: u64, to: u64| from >= kernel_start && to != 0 && to < kernel_start;
+        let mut b = RunBlock::default();
         while out.len() < max {
             if self.pkt_state == PktState::InSync {
                 // perf's walk_trace: a TNT packet is walked through, a TIP walked
@@ -2903,7 +2904,9 @@ impl<'a> Decoder<'a> {
                 PktState::TipPgd if every_insn => false,
                 _ => break,
             };
-            let Some(b) = code.block(self.ip) else { break };
+            if !code.next_block(self.ip, &mut b) {
+                break;
+            }
             let plain = b.ninsn - 1;
             let insn = b.last;
             // What the branch does, decided before anything moves: its target (0:
@@ -2943,8 +2946,8 @@ impl<'a> Decoder<'a> {
             let Some(to_ip) = to_ip else {
                 // The plain instructions before it still make states; the walk
                 // stops at the branch, which the next decode takes.
+                code.stop_in_block(&b, if every_insn { plain } else { 0 });
                 if every_insn && plain != 0 {
-                    code.take_block(&b, plain);
                     out.push(Step {
                         plain,
                         plain_at: b.plain_at,
@@ -2959,7 +2962,6 @@ impl<'a> Decoder<'a> {
             self.mtc_insn = true;
             let tot_before = self.tot_insn_cnt;
             let plain = if every_insn { plain } else { 0 };
-            code.take_block(&b, b.ninsn);
             if every_insn {
                 if plain != 0 {
                     self.after_plain_steps(plain, b.last_ip);
