@@ -933,10 +933,13 @@ impl<'a> Decoder<'a> {
         let mut at = self.at + self.pkt_step;
         let mut skipped = self.pkt_step;
         let (p, n) = loop {
-            if at >= self.data.len() {
+            let Some(&byte) = self.data.get(at) else {
                 return false;
-            }
-            let Some((p, n)) = self.read_packet_at(at) else {
+            };
+            let Some((p, n)) = packet::tnt8(byte)
+                .map(|p| (p, 1))
+                .or_else(|| self.read_packet_at(at))
+            else {
                 return false;
             };
             if p.kind != Kind::Pad {
