@@ -476,7 +476,8 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// out runs of states at once.
     fn fast_path_applies(&self) -> bool {
         let o = &self.opts;
-        (!o.instructions || (o.period_type == PeriodType::Instructions && o.period == 1))
+        let p = self.params();
+        (!o.instructions || (p.period_type == decode::PeriodType::Instructions && p.period == 1))
             && o.initial_skip == 0
             && o.quick == 0
             && !o.callchain
