@@ -188,14 +188,14 @@ pub enum Event<'e> {
 pub type Flow = ControlFlow<()>;
 
 /// Where [`Synth::run_into`] hands out what it synthesizes.
-pub trait Sink {
+pub trait SampleSink {
     /// A sample or an error.
     fn event(&mut self, e: Event<'_>) -> Flow;
 
     /// An instruction sample (`first`) and, right after it, one more for each
     /// of `more`: each the same as `first` but for its IP, instruction length
     /// and bytes (`ip`, `insn_len`, `insn`), with a period of 1 and no IPC
-    /// counts. By default, each handed to [`Sink::event`] in turn.
+    /// counts. By default, each handed to [`SampleSink::event`] in turn.
     fn insns(&mut self, first: &Sample, stacks: &Stacks, more: &[decode::PlainInsn]) -> Flow {
         self.event(Event::Sample(first, stacks))?;
         let mut s = *first;
@@ -212,10 +212,10 @@ pub trait Sink {
     }
 }
 
-/// A closure as a [`Sink`] of one sample at a time.
+/// A closure as a [`SampleSink`] of one sample at a time.
 struct EachSample<'f>(&'f mut dyn FnMut(Event<'_>) -> Flow);
 
-impl Sink for EachSample<'_> {
+impl SampleSink for EachSample<'_> {
     fn event(&mut self, e: Event<'_>) -> Flow {
         (self.0)(e)
     }
@@ -676,9 +676,9 @@ impl<'s, 'a> Synth<'s, 'a> {
         self.run_into(&mut EachSample(sink))
     }
 
-    /// As [`Synth::run`], to a [`Sink`] that may take runs of instruction
-    /// samples at once ([`Sink::insns`]).
-    pub fn run_into(&mut self, sink: &mut dyn Sink) -> Flow {
+    /// As [`Synth::run`], to a [`SampleSink`] that may take runs of instruction
+    /// samples at once ([`SampleSink::insns`]).
+    pub fn run_into(&mut self, sink: &mut dyn SampleSink) -> Flow {
         if self.timeless {
             for (time, qi) in self.truncations() {
                 self.lost_error(qi, time, sink)?;
@@ -750,7 +750,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_lost`: "Lost trace data" for the thread the AUX record names.
-    fn lost_error(&mut self, qi: usize, time: u64, sink: &mut dyn Sink) -> Flow {
+    fn lost_error(&mut self, qi: usize, time: u64, sink: &mut dyn SampleSink) -> Flow {
         if !self.opts.errors || self.opts.error_minus_flags & itrace::ERR_FLG_DATA_LOST != 0 {
             return Flow::Continue(());
         }
@@ -775,7 +775,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         &mut self,
         heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
         timestamp: u64,
-        sink: &mut dyn Sink,
+        sink: &mut dyn SampleSink,
     ) -> Flow {
         while let Some(&Reverse((ordinal, qi))) = heap.peek() {
             if ordinal >= timestamp {
@@ -799,7 +799,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         &mut self,
         qi: usize,
         ts: &mut u64,
-        sink: &mut dyn Sink,
+        sink: &mut dyn SampleSink,
     ) -> ControlFlow<(), bool> {
         loop {
             let sampled = self.queues[qi].have_sample;
@@ -849,7 +849,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// steps through the code between packets, taken at once
     /// ([`Decoder::take_run`]) and sampled as [`Synth::sample`] samples each
     /// (instruction and branch samples; nothing else happens in a run).
-    fn runs(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
+    fn runs(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         let mut run = std::mem::take(&mut self.run);
         let q = &mut self.queues[qi];
         let mut code = QueueCode {
@@ -867,7 +867,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         r
     }
 
-    fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn Sink) -> Flow {
+    fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
         // What the steps share: the last one's state but for the step's fields.
         let st = *self.queues[qi].dec.state();
         let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
@@ -1094,7 +1094,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_sample`.
-    fn sample(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
+    fn sample(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         if !self.queues[qi].have_sample {
             return Flow::Continue(());
         }
@@ -1235,7 +1235,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_ptq_synth_error`.
-    fn synth_error(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
+    fn synth_error(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         let st = self.queues[qi].dec.state();
         let Some(err) = st.err else {
             return Flow::Continue(());
