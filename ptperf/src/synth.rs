@@ -396,6 +396,23 @@ fn ns_to_ticks(session: &Session<'_>, ns: u64) -> u64 {
 const CFG_PASS_THRU: u64 = 1 << 0;
 const CFG_BRANCH_EN: u64 = 1 << 13;
 
+/// IPC of a sample (perf's `intel_pt_synth_*_sample`): the cycles and the
+/// instructions since the last sample of its kind that had cycles (`last`:
+/// instructions, cycles), counted only when cycles moved on; `last` moves on then.
+fn ipc_since(last: (&mut u64, &mut u64), insns: u64, cyc: u64, sample_ipc: bool) -> (u64, u64) {
+    let cyc_cnt = if sample_ipc {
+        cyc.wrapping_sub(*last.1)
+    } else {
+        0
+    };
+    if cyc_cnt == 0 {
+        return (0, 0);
+    }
+    let insn_cnt = insns.wrapping_sub(*last.0);
+    (*last.0, *last.1) = (insns, cyc);
+    (cyc_cnt, insn_cnt)
+}
+
 impl<'s, 'a> Synth<'s, 'a> {
     /// A synthesizer of `session`'s samples for `opts` (perf's defaults for `perf
     /// script` if `opts.set` is false).
@@ -900,17 +917,8 @@ impl<'s, 'a> Synth<'s, 'a> {
                     s.insn_len = p.len;
                     s.insn = p.bytes;
                     s.period = tot.wrapping_sub(q.last_insn_cnt);
-                    s.cyc_cnt = if sample_ipc {
-                        cyc.wrapping_sub(q.last_in_cyc_cnt)
-                    } else {
-                        0
-                    };
-                    s.insn_cnt = 0;
-                    if s.cyc_cnt != 0 {
-                        s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
-                        q.last_in_insn_cnt = tot;
-                        q.last_in_cyc_cnt = cyc;
-                    }
+                    let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+                    (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
                     sink.insns(&s, &self.stacks, more)?;
                 }
                 let tot = step.tot_before + insns.len() as u64;
@@ -930,34 +938,16 @@ impl<'s, 'a> Synth<'s, 'a> {
             if instructions && step.type_ & ty::INSTRUCTION != 0 {
                 s.kind = Kind::Instructions;
                 s.period = tot.wrapping_sub(q.last_insn_cnt);
-                s.cyc_cnt = if sample_ipc {
-                    cyc.wrapping_sub(q.last_in_cyc_cnt)
-                } else {
-                    0
-                };
-                s.insn_cnt = 0;
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
-                    q.last_in_insn_cnt = tot;
-                    q.last_in_cyc_cnt = cyc;
-                }
+                let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
                 q.last_insn_cnt = tot;
                 sink.event(Event::Sample(&s, &self.stacks))?;
             }
             if branches && step.type_ & ty::BRANCH != 0 && (filter == 0 || filter & s.flags != 0) {
                 s.kind = Kind::Branches;
                 s.period = 1;
-                s.cyc_cnt = if sample_ipc {
-                    cyc.wrapping_sub(q.last_br_cyc_cnt)
-                } else {
-                    0
-                };
-                s.insn_cnt = 0;
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = tot.wrapping_sub(q.last_br_insn_cnt);
-                    q.last_br_insn_cnt = tot;
-                    q.last_br_cyc_cnt = cyc;
-                }
+                let last = (&mut q.last_br_insn_cnt, &mut q.last_br_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
                 sink.event(Event::Sample(&s, &self.stacks))?;
             }
         }
@@ -1157,14 +1147,8 @@ impl<'s, 'a> Synth<'s, 'a> {
             } else {
                 st.tot_insn_cnt.wrapping_sub(q.last_insn_cnt)
             };
-            if q.sample_ipc {
-                s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_in_cyc_cnt);
-            }
-            if s.cyc_cnt != 0 {
-                s.insn_cnt = q.ipc_insn_cnt.wrapping_sub(q.last_in_insn_cnt);
-                q.last_in_insn_cnt = q.ipc_insn_cnt;
-                q.last_in_cyc_cnt = q.ipc_cyc_cnt;
-            }
+            let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+            (s.cyc_cnt, s.insn_cnt) = ipc_since(last, q.ipc_insn_cnt, q.ipc_cyc_cnt, q.sample_ipc);
             q.last_insn_cnt = st.tot_insn_cnt;
             sink.event(Event::Sample(&s, &self.stacks))?;
         }
@@ -1220,14 +1204,9 @@ impl<'s, 'a> Synth<'s, 'a> {
                 self.stacks.callchain.clear();
                 self.stacks.branches.clear();
                 let q = &mut self.queues[qi];
-                if q.sample_ipc {
-                    s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_br_cyc_cnt);
-                }
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = q.ipc_insn_cnt.wrapping_sub(q.last_br_insn_cnt);
-                    q.last_br_insn_cnt = q.ipc_insn_cnt;
-                    q.last_br_cyc_cnt = q.ipc_cyc_cnt;
-                }
+                let last = (&mut q.last_br_insn_cnt, &mut q.last_br_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) =
+                    ipc_since(last, q.ipc_insn_cnt, q.ipc_cyc_cnt, q.sample_ipc);
                 sink.event(Event::Sample(&s, &self.stacks))?;
             }
         }
