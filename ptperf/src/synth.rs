@@ -900,8 +900,11 @@ impl<'s, 'a> Synth<'s, 'a> {
         let q = &mut self.queues[qi];
         q.ipc_cyc_cnt = cyc;
         q.sample_ipc = sample_ipc;
+        self.fast_states += run
+            .iter()
+            .map(|s| u64::from(s.plain) + u64::from(s.type_ != 0))
+            .sum::<u64>();
         for step in run {
-            self.fast_states += u64::from(step.plain) + u64::from(step.type_ != 0);
             if step.plain != 0 {
                 // Plain instructions: instruction samples only, no flags, no IPC
                 // but at the first after a change of the cycle count.
