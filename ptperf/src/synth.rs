@@ -187,10 +187,46 @@ pub enum Event<'e> {
 /// The consumer's answer: go on or stop (a closed pipe).
 pub type Flow = ControlFlow<()>;
 
+/// Where [`Synth::run_into`] hands out what it synthesizes.
+pub trait SampleSink {
+    /// A sample or an error.
+    fn event(&mut self, e: Event<'_>) -> Flow;
+
+    /// An instruction sample (`first`) and, right after it, one more for each
+    /// of `more`: each the same as `first` but for its IP, instruction length
+    /// and bytes (`ip`, `insn_len`, `insn`), with a period of 1 and no IPC
+    /// counts. By default, each handed to [`SampleSink::event`] in turn.
+    fn insns(&mut self, first: &Sample, stacks: &Stacks, more: &[decode::PlainInsn]) -> Flow {
+        self.event(Event::Sample(first, stacks))?;
+        let mut s = *first;
+        s.period = 1;
+        s.insn_cnt = 0;
+        s.cyc_cnt = 0;
+        for p in more {
+            s.ip = p.ip;
+            s.insn_len = p.len;
+            s.insn = p.bytes;
+            self.event(Event::Sample(&s, stacks))?;
+        }
+        Flow::Continue(())
+    }
+}
+
+/// A closure as a [`SampleSink`] of one sample at a time.
+struct EachSample<'f>(&'f mut dyn FnMut(Event<'_>) -> Flow);
+
+impl SampleSink for EachSample<'_> {
+    fn event(&mut self, e: Event<'_>) -> Flow {
+        (self.0)(e)
+    }
+}
+
 /// The code one queue runs at its current time, as the decoder's [`Walker`].
 struct QueueCode<'w, 's> {
     walker: &'w mut CodeWalker,
     image: &'s Image,
+    /// The image's cache in the walker, once looked up.
+    cache: Option<usize>,
 }
 
 impl Walker for QueueCode<'_, '_> {
@@ -205,14 +241,32 @@ impl Walker for QueueCode<'_, '_> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
 
-    #[inline]
-    fn block(&mut self, ip: u64) -> Option<decode::RunBlock> {
-        self.walker.run_block(self.image, ip)
+    #[inline(always)]
+    fn next_block(&mut self, ip: u64, block: &mut decode::RunBlock) -> bool {
+        let ci = match self.cache {
+            Some(ci) => ci,
+            None => *self.cache.insert(self.walker.cache_of(self.image)),
+        };
+        self.walker.next_block(self.image, ci, ip, block)
     }
 
     #[inline]
-    fn take_block(&mut self, block: &decode::RunBlock, count: u32) {
-        self.walker.take_block(block, count);
+    fn stop_in_block(&mut self, block: &decode::RunBlock, count: u32) {
+        self.walker.stop_in_block(block, count);
+    }
+
+    #[inline]
+    fn follow_tnt(
+        &mut self,
+        walk: &mut decode::TntWalk<'_>,
+        max: usize,
+        out: &mut Vec<decode::Step>,
+    ) {
+        let ci = match self.cache {
+            Some(ci) => ci,
+            None => *self.cache.insert(self.walker.cache_of(self.image)),
+        };
+        self.walker.follow_tnt(self.image, ci, walk, max, out);
     }
 
     #[inline]
@@ -342,6 +396,23 @@ fn ns_to_ticks(session: &Session<'_>, ns: u64) -> u64 {
 const CFG_PASS_THRU: u64 = 1 << 0;
 const CFG_BRANCH_EN: u64 = 1 << 13;
 
+/// IPC of a sample (perf's `intel_pt_synth_*_sample`): the cycles and the
+/// instructions since the last sample of its kind that had cycles (`last`:
+/// instructions, cycles), counted only when cycles moved on; `last` moves on then.
+fn ipc_since(last: (&mut u64, &mut u64), insns: u64, cyc: u64, sample_ipc: bool) -> (u64, u64) {
+    let cyc_cnt = if sample_ipc {
+        cyc.wrapping_sub(*last.1)
+    } else {
+        0
+    };
+    if cyc_cnt == 0 {
+        return (0, 0);
+    }
+    let insn_cnt = insns.wrapping_sub(*last.0);
+    (*last.0, *last.1) = (insns, cyc);
+    (cyc_cnt, insn_cnt)
+}
+
 impl<'s, 'a> Synth<'s, 'a> {
     /// A synthesizer of `session`'s samples for `opts` (perf's defaults for `perf
     /// script` if `opts.set` is false).
@@ -422,7 +493,8 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// out runs of states at once.
     fn fast_path_applies(&self) -> bool {
         let o = &self.opts;
-        (!o.instructions || (o.period_type == PeriodType::Instructions && o.period == 1))
+        let p = self.params();
+        (!o.instructions || (p.period_type == decode::PeriodType::Instructions && p.period == 1))
             && o.initial_skip == 0
             && o.quick == 0
             && !o.callchain
@@ -610,6 +682,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         let mut code = QueueCode {
             walker: &mut self.walker,
             image: q.image,
+            cache: None,
         };
         q.dec.decode(&mut code);
     }
@@ -617,6 +690,12 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// Runs every queue to its end, handing each sample and error to `sink` in
     /// perf's order; stops early if `sink` says so.
     pub fn run(&mut self, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+        self.run_into(&mut EachSample(sink))
+    }
+
+    /// As [`Synth::run`], to a [`SampleSink`] that may take runs of instruction
+    /// samples at once ([`SampleSink::insns`]).
+    pub fn run_into(&mut self, sink: &mut dyn SampleSink) -> Flow {
         if self.timeless {
             for (time, qi) in self.truncations() {
                 self.lost_error(qi, time, sink)?;
@@ -688,12 +767,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_lost`: "Lost trace data" for the thread the AUX record names.
-    fn lost_error(
-        &mut self,
-        qi: usize,
-        time: u64,
-        sink: &mut dyn FnMut(Event<'_>) -> Flow,
-    ) -> Flow {
+    fn lost_error(&mut self, qi: usize, time: u64, sink: &mut dyn SampleSink) -> Flow {
         if !self.opts.errors || self.opts.error_minus_flags & itrace::ERR_FLG_DATA_LOST != 0 {
             return Flow::Continue(());
         }
@@ -709,7 +783,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             time,
             queue: q.idx as u32,
         };
-        sink(Event::Error(&e))
+        sink.event(Event::Error(&e))
     }
 
     /// perf's `intel_pt_process_queues`: runs the queues in time order until each
@@ -718,7 +792,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         &mut self,
         heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
         timestamp: u64,
-        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+        sink: &mut dyn SampleSink,
     ) -> Flow {
         while let Some(&Reverse((ordinal, qi))) = heap.peek() {
             if ordinal >= timestamp {
@@ -742,7 +816,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         &mut self,
         qi: usize,
         ts: &mut u64,
-        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+        sink: &mut dyn SampleSink,
     ) -> ControlFlow<(), bool> {
         loop {
             let sampled = self.queues[qi].have_sample;
@@ -792,12 +866,13 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// steps through the code between packets, taken at once
     /// ([`Decoder::take_run`]) and sampled as [`Synth::sample`] samples each
     /// (instruction and branch samples; nothing else happens in a run).
-    fn runs(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+    fn runs(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         let mut run = std::mem::take(&mut self.run);
         let q = &mut self.queues[qi];
         let mut code = QueueCode {
             walker: &mut self.walker,
             image: q.image,
+            cache: None,
         };
         let n = q.dec.take_run(&mut code, self.kernel_start, 4096, &mut run);
         let r = if n == 0 {
@@ -809,12 +884,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         r
     }
 
-    fn sample_run(
-        &mut self,
-        qi: usize,
-        run: &[decode::Step],
-        sink: &mut dyn FnMut(Event<'_>) -> Flow,
-    ) -> Flow {
+    fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
         // What the steps share: the last one's state but for the step's fields.
         let st = *self.queues[qi].dec.state();
         let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
@@ -830,35 +900,32 @@ impl<'s, 'a> Synth<'s, 'a> {
         let q = &mut self.queues[qi];
         q.ipc_cyc_cnt = cyc;
         q.sample_ipc = sample_ipc;
+        self.fast_states += run
+            .iter()
+            .map(|s| u64::from(s.plain) + u64::from(s.type_ != 0))
+            .sum::<u64>();
         for step in run {
-            self.fast_states += u64::from(step.plain) + u64::from(step.type_ != 0);
             if step.plain != 0 {
                 // Plain instructions: instruction samples only, no flags, no IPC
                 // but at the first after a change of the cycle count.
                 s.kind = Kind::Instructions;
                 s.addr = 0;
                 s.flags = iflag;
-                let mut tot = step.tot_before;
-                for p in self.walker.plain_insns(step.plain_at, step.plain) {
-                    tot += 1;
+                let insns = self.walker.plain_insns(step.plain_at, step.plain);
+                if let Some((p, more)) = insns.split_first() {
+                    // The first is sampled in full; the others follow it one
+                    // instruction apart.
+                    let tot = step.tot_before + 1;
                     s.ip = p.ip;
                     s.insn_len = p.len;
                     s.insn = p.bytes;
                     s.period = tot.wrapping_sub(q.last_insn_cnt);
-                    s.cyc_cnt = if sample_ipc {
-                        cyc.wrapping_sub(q.last_in_cyc_cnt)
-                    } else {
-                        0
-                    };
-                    s.insn_cnt = 0;
-                    if s.cyc_cnt != 0 {
-                        s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
-                        q.last_in_insn_cnt = tot;
-                        q.last_in_cyc_cnt = cyc;
-                    }
-                    q.last_insn_cnt = tot;
-                    sink(Event::Sample(&s, &self.stacks))?;
+                    let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+                    (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
+                    sink.insns(&s, &self.stacks, more)?;
                 }
+                let tot = step.tot_before + insns.len() as u64;
+                q.last_insn_cnt = tot;
                 q.ipc_insn_cnt = tot;
             }
             if step.type_ == 0 {
@@ -874,35 +941,17 @@ impl<'s, 'a> Synth<'s, 'a> {
             if instructions && step.type_ & ty::INSTRUCTION != 0 {
                 s.kind = Kind::Instructions;
                 s.period = tot.wrapping_sub(q.last_insn_cnt);
-                s.cyc_cnt = if sample_ipc {
-                    cyc.wrapping_sub(q.last_in_cyc_cnt)
-                } else {
-                    0
-                };
-                s.insn_cnt = 0;
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
-                    q.last_in_insn_cnt = tot;
-                    q.last_in_cyc_cnt = cyc;
-                }
+                let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
                 q.last_insn_cnt = tot;
-                sink(Event::Sample(&s, &self.stacks))?;
+                sink.event(Event::Sample(&s, &self.stacks))?;
             }
             if branches && step.type_ & ty::BRANCH != 0 && (filter == 0 || filter & s.flags != 0) {
                 s.kind = Kind::Branches;
                 s.period = 1;
-                s.cyc_cnt = if sample_ipc {
-                    cyc.wrapping_sub(q.last_br_cyc_cnt)
-                } else {
-                    0
-                };
-                s.insn_cnt = 0;
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = tot.wrapping_sub(q.last_br_insn_cnt);
-                    q.last_br_insn_cnt = tot;
-                    q.last_br_cyc_cnt = cyc;
-                }
-                sink(Event::Sample(&s, &self.stacks))?;
+                let last = (&mut q.last_br_insn_cnt, &mut q.last_br_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
+                sink.event(Event::Sample(&s, &self.stacks))?;
             }
         }
         Flow::Continue(())
@@ -1038,7 +1087,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_sample`.
-    fn sample(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+    fn sample(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         if !self.queues[qi].have_sample {
             return Flow::Continue(());
         }
@@ -1062,7 +1111,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                 let mut s = self.prep_p(qi, Kind::Psb);
                 s.flags = 0;
                 s.payload = st.psb_offset;
-                sink(Event::Sample(&s, &self.stacks))?;
+                sink.event(Event::Sample(&s, &self.stacks))?;
             }
             if st.cbr != self.queues[qi].cbr_seen {
                 let skip_cbr =
@@ -1072,7 +1121,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                     let mut s = self.prep_p(qi, Kind::Cbr);
                     s.payload = st.cbr_payload & 0xffff;
                     s.aux = self.max_non_turbo_ratio;
-                    sink(Event::Sample(&s, &self.stacks))?;
+                    sink.event(Event::Sample(&s, &self.stacks))?;
                 }
             }
             let pwr = [
@@ -1088,7 +1137,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                     if kind == Kind::Exstop {
                         s.aux = u32::from(st.flags & sflags::FUP_IP != 0);
                     }
-                    sink(Event::Sample(&s, &self.stacks))?;
+                    sink.event(Event::Sample(&s, &self.stacks))?;
                 }
             }
         }
@@ -1101,28 +1150,22 @@ impl<'s, 'a> Synth<'s, 'a> {
             } else {
                 st.tot_insn_cnt.wrapping_sub(q.last_insn_cnt)
             };
-            if q.sample_ipc {
-                s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_in_cyc_cnt);
-            }
-            if s.cyc_cnt != 0 {
-                s.insn_cnt = q.ipc_insn_cnt.wrapping_sub(q.last_in_insn_cnt);
-                q.last_in_insn_cnt = q.ipc_insn_cnt;
-                q.last_in_cyc_cnt = q.ipc_cyc_cnt;
-            }
+            let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+            (s.cyc_cnt, s.insn_cnt) = ipc_since(last, q.ipc_insn_cnt, q.ipc_cyc_cnt, q.sample_ipc);
             q.last_insn_cnt = st.tot_insn_cnt;
-            sink(Event::Sample(&s, &self.stacks))?;
+            sink.event(Event::Sample(&s, &self.stacks))?;
         }
 
         if self.opts.transactions && st.type_ & ty::TRANSACTION != 0 && !self.skip_event() {
             let s = self.prep_full(qi, Kind::Transactions);
-            sink(Event::Sample(&s, &self.stacks))?;
+            sink.event(Event::Sample(&s, &self.stacks))?;
         }
 
         if self.opts.ptwrites && st.type_ & ty::PTW != 0 && !self.skip_event() {
             let mut s = self.prep_p(qi, Kind::Ptwrite);
             s.payload = st.ptw_payload;
             s.aux = u32::from(st.flags & sflags::FUP_IP != 0);
-            sink(Event::Sample(&s, &self.stacks))?;
+            sink.event(Event::Sample(&s, &self.stacks))?;
         }
 
         if st.type_ & ty::BRANCH == 0 {
@@ -1164,22 +1207,17 @@ impl<'s, 'a> Synth<'s, 'a> {
                 self.stacks.callchain.clear();
                 self.stacks.branches.clear();
                 let q = &mut self.queues[qi];
-                if q.sample_ipc {
-                    s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_br_cyc_cnt);
-                }
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = q.ipc_insn_cnt.wrapping_sub(q.last_br_insn_cnt);
-                    q.last_br_insn_cnt = q.ipc_insn_cnt;
-                    q.last_br_cyc_cnt = q.ipc_cyc_cnt;
-                }
-                sink(Event::Sample(&s, &self.stacks))?;
+                let last = (&mut q.last_br_insn_cnt, &mut q.last_br_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) =
+                    ipc_since(last, q.ipc_insn_cnt, q.ipc_cyc_cnt, q.sample_ipc);
+                sink.event(Event::Sample(&s, &self.stacks))?;
             }
         }
         Flow::Continue(())
     }
 
     /// perf's `intel_ptq_synth_error`.
-    fn synth_error(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+    fn synth_error(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         let st = self.queues[qi].dec.state();
         let Some(err) = st.err else {
             return Flow::Continue(());
@@ -1205,7 +1243,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             },
             queue: q.idx as u32,
         };
-        sink(Event::Error(&e))
+        sink.event(Event::Error(&e))
     }
 
     /// The CBR-to-kHz factor (TSC frequency / maximum non-turbo ratio / 1000).
