@@ -379,10 +379,7 @@ impl A2lFile {
         };
         let lines = if f.section_by_name(".debug_line").is_some() {
             let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-                let bytes: Rc<[u8]> = f
-                    .section_by_name(id.name())
-                    .and_then(|s| s.uncompressed_data().ok())
-                    .map_or_else(|| Rc::from(&[][..]), |d| Rc::from(&*d));
+                let bytes = section_bytes(&f, id.name()).unwrap_or_else(|| Rc::from(&[][..]));
                 Ok(gimli::EndianRcSlice::new(bytes, endian))
             };
             gimli::Dwarf::load(load)
@@ -415,6 +412,30 @@ impl A2lFile {
             Some(None) => Answer::NoFile,
             None => Answer::NotFound,
         }
+    }
+}
+
+/// A section's bytes, zlib-compressed ones (`SHF_COMPRESSED`, `.zdebug`)
+/// inflated; `None` for a section that is not there or cannot be read (zstd
+/// among them: then the file has no line rows, as if it had no DWARF).
+fn section_bytes(f: &ElfFile64<'_, Endianness>, name: &str) -> Option<Rc<[u8]>> {
+    use std::io::Read;
+    let c = f.section_by_name(name)?.compressed_data().ok()?;
+    match c.format {
+        object::CompressionFormat::None => Some(Rc::from(c.data)),
+        object::CompressionFormat::Zlib => {
+            // The header's size is a hint only (bad input must not allocate
+            // gigabytes up front).
+            let hint = usize::try_from(c.uncompressed_size)
+                .unwrap_or(0)
+                .min(1 << 26);
+            let mut out = Vec::with_capacity(hint);
+            flate2::read::ZlibDecoder::new(c.data)
+                .read_to_end(&mut out)
+                .ok()?;
+            Some(out.into())
+        }
+        _ => None,
     }
 }
 
