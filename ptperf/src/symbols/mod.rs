@@ -11,6 +11,9 @@
 //! * a symbol of size 0 reaches the next symbol (the last one the next page but
 //!   one); of several symbols at one address one is kept (sized over unsized, not
 //!   weak over weak, global over local, fewer leading underscores, longer name);
+//! * an address gets the symbol perf's red-black tree search finds ([`tree`]):
+//!   where symbols overlap (a stretched `_init` over the `.plt` entries) that is
+//!   not always the symbol that covers it, and sometimes none;
 //! * `.plt` entries are named `name@plt` from `.rela.plt`.
 
 use std::collections::HashMap;
@@ -19,6 +22,8 @@ use std::path::{Path, PathBuf};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::{Endianness, ReadRef};
+
+mod tree;
 
 /// One symbol: `[start, end)` in the file's symbol space.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,43 +37,153 @@ pub struct Symbol {
     binding: u8,
 }
 
-/// The symbols of one file, sorted by start.
+/// A symbol's index in its [`SymbolTable`] ([`SymbolTable::symbol`]).
+pub type SymbolId = u32;
+
+/// What [`SymbolTable::lookup`] finds: the symbol (if any) and the stretch of
+/// addresses around the one looked up that get the same answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lookup {
+    /// The symbol perf names the address with.
+    pub sym: Option<SymbolId>,
+    /// First address with this answer.
+    pub start: u64,
+    /// One past the last (`u64::MAX`: up to the top).
+    pub end: u64,
+}
+
+/// No symbol (in [`SymbolTable`]'s spans).
+const NO_SYM: u32 = u32::MAX;
+
+/// The symbols of one file, and perf's answer for every address.
 #[derive(Clone, Debug, Default)]
 pub struct SymbolTable {
+    /// Every symbol read, by id (insertion order into perf's tree); duplicates
+    /// perf drops stay here but are never an answer.
     syms: Vec<Symbol>,
-    /// `.plt` entries: perf inserts them after the others into its tree, below
-    /// them, so a symbol of the table that covers an entry (`_init` stretched to
-    /// the next symbol) is found first.
-    plt: Vec<Symbol>,
+    /// How many are kept.
+    kept: usize,
+    /// perf's lookup result as a step function: from each start (ascending) up to
+    /// the next, the symbol perf's tree search finds ([`NO_SYM`]: none).
+    spans: Vec<(u64, u32)>,
 }
 
 impl SymbolTable {
-    /// The symbol holding `addr` (perf's `symbols__find`).
-    pub fn find(&self, addr: u64) -> Option<&Symbol> {
-        Self::find_in(&self.syms, addr).or_else(|| Self::find_in(&self.plt, addr))
-    }
-
-    fn find_in(syms: &[Symbol], addr: u64) -> Option<&Symbol> {
-        let i = syms.partition_point(|s| s.start <= addr);
-        // perf's tree search finds the last symbol starting at or before the address
-        // if it covers it; a point symbol covers its own address.
-        let mut j = i;
-        while j > 0 {
-            j -= 1;
-            let s = &syms[j];
-            if addr < s.end || (addr == s.end && s.start == s.end) {
-                return Some(s);
-            }
-            if s.start != syms[i - 1].start {
-                break;
+    /// perf's symbols of a file: `syms` in the order of its symbol table, then the
+    /// `.plt` entries synthesized from the runtime file. As perf's `dso__load`:
+    /// the symbols go into its tree, zero sizes are stretched to the next symbol
+    /// (`symbols__fixup_end`), duplicates dropped (`symbols__fixup_duplicate`),
+    /// then the `.plt` entries are inserted, and lookups walk that tree.
+    pub fn build(syms: Vec<Symbol>, plt: Vec<Symbol>) -> Self {
+        let mut t = tree::Tree::new();
+        let mut all = syms;
+        for s in &all {
+            t.insert(s.start, s.end);
+        }
+        let order = t.in_order();
+        // symbols__fixup_end, over the symbols in tree order.
+        for w in order.windows(2) {
+            let (p, c) = (w[0] as usize, w[1] as usize);
+            if all[p].end == all[p].start {
+                all[p].end = all[c].start;
+                t.set_end(p as u32, all[p].end);
             }
         }
-        None
+        if let Some(&l) = order.last() {
+            let last = &mut all[l as usize];
+            if last.end == last.start {
+                last.end = (last.start.div_ceil(4096) * 4096).wrapping_add(4096);
+                t.set_end(l, last.end);
+            }
+        }
+        // symbols__fixup_duplicate: erasing in the order perf's walk does.
+        let mut i = 0;
+        let mut dropped = 0;
+        while i < order.len() {
+            let cur = order[i];
+            let mut j = i + 1;
+            let mut keep = cur;
+            while j < order.len() && all[order[j] as usize].start == all[keep as usize].start {
+                let next = order[j];
+                if a_is_best(&all[keep as usize], &all[next as usize]) {
+                    t.erase(next);
+                } else {
+                    t.erase(keep);
+                    keep = next;
+                }
+                dropped += 1;
+                j += 1;
+            }
+            i = j;
+        }
+        // perf synthesizes them only when the file had symbols.
+        let plt = if all.is_empty() { Vec::new() } else { plt };
+        for s in plt {
+            t.insert(s.start, s.end);
+            all.push(s);
+        }
+        // The answer changes only where a comparison of the search does: at a
+        // start, an end, and past a point symbol.
+        let mut cuts: Vec<u64> = vec![0];
+        for (id, s) in all.iter().enumerate() {
+            if t.is_erased(id as u32) {
+                continue;
+            }
+            cuts.push(s.start);
+            if s.end == s.start {
+                cuts.push(s.start.wrapping_add(1));
+            } else {
+                cuts.push(s.end);
+            }
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut spans: Vec<(u64, u32)> = Vec::with_capacity(cuts.len());
+        for c in cuts {
+            let sym = t.find(c).unwrap_or(NO_SYM);
+            if spans.last().map_or(true, |&(_, s)| s != sym) {
+                spans.push((c, sym));
+            }
+        }
+        let kept = all.len() - dropped;
+        SymbolTable {
+            syms: all,
+            kept,
+            spans,
+        }
     }
 
-    /// How many symbols.
+    /// The symbol holding `addr` (perf's `symbols__find`).
+    pub fn find(&self, addr: u64) -> Option<&Symbol> {
+        self.lookup(addr).sym.map(|i| &self.syms[i as usize])
+    }
+
+    /// perf's symbol for `addr` and the addresses around it with the same one.
+    pub fn lookup(&self, addr: u64) -> Lookup {
+        let i = self.spans.partition_point(|&(s, _)| s <= addr);
+        // The spans start at 0: `i` is at least 1 unless there are none.
+        let Some(&(start, sym)) = i.checked_sub(1).and_then(|j| self.spans.get(j)) else {
+            return Lookup {
+                sym: None,
+                start: 0,
+                end: u64::MAX,
+            };
+        };
+        Lookup {
+            sym: (sym != NO_SYM).then_some(sym),
+            start,
+            end: self.spans.get(i).map_or(u64::MAX, |&(s, _)| s),
+        }
+    }
+
+    /// Symbol `id` (of a [`Lookup`]).
+    pub fn symbol(&self, id: SymbolId) -> &Symbol {
+        &self.syms[id as usize]
+    }
+
+    /// How many symbols perf keeps.
     pub fn len(&self) -> usize {
-        self.syms.len() + self.plt.len()
+        self.kept
     }
 
     /// Whether there are none.
@@ -80,95 +195,74 @@ impl SymbolTable {
     pub fn from_elf(data: &[u8]) -> Self {
         match ElfFile64::<Endianness>::parse(data) {
             Ok(f) => {
-                let mut t = Self::load_syms(f.elf_header(), f.endian(), data).unwrap_or_default();
-                t.add_plt(f.elf_header(), f.endian(), data);
-                t
+                let syms = load_syms(f.elf_header(), f.endian(), data).unwrap_or_default();
+                let plt = plt_symbols(f.elf_header(), f.endian(), data).unwrap_or_default();
+                Self::build(syms, plt)
             }
             Err(_) => SymbolTable::default(),
         }
     }
-
-    fn load_syms(hdr: &elf::FileHeader64<Endianness>, e: Endianness, data: &[u8]) -> Option<Self> {
-        let sections = hdr.sections(e, data).ok()?;
-        let exec = hdr.e_type(e) == elf::ET_EXEC;
-        let phdrs = hdr.program_headers(e, data).ok()?;
-        let mut symtab = sections.symbols(e, data, elf::SHT_SYMTAB).ok()?;
-        if symtab.is_empty() {
-            symtab = sections.symbols(e, data, elf::SHT_DYNSYM).ok()?;
-        }
-        let mut syms = Vec::new();
-        for sym in symtab.iter() {
-            let st_type = sym.st_type();
-            let shndx = sym.st_shndx(e);
-            if sym.st_name(e) == 0 || shndx == elf::SHN_UNDEF {
-                continue;
-            }
-            let is_func = st_type == elf::STT_FUNC || st_type == elf::STT_GNU_IFUNC;
-            let vis = sym.st_other() & 3;
-            let is_label = st_type == elf::STT_NOTYPE
-                && shndx != elf::SHN_ABS
-                && vis != elf::STV_HIDDEN
-                && vis != elf::STV_INTERNAL;
-            if !is_func && !is_label {
-                continue;
-            }
-            if is_label {
-                let Ok(sec) = sections.section(object::SectionIndex(usize::from(shndx))) else {
-                    continue;
-                };
-                if sec.sh_flags(e) & u64::from(elf::SHF_EXECINSTR) == 0 {
-                    continue;
-                }
-            }
-            let mut value = sym.st_value(e);
-            if exec {
-                let ph = phdrs.iter().find(|p| {
-                    p.p_type(e) == elf::PT_LOAD
-                        && value >= p.p_vaddr(e)
-                        && value < p.p_vaddr(e).wrapping_add(p.p_memsz(e))
-                });
-                let Some(ph) = ph else { continue };
-                value = value.wrapping_sub(ph.p_vaddr(e).wrapping_sub(ph.p_offset(e)));
-            }
-            let Ok(name) = symtab.symbol_name(e, sym) else {
-                continue;
-            };
-            let size = sym.st_size(e);
-            syms.push(Symbol {
-                start: value,
-                end: value.wrapping_add(size),
-                name: String::from_utf8_lossy(name).into_owned(),
-                binding: sym.st_bind(),
-            });
-        }
-        // Sorted by start, ties in table order (perf's tree puts equal keys right).
-        syms.sort_by_key(|s| s.start);
-        fixup_end(&mut syms);
-        Some(SymbolTable {
-            syms: fixup_duplicate(syms),
-            plt: Vec::new(),
-        })
-    }
-
-    /// Adds `.plt` symbols from the runtime file.
-    fn add_plt(&mut self, hdr: &elf::FileHeader64<Endianness>, e: Endianness, data: &[u8]) {
-        self.plt = plt_symbols(hdr, e, data).unwrap_or_default();
-        self.plt.sort_by_key(|s| s.start);
-    }
 }
 
-/// perf's `symbols__fixup_end`.
-fn fixup_end(syms: &mut [Symbol]) {
-    for i in 1..syms.len() {
-        if syms[i - 1].end == syms[i - 1].start {
-            syms[i - 1].end = syms[i].start;
-        }
+/// The function symbols of a file as perf reads them, in table order.
+fn load_syms(
+    hdr: &elf::FileHeader64<Endianness>,
+    e: Endianness,
+    data: &[u8],
+) -> Option<Vec<Symbol>> {
+    let sections = hdr.sections(e, data).ok()?;
+    let exec = hdr.e_type(e) == elf::ET_EXEC;
+    let phdrs = hdr.program_headers(e, data).ok()?;
+    let mut symtab = sections.symbols(e, data, elf::SHT_SYMTAB).ok()?;
+    if symtab.is_empty() {
+        symtab = sections.symbols(e, data, elf::SHT_DYNSYM).ok()?;
     }
-    if let Some(last) = syms.last_mut() {
-        if last.end == last.start {
-            last.end = (last.start.div_ceil(4096) * 4096).wrapping_add(4096);
+    let mut syms = Vec::new();
+    for sym in symtab.iter() {
+        let st_type = sym.st_type();
+        let shndx = sym.st_shndx(e);
+        if sym.st_name(e) == 0 || shndx == elf::SHN_UNDEF {
+            continue;
         }
+        let is_func = st_type == elf::STT_FUNC || st_type == elf::STT_GNU_IFUNC;
+        let vis = sym.st_other() & 3;
+        let is_label = st_type == elf::STT_NOTYPE
+            && shndx != elf::SHN_ABS
+            && vis != elf::STV_HIDDEN
+            && vis != elf::STV_INTERNAL;
+        if !is_func && !is_label {
+            continue;
+        }
+        if is_label {
+            let Ok(sec) = sections.section(object::SectionIndex(usize::from(shndx))) else {
+                continue;
+            };
+            if sec.sh_flags(e) & u64::from(elf::SHF_EXECINSTR) == 0 {
+                continue;
+            }
+        }
+        let mut value = sym.st_value(e);
+        if exec {
+            let ph = phdrs.iter().find(|p| {
+                p.p_type(e) == elf::PT_LOAD
+                    && value >= p.p_vaddr(e)
+                    && value < p.p_vaddr(e).wrapping_add(p.p_memsz(e))
+            });
+            let Some(ph) = ph else { continue };
+            value = value.wrapping_sub(ph.p_vaddr(e).wrapping_sub(ph.p_offset(e)));
+        }
+        let Ok(name) = symtab.symbol_name(e, sym) else {
+            continue;
+        };
+        let size = sym.st_size(e);
+        syms.push(Symbol {
+            start: value,
+            end: value.wrapping_add(size),
+            name: String::from_utf8_lossy(name).into_owned(),
+            binding: sym.st_bind(),
+        });
     }
+    Some(syms)
 }
 
 fn underscores(s: &str) -> usize {
@@ -177,7 +271,9 @@ fn underscores(s: &str) -> usize {
 
 /// perf's `choose_best_symbol`: whether `a` wins over `b`.
 fn a_is_best(a: &Symbol, b: &Symbol) -> bool {
-    let (la, lb) = (a.end - a.start, b.end - b.start);
+    // perf compares the lengths as signed numbers.
+    let la = a.end.wrapping_sub(a.start) as i64;
+    let lb = b.end.wrapping_sub(b.start) as i64;
     if lb == 0 && la > 0 {
         return true;
     }
@@ -202,23 +298,11 @@ fn a_is_best(a: &Symbol, b: &Symbol) -> bool {
     if ua != ub {
         return ua < ub;
     }
-    a.name.len() >= b.name.len()
-}
-
-/// perf's `symbols__fixup_duplicate`.
-fn fixup_duplicate(syms: Vec<Symbol>) -> Vec<Symbol> {
-    let mut out: Vec<Symbol> = Vec::with_capacity(syms.len());
-    for s in syms {
-        match out.last_mut() {
-            Some(cur) if cur.start == s.start => {
-                if !a_is_best(cur, &s) {
-                    *cur = s;
-                }
-            }
-            _ => out.push(s),
-        }
+    if a.name.len() != b.name.len() {
+        return a.name.len() > b.name.len();
     }
-    out
+    // perf's x86 tie-break: not a kernel syscall alias.
+    !(a.name.starts_with("SyS") || a.name.starts_with("compat_SyS"))
 }
 
 /// perf's `dso__synthesize_plt_symbols`: `name@plt` for each `.rela.plt` entry, at
@@ -389,18 +473,18 @@ impl Symbols {
                 if !has_symtab(&m) {
                     continue;
                 }
-                let mut t = match ElfFile64::<Endianness>::parse(&*m) {
-                    Ok(f) => {
-                        SymbolTable::load_syms(f.elf_header(), f.endian(), &m).unwrap_or_default()
-                    }
+                let syms = match ElfFile64::<Endianness>::parse(&*m) {
+                    Ok(f) => load_syms(f.elf_header(), f.endian(), &m).unwrap_or_default(),
                     Err(_) => continue,
                 };
-                if let Some(r) = runtime.as_deref() {
-                    if let Ok(f) = ElfFile64::<Endianness>::parse(r) {
-                        t.add_plt(f.elf_header(), f.endian(), r);
-                    }
-                }
-                return t;
+                let plt = runtime
+                    .as_deref()
+                    .and_then(|r| {
+                        let f = ElfFile64::<Endianness>::parse(r).ok()?;
+                        plt_symbols(f.elf_header(), f.endian(), r)
+                    })
+                    .unwrap_or_default();
+                return SymbolTable::build(syms, plt);
             }
             runtime
                 .map(|m| SymbolTable::from_elf(&m))
@@ -424,21 +508,150 @@ mod tests {
 
     #[test]
     fn sizes_and_duplicates() {
-        let mut v = vec![
-            sym(0x10, 0x10, "a", elf::STB_GLOBAL),
+        let v = vec![
+            sym(0x40, 0x40, "c", elf::STB_LOCAL),
             sym(0x20, 0x30, "_b", elf::STB_GLOBAL),
+            sym(0x10, 0x10, "a", elf::STB_GLOBAL),
             sym(0x20, 0x30, "b", elf::STB_WEAK),
             sym(0x20, 0x30, "bb", elf::STB_GLOBAL),
-            sym(0x40, 0x40, "c", elf::STB_LOCAL),
         ];
-        fixup_end(&mut v);
-        let t = SymbolTable {
-            syms: fixup_duplicate(v),
-            plt: Vec::new(),
-        };
+        let t = SymbolTable::build(v, Vec::new());
+        assert_eq!(t.len(), 3);
         assert_eq!(t.find(0x18).unwrap().name, "a");
         assert_eq!(t.find(0x25).unwrap().name, "bb");
         assert!(t.find(0x35).is_none());
         assert_eq!(t.find(0x1fff).unwrap().name, "c");
+        assert!(t.find(0x2000).is_none());
+        let l = t.lookup(0x25);
+        assert_eq!((l.start, l.end), (0x20, 0x30));
+        assert_eq!(t.symbol(l.sym.unwrap()).name, "bb");
+        let l = t.lookup(0x35);
+        assert_eq!((l.sym, l.start, l.end), (None, 0x30, 0x40));
+    }
+
+    /// libm.so.6 (Debian 12): `_init` (size 0, at .init) is stretched over .plt
+    /// and .plt.got to the first .text symbol; the .plt entries are inserted after.
+    /// perf's search reaches the last .plt entry on its way to .plt.got's address,
+    /// goes right past its end and finds nothing: `[unknown]`, not `_init+0x220`.
+    #[test]
+    fn stretched_init_over_plt_is_found_as_perf_finds_it() {
+        let mut syms = vec![sym(0x10000, 0x10000, "_init", elf::STB_LOCAL)];
+        for (i, n) in ["deregister_tm_clones", "register_tm_clones", "frame_dummy"]
+            .iter()
+            .enumerate()
+        {
+            syms.push(sym(
+                0x10240 + 0x30 * i as u64,
+                0x10240 + 0x30 * i as u64,
+                n,
+                1,
+            ));
+        }
+        let plt: Vec<Symbol> = (0..31)
+            .map(|i| {
+                let s = 0x10030 + 0x10 * i;
+                sym(s, s + 0x10, &format!("f{i}@plt"), elf::STB_GLOBAL)
+            })
+            .collect();
+        let t = SymbolTable::build(syms, plt);
+        assert_eq!(t.find(0x10010).unwrap().name, "_init");
+        assert_eq!(t.find(0x10035).unwrap().name, "f0@plt");
+        assert_eq!(t.find(0x10215).unwrap().name, "f30@plt");
+        assert!(t.find(0x10220).is_none());
+        assert!(t.find(0x10228).is_none());
+        assert_eq!(t.find(0x10240).unwrap().name, "deregister_tm_clones");
+    }
+
+    /// A small xorshift generator for the randomized tests.
+    fn rng(seed: &mut u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    }
+
+    #[test]
+    fn tree_stays_balanced_through_inserts_and_erases() {
+        let mut seed = 0x1234_5678_9abc_def1;
+        for round in 0..200 {
+            let mut t = tree::Tree::new();
+            let n = 1 + round % 60;
+            let mut live = Vec::new();
+            for _ in 0..n {
+                let k = rng(&mut seed) % 40;
+                live.push(t.insert(k, k + 3));
+                t.check();
+            }
+            while !live.is_empty() {
+                let i = (rng(&mut seed) as usize) % live.len();
+                t.erase(live.swap_remove(i));
+                t.check();
+                let order = t.in_order();
+                assert_eq!(order.len(), live.len());
+                assert!(order.windows(2).all(|w| t.range(w[0]).0 <= t.range(w[1]).0));
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_is_the_tree_search_at_every_address() {
+        let mut seed = 0x0dd_c0ff_ee15_600d;
+        for _ in 0..300 {
+            let n = 1 + rng(&mut seed) % 25;
+            let syms: Vec<Symbol> = (0..n)
+                .map(|i| {
+                    let s = rng(&mut seed) % 200;
+                    let len = [0, 0, 1, 4, 16, 50][(rng(&mut seed) % 6) as usize];
+                    sym(s, s + len, &format!("s{i}"), (rng(&mut seed) % 3) as u8)
+                })
+                .collect();
+            let plt: Vec<Symbol> = (0..rng(&mut seed) % 6)
+                .map(|i| sym(100 + 8 * i, 108 + 8 * i, &format!("p{i}@plt"), 1))
+                .collect();
+            // The tree as perf builds it, searched address by address.
+            let t = SymbolTable::build(syms.clone(), plt.clone());
+            let mut tr = tree::Tree::new();
+            let mut all = syms;
+            for s in &all {
+                tr.insert(s.start, s.end);
+            }
+            let order = tr.in_order();
+            for w in order.windows(2) {
+                let (p, c) = (w[0] as usize, w[1] as usize);
+                if all[p].end == all[p].start {
+                    all[p].end = all[c].start;
+                    tr.set_end(p as u32, all[p].end);
+                }
+            }
+            let l = *order.last().unwrap() as usize;
+            if all[l].end == all[l].start {
+                all[l].end = all[l].start.div_ceil(4096) * 4096 + 4096;
+                tr.set_end(l as u32, all[l].end);
+            }
+            let mut i = 0;
+            while i < order.len() {
+                let mut keep = order[i];
+                let mut j = i + 1;
+                while j < order.len() && all[order[j] as usize].start == all[keep as usize].start {
+                    if a_is_best(&all[keep as usize], &all[order[j] as usize]) {
+                        tr.erase(order[j]);
+                    } else {
+                        tr.erase(keep);
+                        keep = order[j];
+                    }
+                    j += 1;
+                }
+                i = j;
+            }
+            for s in plt {
+                tr.insert(s.start, s.end);
+            }
+            for a in 0..4200 {
+                let want = tr.find(a);
+                let got = t.lookup(a);
+                assert_eq!(got.sym, want, "address {a}");
+                assert!(got.start <= a && a < got.end);
+            }
+        }
     }
 }
