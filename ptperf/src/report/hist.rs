@@ -1,0 +1,545 @@
+//! The histogram behind `ptperf report`: samples added up by (event, command,
+//! shared object, symbol), perf's finest rows, at a few nanoseconds a sample.
+//!
+//! A sample's row depends on its event, its thread's name and where its IP is.
+//! Consecutive samples nearly always share all three, so each is checked
+//! against the last sample's: the event and command by the name's identity, the
+//! place by the span of addresses that resolve the same way (one symbol, or one
+//! 1024-byte block of code perf names address by address, whose periods are
+//! added up in an array by address and turned into rows at the end). Only when
+//! the IP leaves that span is it looked up again, first in a direct-mapped cache
+//! of spans by 64-byte line, and only then resolved through the mappings and the
+//! symbol tables. Nothing is allocated per sample.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::rc::Rc;
+
+use pt_decoder::perf::Session;
+
+use crate::sample::{Kind, Sample};
+use crate::symbols::Symbols;
+
+/// A small multiplicative hasher for the integer keys of the slow paths (the
+/// rustc-hash idea: one rotate, xor and multiply per word).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_i32(&mut self, i: i32) {
+        self.write_u64(i as u32 as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A map with [`FxHasher`].
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// What a row's symbol column is: a symbol (its name and start), or an address
+/// perf has no symbol for (in the dso's address space when mapped, else the IP).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SymKey {
+    /// A symbol: its name, and its start in the dso.
+    Named(Rc<str>, u64),
+    /// No symbol: the address.
+    Addr(u64),
+}
+
+/// Where samples landed, as a report row sees it: the shared object's short name
+/// (`None`: outside any mapping) and the symbol.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Loc {
+    /// The shared object's short name.
+    pub dso: Option<Rc<str>>,
+    /// The symbol.
+    pub sym: SymKey,
+}
+
+/// One row: a command and a location of one event, and what landed there.
+#[derive(Clone, Copy, Debug)]
+pub struct Row {
+    /// The command ([`Hists::comm`]).
+    pub comm: u32,
+    /// The location ([`Hists::loc`]).
+    pub loc: u32,
+    /// Sum of the samples' periods.
+    pub period: u64,
+}
+
+/// One event's rows.
+#[derive(Debug)]
+pub struct Hist {
+    /// Which event.
+    pub kind: Kind,
+    /// Its rows (complete after [`Hists::finish`]).
+    pub rows: Vec<Row>,
+    /// Sum of all periods.
+    pub total: u64,
+    /// How many samples.
+    pub nr: u64,
+}
+
+/// No entry (in the `u32` tables).
+const NONE: u32 = u32::MAX;
+/// Bytes of a block of code whose addresses are named one by one.
+const BLOCK: u64 = 1024;
+/// Lines of the span cache (a power of two), and the line size's bits.
+const SPAN_SLOTS: usize = 1 << 12;
+const LINE_BITS: u32 = 6;
+
+/// Addresses `[lo, lo + len)` of one code image that resolve the same way, for
+/// one (event, command) pair: into `row`, or (`row` [`NONE`]) address by address
+/// into the periods of `blocks[block]`.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    code: u64,
+    pid: i32,
+    ctx: u32,
+    lo: u64,
+    len: u64,
+    row: u32,
+    block: u32,
+    base: u64,
+    /// `periods[first + ip - base]` is the IP's (when `row` is [`NONE`]).
+    first: usize,
+}
+
+/// Periods by address of [`BLOCK`] bytes of code perf names by address, for one
+/// (event, command) pair.
+struct Block {
+    hist: u32,
+    comm: u32,
+    ctx: u32,
+    /// The first address (a multiple of [`BLOCK`]).
+    base: u64,
+    /// The shared object ([`NONE`]: none) and what turns an IP into its address
+    /// there.
+    dso: u32,
+    bias: u64,
+    /// Where its periods start in [`Hists::periods`].
+    first: usize,
+}
+
+/// Where the addresses around one are, as [`Hists::resolve`] finds them.
+enum Place {
+    /// One location for all.
+    Loc(u32),
+    /// Named by address: the shared object ([`NONE`]: none) and the bias.
+    ByAddr(u32, u64),
+}
+
+/// The context of the last sample: event and command.
+#[derive(Clone, Copy)]
+struct Ctx {
+    kind: Kind,
+    /// The command name's address (names are borrowed from the session).
+    comm_ptr: *const u8,
+    comm_len: usize,
+    /// The (event, command) pair's number.
+    id: u32,
+    hist: u32,
+    comm: u32,
+}
+
+/// Samples added up into rows.
+pub struct Hists<'s, 'a> {
+    session: &'s Session<'a>,
+    symbols: Symbols,
+    /// Every mapping's first and last-plus-one address, sorted: between two
+    /// neighbours the set of mappings holding an address does not change.
+    cuts: Vec<u64>,
+    /// The histograms, by event in the order first seen.
+    pub hists: Vec<Hist>,
+    comms: Vec<Rc<str>>,
+    comm_ids: FxMap<Rc<str>, u32>,
+    /// (event, command) pairs by number.
+    ctx_ids: FxMap<(u32, u32), u32>,
+    locs: Vec<Loc>,
+    loc_ids: FxMap<Loc, u32>,
+    /// Shared objects' short names, by number and by recorded name.
+    dsos: Vec<Rc<str>>,
+    dso_ids: FxMap<String, u32>,
+    sym_names: FxMap<(usize, u32), Rc<str>>,
+    /// Rows by ((event, command) pair, location).
+    rows: FxMap<(u32, u32), u32>,
+    blocks: Vec<Block>,
+    /// The blocks' periods by address, one block after the other.
+    periods: Vec<u64>,
+    block_ids: FxMap<(u32, u64, i32, u64), u32>,
+    /// Addresses of samples of period 0 in blocks: (block, offset).
+    zero_hits: Vec<(u32, u32)>,
+    span: Span,
+    spans: Vec<Span>,
+    ctx: Ctx,
+}
+
+const EMPTY: Span = Span {
+    code: u64::MAX,
+    pid: i32::MIN,
+    ctx: NONE,
+    lo: 0,
+    len: 0,
+    row: NONE,
+    block: NONE,
+    base: 0,
+    first: 0,
+};
+
+impl<'s, 'a> Hists<'s, 'a> {
+    /// Empty histograms over `session`'s samples.
+    pub fn new(session: &'s Session<'a>) -> Self {
+        let mut cuts: Vec<u64> = session
+            .mappings()
+            .iter()
+            .flat_map(|m| [m.start, m.end()])
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        Hists {
+            session,
+            symbols: Symbols::new(),
+            cuts,
+            hists: Vec::new(),
+            comms: Vec::new(),
+            comm_ids: FxMap::default(),
+            ctx_ids: FxMap::default(),
+            locs: Vec::new(),
+            loc_ids: FxMap::default(),
+            dsos: Vec::new(),
+            dso_ids: FxMap::default(),
+            sym_names: FxMap::default(),
+            rows: FxMap::default(),
+            blocks: Vec::new(),
+            periods: Vec::new(),
+            block_ids: FxMap::default(),
+            zero_hits: Vec::new(),
+            span: EMPTY,
+            spans: vec![EMPTY; SPAN_SLOTS],
+            ctx: Ctx {
+                kind: Kind::Instructions,
+                comm_ptr: std::ptr::null(),
+                comm_len: usize::MAX,
+                id: NONE,
+                hist: NONE,
+                comm: NONE,
+            },
+        }
+    }
+
+    /// Command `id`'s name.
+    pub fn comm(&self, id: u32) -> &Rc<str> {
+        &self.comms[id as usize]
+    }
+
+    /// Location `id`.
+    pub fn loc(&self, id: u32) -> &Loc {
+        &self.locs[id as usize]
+    }
+
+    /// Adds sample `s` of the thread named `comm` (`None`: unknown).
+    #[inline]
+    pub fn add(&mut self, s: &Sample, comm: Option<&str>) {
+        let (cp, cl) = comm.map_or((std::ptr::null(), 0), |c| (c.as_ptr(), c.len()));
+        let c = self.ctx;
+        if c.kind != s.kind || c.comm_ptr != cp || c.comm_len != cl {
+            self.new_ctx(s.kind, comm);
+        }
+        let sp = &self.span;
+        let span = if sp.code == s.code && sp.pid == s.pid && s.ip.wrapping_sub(sp.lo) < sp.len {
+            *sp
+        } else {
+            self.find_span(s)
+        };
+        let h = &mut self.hists[self.ctx.hist as usize];
+        h.total += s.period;
+        h.nr += 1;
+        if span.row != NONE {
+            h.rows[span.row as usize].period += s.period;
+        } else {
+            let off = (s.ip - span.base) as usize;
+            self.periods[span.first + off] += s.period;
+            if s.period == 0 {
+                self.zero_hits.push((span.block, off as u32));
+            }
+        }
+    }
+
+    /// The location of `ip` of process `pid` running code image `code` at
+    /// `time` (for call chains; no row is made).
+    pub fn locate(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> u32 {
+        match self.resolve(code, pid, ip, time).1 {
+            Place::Loc(l) => l,
+            Place::ByAddr(dso, bias) => self.addr_loc(ip, dso, bias),
+        }
+    }
+
+    /// The span of `s`'s IP from the cache of spans, else resolved.
+    fn find_span(&mut self, s: &Sample) -> Span {
+        let slot = ((s.ip >> LINE_BITS) ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize
+            & (SPAN_SLOTS - 1);
+        let c = self.spans[slot];
+        let ctx = self.ctx;
+        let span = if c.ctx == ctx.id
+            && c.code == s.code
+            && c.pid == s.pid
+            && s.ip.wrapping_sub(c.lo) < c.len
+        {
+            c
+        } else {
+            let ((lo, hi), place) = self.resolve(s.code, s.pid, s.ip, s.time);
+            let mut span = Span {
+                code: s.code,
+                pid: s.pid,
+                ctx: ctx.id,
+                lo,
+                len: hi.wrapping_sub(lo),
+                row: NONE,
+                block: NONE,
+                base: 0,
+                first: 0,
+            };
+            match place {
+                Place::Loc(loc) => span.row = self.row_of(ctx, loc),
+                Place::ByAddr(dso, bias) => {
+                    // One block of them.
+                    let base = s.ip & !(BLOCK - 1);
+                    let lo = lo.max(base);
+                    let hi = hi.min(base.saturating_add(BLOCK));
+                    span.lo = lo;
+                    span.len = hi - lo;
+                    span.base = base;
+                    let key = (ctx.id, s.code, s.pid, base);
+                    span.block = match self.block_ids.get(&key) {
+                        Some(&b) => b,
+                        None => {
+                            self.blocks.push(Block {
+                                hist: ctx.hist,
+                                comm: ctx.comm,
+                                ctx: ctx.id,
+                                base,
+                                dso,
+                                bias,
+                                first: self.periods.len(),
+                            });
+                            self.periods.resize(self.periods.len() + BLOCK as usize, 0);
+                            let b = self.blocks.len() as u32 - 1;
+                            self.block_ids.insert(key, b);
+                            b
+                        }
+                    };
+                    span.first = self.blocks[span.block as usize].first;
+                }
+            }
+            self.spans[slot] = span;
+            span
+        };
+        self.span = span;
+        span
+    }
+
+    /// Where `ip` is, through the mappings and the symbol tables, and the span
+    /// of addresses around it that resolve the same way.
+    #[cold]
+    #[inline(never)]
+    fn resolve(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> ((u64, u64), Place) {
+        let _ = code;
+        let session = self.session;
+        // Between two cuts, the same mappings hold every address.
+        let i = self.cuts.partition_point(|&c| c <= ip);
+        let mut lo = i.checked_sub(1).map_or(0, |j| self.cuts[j]);
+        let mut hi = self.cuts.get(i).copied().unwrap_or(u64::MAX);
+        let m = session.mapping((pid >= 0).then_some(pid as u32), ip, time);
+        let Some(m) = m else {
+            return ((lo, hi), Place::ByAddr(NONE, 0));
+        };
+        let dso = match self.dso_ids.get(&m.filename) {
+            Some(&d) => d,
+            None => {
+                self.dsos.push(short(&m.filename).into());
+                let d = self.dsos.len() as u32 - 1;
+                self.dso_ids.insert(m.filename.clone(), d);
+                d
+            }
+        };
+        // IP to the dso's address: `ip - start + pgoff`.
+        let bias = m.pgoff.wrapping_sub(m.start);
+        let addr = ip.wrapping_add(bias);
+        let bid = m.build_id.filter(|b| b.len > 0);
+        let Ok(file) = session.code_file(m) else {
+            return ((lo, hi), Place::ByAddr(dso, bias));
+        };
+        let table = self
+            .symbols
+            .of_dso(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()));
+        let key = table as *const _ as usize;
+        let l = table.lookup(addr);
+        // The symbol's span, in IP space: as distances from the address, which
+        // lies in both.
+        let below = addr - l.start;
+        if below < ip - lo {
+            lo = ip - below;
+        }
+        let above = l.end.wrapping_sub(addr);
+        if l.end != u64::MAX && above < hi.wrapping_sub(ip) {
+            hi = ip + above;
+        }
+        let Some(id) = l.sym else {
+            return ((lo, hi), Place::ByAddr(dso, bias));
+        };
+        let sy = table.symbol(id);
+        let start = sy.start;
+        let name = match self.sym_names.get(&(key, id)) {
+            Some(n) => n.clone(),
+            None => {
+                let n: Rc<str> = sy.name.as_str().into();
+                self.sym_names.insert((key, id), n.clone());
+                n
+            }
+        };
+        let loc = self.intern_loc(Loc {
+            dso: Some(self.dsos[dso as usize].clone()),
+            sym: SymKey::Named(name, start),
+        });
+        ((lo, hi), Place::Loc(loc))
+    }
+
+    /// The location of `ip` named by its address.
+    fn addr_loc(&mut self, ip: u64, dso: u32, bias: u64) -> u32 {
+        let loc = if dso == NONE {
+            Loc {
+                dso: None,
+                sym: SymKey::Addr(ip),
+            }
+        } else {
+            Loc {
+                dso: Some(self.dsos[dso as usize].clone()),
+                sym: SymKey::Addr(ip.wrapping_add(bias)),
+            }
+        };
+        self.intern_loc(loc)
+    }
+
+    fn intern_loc(&mut self, loc: Loc) -> u32 {
+        if let Some(&l) = self.loc_ids.get(&loc) {
+            return l;
+        }
+        self.locs.push(loc.clone());
+        let l = self.locs.len() as u32 - 1;
+        self.loc_ids.insert(loc, l);
+        l
+    }
+
+    /// The row of `loc` in context `ctx` (made if new).
+    fn row_of(&mut self, ctx: Ctx, loc: u32) -> u32 {
+        let h = &mut self.hists[ctx.hist as usize];
+        *self.rows.entry((ctx.id, loc)).or_insert_with(|| {
+            h.rows.push(Row {
+                comm: ctx.comm,
+                loc,
+                period: 0,
+            });
+            h.rows.len() as u32 - 1
+        })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_ctx(&mut self, kind: Kind, comm: Option<&str>) {
+        let hist = match self.hists.iter().position(|h| h.kind == kind) {
+            Some(i) => i,
+            None => {
+                self.hists.push(Hist {
+                    kind,
+                    rows: Vec::new(),
+                    total: 0,
+                    nr: 0,
+                });
+                self.hists.len() - 1
+            }
+        } as u32;
+        let name = comm.unwrap_or(":-1");
+        let comm_id = match self.comm_ids.get(name) {
+            Some(&i) => i,
+            None => {
+                let r: Rc<str> = name.into();
+                self.comms.push(r.clone());
+                self.comm_ids.insert(r, self.comms.len() as u32 - 1);
+                self.comms.len() as u32 - 1
+            }
+        };
+        let n = self.ctx_ids.len() as u32;
+        let id = *self.ctx_ids.entry((hist, comm_id)).or_insert(n);
+        let (cp, cl) = comm.map_or((std::ptr::null(), 0), |c| (c.as_ptr(), c.len()));
+        self.ctx = Ctx {
+            kind,
+            comm_ptr: cp,
+            comm_len: cl,
+            id,
+            hist,
+            comm: comm_id,
+        };
+        // The last span's row belongs to the last pair.
+        self.span = EMPTY;
+    }
+
+    /// Turns the periods by address into rows: call once all samples are in.
+    pub fn finish(&mut self) {
+        let mut hit = vec![Vec::new(); self.blocks.len()];
+        for &(b, off) in &self.zero_hits {
+            hit[b as usize].push(off);
+        }
+        let all = std::mem::take(&mut self.periods);
+        for (bi, b) in std::mem::take(&mut self.blocks).into_iter().enumerate() {
+            let ctx = Ctx {
+                kind: Kind::Instructions,
+                comm_ptr: std::ptr::null(),
+                comm_len: 0,
+                id: b.ctx,
+                hist: b.hist,
+                comm: b.comm,
+            };
+            let periods = &all[b.first..b.first + BLOCK as usize];
+            for (off, &p) in periods.iter().enumerate() {
+                if p == 0 && !hit[bi].contains(&(off as u32)) {
+                    continue;
+                }
+                let loc = self.addr_loc(b.base + off as u64, b.dso, b.bias);
+                let row = self.row_of(ctx, loc);
+                self.hists[b.hist as usize].rows[row as usize].period += p;
+            }
+        }
+        self.block_ids.clear();
+        self.zero_hits.clear();
+        self.spans.fill(EMPTY);
+        self.span = EMPTY;
+    }
+}
+
+/// A dso's short name (its file name; `[vdso]` and the like as they are).
+pub fn short(dso: &str) -> &str {
+    if dso.starts_with('[') {
+        return dso;
+    }
+    dso.rsplit('/').next().unwrap_or(dso)
+}
