@@ -192,6 +192,9 @@ pub struct Hists<'s, 'a> {
     span: Span,
     spans: Vec<Span>,
     ctx: Ctx,
+    /// The current event's period and sample count since its last change.
+    total: u64,
+    nr: u64,
 }
 
 const EMPTY: Span = Span {
@@ -244,6 +247,8 @@ impl<'s, 'a> Hists<'s, 'a> {
                 hist: NONE,
                 comm: NONE,
             },
+            total: 0,
+            nr: 0,
         }
     }
 
@@ -258,7 +263,7 @@ impl<'s, 'a> Hists<'s, 'a> {
     }
 
     /// Adds sample `s` of the thread named `comm` (`None`: unknown).
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, s: &Sample, comm: Option<&str>) {
         let (cp, cl) = comm.map_or((std::ptr::null(), 0), |c| (c.as_ptr(), c.len()));
         let c = self.ctx;
@@ -271,11 +276,10 @@ impl<'s, 'a> Hists<'s, 'a> {
         } else {
             self.find_span(s)
         };
-        let h = &mut self.hists[self.ctx.hist as usize];
-        h.total += s.period;
-        h.nr += 1;
+        self.total += s.period;
+        self.nr += 1;
         if span.row != NONE {
-            h.rows[span.row as usize].period += s.period;
+            self.hists[self.ctx.hist as usize].rows[span.row as usize].period += s.period;
         } else {
             let off = (s.ip - span.base) as usize;
             self.periods[span.first + off] += s.period;
@@ -286,7 +290,7 @@ impl<'s, 'a> Hists<'s, 'a> {
     }
 
     /// The location of `ip` of process `pid` running code image `code` at
-    /// `time` (for call chains; no row is made).
+    /// `time`, as a sample's row names it (no row is made).
     pub fn locate(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> u32 {
         match self.resolve(code, pid, ip, time).1 {
             Place::Loc(l) => l,
@@ -294,7 +298,32 @@ impl<'s, 'a> Hists<'s, 'a> {
         }
     }
 
+    /// The location of call chain entry `ip` as perf's cumulative entries name
+    /// it: as [`Self::locate`], except that an address without a symbol is the
+    /// IP itself, not its address in the dso (perf takes the chain node's IP).
+    pub fn locate_in_chain(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> u32 {
+        match self.resolve(code, pid, ip, time).1 {
+            Place::Loc(l) => l,
+            Place::ByAddr(dso, _) => self.addr_loc(ip, dso, 0),
+        }
+    }
+
+    /// The number of the command named `comm` (`None`: unknown, `:-1`).
+    pub fn comm_id(&mut self, comm: Option<&str>) -> u32 {
+        let name = comm.unwrap_or(":-1");
+        match self.comm_ids.get(name) {
+            Some(&i) => i,
+            None => {
+                let r: Rc<str> = name.into();
+                self.comms.push(r.clone());
+                self.comm_ids.insert(r, self.comms.len() as u32 - 1);
+                self.comms.len() as u32 - 1
+            }
+        }
+    }
+
     /// The span of `s`'s IP from the cache of spans, else resolved.
+    #[inline(never)]
     fn find_span(&mut self, s: &Sample) -> Span {
         let slot = ((s.ip >> LINE_BITS) ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize
             & (SPAN_SLOTS - 1);
@@ -463,9 +492,18 @@ impl<'s, 'a> Hists<'s, 'a> {
         })
     }
 
+    /// Adds the running totals to the current event's.
+    fn flush_totals(&mut self) {
+        if let Some(h) = self.hists.get_mut(self.ctx.hist as usize) {
+            h.total += std::mem::take(&mut self.total);
+            h.nr += std::mem::take(&mut self.nr);
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn new_ctx(&mut self, kind: Kind, comm: Option<&str>) {
+        self.flush_totals();
         let hist = match self.hists.iter().position(|h| h.kind == kind) {
             Some(i) => i,
             None => {
@@ -478,16 +516,7 @@ impl<'s, 'a> Hists<'s, 'a> {
                 self.hists.len() - 1
             }
         } as u32;
-        let name = comm.unwrap_or(":-1");
-        let comm_id = match self.comm_ids.get(name) {
-            Some(&i) => i,
-            None => {
-                let r: Rc<str> = name.into();
-                self.comms.push(r.clone());
-                self.comm_ids.insert(r, self.comms.len() as u32 - 1);
-                self.comms.len() as u32 - 1
-            }
-        };
+        let comm_id = self.comm_id(comm);
         let n = self.ctx_ids.len() as u32;
         let id = *self.ctx_ids.entry((hist, comm_id)).or_insert(n);
         let (cp, cl) = comm.map_or((std::ptr::null(), 0), |c| (c.as_ptr(), c.len()));
@@ -505,6 +534,7 @@ impl<'s, 'a> Hists<'s, 'a> {
 
     /// Turns the periods by address into rows: call once all samples are in.
     pub fn finish(&mut self) {
+        self.flush_totals();
         let mut hit = vec![Vec::new(); self.blocks.len()];
         for &(b, off) in &self.zero_hits {
             hit[b as usize].push(off);

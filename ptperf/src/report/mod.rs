@@ -30,7 +30,8 @@ pub struct Args {
     /// input file name
     #[arg(short = 'i', long = "input", default_value = "perf.data")]
     pub input: String,
-    /// Instruction Tracing options (default: i1i)
+    /// Instruction Tracing options (default as perf report's: instructions every
+    /// 100us with call chains, and the other events)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
     pub itrace: Option<String>,
     /// sort by key(s): comm, dso, sym (in any order, comma separated)
@@ -39,14 +40,24 @@ pub struct Args {
     /// Use the stdio interface (the only one)
     #[arg(long = "stdio")]
     pub stdio: bool,
-    /// Call chains (needs --itrace=...g; printed with --folded)
+    /// Call graph display (`none`: no graph, children are self); needs call
+    /// chains (--itrace=...g, or no --itrace). The graph lines perf prints below
+    /// each entry are not printed.
     #[arg(short = 'g', long = "call-graph", num_args = 0..=1, default_missing_value = "")]
     pub call_graph: Option<String>,
+    /// Accumulate callers' entries from their callees' samples (the default with
+    /// call chains)
+    #[arg(long = "children", overrides_with = "no_children")]
+    pub children: bool,
+    /// Self overhead only
+    #[arg(long = "no-children", overrides_with = "children")]
+    pub no_children: bool,
     /// Folded stacks (comm;outer;...;inner count), one line each, for flame graphs
     #[arg(long = "folded")]
     pub folded: bool,
 }
 
+mod children;
 mod hist;
 mod table;
 
@@ -80,15 +91,22 @@ fn run(a: &Args) -> Result<(), String> {
     if keys.is_empty() {
         return Err("Error: no --sort keys".into());
     }
-    let mut opts = SynthOpts::default();
-    match a.itrace.as_deref() {
-        None | Some("") => opts.parse_into("i1i").map_err(|e| e.to_string())?,
-        Some(s) => opts.parse_into(s).map_err(|e| e.to_string())?,
-    }
+    let opts = synth_opts(a.itrace.as_deref())?;
+    let mut opts = opts;
+    // perf's call graph modes: only `none` changes what the table holds.
+    let graph = match a.call_graph.as_deref() {
+        None | Some("") => true,
+        Some(g) => graph_mode(g)?,
+    };
     if a.call_graph.is_some() && !opts.callchain {
+        return Err("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?".into());
+    }
+    if a.folded && !opts.callchain {
         opts.callchain = true;
         opts.callchain_sz = crate::itrace::DEFAULT_CALLCHAIN_SZ;
     }
+    let children = opts.callchain && !a.no_children && !a.folded;
+    let layout = table::Layout { children, graph };
     let file =
         MappedFile::open(&a.input).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
     let perf = file
@@ -114,22 +132,22 @@ fn run(a: &Args) -> Result<(), String> {
     let mut hists = Hists::new(&session);
     let mut last_comm: ((i32, Option<u64>), Option<&str>) = ((i32::MIN, None), None);
     let mut folded: FxMap<String, u64> = FxMap::default();
+    let mut acc = children::Children::new(&keys, graph);
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
-    let _ = synth.run(&mut |e: Event<'_>| -> Flow {
-        let Event::Sample(s, st) = e else {
-            return Flow::Continue(());
-        };
+    let mut comm_of = |s: &crate::sample::Sample| {
         // Most samples are the last one's thread at the last one's time.
-        let comm = if (s.tid, s.time) == last_comm.0 {
-            last_comm.1
-        } else {
-            let c = printer.comm(s.tid, s.time);
-            last_comm = ((s.tid, s.time), c);
-            c
-        };
-        if a.folded {
-            let mut line = String::from(comm.unwrap_or(":-1"));
+        if (s.tid, s.time) != last_comm.0 {
+            last_comm = ((s.tid, s.time), printer.comm(s.tid, s.time));
+        }
+        last_comm.1
+    };
+    if a.folded {
+        let _ = synth.run(&mut |e: Event<'_>| -> Flow {
+            let Event::Sample(s, st) = e else {
+                return Flow::Continue(());
+            };
+            let mut line = String::from(comm_of(s).unwrap_or(":-1"));
             let chain: &[u64] = if st.callchain.is_empty() {
                 std::slice::from_ref(&s.ip)
             } else {
@@ -150,11 +168,24 @@ fn run(a: &Args) -> Result<(), String> {
                 }
             }
             *folded.entry(line).or_default() += s.period;
-            return Flow::Continue(());
-        }
-        hists.add(s, comm);
-        Flow::Continue(())
-    });
+            Flow::Continue(())
+        });
+    } else if children {
+        let _ = synth.run(&mut |e: Event<'_>| -> Flow {
+            if let Event::Sample(s, st) = e {
+                let comm = comm_of(s);
+                acc.add(&mut hists, s, comm, &st.callchain);
+            }
+            Flow::Continue(())
+        });
+    } else {
+        let _ = synth.run(&mut |e: Event<'_>| -> Flow {
+            if let Event::Sample(s, _) = e {
+                hists.add(s, comm_of(s));
+            }
+            Flow::Continue(())
+        });
+    }
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -169,17 +200,67 @@ fn run(a: &Args) -> Result<(), String> {
         }
         return Ok(());
     }
-    table::write(&mut out, &hists, &names, &keys);
+    let tables = if children {
+        acc.tables(&hists)
+    } else {
+        table::of_hists(&hists, &keys)
+    };
+    table::write(&mut out, tables, &names, &keys, layout);
     Ok(())
 }
 
-/// perf's sample count in the header (`123K`).
-fn samples(n: u64) -> String {
-    if n >= 1_000_000 {
-        format!("{}M", n / 1_000_000)
-    } else if n >= 1000 {
-        format!("{}K", n / 1000)
-    } else {
-        n.to_string()
+/// The synthesis options of `--itrace` (`None`: absent) as perf report takes
+/// them: absent, perf's defaults with instructions and call chains instead of
+/// branches; empty, perf's defaults.
+fn synth_opts(itrace: Option<&str>) -> Result<SynthOpts, String> {
+    Ok(match itrace {
+        None => {
+            let mut o = SynthOpts {
+                set: true,
+                ..SynthOpts::default_for(false)
+            };
+            o.branches = false;
+            o.callchain = true;
+            o.add_callchain = true;
+            o
+        }
+        Some("") => SynthOpts {
+            set: true,
+            ..SynthOpts::default_for(false)
+        },
+        Some(s) => {
+            let mut o = SynthOpts::default();
+            o.parse_into(s).map_err(|e| e.to_string())?;
+            o
+        }
+    })
+}
+
+/// Whether `-g`'s value leaves the call graph on (`none` turns it off); perf's
+/// error for what it does not know.
+fn graph_mode(g: &str) -> Result<bool, String> {
+    let mut on = true;
+    for t in g.split(',') {
+        match t {
+            "none" => on = false,
+            "graph" | "flat" | "fractal" | "folded" | "caller" | "callee" | "function"
+            | "address" | "branch" | "percent" | "period" | "count" => {}
+            _ if t.parse::<f64>().is_ok() => {}
+            _ => return Err(format!("Invalid callchain mode: {t}")),
+        }
     }
+    Ok(on)
+}
+
+/// perf's sample count in the header (`convert_unit`: `276 `, `34K`, `48M`).
+fn samples(n: u64) -> String {
+    let mut v = n;
+    let mut unit = ' ';
+    for u in ['K', 'M', 'G'] {
+        if v > 1000 {
+            v /= 1000;
+            unit = u;
+        }
+    }
+    format!("{v}{unit}")
 }

@@ -1,5 +1,5 @@
-//! perf report's `--stdio` table of [`Hists`]: a header per event, then one
-//! line per row of the sort keys, by overhead.
+//! perf report's `--stdio` table: a header per event, then one line per entry
+//! of the sort keys, by overhead (and, with call chains, by children first).
 
 use std::cmp::Ordering;
 use std::io::Write;
@@ -9,10 +9,11 @@ use super::hist::{FxMap, Hists, Loc, SymKey};
 use super::{samples, SortKey};
 use crate::sample::Kind;
 
-/// A row as the sort keys see it: the columns they compare.
+/// A row as the sort keys see it: the columns they compare (perf's
+/// `hist_entry__cmp`). Entries with equal keys are one.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct Key {
-    comm: Option<Rc<str>>,
+pub(super) struct Key {
+    comm: Option<u32>,
     /// `Some(None)`: the dso column, outside any mapping.
     dso: Option<Option<Rc<str>>>,
     sym: Option<SymCol>,
@@ -26,70 +27,129 @@ enum SymCol {
     Addr(u64),
 }
 
-/// One printed row.
-struct Line<'h> {
-    key: Key,
-    comm: &'h Rc<str>,
-    loc: &'h Loc,
-    period: u64,
+impl Key {
+    /// The key of command `comm` at `loc` under `keys`.
+    pub(super) fn of(keys: &[SortKey], comm: u32, loc: &Loc) -> Key {
+        let has = |k: SortKey| keys.contains(&k);
+        Key {
+            comm: has(SortKey::Comm).then_some(comm),
+            dso: has(SortKey::Dso).then(|| loc.dso.clone()),
+            sym: has(SortKey::Sym).then(|| match &loc.sym {
+                SymKey::Named(n, start) => SymCol::Named(
+                    (!has(SortKey::Dso)).then(|| loc.dso.clone()).flatten(),
+                    *start,
+                    n.clone(),
+                ),
+                SymKey::Addr(a) => SymCol::Addr(*a),
+            }),
+        }
+    }
 }
 
-/// Writes the table of every event, in `names`' order (perf's).
+/// One entry of a table.
+pub(super) struct Entry<'h> {
+    pub comm: &'h Rc<str>,
+    pub loc: &'h Loc,
+    /// Self period.
+    pub period: u64,
+    /// Children period (the entry's and its callees').
+    pub acc: u64,
+    /// The longest call chain from the entry to a sample's IP (perf's
+    /// `max_depth` of its call chains).
+    pub depth: u32,
+    /// The thread that made it (pid, tid).
+    pub thread: (i32, i32),
+}
+
+/// One event's entries.
+pub(super) struct Table<'h> {
+    pub kind: Kind,
+    pub total: u64,
+    pub nr: u64,
+    pub entries: Vec<Entry<'h>>,
+}
+
+/// How the table is laid out.
+#[derive(Clone, Copy)]
+pub(super) struct Layout {
+    /// The Children column (perf's cumulative mode).
+    pub children: bool,
+    /// Call graphs are on: entries of equal children of one thread go caller
+    /// first.
+    pub graph: bool,
+}
+
+/// The tables of `hists`' rows, merged by `keys`.
+pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>> {
+    let mut tables = Vec::new();
+    for h in &hists.hists {
+        let mut entries: Vec<Entry> = Vec::with_capacity(h.rows.len());
+        let mut index: FxMap<Key, usize> = FxMap::default();
+        for r in &h.rows {
+            let loc = hists.loc(r.loc);
+            let key = Key::of(keys, r.comm, loc);
+            match index.get(&key) {
+                Some(&j) => {
+                    entries[j].period += r.period;
+                    entries[j].acc += r.period;
+                }
+                None => {
+                    index.insert(key, entries.len());
+                    entries.push(Entry {
+                        comm: hists.comm(r.comm),
+                        loc,
+                        period: r.period,
+                        acc: r.period,
+                        depth: 0,
+                        thread: (0, 0),
+                    });
+                }
+            }
+        }
+        tables.push(Table {
+            kind: h.kind,
+            total: h.total,
+            nr: h.nr,
+            entries,
+        });
+    }
+    tables
+}
+
+/// Writes every event's table, in `names`' order (perf's).
 pub(super) fn write(
     out: &mut impl Write,
-    hists: &Hists,
+    mut tables: Vec<Table>,
     names: &[(Kind, String)],
     keys: &[SortKey],
+    layout: Layout,
 ) {
     let _ = writeln!(
         out,
         "# To display the perf.data header info, please use --header/--header-only options.\n#"
     );
-    let mut order: Vec<usize> = (0..hists.hists.len()).collect();
-    order.sort_by_key(|&i| names.iter().position(|(k, _)| *k == hists.hists[i].kind));
-    for i in order {
-        let h = &hists.hists[i];
+    let _ = writeln!(out, "#\n# Total Lost Samples: 0\n#");
+    tables.sort_by_key(|t| names.iter().position(|(k, _)| *k == t.kind));
+    for t in &mut tables {
         let name = names
             .iter()
-            .find(|(k, _)| *k == h.kind)
-            .map_or(h.kind.name().to_string(), |(_, n)| n.clone());
-        let _ = writeln!(out, "#\n# Total Lost Samples: 0\n#");
-        let _ = writeln!(out, "# Samples: {} of event '{name}'", samples(h.nr));
-        let _ = writeln!(out, "# Event count (approx.): {}\n#", h.total);
-        // Rows the sort keys do not tell apart are one.
-        let has = |k: SortKey| keys.contains(&k);
-        let mut lines: Vec<Line> = Vec::with_capacity(h.rows.len());
-        let mut index: FxMap<Key, usize> = FxMap::default();
-        for r in &h.rows {
-            let comm = hists.comm(r.comm);
-            let loc = hists.loc(r.loc);
-            let key = Key {
-                comm: has(SortKey::Comm).then(|| comm.clone()),
-                dso: has(SortKey::Dso).then(|| loc.dso.clone()),
-                sym: has(SortKey::Sym).then(|| match &loc.sym {
-                    SymKey::Named(n, start) => SymCol::Named(
-                        (!has(SortKey::Dso)).then(|| loc.dso.clone()).flatten(),
-                        *start,
-                        n.clone(),
-                    ),
-                    SymKey::Addr(a) => SymCol::Addr(*a),
-                }),
-            };
-            match index.get(&key) {
-                Some(&j) => lines[j].period += r.period,
-                None => {
-                    index.insert(key.clone(), lines.len());
-                    lines.push(Line {
-                        key,
-                        comm,
-                        loc,
-                        period: r.period,
-                    });
+            .find(|(k, _)| *k == t.kind)
+            .map_or(t.kind.name().to_string(), |(_, n)| n.clone());
+        let _ = writeln!(out, "# Samples: {} of event '{name}'", samples(t.nr));
+        let _ = writeln!(out, "# Event count (approx.): {}\n#", t.total);
+        let lines = &mut t.entries;
+        lines.sort_by(|a, b| {
+            let mut o = Ordering::Equal;
+            if layout.children {
+                o = b.acc.cmp(&a.acc);
+                if o.is_eq() && layout.graph && a.thread == b.thread {
+                    o = b.depth.cmp(&a.depth);
                 }
             }
-        }
-        lines.sort_by(|a, b| b.period.cmp(&a.period).then_with(|| compare(a, b, keys)));
-        let col = |l: &Line, key: SortKey| -> String {
+            o.then_with(|| b.period.cmp(&a.period))
+                .then_with(|| compare(a, b, keys))
+        });
+        let col = |l: &Entry, key: SortKey| -> String {
             match key {
                 SortKey::Comm => l.comm.to_string(),
                 SortKey::Dso => l.loc.dso.as_deref().unwrap_or("[unknown]").to_string(),
@@ -126,23 +186,38 @@ pub(super) fn write(
                 }
             })
             .collect();
-        let mut h1 = String::from("# Overhead");
-        let mut h2 = String::from("# ........");
+        let (mut h1, mut h2) = if layout.children {
+            (
+                String::from("# Children      Self"),
+                String::from("# ........  ........"),
+            )
+        } else {
+            (String::from("# Overhead"), String::from("# ........"))
+        };
         for (i, &key) in keys.iter().enumerate() {
             h1.push_str(&format!("  {:<w$}", header(key), w = widths[i]));
             h2.push_str(&format!("  {}", ".".repeat(widths[i])));
         }
         let _ = writeln!(out, "{h1}\n{h2}\n#");
-        for l in &lines {
-            let pct = if h.total == 0 {
+        let pct = |p: u64| {
+            let v = if t.total == 0 {
                 0.0
             } else {
-                100.0 * l.period as f64 / h.total as f64
+                100.0 * p as f64 / t.total as f64
             };
-            let mut line = format!("  {:>8}", format!("{pct:.2}%"));
+            format!("{:>8}", format!("{v:.2}%"))
+        };
+        for l in lines.iter() {
+            let mut line = String::from("  ");
+            if layout.children {
+                line.push_str(&pct(l.acc));
+                line.push_str("  ");
+            }
+            line.push_str(&pct(l.period));
+            // perf pads the command and dso columns, not the symbol.
             for (i, &key) in keys.iter().enumerate() {
                 let c = col(l, key);
-                if i + 1 == keys.len() {
+                if key == SortKey::Sym {
                     line.push_str(&format!("  {c}"));
                 } else {
                     line.push_str(&format!("  {c:<w$}", w = widths[i]));
@@ -154,8 +229,8 @@ pub(super) fn write(
     }
 }
 
-/// perf's order of rows of equal overhead: by the sort keys in turn.
-fn compare(a: &Line, b: &Line, keys: &[SortKey]) -> Ordering {
+/// perf's order of entries of equal overhead: by the sort keys in turn.
+fn compare(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
     for k in keys {
         let o = match k {
             SortKey::Comm => a.comm.cmp(b.comm),
@@ -176,6 +251,5 @@ fn compare(a: &Line, b: &Line, keys: &[SortKey]) -> Ordering {
             return o;
         }
     }
-    let _ = (&a.key, &b.key);
     Ordering::Equal
 }
