@@ -92,7 +92,7 @@ pub struct Row {
 pub struct Hist {
     /// Which event.
     pub kind: Kind,
-    /// Its rows (complete after [`Hists::finish`]).
+    /// Its rows (after [`Hists::finish`]).
     pub rows: Vec<Row>,
     /// Sum of all periods.
     pub total: u64,
@@ -109,20 +109,18 @@ const SPAN_SLOTS: usize = 1 << 12;
 const LINE_BITS: u32 = 6;
 
 /// Addresses `[lo, lo + len)` of one code image that resolve the same way, for
-/// one (event, command) pair: into `row`, or (`row` [`NONE`]) address by address
-/// into the periods of `blocks[block]`.
+/// one (event, command) pair: into row `row`, or (`row` [`NONE`]) address by
+/// address into `periods[ip + index]` (`index` wraps: the block's first period's
+/// index minus its first address).
 #[derive(Clone, Copy, Debug)]
 struct Span {
     code: u64,
     pid: i32,
     ctx: u32,
+    row: u32,
     lo: u64,
     len: u64,
-    row: u32,
-    block: u32,
-    base: u64,
-    /// `periods[first + ip - base]` is the IP's (when `row` is [`NONE`]).
-    first: usize,
+    index: u64,
 }
 
 /// Periods by address of [`BLOCK`] bytes of code perf names by address, for one
@@ -181,14 +179,17 @@ pub struct Hists<'s, 'a> {
     dsos: Vec<Rc<str>>,
     dso_ids: FxMap<String, u32>,
     sym_names: FxMap<(usize, u32), Rc<str>>,
-    /// Rows by ((event, command) pair, location).
+    /// Rows by ((event, command) pair, location), numbered across events.
     rows: FxMap<(u32, u32), u32>,
+    /// By row: (event, command, location), and the sum of its periods.
+    row_info: Vec<(u32, u32, u32)>,
+    row_periods: Vec<u64>,
     blocks: Vec<Block>,
     /// The blocks' periods by address, one block after the other.
     periods: Vec<u64>,
     block_ids: FxMap<(u32, u64, i32, u64), u32>,
-    /// Addresses of samples of period 0 in blocks: (block, offset).
-    zero_hits: Vec<(u32, u32)>,
+    /// Where in `periods` samples of period 0 landed.
+    zero_hits: Vec<usize>,
     span: Span,
     spans: Vec<Span>,
     ctx: Ctx,
@@ -201,12 +202,10 @@ const EMPTY: Span = Span {
     code: u64::MAX,
     pid: i32::MIN,
     ctx: NONE,
+    row: NONE,
     lo: 0,
     len: 0,
-    row: NONE,
-    block: NONE,
-    base: 0,
-    first: 0,
+    index: 0,
 };
 
 impl<'s, 'a> Hists<'s, 'a> {
@@ -233,6 +232,8 @@ impl<'s, 'a> Hists<'s, 'a> {
             dso_ids: FxMap::default(),
             sym_names: FxMap::default(),
             rows: FxMap::default(),
+            row_info: Vec::new(),
+            row_periods: Vec::new(),
             blocks: Vec::new(),
             periods: Vec::new(),
             block_ids: FxMap::default(),
@@ -271,20 +272,19 @@ impl<'s, 'a> Hists<'s, 'a> {
             self.new_ctx(s.kind, comm);
         }
         let sp = &self.span;
-        let span = if sp.code == s.code && sp.pid == s.pid && s.ip.wrapping_sub(sp.lo) < sp.len {
-            *sp
-        } else {
-            self.find_span(s)
-        };
+        if !(sp.code == s.code && sp.pid == s.pid && s.ip.wrapping_sub(sp.lo) < sp.len) {
+            self.find_span(s);
+        }
         self.total += s.period;
         self.nr += 1;
-        if span.row != NONE {
-            self.hists[self.ctx.hist as usize].rows[span.row as usize].period += s.period;
+        let sp = &self.span;
+        if sp.row != NONE {
+            self.row_periods[sp.row as usize] += s.period;
         } else {
-            let off = (s.ip - span.base) as usize;
-            self.periods[span.first + off] += s.period;
+            let i = s.ip.wrapping_add(sp.index) as usize;
+            self.periods[i] += s.period;
             if s.period == 0 {
-                self.zero_hits.push((span.block, off as u32));
+                self.zero_hits.push(i);
             }
         }
     }
@@ -322,69 +322,62 @@ impl<'s, 'a> Hists<'s, 'a> {
         }
     }
 
-    /// The span of `s`'s IP from the cache of spans, else resolved.
+    /// Makes the span of `s`'s IP the last one: from the cache of spans, else
+    /// resolved.
     #[inline(never)]
-    fn find_span(&mut self, s: &Sample) -> Span {
+    fn find_span(&mut self, s: &Sample) {
         let slot = ((s.ip >> LINE_BITS) ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize
             & (SPAN_SLOTS - 1);
         let c = self.spans[slot];
         let ctx = self.ctx;
-        let span = if c.ctx == ctx.id
-            && c.code == s.code
-            && c.pid == s.pid
-            && s.ip.wrapping_sub(c.lo) < c.len
+        if c.ctx == ctx.id && c.code == s.code && c.pid == s.pid && s.ip.wrapping_sub(c.lo) < c.len
         {
-            c
-        } else {
-            let ((lo, hi), place) = self.resolve(s.code, s.pid, s.ip, s.time);
-            let mut span = Span {
-                code: s.code,
-                pid: s.pid,
-                ctx: ctx.id,
-                lo,
-                len: hi.wrapping_sub(lo),
-                row: NONE,
-                block: NONE,
-                base: 0,
-                first: 0,
-            };
-            match place {
-                Place::Loc(loc) => span.row = self.row_of(ctx, loc),
-                Place::ByAddr(dso, bias) => {
-                    // One block of them.
-                    let base = s.ip & !(BLOCK - 1);
-                    let lo = lo.max(base);
-                    let hi = hi.min(base.saturating_add(BLOCK));
-                    span.lo = lo;
-                    span.len = hi - lo;
-                    span.base = base;
-                    let key = (ctx.id, s.code, s.pid, base);
-                    span.block = match self.block_ids.get(&key) {
-                        Some(&b) => b,
-                        None => {
-                            self.blocks.push(Block {
-                                hist: ctx.hist,
-                                comm: ctx.comm,
-                                ctx: ctx.id,
-                                base,
-                                dso,
-                                bias,
-                                first: self.periods.len(),
-                            });
-                            self.periods.resize(self.periods.len() + BLOCK as usize, 0);
-                            let b = self.blocks.len() as u32 - 1;
-                            self.block_ids.insert(key, b);
-                            b
-                        }
-                    };
-                    span.first = self.blocks[span.block as usize].first;
-                }
-            }
-            self.spans[slot] = span;
-            span
+            self.span = c;
+            return;
+        }
+        let ((lo, hi), place) = self.resolve(s.code, s.pid, s.ip, s.time);
+        let mut span = Span {
+            code: s.code,
+            pid: s.pid,
+            ctx: ctx.id,
+            row: NONE,
+            lo,
+            len: hi.wrapping_sub(lo),
+            index: 0,
         };
+        match place {
+            Place::Loc(loc) => span.row = self.row_of(ctx.hist, ctx.id, ctx.comm, loc),
+            Place::ByAddr(dso, bias) => {
+                // One block of them.
+                let base = s.ip & !(BLOCK - 1);
+                let lo = lo.max(base);
+                let hi = hi.min(base.saturating_add(BLOCK));
+                span.lo = lo;
+                span.len = hi - lo;
+                let key = (ctx.id, s.code, s.pid, base);
+                let b = match self.block_ids.get(&key) {
+                    Some(&b) => b,
+                    None => {
+                        self.blocks.push(Block {
+                            hist: ctx.hist,
+                            comm: ctx.comm,
+                            ctx: ctx.id,
+                            base,
+                            dso,
+                            bias,
+                            first: self.periods.len(),
+                        });
+                        self.periods.resize(self.periods.len() + BLOCK as usize, 0);
+                        let b = self.blocks.len() as u32 - 1;
+                        self.block_ids.insert(key, b);
+                        b
+                    }
+                };
+                span.index = (self.blocks[b as usize].first as u64).wrapping_sub(base);
+            }
+        }
+        self.spans[slot] = span;
         self.span = span;
-        span
     }
 
     /// Where `ip` is, through the mappings and the symbol tables, and the span
@@ -479,16 +472,13 @@ impl<'s, 'a> Hists<'s, 'a> {
         l
     }
 
-    /// The row of `loc` in context `ctx` (made if new).
-    fn row_of(&mut self, ctx: Ctx, loc: u32) -> u32 {
-        let h = &mut self.hists[ctx.hist as usize];
-        *self.rows.entry((ctx.id, loc)).or_insert_with(|| {
-            h.rows.push(Row {
-                comm: ctx.comm,
-                loc,
-                period: 0,
-            });
-            h.rows.len() as u32 - 1
+    /// The row of `loc` for (event, command) pair `ctx` (made if new).
+    fn row_of(&mut self, hist: u32, ctx: u32, comm: u32, loc: u32) -> u32 {
+        let (info, periods) = (&mut self.row_info, &mut self.row_periods);
+        *self.rows.entry((ctx, loc)).or_insert_with(|| {
+            info.push((hist, comm, loc));
+            periods.push(0);
+            info.len() as u32 - 1
         })
     }
 
@@ -532,33 +522,31 @@ impl<'s, 'a> Hists<'s, 'a> {
         self.span = EMPTY;
     }
 
-    /// Turns the periods by address into rows: call once all samples are in.
+    /// Turns the periods into each event's rows: call once all samples are in.
     pub fn finish(&mut self) {
         self.flush_totals();
-        let mut hit = vec![Vec::new(); self.blocks.len()];
-        for &(b, off) in &self.zero_hits {
-            hit[b as usize].push(off);
+        let mut zero: FxMap<usize, ()> = FxMap::default();
+        for &i in &self.zero_hits {
+            zero.insert(i, ());
         }
         let all = std::mem::take(&mut self.periods);
-        for (bi, b) in std::mem::take(&mut self.blocks).into_iter().enumerate() {
-            let ctx = Ctx {
-                kind: Kind::Instructions,
-                comm_ptr: std::ptr::null(),
-                comm_len: 0,
-                id: b.ctx,
-                hist: b.hist,
-                comm: b.comm,
-            };
+        for b in std::mem::take(&mut self.blocks) {
             let periods = &all[b.first..b.first + BLOCK as usize];
             for (off, &p) in periods.iter().enumerate() {
-                if p == 0 && !hit[bi].contains(&(off as u32)) {
+                if p == 0 && !zero.contains_key(&(b.first + off)) {
                     continue;
                 }
                 let loc = self.addr_loc(b.base + off as u64, b.dso, b.bias);
-                let row = self.row_of(ctx, loc);
-                self.hists[b.hist as usize].rows[row as usize].period += p;
+                let row = self.row_of(b.hist, b.ctx, b.comm, loc);
+                self.row_periods[row as usize] += p;
             }
         }
+        for (&(hist, comm, loc), &period) in self.row_info.iter().zip(&self.row_periods) {
+            self.hists[hist as usize].rows.push(Row { comm, loc, period });
+        }
+        self.row_info.clear();
+        self.row_periods.clear();
+        self.rows.clear();
         self.block_ids.clear();
         self.zero_hits.clear();
         self.spans.fill(EMPTY);

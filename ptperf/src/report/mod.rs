@@ -130,15 +130,18 @@ fn run(a: &Args) -> Result<(), String> {
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     let names = printer.event_names();
     let mut hists = Hists::new(&session);
-    let mut last_comm: ((i32, Option<u64>), Option<&str>) = ((i32::MIN, None), None);
+    // The last sample's (thread, time) and its command (a time of u64::MAX
+    // stands for none: no sample has that time).
+    let mut last_comm: ((i32, u64), Option<&str>) = ((i32::MIN, 0), None);
     let mut folded: FxMap<String, u64> = FxMap::default();
     let mut acc = children::Children::new(&keys, graph);
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
     let mut comm_of = |s: &crate::sample::Sample| {
         // Most samples are the last one's thread at the last one's time.
-        if (s.tid, s.time) != last_comm.0 {
-            last_comm = ((s.tid, s.time), printer.comm(s.tid, s.time));
+        let key = (s.tid, s.time.unwrap_or(u64::MAX));
+        if key != last_comm.0 {
+            last_comm = (key, printer.comm(s.tid, s.time));
         }
         last_comm.1
     };
