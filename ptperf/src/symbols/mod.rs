@@ -3,11 +3,12 @@
 //! perf prints it.
 //!
 //! perf's rules, kept here because they decide which name an address gets:
-//! * the symbols come from `.symtab`, else `.dynsym`: named functions
-//!   (`STT_FUNC`) and untyped labels in code sections;
-//! * an `ET_EXEC` file's symbols are moved to file offsets (its segments'
-//!   `p_vaddr - p_offset`), a shared object's are kept as they are; an address
-//!   is looked up as `ip - map start + map pgoff`;
+//! * the symbols come from `.symtab`, else `.dynsym`: named functions, objects
+//!   and untyped labels in `text`/`data` sections (objects too, because they
+//!   stretch zero-sized neighbours and shape the tree below);
+//! * they are moved to file offsets (the `p_vaddr - p_offset` of the runtime
+//!   file's segment holding them); an address is looked up as
+//!   `ip - map start + map pgoff`;
 //! * a symbol of size 0 reaches the next symbol (the last one the next page but
 //!   one); of several symbols at one address one is kept (sized over unsized, not
 //!   weak over weak, global over local, fewer leading underscores, longer name);
@@ -195,7 +196,8 @@ impl SymbolTable {
     pub fn from_elf(data: &[u8]) -> Self {
         match ElfFile64::<Endianness>::parse(data) {
             Ok(f) => {
-                let syms = load_syms(f.elf_header(), f.endian(), data).unwrap_or_default();
+                let phdrs = program_headers(data);
+                let syms = load_syms(f.elf_header(), f.endian(), data, &phdrs).unwrap_or_default();
                 let plt = plt_symbols(f.elf_header(), f.endian(), data).unwrap_or_default();
                 Self::build(syms, plt)
             }
@@ -204,15 +206,18 @@ impl SymbolTable {
     }
 }
 
-/// The function symbols of a file as perf reads them, in table order.
+/// The symbols of a file as perf's `dso__load_sym` reads them, in table order:
+/// functions, objects and labels (untyped, visible symbols in a section whose
+/// name has `text` or `data`), of allocated sections, moved to file offsets by
+/// the `PT_LOAD` segment of the runtime file (`phdrs`: its program headers)
+/// holding them, else by their section.
 fn load_syms(
     hdr: &elf::FileHeader64<Endianness>,
     e: Endianness,
     data: &[u8],
+    phdrs: &[elf::ProgramHeader64<Endianness>],
 ) -> Option<Vec<Symbol>> {
     let sections = hdr.sections(e, data).ok()?;
-    let exec = hdr.e_type(e) == elf::ET_EXEC;
-    let phdrs = hdr.program_headers(e, data).ok()?;
     let mut symtab = sections.symbols(e, data, elf::SHT_SYMTAB).ok()?;
     if symtab.is_empty() {
         symtab = sections.symbols(e, data, elf::SHT_DYNSYM).ok()?;
@@ -221,36 +226,41 @@ fn load_syms(
     for sym in symtab.iter() {
         let st_type = sym.st_type();
         let shndx = sym.st_shndx(e);
-        if sym.st_name(e) == 0 || shndx == elf::SHN_UNDEF {
+        if sym.st_name(e) == 0 || shndx == elf::SHN_UNDEF || shndx == elf::SHN_ABS {
             continue;
         }
         let is_func = st_type == elf::STT_FUNC || st_type == elf::STT_GNU_IFUNC;
         let vis = sym.st_other() & 3;
-        let is_label = st_type == elf::STT_NOTYPE
-            && shndx != elf::SHN_ABS
-            && vis != elf::STV_HIDDEN
-            && vis != elf::STV_INTERNAL;
-        if !is_func && !is_label {
+        let is_label =
+            st_type == elf::STT_NOTYPE && vis != elf::STV_HIDDEN && vis != elf::STV_INTERNAL;
+        if !is_func && !is_label && st_type != elf::STT_OBJECT {
+            continue;
+        }
+        let Ok(sec) = sections.section(object::SectionIndex(usize::from(shndx))) else {
+            continue;
+        };
+        if sec.sh_flags(e) & u64::from(elf::SHF_ALLOC) == 0 {
             continue;
         }
         if is_label {
-            let Ok(sec) = sections.section(object::SectionIndex(usize::from(shndx))) else {
-                continue;
-            };
-            if sec.sh_flags(e) & u64::from(elf::SHF_EXECINSTR) == 0 {
+            let name = sections.section_name(e, sec).unwrap_or(b"");
+            let has = |w: &[u8]| name.windows(w.len()).any(|x| x == w);
+            if !has(b"text") && !has(b"data") {
                 continue;
             }
         }
         let mut value = sym.st_value(e);
-        if exec {
-            let ph = phdrs.iter().find(|p| {
-                p.p_type(e) == elf::PT_LOAD
-                    && value >= p.p_vaddr(e)
-                    && value < p.p_vaddr(e).wrapping_add(p.p_memsz(e))
-            });
-            let Some(ph) = ph else { continue };
-            value = value.wrapping_sub(ph.p_vaddr(e).wrapping_sub(ph.p_offset(e)));
-        }
+        let ph = phdrs.iter().find(|p| {
+            let sz = p.p_memsz(e).max(p.p_filesz(e));
+            p.p_type(e) == elf::PT_LOAD
+                && sz != 0
+                && value >= p.p_vaddr(e)
+                && value < p.p_vaddr(e).wrapping_add(sz)
+        });
+        value = match ph {
+            Some(ph) => value.wrapping_sub(ph.p_vaddr(e).wrapping_sub(ph.p_offset(e))),
+            None => value.wrapping_sub(sec.sh_addr(e).wrapping_sub(sec.sh_offset(e))),
+        };
         let Ok(name) = symtab.symbol_name(e, sym) else {
             continue;
         };
@@ -263,6 +273,15 @@ fn load_syms(
         });
     }
     Some(syms)
+}
+
+/// The program headers of an ELF file (none if it has none or is no ELF file).
+fn program_headers(data: &[u8]) -> Vec<elf::ProgramHeader64<Endianness>> {
+    ElfFile64::<Endianness>::parse(data)
+        .ok()
+        .and_then(|f| f.elf_header().program_headers(f.endian(), data).ok())
+        .map(<[_]>::to_vec)
+        .unwrap_or_default()
 }
 
 fn underscores(s: &str) -> usize {
@@ -468,13 +487,15 @@ impl Symbols {
     pub fn of_dso(&mut self, path: &Path, name: &str, build_id: Option<&[u8]>) -> &SymbolTable {
         self.files.entry(path.to_path_buf()).or_insert_with(|| {
             let runtime = map(path);
+            // perf moves symbols by the runtime file's segments.
+            let phdrs = runtime.as_deref().map(program_headers).unwrap_or_default();
             for c in candidates(path, name, build_id) {
                 let Some(m) = map(&c) else { continue };
                 if !has_symtab(&m) {
                     continue;
                 }
                 let syms = match ElfFile64::<Endianness>::parse(&*m) {
-                    Ok(f) => load_syms(f.elf_header(), f.endian(), &m).unwrap_or_default(),
+                    Ok(f) => load_syms(f.elf_header(), f.endian(), &m, &phdrs).unwrap_or_default(),
                     Err(_) => continue,
                 };
                 let plt = runtime
