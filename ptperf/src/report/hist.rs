@@ -411,9 +411,9 @@ impl<'s, 'a> Hists<'s, 'a> {
         let Ok(file) = session.code_file(m) else {
             return ((lo, hi), Place::ByAddr(dso, bias));
         };
-        let table = self
-            .symbols
-            .of_dso(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()));
+        let table =
+            self.symbols
+                .of_dso(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()));
         let key = table as *const _ as usize;
         let l = table.lookup(addr);
         // The symbol's span, in IP space: as distances from the address, which
@@ -542,7 +542,9 @@ impl<'s, 'a> Hists<'s, 'a> {
             }
         }
         for (&(hist, comm, loc), &period) in self.row_info.iter().zip(&self.row_periods) {
-            self.hists[hist as usize].rows.push(Row { comm, loc, period });
+            self.hists[hist as usize]
+                .rows
+                .push(Row { comm, loc, period });
         }
         self.row_info.clear();
         self.row_periods.clear();

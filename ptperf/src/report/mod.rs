@@ -16,9 +16,9 @@ use pt_decoder::perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 use crate::itrace::SynthOpts;
-use hist::{FxMap, Hists, SymKey};
 use crate::script::{Plan, Printer};
 use crate::synth::{Event, Flow, Synth};
+use hist::{FxMap, Hists, SymKey};
 
 /// `ptperf report`'s command line.
 #[derive(Parser, Debug)]
