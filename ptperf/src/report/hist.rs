@@ -158,6 +158,10 @@ struct Ctx {
     id: u32,
     hist: u32,
     comm: u32,
+    /// The last sample's thread and time (`u64::MAX`: none): the command is the
+    /// same while they are.
+    tid: i32,
+    time: u64,
 }
 
 /// Samples added up into rows.
@@ -247,6 +251,8 @@ impl<'s, 'a> Hists<'s, 'a> {
                 id: NONE,
                 hist: NONE,
                 comm: NONE,
+                tid: i32::MIN,
+                time: 0,
             },
             total: 0,
             nr: 0,
@@ -263,13 +269,14 @@ impl<'s, 'a> Hists<'s, 'a> {
         &self.locs[id as usize]
     }
 
-    /// Adds sample `s` of the thread named `comm` (`None`: unknown).
+    /// Adds sample `s`; `comm` names its thread (`None`: unknown), asked only
+    /// when the thread or the time changed.
     #[inline(always)]
-    pub fn add(&mut self, s: &Sample, comm: Option<&str>) {
-        let (cp, cl) = comm.map_or((std::ptr::null(), 0), |c| (c.as_ptr(), c.len()));
-        let c = self.ctx;
-        if c.kind != s.kind || c.comm_ptr != cp || c.comm_len != cl {
-            self.new_ctx(s.kind, comm);
+    pub fn add<'c>(&mut self, s: &Sample, comm: impl FnOnce() -> Option<&'c str>) {
+        let t = s.time.unwrap_or(u64::MAX);
+        let c = &self.ctx;
+        if c.kind != s.kind || c.tid != s.tid || c.time != t {
+            self.check_ctx(s.kind, s.tid, t, comm());
         }
         let sp = &self.span;
         if !(sp.code == s.code && sp.pid == s.pid && s.ip.wrapping_sub(sp.lo) < sp.len) {
@@ -490,6 +497,18 @@ impl<'s, 'a> Hists<'s, 'a> {
         }
     }
 
+    /// Takes a sample of `kind` by thread `tid` named `comm` at `time`.
+    #[inline(never)]
+    fn check_ctx(&mut self, kind: Kind, tid: i32, time: u64, comm: Option<&str>) {
+        let (cp, cl) = comm.map_or((std::ptr::null(), 0), |c| (c.as_ptr(), c.len()));
+        let c = &self.ctx;
+        if c.kind != kind || c.comm_ptr != cp || c.comm_len != cl {
+            self.new_ctx(kind, comm);
+        }
+        self.ctx.tid = tid;
+        self.ctx.time = time;
+    }
+
     #[cold]
     #[inline(never)]
     fn new_ctx(&mut self, kind: Kind, comm: Option<&str>) {
@@ -517,6 +536,8 @@ impl<'s, 'a> Hists<'s, 'a> {
             id,
             hist,
             comm: comm_id,
+            tid: i32::MIN,
+            time: 0,
         };
         // The last span's row belongs to the last pair.
         self.span = EMPTY;

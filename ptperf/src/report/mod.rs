@@ -184,7 +184,7 @@ fn run(a: &Args) -> Result<(), String> {
     } else {
         let _ = synth.run(&mut |e: Event<'_>| -> Flow {
             if let Event::Sample(s, _) = e {
-                hists.add(s, comm_of(s));
+                hists.add(s, || printer.comm(s.tid, s.time));
             }
             Flow::Continue(())
         });

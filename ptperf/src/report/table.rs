@@ -149,17 +149,6 @@ pub(super) fn write(
             o.then_with(|| b.period.cmp(&a.period))
                 .then_with(|| compare(a, b, keys))
         });
-        let col = |l: &Entry, key: SortKey| -> String {
-            match key {
-                SortKey::Comm => l.comm.to_string(),
-                SortKey::Dso => l.loc.dso.as_deref().unwrap_or("[unknown]").to_string(),
-                SortKey::Sym => match &l.loc.sym {
-                    SymKey::Named(n, _) => format!("[.] {n}"),
-                    SymKey::Addr(0) => "[.] 0000000000000000".to_string(),
-                    SymKey::Addr(x) => format!("[.] {x:#018x}"),
-                },
-            }
-        };
         let header = |key: SortKey| match key {
             SortKey::Comm => "Command",
             SortKey::Dso => "Shared Object",
@@ -167,13 +156,15 @@ pub(super) fn write(
         };
         // perf widens the dso column to 16 (an address's digits) when some symbol
         // is unresolved.
-        let unresolved = lines.iter().any(|l| matches!(l.loc.sym, SymKey::Addr(_)));
+        let unresolved = lines
+            .iter()
+            .any(|l| matches!(l.loc.sym, SymKey::Addr(_)));
         let widths: Vec<usize> = keys
             .iter()
             .map(|&key| {
                 let w = lines
                     .iter()
-                    .map(|l| col(l, key).len())
+                    .map(|l| col_len(l, key))
                     .chain([header(key).len()])
                     .max()
                     .unwrap_or(0);
@@ -197,33 +188,53 @@ pub(super) fn write(
             h2.push_str(&format!("  {}", ".".repeat(widths[i])));
         }
         let _ = writeln!(out, "{h1}\n{h2}\n#");
-        let pct = |p: u64| {
-            let v = if t.total == 0 {
+        let total = t.total;
+        let pct = |out: &mut dyn Write, p: u64| {
+            let v = if total == 0 {
                 0.0
             } else {
-                100.0 * p as f64 / t.total as f64
+                100.0 * p as f64 / total as f64
             };
-            format!("{:>8}", format!("{v:.2}%"))
+            // perf's "%7.2f%%" in a column of 8.
+            let _ = write!(out, "  {v:>7.2}%");
         };
         for l in lines.iter() {
-            let mut line = String::from("  ");
             if layout.children {
-                line.push_str(&pct(l.acc));
-                line.push_str("  ");
+                pct(out, l.acc);
             }
-            line.push_str(&pct(l.period));
+            pct(out, l.period);
             // perf pads the command and dso columns, not the symbol.
             for (i, &key) in keys.iter().enumerate() {
-                let c = col(l, key);
-                if key == SortKey::Sym {
-                    line.push_str(&format!("  {c}"));
-                } else {
-                    line.push_str(&format!("  {c:<w$}", w = widths[i]));
-                }
+                let _ = match key {
+                    SortKey::Comm => write!(out, "  {:<w$}", l.comm, w = widths[i]),
+                    SortKey::Dso => write!(
+                        out,
+                        "  {:<w$}",
+                        l.loc.dso.as_deref().unwrap_or("[unknown]"),
+                        w = widths[i]
+                    ),
+                    SortKey::Sym => match &l.loc.sym {
+                        SymKey::Named(n, _) => write!(out, "  [.] {n}"),
+                        SymKey::Addr(0) => write!(out, "  [.] 0000000000000000"),
+                        SymKey::Addr(x) => write!(out, "  [.] {x:#018x}"),
+                    },
+                };
             }
-            let _ = writeln!(out, "{line}");
+            let _ = writeln!(out);
         }
         let _ = writeln!(out, "\n");
+    }
+}
+
+/// The width of an entry's column.
+fn col_len(l: &Entry, key: SortKey) -> usize {
+    match key {
+        SortKey::Comm => l.comm.len(),
+        SortKey::Dso => l.loc.dso.as_deref().map_or(9, str::len),
+        SortKey::Sym => match &l.loc.sym {
+            SymKey::Named(n, _) => 4 + n.len(),
+            SymKey::Addr(_) => 4 + 18,
+        },
     }
 }
 
