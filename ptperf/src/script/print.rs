@@ -234,11 +234,6 @@ pub(crate) struct Resolved {
     pub sym: Option<(std::rc::Rc<str>, u64)>,
     /// The dso's name (as recorded; `[unknown]` outside any mapping).
     pub dso: std::rc::Rc<str>,
-    /// The address as perf's map sees it (`ip - start + pgoff`), or the IP outside
-    /// any mapping.
-    pub addr: u64,
-    /// Whether a mapping holds it.
-    pub mapped: bool,
 }
 
 /// A resolved address by (code image, pid, address).
@@ -469,8 +464,6 @@ impl<'s, 'a> Printer<'s, 'a> {
             return Resolved {
                 sym: None,
                 dso: self.unknown.clone(),
-                addr: ip,
-                mapped: false,
             };
         };
         let dso = match self.dso_names.get(&m.filename) {
@@ -486,8 +479,6 @@ impl<'s, 'a> Printer<'s, 'a> {
             return Resolved {
                 sym: None,
                 dso,
-                addr,
-                mapped: true,
             };
         };
         let bid = m.build_id.filter(|b| b.len > 0);
@@ -514,8 +505,6 @@ impl<'s, 'a> Printer<'s, 'a> {
         Resolved {
             sym,
             dso,
-            addr,
-            mapped: true,
         }
     }
 
