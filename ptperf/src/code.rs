@@ -17,7 +17,7 @@ use pt_decoder::insn::decode_at;
 use pt_encoder::ExecMode;
 
 use crate::decode::insn::{Branch, Insn, INSN_BUF};
-use crate::decode::{PlainInsn, WalkError, Walker};
+use crate::decode::{PlainInsn, RunBlock, WalkError, Walker};
 
 /// A multiplicative hash for code addresses.
 #[derive(Default)]
@@ -64,10 +64,8 @@ pub struct Block {
     pub last: Insn,
     /// Why the block ends.
     pub end: End,
-    /// Where the instruction lengths start in the walker's arena.
-    lens: u32,
-    /// Where the instructions' bytes start in the walker's arena.
-    bytes: u32,
+    /// Where its instructions start in the cache's arena.
+    first: u32,
 }
 
 /// The blocks of one image.
@@ -78,8 +76,8 @@ struct Cache {
     /// so that following a branch seldom needs the hash map.
     succ: Vec<[(u64, u32); 2]>,
     index: IpMap<u32>,
-    lens: Vec<u8>,
-    bytes: Vec<u8>,
+    /// The instructions of all blocks (IP, length, bytes), block after block.
+    insns: Vec<PlainInsn>,
 }
 
 /// No block (an empty successor slot).
@@ -90,8 +88,7 @@ const MAX_BLOCK: u32 = 4096;
 
 impl Cache {
     fn build(&mut self, image: &Image, ip: u64) -> u32 {
-        let lens = self.lens.len() as u32;
-        let bytes_at = self.bytes.len() as u32;
+        let first = self.insns.len() as u32;
         let mut at = ip;
         let mut n = 0u32;
         let mut last = Insn::default();
@@ -107,11 +104,13 @@ impl Cache {
             let mut bytes = [0u8; INSN_BUF];
             let got = image.read(at, &mut bytes).unwrap_or(0);
             let insn = Insn::from_pt(&pi, &bytes[..got]);
-            self.lens.push(pi.size);
             let kept = usize::from(pi.size).min(got);
-            self.bytes.extend_from_slice(&bytes[..kept]);
-            self.bytes
-                .resize(self.bytes.len() + usize::from(pi.size) - kept, 0);
+            bytes[kept..].fill(0);
+            self.insns.push(PlainInsn {
+                ip: at,
+                len: pi.size,
+                bytes,
+            });
             n += 1;
             last = insn;
             last_ip = at;
@@ -130,8 +129,7 @@ impl Cache {
             last_ip,
             last,
             end,
-            lens,
-            bytes: bytes_at,
+            first,
         });
         self.succ.push([(0, NO_BLOCK); 2]);
         self.index.insert(ip, id);
@@ -168,32 +166,6 @@ impl Cache {
     }
 }
 
-/// The `len` bytes at `from` in `arena`, zero-padded to [`INSN_BUF`]: one
-/// fixed-size load and a mask where the arena has the room (no call to memcpy
-/// per instruction), a copy at its very end.
-#[inline]
-fn insn_bytes(arena: &[u8], from: usize, len: u8) -> [u8; INSN_BUF] {
-    let n = usize::from(len).min(INSN_BUF);
-    match arena.get(from..from + INSN_BUF) {
-        Some(w) => {
-            let mut v = [0u8; INSN_BUF];
-            v.copy_from_slice(w);
-            let x = u128::from_le_bytes(v);
-            let mask = if n == INSN_BUF {
-                u128::MAX
-            } else {
-                (1u128 << (8 * n)) - 1
-            };
-            (x & mask).to_le_bytes()
-        }
-        None => {
-            let mut buf = [0u8; INSN_BUF];
-            buf[..n].copy_from_slice(&arena[from..from + n]);
-            buf
-        }
-    }
-}
-
 /// Where the last walk stopped inside a block, so that the next one (the next
 /// instruction of an instruction-by-instruction walk) starts there.
 #[derive(Clone, Copy, Debug)]
@@ -203,8 +175,6 @@ struct Cursor {
     block: u32,
     /// Index of the next instruction in the block.
     index: u32,
-    /// Offset of its bytes in the arena.
-    byte_off: u32,
     /// Its IP.
     ip: u64,
 }
@@ -215,6 +185,8 @@ pub struct CodeWalker {
     /// Caches by image stamp (few images: a short list, the last one used first).
     caches: Vec<(u64, Cache)>,
     last: usize,
+    /// The stamp of `caches[last]` (0: none yet).
+    last_stamp: u64,
     cursor: Option<Cursor>,
     /// The block the last walk ended in (cache index, block): where the next
     /// walk most likely comes from.
@@ -229,10 +201,16 @@ impl CodeWalker {
         Self::default()
     }
 
+    #[inline]
     fn cache_index(&mut self, stamp: u64) -> usize {
-        if self.caches.get(self.last).is_some_and(|c| c.0 == stamp) {
+        if stamp == self.last_stamp && self.last < self.caches.len() {
             return self.last;
         }
+        self.find_cache(stamp)
+    }
+
+    #[cold]
+    fn find_cache(&mut self, stamp: u64) -> usize {
         let i = match self.caches.iter().position(|c| c.0 == stamp) {
             Some(i) => i,
             None => {
@@ -241,6 +219,7 @@ impl CodeWalker {
             }
         };
         self.last = i;
+        self.last_stamp = stamp;
         i
     }
 
@@ -260,12 +239,8 @@ impl CodeWalker {
     /// last, into `out`.
     pub fn block_insns(&mut self, image: &Image, block: &Block, out: &mut Vec<u64>) {
         let c = self.cache(image);
-        let lens = &c.lens[block.lens as usize..][..block.ninsn as usize];
-        let mut ip = block.ip;
-        for &l in lens {
-            out.push(ip);
-            ip = ip.wrapping_add(u64::from(l));
-        }
+        let insns = &c.insns[block.first as usize..][..block.ninsn as usize];
+        out.extend(insns.iter().map(|i| i.ip));
     }
 
     /// perf's walk (see [`Walker::walk`]) in `image`.
@@ -287,8 +262,8 @@ impl CodeWalker {
         loop {
             // Start in the block the last walk stopped in, or at a block of its own.
             let ci = self.cache_index(stamp);
-            let (bid, mut index, mut boff) = match self.cursor {
-                Some(c) if c.stamp == stamp && c.ip == *ip => (c.block, c.index, c.byte_off),
+            let (bid, mut index) = match self.cursor {
+                Some(c) if c.stamp == stamp && c.ip == *ip => (c.block, c.index),
                 _ => {
                     let c = &mut self.caches[ci].1;
                     let id = if self.prev.0 == ci {
@@ -296,7 +271,7 @@ impl CodeWalker {
                     } else {
                         c.lookup(image, *ip)
                     };
-                    (id, 0, c.blocks[id as usize].bytes)
+                    (id, 0)
                 }
             };
             self.cursor = None;
@@ -318,10 +293,10 @@ impl CodeWalker {
                 *insn = b.last;
                 return Ok(cnt);
             }
-            let lens = &c.lens[b.lens as usize..][..b.ninsn as usize];
+            let insns = &c.insns[b.first as usize..][..b.ninsn as usize];
             let mut at = *ip;
             while index < b.ninsn {
-                let len = lens[index as usize];
+                let pi = insns[index as usize];
                 cnt += 1;
                 self.walked += 1;
                 let is_last = index + 1 == b.ninsn;
@@ -337,8 +312,8 @@ impl CodeWalker {
                     } else {
                         // A plain instruction: its length and bytes are in the block.
                         Insn {
-                            length: len,
-                            buf: insn_bytes(&c.bytes, boff as usize, len),
+                            length: pi.len,
+                            buf: pi.bytes,
                             ..Insn::default()
                         }
                     };
@@ -346,13 +321,11 @@ impl CodeWalker {
                         stamp,
                         block: bid,
                         index: index + 1,
-                        byte_off: boff + u32::from(len),
-                        ip: at.wrapping_add(u64::from(len)),
+                        ip: at.wrapping_add(u64::from(pi.len)),
                     });
                     return Ok(cnt);
                 }
-                at = at.wrapping_add(u64::from(len));
-                boff += u32::from(len);
+                at = at.wrapping_add(u64::from(pi.len));
                 index += 1;
                 if to_ip != 0 && at == to_ip {
                     *ip = at;
@@ -363,7 +336,6 @@ impl CodeWalker {
                             stamp,
                             block: bid,
                             index,
-                            byte_off: boff,
                             ip: at,
                         });
                     }
@@ -379,46 +351,62 @@ impl CodeWalker {
 }
 
 impl CodeWalker {
-    /// See [`Walker::plain_run`]: the instructions after the last walk's stop, up
-    /// to (not including) its block's last instruction.
-    pub fn plain_run(
-        &mut self,
-        image: &Image,
-        ip: u64,
-        max: usize,
-        out: &mut Vec<PlainInsn>,
-    ) -> usize {
-        let Some(cur) = self.cursor else { return 0 };
-        if cur.stamp != image.stamp() || cur.ip != ip {
-            return 0;
+    /// See [`Walker::next_block`]: the block at `ip` in the image whose cache
+    /// is `ci` ([`CodeWalker::cache_of`]; the rest of the block the last walk
+    /// stopped in, if it stopped there).
+    #[inline]
+    pub fn next_block(&mut self, image: &Image, ci: usize, ip: u64, rb: &mut RunBlock) -> bool {
+        let stamp = self.caches[ci].0;
+        let c = &mut self.caches[ci].1;
+        let (bid, index) = match self.cursor {
+            Some(k) if k.stamp == stamp && k.ip == ip => (k.block, k.index),
+            _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, ip), 0),
+            _ => (c.lookup(image, ip), 0),
+        };
+        let b = &c.blocks[bid as usize];
+        if b.end != End::Branch || index >= b.ninsn {
+            return false;
         }
-        let ci = self.cache_index(cur.stamp);
-        let c = &self.caches[ci].1;
-        let b = &c.blocks[cur.block as usize];
-        // The block's last instruction is left to the plain walk (it may branch).
-        let end = b.ninsn.saturating_sub(1);
-        if cur.index >= end {
-            return 0;
-        }
-        let n = ((end - cur.index) as usize).min(max);
-        let lens = &c.lens[b.lens as usize..][..b.ninsn as usize];
-        let mut at = ip;
-        let mut boff = cur.byte_off as usize;
-        for &len in &lens[cur.index as usize..cur.index as usize + n] {
-            let bytes = insn_bytes(&c.bytes, boff, len);
-            out.push(PlainInsn { ip: at, len, bytes });
-            at = at.wrapping_add(u64::from(len));
-            boff += usize::from(len);
-        }
-        self.walked += n as u64;
-        self.cursor = Some(Cursor {
-            stamp: cur.stamp,
-            block: cur.block,
-            index: cur.index + n as u32,
-            byte_off: boff as u32,
-            ip: at,
+        rb.ip = ip;
+        rb.ninsn = b.ninsn - index;
+        rb.last_ip = b.last_ip;
+        rb.last = b.last;
+        rb.handle = [ci as u32, bid, index, b.first + index];
+        rb.plain_at = [ci as u32, b.first + index];
+        self.walked += u64::from(rb.ninsn);
+        self.cursor = None;
+        self.prev = (ci, bid);
+        true
+    }
+
+    /// See [`Walker::stop_in_block`].
+    pub fn stop_in_block(&mut self, rb: &RunBlock, count: u32) {
+        let [ci, bid, index, first] = rb.handle;
+        let count = count.min(rb.ninsn);
+        self.walked -= u64::from(rb.ninsn - count);
+        let (stamp, c) = &self.caches[ci as usize];
+        self.cursor = c.insns.get((first + count) as usize).map(|next| Cursor {
+            stamp: *stamp,
+            block: bid,
+            index: index + count,
+            ip: next.ip,
         });
-        n
+    }
+
+    /// The index of `image`'s cache (for [`CodeWalker::next_block`]).
+    pub fn cache_of(&mut self, image: &Image) -> usize {
+        self.cache_index(image.stamp())
+    }
+
+    /// See [`Walker::plain_insns`]: e.g. the plain instructions of a run's
+    /// [`Step`] (`plain` of them at `plain_at`).
+    #[inline]
+    pub fn plain_insns(&self, at: [u32; 2], n: u32) -> &[PlainInsn] {
+        let [ci, first] = at;
+        self.caches
+            .get(ci as usize)
+            .and_then(|(_, c)| c.insns.get(first as usize..)?.get(..n as usize))
+            .unwrap_or(&[])
     }
 }
 
@@ -442,8 +430,17 @@ impl Walker for ImageWalker<'_, '_> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
 
-    fn plain_run(&mut self, ip: u64, max: usize, out: &mut Vec<PlainInsn>) -> usize {
-        self.walker.plain_run(self.image, ip, max, out)
+    fn next_block(&mut self, ip: u64, block: &mut RunBlock) -> bool {
+        let ci = self.walker.cache_of(self.image);
+        self.walker.next_block(self.image, ci, ip, block)
+    }
+
+    fn stop_in_block(&mut self, block: &RunBlock, count: u32) {
+        self.walker.stop_in_block(block, count);
+    }
+
+    fn plain_insns(&self, at: [u32; 2], n: u32) -> &[PlainInsn] {
+        self.walker.plain_insns(at, n)
     }
 }
 

@@ -187,10 +187,46 @@ pub enum Event<'e> {
 /// The consumer's answer: go on or stop (a closed pipe).
 pub type Flow = ControlFlow<()>;
 
+/// Where [`Synth::run_into`] hands out what it synthesizes.
+pub trait Sink {
+    /// A sample or an error.
+    fn event(&mut self, e: Event<'_>) -> Flow;
+
+    /// An instruction sample (`first`) and, right after it, one more for each
+    /// of `more`: each the same as `first` but for its IP, instruction length
+    /// and bytes (`ip`, `insn_len`, `insn`), with a period of 1 and no IPC
+    /// counts. By default, each handed to [`Sink::event`] in turn.
+    fn insns(&mut self, first: &Sample, stacks: &Stacks, more: &[decode::PlainInsn]) -> Flow {
+        self.event(Event::Sample(first, stacks))?;
+        let mut s = *first;
+        s.period = 1;
+        s.insn_cnt = 0;
+        s.cyc_cnt = 0;
+        for p in more {
+            s.ip = p.ip;
+            s.insn_len = p.len;
+            s.insn = p.bytes;
+            self.event(Event::Sample(&s, stacks))?;
+        }
+        Flow::Continue(())
+    }
+}
+
+/// A closure as a [`Sink`] of one sample at a time.
+struct EachSample<'f>(&'f mut dyn FnMut(Event<'_>) -> Flow);
+
+impl Sink for EachSample<'_> {
+    fn event(&mut self, e: Event<'_>) -> Flow {
+        (self.0)(e)
+    }
+}
+
 /// The code one queue runs at its current time, as the decoder's [`Walker`].
 struct QueueCode<'w, 's> {
     walker: &'w mut CodeWalker,
     image: &'s Image,
+    /// The image's cache in the walker, once looked up.
+    cache: Option<usize>,
 }
 
 impl Walker for QueueCode<'_, '_> {
@@ -205,8 +241,23 @@ impl Walker for QueueCode<'_, '_> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
 
-    fn plain_run(&mut self, ip: u64, max: usize, out: &mut Vec<decode::PlainInsn>) -> usize {
-        self.walker.plain_run(self.image, ip, max, out)
+    #[inline]
+    fn next_block(&mut self, ip: u64, block: &mut decode::RunBlock) -> bool {
+        let ci = match self.cache {
+            Some(ci) => ci,
+            None => *self.cache.insert(self.walker.cache_of(self.image)),
+        };
+        self.walker.next_block(self.image, ci, ip, block)
+    }
+
+    #[inline]
+    fn stop_in_block(&mut self, block: &decode::RunBlock, count: u32) {
+        self.walker.stop_in_block(block, count);
+    }
+
+    #[inline]
+    fn plain_insns(&self, at: [u32; 2], n: u32) -> &[decode::PlainInsn] {
+        self.walker.plain_insns(at, n)
     }
 }
 
@@ -309,7 +360,9 @@ pub struct Synth<'s, 'a> {
     ticks: u32,
     /// The fast path for samples of every instruction applies.
     fast_runs: bool,
-    run: Vec<decode::PlainInsn>,
+    run: Vec<decode::Step>,
+    /// States that came through the fast path.
+    fast_states: u64,
 }
 
 /// Nanoseconds to TSC ticks with the session's conversion (perf's
@@ -389,6 +442,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             stacks: Stacks::default(),
             fast_runs: false,
             run: Vec::new(),
+            fast_states: 0,
             progress: None,
             total_bytes: session
                 .queues()
@@ -398,18 +452,35 @@ impl<'s, 'a> Synth<'s, 'a> {
                 .sum(),
             ticks: 0,
         };
-        // Every instruction sampled and nothing else asked of each: the decoder may
-        // hand out runs of plain instructions at once.
-        s.fast_runs = s.opts.instructions
-            && s.opts.period_type == PeriodType::Instructions
-            && s.opts.period == 1
-            && s.opts.initial_skip == 0
-            && s.opts.quick == 0
-            && !s.opts.callchain
-            && !s.opts.last_branch
-            && !s.opts.approx_ipc;
+        s.fast_runs = s.fast_path_applies();
         s.setup_queues();
         s
+    }
+
+    /// Every instruction sampled or none, and nothing asked of a sample but
+    /// itself (no call chain, branch stack or thread stack): the decoder may hand
+    /// out runs of states at once.
+    fn fast_path_applies(&self) -> bool {
+        let o = &self.opts;
+        (!o.instructions || (o.period_type == PeriodType::Instructions && o.period == 1))
+            && o.initial_skip == 0
+            && o.quick == 0
+            && !o.callchain
+            && !o.last_branch
+            && !o.thread_stack
+            && !o.approx_ipc
+    }
+
+    /// Turns the fast path off, or back on where it applies. The samples are
+    /// the same either way (the tests compare them); off, every state goes
+    /// through perf's step-by-step decode.
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_runs = on && self.fast_path_applies();
+    }
+
+    /// How many decoder states came through the fast path so far.
+    pub fn fast_states(&self) -> u64 {
+        self.fast_states
     }
 
     /// Calls `f` now and then with the trace bytes decoded so far and the bytes
@@ -579,6 +650,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         let mut code = QueueCode {
             walker: &mut self.walker,
             image: q.image,
+            cache: None,
         };
         q.dec.decode(&mut code);
     }
@@ -586,6 +658,12 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// Runs every queue to its end, handing each sample and error to `sink` in
     /// perf's order; stops early if `sink` says so.
     pub fn run(&mut self, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+        self.run_into(&mut EachSample(sink))
+    }
+
+    /// As [`Synth::run`], to a [`Sink`] that may take runs of instruction
+    /// samples at once ([`Sink::insns`]).
+    pub fn run_into(&mut self, sink: &mut dyn Sink) -> Flow {
         if self.timeless {
             for (time, qi) in self.truncations() {
                 self.lost_error(qi, time, sink)?;
@@ -657,12 +735,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_lost`: "Lost trace data" for the thread the AUX record names.
-    fn lost_error(
-        &mut self,
-        qi: usize,
-        time: u64,
-        sink: &mut dyn FnMut(Event<'_>) -> Flow,
-    ) -> Flow {
+    fn lost_error(&mut self, qi: usize, time: u64, sink: &mut dyn Sink) -> Flow {
         if !self.opts.errors || self.opts.error_minus_flags & itrace::ERR_FLG_DATA_LOST != 0 {
             return Flow::Continue(());
         }
@@ -678,7 +751,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             time,
             queue: q.idx as u32,
         };
-        sink(Event::Error(&e))
+        sink.event(Event::Error(&e))
     }
 
     /// perf's `intel_pt_process_queues`: runs the queues in time order until each
@@ -687,7 +760,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         &mut self,
         heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
         timestamp: u64,
-        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+        sink: &mut dyn Sink,
     ) -> Flow {
         while let Some(&Reverse((ordinal, qi))) = heap.peek() {
             if ordinal >= timestamp {
@@ -711,13 +784,14 @@ impl<'s, 'a> Synth<'s, 'a> {
         &mut self,
         qi: usize,
         ts: &mut u64,
-        sink: &mut dyn FnMut(Event<'_>) -> Flow,
+        sink: &mut dyn Sink,
     ) -> ControlFlow<(), bool> {
         loop {
             let sampled = self.queues[qi].have_sample;
             self.sample(qi, sink)?;
             if sampled && self.fast_runs {
-                self.plain_runs(qi, sink)?;
+                self.runs(qi, sink)?;
+                self.tick();
             }
             self.decode(qi);
             self.tick();
@@ -756,35 +830,122 @@ impl<'s, 'a> Synth<'s, 'a> {
         }
     }
 
-    /// The fast path for samples of every instruction: the plain instructions
-    /// that follow the one just sampled, taken from the decoder in one go
-    /// ([`Decoder::take_plain_run`]) and sampled as perf would have sampled the
-    /// states it returns for them one by one.
-    fn plain_runs(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+    /// The fast path: the states the decoder would return one by one while it
+    /// steps through the code between packets, taken at once
+    /// ([`Decoder::take_run`]) and sampled as [`Synth::sample`] samples each
+    /// (instruction and branch samples; nothing else happens in a run).
+    fn runs(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
         let mut run = std::mem::take(&mut self.run);
         let q = &mut self.queues[qi];
         let mut code = QueueCode {
             walker: &mut self.walker,
             image: q.image,
+            cache: None,
         };
-        let n = q.dec.take_plain_run(&mut code, 4096, &mut run);
-        if n > 0 {
-            let mut s = self.prep(qi, Kind::Instructions);
-            let q = &mut self.queues[qi];
-            q.last_insn_cnt = q.dec.state().tot_insn_cnt;
-            q.ipc_insn_cnt = q.last_insn_cnt;
-            for p in &run[..n] {
-                s.ip = p.ip;
-                s.insn_len = p.len;
-                s.insn = p.bytes;
-                let r = sink(Event::Sample(&s, &self.stacks));
-                if r.is_break() {
-                    self.run = run;
-                    return r;
+        let n = q.dec.take_run(&mut code, self.kernel_start, 4096, &mut run);
+        let r = if n == 0 {
+            Flow::Continue(())
+        } else {
+            self.sample_run(qi, &run, sink)
+        };
+        self.run = run;
+        r
+    }
+
+    fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn Sink) -> Flow {
+        // What the steps share: the last one's state but for the step's fields.
+        let st = *self.queues[qi].dec.state();
+        let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
+        let cyc = st.tot_cyc_cnt;
+        let iflag = if self.cap_event_trace && !st.to_iflag {
+            flags::INTR_DISABLE
+        } else {
+            0
+        };
+        let (instructions, branches) = (self.opts.instructions, self.opts.branches);
+        let filter = self.branches_filter;
+        let mut s = self.prep(qi, Kind::Instructions);
+        let q = &mut self.queues[qi];
+        q.ipc_cyc_cnt = cyc;
+        q.sample_ipc = sample_ipc;
+        for step in run {
+            self.fast_states += u64::from(step.plain) + u64::from(step.type_ != 0);
+            if step.plain != 0 {
+                // Plain instructions: instruction samples only, no flags, no IPC
+                // but at the first after a change of the cycle count.
+                s.kind = Kind::Instructions;
+                s.addr = 0;
+                s.flags = iflag;
+                let insns = self.walker.plain_insns(step.plain_at, step.plain);
+                if let Some((p, more)) = insns.split_first() {
+                    // The first is sampled in full; the others follow it one
+                    // instruction apart.
+                    let tot = step.tot_before + 1;
+                    s.ip = p.ip;
+                    s.insn_len = p.len;
+                    s.insn = p.bytes;
+                    s.period = tot.wrapping_sub(q.last_insn_cnt);
+                    s.cyc_cnt = if sample_ipc {
+                        cyc.wrapping_sub(q.last_in_cyc_cnt)
+                    } else {
+                        0
+                    };
+                    s.insn_cnt = 0;
+                    if s.cyc_cnt != 0 {
+                        s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
+                        q.last_in_insn_cnt = tot;
+                        q.last_in_cyc_cnt = cyc;
+                    }
+                    sink.insns(&s, &self.stacks, more)?;
                 }
+                let tot = step.tot_before + insns.len() as u64;
+                q.last_insn_cnt = tot;
+                q.ipc_insn_cnt = tot;
+            }
+            if step.type_ == 0 {
+                continue;
+            }
+            let tot = step.tot_insn_cnt;
+            q.ipc_insn_cnt = tot;
+            s.ip = step.from_ip;
+            s.addr = step.to_ip;
+            s.flags = crate::decode::insn::op_flags(step.op) | iflag;
+            s.insn_len = step.len;
+            s.insn = step.insn;
+            if instructions && step.type_ & ty::INSTRUCTION != 0 {
+                s.kind = Kind::Instructions;
+                s.period = tot.wrapping_sub(q.last_insn_cnt);
+                s.cyc_cnt = if sample_ipc {
+                    cyc.wrapping_sub(q.last_in_cyc_cnt)
+                } else {
+                    0
+                };
+                s.insn_cnt = 0;
+                if s.cyc_cnt != 0 {
+                    s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
+                    q.last_in_insn_cnt = tot;
+                    q.last_in_cyc_cnt = cyc;
+                }
+                q.last_insn_cnt = tot;
+                sink.event(Event::Sample(&s, &self.stacks))?;
+            }
+            if branches && step.type_ & ty::BRANCH != 0 && (filter == 0 || filter & s.flags != 0) {
+                s.kind = Kind::Branches;
+                s.period = 1;
+                s.cyc_cnt = if sample_ipc {
+                    cyc.wrapping_sub(q.last_br_cyc_cnt)
+                } else {
+                    0
+                };
+                s.insn_cnt = 0;
+                if s.cyc_cnt != 0 {
+                    s.insn_cnt = tot.wrapping_sub(q.last_br_insn_cnt);
+                    q.last_br_insn_cnt = tot;
+                    q.last_br_cyc_cnt = cyc;
+                }
+                sink.event(Event::Sample(&s, &self.stacks))?;
             }
         }
-        self.run = run;
         Flow::Continue(())
     }
 
@@ -918,7 +1079,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_sample`.
-    fn sample(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+    fn sample(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
         if !self.queues[qi].have_sample {
             return Flow::Continue(());
         }
@@ -942,7 +1103,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                 let mut s = self.prep_p(qi, Kind::Psb);
                 s.flags = 0;
                 s.payload = st.psb_offset;
-                sink(Event::Sample(&s, &self.stacks))?;
+                sink.event(Event::Sample(&s, &self.stacks))?;
             }
             if st.cbr != self.queues[qi].cbr_seen {
                 let skip_cbr =
@@ -952,7 +1113,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                     let mut s = self.prep_p(qi, Kind::Cbr);
                     s.payload = st.cbr_payload & 0xffff;
                     s.aux = self.max_non_turbo_ratio;
-                    sink(Event::Sample(&s, &self.stacks))?;
+                    sink.event(Event::Sample(&s, &self.stacks))?;
                 }
             }
             let pwr = [
@@ -968,7 +1129,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                     if kind == Kind::Exstop {
                         s.aux = u32::from(st.flags & sflags::FUP_IP != 0);
                     }
-                    sink(Event::Sample(&s, &self.stacks))?;
+                    sink.event(Event::Sample(&s, &self.stacks))?;
                 }
             }
         }
@@ -990,19 +1151,19 @@ impl<'s, 'a> Synth<'s, 'a> {
                 q.last_in_cyc_cnt = q.ipc_cyc_cnt;
             }
             q.last_insn_cnt = st.tot_insn_cnt;
-            sink(Event::Sample(&s, &self.stacks))?;
+            sink.event(Event::Sample(&s, &self.stacks))?;
         }
 
         if self.opts.transactions && st.type_ & ty::TRANSACTION != 0 && !self.skip_event() {
             let s = self.prep_full(qi, Kind::Transactions);
-            sink(Event::Sample(&s, &self.stacks))?;
+            sink.event(Event::Sample(&s, &self.stacks))?;
         }
 
         if self.opts.ptwrites && st.type_ & ty::PTW != 0 && !self.skip_event() {
             let mut s = self.prep_p(qi, Kind::Ptwrite);
             s.payload = st.ptw_payload;
             s.aux = u32::from(st.flags & sflags::FUP_IP != 0);
-            sink(Event::Sample(&s, &self.stacks))?;
+            sink.event(Event::Sample(&s, &self.stacks))?;
         }
 
         if st.type_ & ty::BRANCH == 0 {
@@ -1052,14 +1213,14 @@ impl<'s, 'a> Synth<'s, 'a> {
                     q.last_br_insn_cnt = q.ipc_insn_cnt;
                     q.last_br_cyc_cnt = q.ipc_cyc_cnt;
                 }
-                sink(Event::Sample(&s, &self.stacks))?;
+                sink.event(Event::Sample(&s, &self.stacks))?;
             }
         }
         Flow::Continue(())
     }
 
     /// perf's `intel_ptq_synth_error`.
-    fn synth_error(&mut self, qi: usize, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
+    fn synth_error(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
         let st = self.queues[qi].dec.state();
         let Some(err) = st.err else {
             return Flow::Continue(());
@@ -1085,7 +1246,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             },
             queue: q.idx as u32,
         };
-        sink(Event::Error(&e))
+        sink.event(Event::Error(&e))
     }
 
     /// The CBR-to-kHz factor (TSC frequency / maximum non-turbo ratio / 1000).

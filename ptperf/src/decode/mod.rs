@@ -199,25 +199,79 @@ pub trait Walker {
         None
     }
 
-    /// The plain (not branching) instructions from `ip` on, at most `max`, that
-    /// the next walks would step through one by one before the instruction that
-    /// ends their run of code: their IPs, lengths and bytes into `out`, and the
-    /// walker moved past them as if walked. 0 when the walker cannot tell cheaply
-    /// (the fast path of [`Decoder::take_plain_run`]).
-    fn plain_run(&mut self, _ip: u64, _max: usize, _out: &mut Vec<PlainInsn>) -> usize {
-        0
+    /// Walks the run of code from `ip` up to and including the branch that ends
+    /// it, for [`Decoder::take_run`], describing it in `block`; `false` (and
+    /// nothing walked) when the walker cannot tell cheaply (the run does not end
+    /// in a branch within one image section, or there is no code).
+    fn next_block(&mut self, _ip: u64, _block: &mut RunBlock) -> bool {
+        false
+    }
+
+    /// Takes back the walk of `block` (the last [`Walker::next_block`]) but for
+    /// its first `count` instructions: the next walk goes on after them.
+    fn stop_in_block(&mut self, _block: &RunBlock, _count: u32) {}
+
+    /// The `n` plain instructions at `at` ([`RunBlock::plain_at`], [`Step::plain_at`]).
+    fn plain_insns(&self, _at: [u32; 2], _n: u32) -> &[PlainInsn] {
+        &[]
     }
 }
 
-/// One plain instruction of a run ([`Walker::plain_run`]).
+/// A run of code that ends in a branch ([`Walker::block`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunBlock {
+    /// The first instruction's IP.
+    pub ip: u64,
+    /// Its instructions, the branch included.
+    pub ninsn: u32,
+    /// The branch's IP.
+    pub last_ip: u64,
+    /// The branch.
+    pub last: Insn,
+    /// Where the walker keeps it (the walker's own).
+    pub handle: [u32; 4],
+    /// Where the walker keeps its instructions (for [`Step::plain_at`]).
+    pub plain_at: [u32; 2],
+}
+
+/// One plain instruction (a [`Step`]'s, from the walker).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlainInsn {
     /// Its IP.
     pub ip: u64,
     /// Its length.
     pub len: u8,
-    /// Its bytes.
+    /// Its bytes (zero after `len`).
     pub bytes: [u8; INSN_BUF],
+}
+
+/// States of a run ([`Decoder::take_run`]): the fields that change from one
+/// state of a run to the next (every other field is the run's last state's), for
+/// `plain` plain instructions, each a state of its own, and then, if `type_`
+/// is not 0, a branch (or the instruction at which it is sampled).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    /// Plain instructions, each a state (when every instruction is sampled).
+    pub plain: u32,
+    /// Where the walker keeps them (the walker's own).
+    pub plain_at: [u32; 2],
+    /// Instructions walked before the step.
+    pub tot_before: u64,
+    /// The branch's IP.
+    pub from_ip: u64,
+    /// The branch target (0: none, a plain instruction or a branch not taken).
+    pub to_ip: u64,
+    /// Instructions walked up to and including the branch.
+    pub tot_insn_cnt: u64,
+    /// The branch state's sample type bits ([`ty::INSTRUCTION`], [`ty::BRANCH`];
+    /// 0: no branch state, the step is its plain instructions).
+    pub type_: u32,
+    /// The operation.
+    pub op: Op,
+    /// Its length.
+    pub len: u8,
+    /// Its bytes.
+    pub insn: [u8; INSN_BUF],
 }
 
 /// One step of the decode, as perf's `struct intel_pt_state`.
@@ -791,13 +845,7 @@ impl<'a> Decoder<'a> {
                 PSB.len(),
             ));
         }
-        let data = self.data;
-        let at = self.at;
-        let pd = self.pd.get_or_insert_with(|| packet::decoder(data));
-        if pd.offset().ok() != Some(at as u64) && pd.sync_set(at as u64).is_err() {
-            return None;
-        }
-        packet::next(pd, data)
+        self.read_packet_at(self.at)
     }
 
     fn bad_packet(&mut self) -> Res {
@@ -832,6 +880,49 @@ impl<'a> Decoder<'a> {
                 return Ok(());
             }
         }
+    }
+
+    /// Moves on to the next packet (as [`Decoder::get_next_packet`] would) if it
+    /// is in the current buffer and `want` takes it; else nothing changes.
+    fn next_packet_if(&mut self, want: impl Fn(&Pkt) -> bool) -> bool {
+        if self.split_psb {
+            return false;
+        }
+        let mut at = self.at + self.pkt_step;
+        let mut skipped = self.pkt_step;
+        let (p, n) = loop {
+            if at >= self.data.len() {
+                return false;
+            }
+            let Some((p, n)) = self.read_packet_at(at) else {
+                return false;
+            };
+            if p.kind != Kind::Pad {
+                break (p, n);
+            }
+            at += n;
+            skipped += n;
+        };
+        if !want(&p) {
+            return false;
+        }
+        self.last_packet_type = self.packet.kind;
+        self.pos += skipped as u64;
+        self.at = at;
+        self.packet = p;
+        self.pkt_len = n;
+        self.pkt_step = n;
+        true
+    }
+
+    /// The packet at `at` in the current buffer.
+    fn read_packet_at(&mut self, at: usize) -> Option<(Pkt, usize)> {
+        let data = self.data;
+        let pd = self.pd.get_or_insert_with(|| packet::decoder(data));
+        if pd.offset().ok() != Some(at as u64) && pd.sync_set(at as u64).is_err() {
+            return None;
+        }
+        packet::next(pd, data)
     }
 
     /// Looks at the packets after the current one in the current buffer, handing
@@ -2747,51 +2838,250 @@ impl<'a> Decoder<'a> {
         &self.state
     }
 
-    /// The fast path of instruction sampling at every instruction: when the last
-    /// state sampled a plain instruction in the middle of a run of code, the next
-    /// states (up to the instruction that ends the run) would each sample the next
-    /// instruction with nothing else changed. This takes up to `max` of them at
-    /// once: their instructions into `out` (from the walker), the decoder left as
-    /// if it had returned them one by one (its state is the last one's). 0 when
-    /// the fast path does not apply.
-    pub fn take_plain_run(
+    /// The fast path of perf's walk through a TNT packet (or towards a TIP): the
+    /// states the next calls of [`Decoder::decode`] would return while each is
+    /// one step of the code with nothing but the step changing (no packet read,
+    /// no time change, no event): at most `max` of them into `out`, the decoder
+    /// left as if it had returned them one by one (its state is the last one's).
+    ///
+    /// Applies when instructions are sampled at every instruction (each
+    /// instruction a step) or not at all (each branch that perf reports a
+    /// step); stops before anything else: an indirect branch, a return that the
+    /// return stack cannot take, the TNT packet's end, an unconditional branch
+    /// that perf would check for a loop, and a branch from `kernel_start` or
+    /// above to below it (the sample time is then estimated). 0 when the fast
+    /// path does not apply at all.
+    pub fn take_run<W: Walker + ?Sized>(
         &mut self,
-        code: &mut dyn Walker,
+        code: &mut W,
+        kernel_start: u64,
         max: usize,
-        out: &mut Vec<PlainInsn>,
+        out: &mut Vec<Step>,
     ) -> usize {
         out.clear();
+        let every_insn = match self.period_type {
+            PeriodType::Instructions if self.period == 1 => true,
+            PeriodType::None => false,
+            _ => return 0,
+        };
         let applies = self.state.err.is_none()
-            && self.state.type_ == ty::INSTRUCTION
-            && self.state.insn_op == Op::Other
-            && self.state.to_ip == 0
-            && matches!(
-                self.pkt_state,
-                PktState::Tnt | PktState::TntCont | PktState::Tip | PktState::TipPgd
-            )
-            && self.period_type == PeriodType::Instructions
-            && self.period == 1
             && !self.hop
             && !self.emulated_ptwrite
-            && self.cbr == self.cbr_seen;
+            && !self.sample_cyc
+            && self.cbr == self.cbr_seen
+            && self.timestamp == self.sample_timestamp;
         if !applies {
             return 0;
         }
-        let n = code.plain_run(self.ip, max, out);
-        let Some(last) = out.get(n.wrapping_sub(1)).copied() else {
+        // A TIP's target is taken without a state of its own only while it
+        // changes neither VMX root mode nor the interrupt flag.
+        let tip_ok = (self.pip_payload & 1 != 0) == self.nr
+            && self.nr == self.next_nr
+            && self.iflag == self.next_iflag;
+        let is_tip = |p: &Pkt| tip_ok && p.kind == Kind::Tip && p.count != 0;
+        let crosses = |from: u64, to: u64| from >= kernel_start && to != 0 && to < kernel_start;
+        let mut b = RunBlock::default();
+        while out.len() < max {
+            if self.pkt_state == PktState::InSync {
+                // perf's walk_trace: a TNT packet is walked through, a TIP walked
+                // towards; any other packet is the slow path's.
+                if !self.next_packet_if(|p| (p.kind == Kind::Tnt && p.count != 0) || is_tip(p)) {
+                    break;
+                }
+                if self.packet.kind == Kind::Tnt {
+                    self.tnt = self.packet;
+                    self.pkt_state = PktState::Tnt;
+                } else {
+                    self.set_last_ip();
+                    self.pkt_state = PktState::Tip;
+                }
+            }
+            let in_tnt = match self.pkt_state {
+                PktState::Tnt | PktState::TntCont => true,
+                PktState::Tip => false,
+                // Towards a TIP.PGD: plain instructions only (a branch may leave the
+                // filter region).
+                PktState::TipPgd if every_insn => false,
+                _ => break,
+            };
+            if !code.next_block(self.ip, &mut b) {
+                break;
+            }
+            let plain = b.ninsn - 1;
+            let insn = b.last;
+            // What the branch does, decided before anything moves: its target (0:
+            // not taken), or `None` if the run cannot take it.
+            let bit = self.tnt.payload & BIT63 != 0;
+            let direct_to = b
+                .last_ip
+                .wrapping_add(u64::from(insn.length))
+                .wrapping_add(insn.rel as i64 as u64);
+            let to_ip = match (insn.branch, insn.op) {
+                // A compressed return.
+                (_, Op::Ret) if in_tnt => {
+                    let top = self.stack.ips.last().copied().unwrap_or(0);
+                    (self.p.return_compression && top != 0 && bit).then_some(top)
+                }
+                (Branch::Conditional, _) => in_tnt.then_some(if bit { direct_to } else { 0 }),
+                // perf's loop check counts unconditional branches that follow
+                // each other (plain instructions walked one at a time reset it).
+                (Branch::Unconditional, _) => (self.pkt_state != PktState::TipPgd
+                    && (self.no_progress == 0 || (every_insn && plain != 0)))
+                    .then_some(direct_to),
+                // Indirect: the TIP's target, walked towards or deferred after the
+                // TNT bits.
+                _ if self.pkt_state == PktState::Tip => tip_ok.then_some(self.last_ip),
+                _ if in_tnt => {
+                    let last_ip = self.last_ip;
+                    let deferred = self
+                        .next_packet_if(|p| is_tip(p) && !crosses(b.last_ip, calc_ip(p, last_ip)));
+                    deferred.then(|| {
+                        self.set_last_ip();
+                        self.last_ip
+                    })
+                }
+                _ => None,
+            }
+            .filter(|&to| !crosses(b.last_ip, to));
+            let Some(to_ip) = to_ip else {
+                // The plain instructions before it still make states; the walk
+                // stops at the branch, which the next decode takes.
+                code.stop_in_block(&b, if every_insn { plain } else { 0 });
+                if every_insn && plain != 0 {
+                    out.push(Step {
+                        plain,
+                        plain_at: b.plain_at,
+                        tot_before: self.tot_insn_cnt,
+                        tot_insn_cnt: self.tot_insn_cnt + u64::from(plain),
+                        ..Step::default()
+                    });
+                    self.after_plain_steps(plain, b.last_ip);
+                }
+                break;
+            };
+            self.mtc_insn = true;
+            let tot_before = self.tot_insn_cnt;
+            let plain = if every_insn { plain } else { 0 };
+            if every_insn {
+                if plain != 0 {
+                    self.after_plain_steps(plain, b.last_ip);
+                }
+                self.count_insns(1);
+                self.period_insn_cnt = 0;
+            } else {
+                self.count_insns(u64::from(b.ninsn));
+            }
+            let mut type_ = ty::BRANCH | if every_insn { ty::INSTRUCTION } else { 0 };
+            // The return stack as perf's walk keeps it.
+            match insn.op {
+                Op::Call if insn.branch != Branch::Unconditional || insn.rel != 0 => self
+                    .stack
+                    .push(b.last_ip.wrapping_add(u64::from(insn.length))),
+                Op::Ret => self.ret_addr = self.stack.pop(),
+                _ => {}
+            }
+            match (insn.branch, insn.op) {
+                (_, Op::Ret) if in_tnt => {
+                    self.tnt_bit();
+                    self.no_progress = 0;
+                }
+                (Branch::Conditional, _) => {
+                    self.tnt_bit();
+                    self.no_progress = 0;
+                    if !bit {
+                        self.ip = b.last_ip.wrapping_add(u64::from(insn.length));
+                        if !every_insn {
+                            // No state for a branch not taken; after the last
+                            // bit, perf's walk goes on with the next packet.
+                            if self.pkt_state == PktState::InSync {
+                                self.update_sample_time();
+                            }
+                            continue;
+                        }
+                        type_ = ty::INSTRUCTION;
+                    }
+                }
+                (Branch::Unconditional, _) => self.no_progress = 1,
+                _ => {
+                    self.no_progress = 0;
+                    if self.pkt_state == PktState::Tip {
+                        self.pkt_state = PktState::InSync;
+                    }
+                }
+            }
+            if to_ip != 0 {
+                self.ip = to_ip;
+            }
+            if self.pkt_state.sample_time() {
+                self.update_sample_time();
+            }
+            out.push(Step {
+                plain,
+                plain_at: b.plain_at,
+                tot_before,
+                from_ip: b.last_ip,
+                to_ip,
+                tot_insn_cnt: self.tot_insn_cnt,
+                type_,
+                op: insn.op,
+                len: insn.length,
+                insn: insn.buf,
+            });
+        }
+        let Some(&last) = out.last() else {
             return 0;
         };
+        // The decoder's state is the last state's.
+        if last.type_ != 0 {
+            self.state.type_ = last.type_;
+            self.state.from_ip = last.from_ip;
+            self.state.to_ip = last.to_ip;
+            self.state.insn_op = last.op;
+            self.state.insn_len = last.len;
+            self.state.insn = last.insn;
+        } else {
+            let p = code
+                .plain_insns(last.plain_at, last.plain)
+                .last()
+                .copied()
+                .unwrap_or_default();
+            self.state.type_ = ty::INSTRUCTION;
+            self.state.from_ip = p.ip;
+            self.state.to_ip = 0;
+            self.state.insn_op = Op::Other;
+            self.state.insn_len = p.len;
+            self.state.insn = p.bytes;
+        }
+        self.state.flags = if self.have_cyc { 0 } else { sflags::SAMPLE_IPC };
+        self.state.timestamp = self.sample_timestamp;
+        self.state.est_timestamp = self.est_timestamp();
+        self.state.tot_insn_cnt = self.tot_insn_cnt;
+        self.state.tot_cyc_cnt = self.sample_tot_cyc_cnt;
+        out.len()
+    }
+
+    /// `n` plain instructions walked, each a state of its own, up to `ip`.
+    fn after_plain_steps(&mut self, n: u32, ip: u64) {
         self.mtc_insn = true;
-        self.count_insns(n as u64);
+        self.count_insns(u64::from(n));
         self.period_insn_cnt = 0;
         self.no_progress = 0;
-        self.ip = last.ip.wrapping_add(u64::from(last.len));
-        self.state.from_ip = last.ip;
-        self.state.insn_len = last.len;
-        self.state.insn = last.bytes;
-        self.state.tot_insn_cnt = self.tot_insn_cnt;
-        self.state.est_timestamp = self.est_timestamp();
-        n
+        self.ip = ip;
+        if self.pkt_state.sample_time() {
+            self.update_sample_time();
+        }
+    }
+
+    /// Takes the TNT packet's next bit (perf's walk of a conditional branch or
+    /// a compressed return).
+    fn tnt_bit(&mut self) {
+        self.tnt.count -= 1;
+        self.pkt_state = if self.tnt.count != 0 {
+            PktState::TntCont
+        } else {
+            PktState::InSync
+        };
+        self.tnt.payload <<= 1;
     }
 
     /// Moves on to the last PSB whose TSC is before `timestamp` (perf's

@@ -1,0 +1,146 @@
+//! The synthesizer's fast path ([`Synth::set_fast_path`]: runs of decoder states
+//! taken at once) against perf's step-by-step decode: on real programs recorded
+//! on the simulator with several trace configurations, every sample and error,
+//! field by field and in order, must be the same either way, for each --itrace
+//! selection the fast path serves (and for some it does not, which must be left
+//! to the slow path untouched).
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+#[path = "../../decoder/tests/perf_support/mod.rs"]
+mod perf_support;
+
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use perf_support::*;
+use pt_decoder::perf::{Session, SessionOptions};
+use ptperf::itrace::SynthOpts;
+use ptperf::synth::{Event, Synth};
+
+/// Every event of `itrace`'s samples, as text; and the states the fast path took.
+fn events(file: &Path, itrace: &str, fast: bool) -> (Vec<String>, u64) {
+    let mapped = pt_perf_data::MappedFile::open(file).unwrap();
+    let perf = mapped.parse().unwrap();
+    let session = Session::new(&perf, SessionOptions::for_file(file)).unwrap();
+    let mut synth = Synth::new(&session, SynthOpts::parse(itrace).unwrap());
+    synth.set_fast_path(fast);
+    let mut out = Vec::new();
+    synth.run(&mut |e: Event<'_>| {
+        // The code stamp is the session's own numbering: left out.
+        let mut text = format!("{e:?}");
+        if let Some(at) = text.find(", code: ") {
+            let end = text[at..].find(" }").map_or(text.len(), |e| at + e);
+            text.replace_range(at..end, "");
+        }
+        out.push(text);
+        ControlFlow::Continue(())
+    });
+    (out, synth.fast_states())
+}
+
+/// Fast and slow agree on every selection; the fast path served the ones it
+/// is for.
+fn agree(what: &str, file: &Path) {
+    for (itrace, served) in [
+        ("i1i", true),
+        ("b", true),
+        ("i1ib", true),
+        ("bc", true),
+        ("br", true),
+        ("i1ie", true),
+        ("i1ipwe", true),
+        ("i1ix", true),
+        ("i2i", false),
+        ("i1ig", false),
+        ("bl", false),
+        ("i1is5", false),
+    ] {
+        let (slow, none) = events(file, itrace, false);
+        assert_eq!(none, 0, "{what} {itrace}: fast path used while off");
+        let (fast, taken) = events(file, itrace, true);
+        assert_eq!(taken != 0, served, "{what} {itrace}: {taken} fast states");
+        if let Some(i) = (0..slow.len().max(fast.len())).find(|&i| slow.get(i) != fast.get(i)) {
+            panic!(
+                "{what} --itrace={itrace}: event {i} of {} differs\n slow: {:?}\n fast: {:?}",
+                slow.len(),
+                slow.get(i),
+                fast.get(i)
+            );
+        }
+        assert!(!slow.is_empty(), "{what} {itrace}: no samples");
+    }
+}
+
+fn demo() -> std::path::PathBuf {
+    program("script_demo", &["-O1", "-g", "-static"])
+}
+
+fn recorded(name: &str, config: pt_hal::config::TraceConfig, timed: bool) -> std::path::PathBuf {
+    let dir = scratch(name);
+    let (file, _) = record(
+        &dir,
+        &demo(),
+        &[],
+        Layout {
+            config,
+            timed,
+            ..Layout::default()
+        },
+    );
+    file
+}
+
+#[test]
+fn default_config() {
+    let file = recorded(
+        "fp_default",
+        pt_hal::config::TraceConfig::perf_default(),
+        true,
+    );
+    agree("default", &file);
+}
+
+#[test]
+fn no_return_compression() {
+    let config = pt_hal::config::TraceConfig {
+        dis_retc: true,
+        ..pt_hal::config::TraceConfig::perf_default()
+    };
+    agree("noretcomp", &recorded("fp_noretcomp", config, true));
+}
+
+#[test]
+fn cycle_accurate() {
+    let config = pt_hal::config::TraceConfig {
+        mtc: Some(0),
+        cyc: Some(0),
+        ..pt_hal::config::TraceConfig::perf_default()
+    };
+    agree("cyc", &recorded("fp_cyc", config, true));
+}
+
+#[test]
+fn frequent_psbs_untimed() {
+    let config = pt_hal::config::TraceConfig {
+        psb_freq: 0,
+        tsc: false,
+        mtc: None,
+        ..pt_hal::config::TraceConfig::perf_default()
+    };
+    agree("psb untimed", &recorded("fp_psb", config, false));
+}
+
+#[test]
+fn per_cpu_system_tool() {
+    let dir = scratch("fp_ls");
+    let (file, _) = record(
+        &dir,
+        Path::new("/bin/ls"),
+        &["-l", "/"],
+        Layout {
+            per_cpu: true,
+            ..Layout::default()
+        },
+    );
+    agree("ls per cpu", &file);
+}
