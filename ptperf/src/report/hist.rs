@@ -17,6 +17,7 @@ use std::rc::Rc;
 
 use pt_decoder::perf::Session;
 
+use crate::decode::PlainInsn;
 use crate::sample::{Kind, Sample};
 use crate::symbols::Symbols;
 
@@ -280,7 +281,7 @@ impl<'s, 'a> Hists<'s, 'a> {
         }
         let sp = &self.span;
         if !(sp.code == s.code && sp.pid == s.pid && s.ip.wrapping_sub(sp.lo) < sp.len) {
-            self.find_span(s);
+            self.find_span(s, s.ip);
         }
         self.total += s.period;
         self.nr += 1;
@@ -292,6 +293,28 @@ impl<'s, 'a> Hists<'s, 'a> {
             self.periods[i] += s.period;
             if s.period == 0 {
                 self.zero_hits.push(i);
+            }
+        }
+    }
+
+    /// Adds a run of instruction samples right after [`Self::add`] took `s`:
+    /// one for each of `more`, each as `s` but for its IP and a period of 1
+    /// ([`crate::synth::Sink::insns`]).
+    pub fn add_run(&mut self, s: &Sample, more: &[PlainInsn]) {
+        let n = more.len() as u64;
+        self.total += n;
+        self.nr += n;
+        let (code, pid) = (s.code, s.pid);
+        for p in more {
+            let sp = &self.span;
+            if !(sp.code == code && sp.pid == pid && p.ip.wrapping_sub(sp.lo) < sp.len) {
+                self.find_span(s, p.ip);
+            }
+            let sp = &self.span;
+            if sp.row != NONE {
+                self.row_periods[sp.row as usize] += 1;
+            } else {
+                self.periods[p.ip.wrapping_add(sp.index) as usize] += 1;
             }
         }
     }
@@ -329,20 +352,19 @@ impl<'s, 'a> Hists<'s, 'a> {
         }
     }
 
-    /// Makes the span of `s`'s IP the last one: from the cache of spans, else
-    /// resolved.
+    /// Makes the span of `ip` (of sample `s`'s process and code) the last one:
+    /// from the cache of spans, else resolved.
     #[inline(never)]
-    fn find_span(&mut self, s: &Sample) {
-        let slot = ((s.ip >> LINE_BITS) ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize
+    fn find_span(&mut self, s: &Sample, ip: u64) {
+        let slot = ((ip >> LINE_BITS) ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize
             & (SPAN_SLOTS - 1);
         let c = self.spans[slot];
         let ctx = self.ctx;
-        if c.ctx == ctx.id && c.code == s.code && c.pid == s.pid && s.ip.wrapping_sub(c.lo) < c.len
-        {
+        if c.ctx == ctx.id && c.code == s.code && c.pid == s.pid && ip.wrapping_sub(c.lo) < c.len {
             self.span = c;
             return;
         }
-        let ((lo, hi), place) = self.resolve(s.code, s.pid, s.ip, s.time);
+        let ((lo, hi), place) = self.resolve(s.code, s.pid, ip, s.time);
         let mut span = Span {
             code: s.code,
             pid: s.pid,
@@ -356,7 +378,7 @@ impl<'s, 'a> Hists<'s, 'a> {
             Place::Loc(loc) => span.row = self.row_of(ctx.hist, ctx.id, ctx.comm, loc),
             Place::ByAddr(dso, bias) => {
                 // One block of them.
-                let base = s.ip & !(BLOCK - 1);
+                let base = ip & !(BLOCK - 1);
                 let lo = lo.max(base);
                 let hi = hi.min(base.saturating_add(BLOCK));
                 span.lo = lo;

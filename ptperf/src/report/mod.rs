@@ -17,7 +17,9 @@ use pt_perf_data::MappedFile;
 
 use crate::itrace::SynthOpts;
 use crate::script::{Plan, Printer};
-use crate::synth::{Event, Flow, Synth};
+use crate::decode::PlainInsn;
+use crate::sample::Sample;
+use crate::synth::{Event, Flow, Sink, Stacks, Synth};
 use hist::{FxMap, Hists, SymKey};
 
 /// `ptperf report`'s command line.
@@ -182,11 +184,9 @@ fn run(a: &Args) -> Result<(), String> {
             Flow::Continue(())
         });
     } else {
-        let _ = synth.run(&mut |e: Event<'_>| -> Flow {
-            if let Event::Sample(s, _) = e {
-                hists.add(s, || printer.comm(s.tid, s.time));
-            }
-            Flow::Continue(())
+        let _ = synth.run_into(&mut Plain {
+            hists: &mut hists,
+            printer: &mut printer,
         });
     }
     if let Some(b) = &bar {
@@ -210,6 +210,30 @@ fn run(a: &Args) -> Result<(), String> {
     };
     table::write(&mut out, tables, &names, &keys, layout);
     Ok(())
+}
+
+/// The overhead table's sink: samples into [`Hists`], runs of instruction
+/// samples at once.
+struct Plain<'r, 's, 'a> {
+    hists: &'r mut Hists<'s, 'a>,
+    printer: &'r mut Printer<'s, 'a>,
+}
+
+impl Sink for Plain<'_, '_, '_> {
+    fn event(&mut self, e: Event<'_>) -> Flow {
+        if let Event::Sample(s, _) = e {
+            let printer = &mut *self.printer;
+            self.hists.add(s, || printer.comm(s.tid, s.time));
+        }
+        Flow::Continue(())
+    }
+
+    fn insns(&mut self, first: &Sample, _: &Stacks, more: &[PlainInsn]) -> Flow {
+        let printer = &mut *self.printer;
+        self.hists.add(first, || printer.comm(first.tid, first.time));
+        self.hists.add_run(first, more);
+        Flow::Continue(())
+    }
 }
 
 /// The synthesis options of `--itrace` (`None`: absent) as perf report takes
