@@ -180,9 +180,13 @@ pub struct Hists<'s, 'a> {
     ctx_ids: FxMap<(u32, u32), u32>,
     locs: Vec<Loc>,
     loc_ids: FxMap<Loc, u32>,
-    /// Shared objects' short names, by number and by recorded name.
+    /// Shared objects' short names, by number, by recorded name and by short
+    /// name (one number a short name: perf tells dsos apart by it).
     dsos: Vec<Rc<str>>,
     dso_ids: FxMap<String, u32>,
+    short_ids: FxMap<Rc<str>, u32>,
+    /// Locations named by address, by (dso, address).
+    addr_locs: FxMap<(u32, u64), u32>,
     sym_names: FxMap<(usize, u32), Rc<str>>,
     /// Rows by ((event, command) pair, location), numbered across events.
     rows: FxMap<(u32, u32), u32>,
@@ -235,6 +239,8 @@ impl<'s, 'a> Hists<'s, 'a> {
             loc_ids: FxMap::default(),
             dsos: Vec::new(),
             dso_ids: FxMap::default(),
+            short_ids: FxMap::default(),
+            addr_locs: FxMap::default(),
             sym_names: FxMap::default(),
             rows: FxMap::default(),
             row_info: Vec::new(),
@@ -427,8 +433,17 @@ impl<'s, 'a> Hists<'s, 'a> {
         let dso = match self.dso_ids.get(&m.filename) {
             Some(&d) => d,
             None => {
-                self.dsos.push(short(&m.filename).into());
-                let d = self.dsos.len() as u32 - 1;
+                let sh = short(&m.filename);
+                let d = match self.short_ids.get(sh) {
+                    Some(&d) => d,
+                    None => {
+                        let r: Rc<str> = sh.into();
+                        self.dsos.push(r.clone());
+                        let d = self.dsos.len() as u32 - 1;
+                        self.short_ids.insert(r, d);
+                        d
+                    }
+                };
                 self.dso_ids.insert(m.filename.clone(), d);
                 d
             }
@@ -477,6 +492,10 @@ impl<'s, 'a> Hists<'s, 'a> {
 
     /// The location of `ip` named by its address.
     fn addr_loc(&mut self, ip: u64, dso: u32, bias: u64) -> u32 {
+        let addr = if dso == NONE { ip } else { ip.wrapping_add(bias) };
+        if let Some(&l) = self.addr_locs.get(&(dso, addr)) {
+            return l;
+        }
         let loc = if dso == NONE {
             Loc {
                 dso: None,
@@ -485,10 +504,12 @@ impl<'s, 'a> Hists<'s, 'a> {
         } else {
             Loc {
                 dso: Some(self.dsos[dso as usize].clone()),
-                sym: SymKey::Addr(ip.wrapping_add(bias)),
+                sym: SymKey::Addr(addr),
             }
         };
-        self.intern_loc(loc)
+        let l = self.intern_loc(loc);
+        self.addr_locs.insert((dso, addr), l);
+        l
     }
 
     fn intern_loc(&mut self, loc: Loc) -> u32 {

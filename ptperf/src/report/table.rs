@@ -81,8 +81,32 @@ pub(super) struct Layout {
 
 /// The tables of `hists`' rows, merged by `keys`.
 pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>> {
+    // With all three keys, rows (by command and location) are entries already.
+    let all = [SortKey::Comm, SortKey::Dso, SortKey::Sym]
+        .iter()
+        .all(|k| keys.contains(k));
     let mut tables = Vec::new();
     for h in &hists.hists {
+        if all {
+            tables.push(Table {
+                kind: h.kind,
+                total: h.total,
+                nr: h.nr,
+                entries: h
+                    .rows
+                    .iter()
+                    .map(|r| Entry {
+                        comm: hists.comm(r.comm),
+                        loc: hists.loc(r.loc),
+                        period: r.period,
+                        acc: r.period,
+                        depth: 0,
+                        thread: (0, 0),
+                    })
+                    .collect(),
+            });
+            continue;
+        }
         let mut entries: Vec<Entry> = Vec::with_capacity(h.rows.len());
         let mut index: FxMap<Key, usize> = FxMap::default();
         for r in &h.rows {
@@ -216,13 +240,29 @@ pub(super) fn write(
                     SortKey::Sym => match &l.loc.sym {
                         SymKey::Named(n, _) => write!(out, "  [.] {n}"),
                         SymKey::Addr(0) => write!(out, "  [.] 0000000000000000"),
-                        SymKey::Addr(x) => write!(out, "  [.] {x:#018x}"),
+                        SymKey::Addr(x) => write!(out, "  [.] 0x{}", Hex16(*x)),
                     },
                 };
             }
             let _ = writeln!(out);
         }
         let _ = writeln!(out, "\n");
+    }
+}
+
+/// An address as 16 hexadecimal digits (`%016llx`), without `fmt`'s padding
+/// machinery.
+struct Hex16(u64);
+
+impl std::fmt::Display for Hex16 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut b = [0u8; 16];
+        for (i, d) in b.iter_mut().enumerate() {
+            let n = (self.0 >> (60 - 4 * i)) & 15;
+            *d = b"0123456789abcdef"[n as usize];
+        }
+        // Only ASCII digits were written.
+        f.write_str(std::str::from_utf8(&b).unwrap_or_default())
     }
 }
 
