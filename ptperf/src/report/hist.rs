@@ -19,7 +19,7 @@ use pt_decoder::perf::Session;
 
 use crate::decode::PlainInsn;
 use crate::sample::{Kind, Sample};
-use crate::symbols::Symbols;
+use crate::symbols::{Symbols, TableId};
 
 /// A small multiplicative hasher for the integer keys of the slow paths (the
 /// rustc-hash idea: one rotate, xor and multiply per word).
@@ -188,6 +188,8 @@ pub struct Hists<'s, 'a> {
     /// Locations named by address, by (dso, address).
     addr_locs: FxMap<(u32, u64), u32>,
     sym_names: FxMap<(usize, u32), Rc<str>>,
+    /// Symbol tables by mapping (its address in the session), `None`: no code.
+    tables: FxMap<usize, Option<TableId>>,
     /// Rows by ((event, command) pair, location), numbered across events.
     rows: FxMap<(u32, u32), u32>,
     /// By row: (event, command, location), and the sum of its periods.
@@ -242,6 +244,7 @@ impl<'s, 'a> Hists<'s, 'a> {
             short_ids: FxMap::default(),
             addr_locs: FxMap::default(),
             sym_names: FxMap::default(),
+            tables: FxMap::default(),
             rows: FxMap::default(),
             row_info: Vec::new(),
             row_periods: Vec::new(),
@@ -451,14 +454,28 @@ impl<'s, 'a> Hists<'s, 'a> {
         // IP to the dso's address: `ip - start + pgoff`.
         let bias = m.pgoff.wrapping_sub(m.start);
         let addr = ip.wrapping_add(bias);
-        let bid = m.build_id.filter(|b| b.len > 0);
-        let Ok(file) = session.code_file(m) else {
+        // The mapping's symbol table (found once per mapping).
+        let key = m as *const _ as usize;
+        let tid = match self.tables.get(&key) {
+            Some(&t) => t,
+            None => {
+                let bid = m.build_id.filter(|b| b.len > 0);
+                let t = session.code_file(m).ok().map(|file| {
+                    self.symbols.dso_table(
+                        &file.path,
+                        &m.filename,
+                        bid.as_ref().map(|b| b.as_bytes()),
+                    )
+                });
+                self.tables.insert(key, t);
+                t
+            }
+        };
+        let Some(tid) = tid else {
             return ((lo, hi), Place::ByAddr(dso, bias));
         };
-        let table =
-            self.symbols
-                .of_dso(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()));
-        let key = table as *const _ as usize;
+        let key = tid;
+        let table = self.symbols.table(tid);
         let l = table.lookup(addr);
         // The symbol's span, in IP space: as distances from the address, which
         // lies in both.
@@ -492,7 +509,11 @@ impl<'s, 'a> Hists<'s, 'a> {
 
     /// The location of `ip` named by its address.
     fn addr_loc(&mut self, ip: u64, dso: u32, bias: u64) -> u32 {
-        let addr = if dso == NONE { ip } else { ip.wrapping_add(bias) };
+        let addr = if dso == NONE {
+            ip
+        } else {
+            ip.wrapping_add(bias)
+        };
         if let Some(&l) = self.addr_locs.get(&(dso, addr)) {
             return l;
         }

@@ -15,10 +15,10 @@ use clap::Parser;
 use pt_decoder::perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
-use crate::itrace::SynthOpts;
-use crate::script::{Plan, Printer};
 use crate::decode::PlainInsn;
+use crate::itrace::SynthOpts;
 use crate::sample::Sample;
+use crate::script::{Plan, Printer};
 use crate::synth::{Event, Flow, Sink, Stacks, Synth};
 use hist::{FxMap, Hists, SymKey};
 
@@ -230,7 +230,8 @@ impl Sink for Plain<'_, '_, '_> {
 
     fn insns(&mut self, first: &Sample, _: &Stacks, more: &[PlainInsn]) -> Flow {
         let printer = &mut *self.printer;
-        self.hists.add(first, || printer.comm(first.tid, first.time));
+        self.hists
+            .add(first, || printer.comm(first.tid, first.time));
         self.hists.add_run(first, more);
         Flow::Continue(())
     }

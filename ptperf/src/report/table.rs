@@ -180,9 +180,7 @@ pub(super) fn write(
         };
         // perf widens the dso column to 16 (an address's digits) when some symbol
         // is unresolved.
-        let unresolved = lines
-            .iter()
-            .any(|l| matches!(l.loc.sym, SymKey::Addr(_)));
+        let unresolved = lines.iter().any(|l| matches!(l.loc.sym, SymKey::Addr(_)));
         let widths: Vec<usize> = keys
             .iter()
             .map(|&key| {

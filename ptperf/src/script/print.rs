@@ -476,10 +476,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         };
         let addr = ip.wrapping_sub(m.start).wrapping_add(m.pgoff);
         let Ok(file) = s.code_file(m) else {
-            return Resolved {
-                sym: None,
-                dso,
-            };
+            return Resolved { sym: None, dso };
         };
         let bid = m.build_id.filter(|b| b.len > 0);
         let table =
@@ -502,10 +499,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             }
             None => None,
         };
-        Resolved {
-            sym,
-            dso,
-        }
+        Resolved { sym, dso }
     }
 
     /// `sym+0xoff (dso)` as perf's `sample__fprintf_sym` writes it after the IP.

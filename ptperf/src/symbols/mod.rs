@@ -463,8 +463,12 @@ fn candidates(path: &Path, name: &str, build_id: Option<&[u8]>) -> Vec<PathBuf> 
 /// Symbol tables by file, loaded once.
 #[derive(Default)]
 pub struct Symbols {
-    files: HashMap<PathBuf, SymbolTable>,
+    files: HashMap<PathBuf, usize>,
+    tables: Vec<SymbolTable>,
 }
+
+/// A table's number in its [`Symbols`] ([`Symbols::table`]).
+pub type TableId = usize;
 
 impl Symbols {
     /// An empty cache.
@@ -472,20 +476,37 @@ impl Symbols {
         Self::default()
     }
 
+    fn load(&mut self, path: &Path, make: impl FnOnce() -> SymbolTable) -> TableId {
+        if let Some(&i) = self.files.get(path) {
+            return i;
+        }
+        self.tables.push(make());
+        self.files.insert(path.to_path_buf(), self.tables.len() - 1);
+        self.tables.len() - 1
+    }
+
     /// The symbols of the file at `path` only (empty if it cannot be read).
     pub fn of(&mut self, path: &Path) -> &SymbolTable {
-        self.files.entry(path.to_path_buf()).or_insert_with(|| {
+        let i = self.load(path, || {
             map(path)
                 .map(|m| SymbolTable::from_elf(&m))
                 .unwrap_or_default()
-        })
+        });
+        &self.tables[i]
     }
 
     /// The symbols of the code recorded as `name` and found at `path`, from the
     /// first file perf would take them from (see [`candidates`]), with `.plt`
     /// entries named from the file itself.
     pub fn of_dso(&mut self, path: &Path, name: &str, build_id: Option<&[u8]>) -> &SymbolTable {
-        self.files.entry(path.to_path_buf()).or_insert_with(|| {
+        let i = self.dso_table(path, name, build_id);
+        &self.tables[i]
+    }
+
+    /// [`Self::of_dso`]'s table, by number (to be kept and looked up with
+    /// [`Self::table`]).
+    pub fn dso_table(&mut self, path: &Path, name: &str, build_id: Option<&[u8]>) -> TableId {
+        self.load(path, || {
             let runtime = map(path);
             // perf moves symbols by the runtime file's segments.
             let phdrs = runtime.as_deref().map(program_headers).unwrap_or_default();
@@ -511,6 +532,11 @@ impl Symbols {
                 .map(|m| SymbolTable::from_elf(&m))
                 .unwrap_or_default()
         })
+    }
+
+    /// Table `id`.
+    pub fn table(&self, id: TableId) -> &SymbolTable {
+        &self.tables[id]
     }
 }
 
