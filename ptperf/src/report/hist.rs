@@ -21,8 +21,10 @@ use crate::decode::PlainInsn;
 use crate::sample::{Kind, Sample};
 use crate::symbols::{Symbols, TableId};
 
-/// A small multiplicative hasher for the integer keys of the slow paths (the
-/// rustc-hash idea: one rotate, xor and multiply per word).
+/// A small hasher for the integer keys of the slow paths: Knuth's
+/// multiplicative hashing by the golden ratio, one xor and multiply per word,
+/// the high half folded into the low one at the end (hash tables index by the
+/// low bits, which a product alone mixes poorly).
 #[derive(Default, Clone, Copy)]
 pub(crate) struct FxHasher(u64);
 
@@ -47,10 +49,10 @@ impl Hasher for FxHasher {
         self.write_u64(i as u64);
     }
     fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        self.0 = (self.0 ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
     fn finish(&self) -> u64 {
-        self.0
+        self.0 ^ (self.0 >> 32)
     }
 }
 
