@@ -2,10 +2,19 @@
 //! (overhead by command, shared object and symbol) from the samples
 //! [`crate::synth`] synthesizes, and `--folded` stacks for flame graphs.
 //!
-//! The rows are perf's: the same percentages, columns and order (by period, then
-//! command, shared object and symbol name as perf's sort keys compare them,
-//! unknown symbols by address). The header's counts are perf's too; perf's
-//! random closing tip is left out.
+//! As perf 6.1 does it:
+//! - without `--itrace`, perf report's own defaults: instructions every 100us
+//!   with call chains, the power and other events, no branches;
+//! - samples without call chains: one Overhead table per event (module `hist`, the
+//!   fast path: a few nanoseconds a sample);
+//! - samples with call chains: the Children/Self table of perf's cumulative mode
+//!   (module `children`), unless `--no-children`; with `-g none` children are self,
+//!   as perf resolves no chains then. The call graph lines perf prints below each
+//!   entry are not printed;
+//! - entries are perf's: the same percentages, columns and order (children, then
+//!   callers first within a thread, then self, then the sort keys as perf
+//!   compares them, unknown symbols by address), the header's counts too;
+//!   perf's random closing tip is left out.
 
 use std::ffi::OsString;
 use std::io::Write;

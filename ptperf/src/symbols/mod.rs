@@ -12,7 +12,7 @@
 //! * a symbol of size 0 reaches the next symbol (the last one the next page but
 //!   one); of several symbols at one address one is kept (sized over unsized, not
 //!   weak over weak, global over local, fewer leading underscores, longer name);
-//! * an address gets the symbol perf's red-black tree search finds ([`tree`]):
+//! * an address gets the symbol perf's red-black tree search finds (module `tree`):
 //!   where symbols overlap (a stretched `_init` over the `.plt` entries) that is
 //!   not always the symbol that covers it, and sometimes none;
 //! * `.plt` entries are named `name@plt` from `.rela.plt`.
@@ -496,7 +496,7 @@ impl Symbols {
     }
 
     /// The symbols of the code recorded as `name` and found at `path`, from the
-    /// first file perf would take them from (see [`candidates`]), with `.plt`
+    /// first file perf would take them from (see `candidates`), with `.plt`
     /// entries named from the file itself.
     pub fn of_dso(&mut self, path: &Path, name: &str, build_id: Option<&[u8]>) -> &SymbolTable {
         let i = self.dso_table(path, name, build_id);
