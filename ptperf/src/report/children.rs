@@ -29,6 +29,8 @@ struct Hist {
     kind: Kind,
     entries: Vec<Acc>,
     index: FxMap<Key, u32>,
+    /// Entries by (command, location): what `index` gives their key.
+    by_loc: FxMap<(u32, u32), u32>,
     total: u64,
     nr: u64,
 }
@@ -54,20 +56,36 @@ impl Children {
         }
     }
 
-    fn entry(h: &mut Hist, key: Key, comm: u32, loc: u32, s: &Sample) -> u32 {
-        if let Some(&e) = h.index.get(&key) {
+    /// The entry of command `comm` at `loc` (made if new).
+    fn entry(
+        keys: &[SortKey],
+        hists: &Hists,
+        h: &mut Hist,
+        comm: u32,
+        loc: u32,
+        s: &Sample,
+    ) -> u32 {
+        if let Some(&e) = h.by_loc.get(&(comm, loc)) {
             return e;
         }
-        h.entries.push(Acc {
-            comm,
-            loc,
-            period: 0,
-            acc: 0,
-            depth: 0,
-            thread: (s.pid, s.tid),
-        });
-        let e = h.entries.len() as u32 - 1;
-        h.index.insert(key, e);
+        let key = Key::of(keys, comm, hists.loc(loc));
+        let e = match h.index.get(&key) {
+            Some(&e) => e,
+            None => {
+                h.entries.push(Acc {
+                    comm,
+                    loc,
+                    period: 0,
+                    acc: 0,
+                    depth: 0,
+                    thread: (s.pid, s.tid),
+                });
+                let e = h.entries.len() as u32 - 1;
+                h.index.insert(key, e);
+                e
+            }
+        };
+        h.by_loc.insert((comm, loc), e);
         e
     }
 
@@ -81,6 +99,7 @@ impl Children {
                     kind: s.kind,
                     entries: Vec::new(),
                     index: FxMap::default(),
+                    by_loc: FxMap::default(),
                     total: 0,
                     nr: 0,
                 });
@@ -94,8 +113,7 @@ impl Children {
         let own = std::slice::from_ref(&s.ip);
         let chain = if chain.is_empty() { own } else { chain };
         let loc = hists.locate(s.code, s.pid, s.ip, s.time);
-        let key = Key::of(&self.keys, comm, hists.loc(loc));
-        let e = Self::entry(h, key, comm, loc, s);
+        let e = Self::entry(&self.keys, hists, h, comm, loc, s);
         let depth = chain.len() as u32;
         let a = &mut h.entries[e as usize];
         a.period += s.period;
@@ -108,8 +126,7 @@ impl Children {
         self.seen.push(e);
         for (pos, &ip) in chain.iter().rev().enumerate() {
             let loc = hists.locate_in_chain(s.code, s.pid, ip, s.time);
-            let key = Key::of(&self.keys, comm, hists.loc(loc));
-            let e = Self::entry(h, key, comm, loc, s);
+            let e = Self::entry(&self.keys, hists, h, comm, loc, s);
             if self.seen.contains(&e) {
                 continue;
             }

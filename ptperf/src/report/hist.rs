@@ -110,6 +110,8 @@ const BLOCK: u64 = 1024;
 /// Lines of the span cache (a power of two), and the line size's bits.
 const SPAN_SLOTS: usize = 1 << 12;
 const LINE_BITS: u32 = 6;
+/// Entries of the cache of call chain locations: 2^this.
+const LOC_CACHE_BITS: u32 = 14;
 
 /// Addresses `[lo, lo + len)` of one code image that resolve the same way, for
 /// one (event, command) pair: into row `row`, or (`row` [`NONE`]) address by
@@ -205,6 +207,9 @@ pub struct Hists<'s, 'a> {
     zero_hits: Vec<usize>,
     span: Span,
     spans: Vec<Span>,
+    /// Locations of call chain addresses by (code, pid, ip): as a sample's and
+    /// as a chain entry's.
+    loc_cache: Vec<(u64, i32, u64, u32, u32)>,
     ctx: Ctx,
     /// The current event's period and sample count since its last change.
     total: u64,
@@ -256,6 +261,7 @@ impl<'s, 'a> Hists<'s, 'a> {
             zero_hits: Vec::new(),
             span: EMPTY,
             spans: vec![EMPTY; SPAN_SLOTS],
+            loc_cache: vec![(0, 0, 0, NONE, NONE); 1 << LOC_CACHE_BITS],
             ctx: Ctx {
                 kind: Kind::Instructions,
                 comm_ptr: std::ptr::null(),
@@ -333,20 +339,31 @@ impl<'s, 'a> Hists<'s, 'a> {
     /// The location of `ip` of process `pid` running code image `code` at
     /// `time`, as a sample's row names it (no row is made).
     pub fn locate(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> u32 {
-        match self.resolve(code, pid, ip, time).1 {
-            Place::Loc(l) => l,
-            Place::ByAddr(dso, bias) => self.addr_loc(ip, dso, bias),
-        }
+        self.locations(code, pid, ip, time).0
     }
 
     /// The location of call chain entry `ip` as perf's cumulative entries name
     /// it: as [`Self::locate`], except that an address without a symbol is the
     /// IP itself, not its address in the dso (perf takes the chain node's IP).
     pub fn locate_in_chain(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> u32 {
-        match self.resolve(code, pid, ip, time).1 {
-            Place::Loc(l) => l,
-            Place::ByAddr(dso, _) => self.addr_loc(ip, dso, 0),
+        self.locations(code, pid, ip, time).1
+    }
+
+    /// Both locations of `ip`, through a direct-mapped cache by address.
+    fn locations(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> (u32, u32) {
+        let slot = ((ip ^ code.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> (64 - LOC_CACHE_BITS)) as usize;
+        let e = self.loc_cache[slot];
+        if e.0 == code && e.1 == pid && e.2 == ip && e.3 != NONE {
+            return (e.3, e.4);
         }
+        let pair = match self.resolve(code, pid, ip, time).1 {
+            Place::Loc(l) => (l, l),
+            Place::ByAddr(dso, bias) => (self.addr_loc(ip, dso, bias), self.addr_loc(ip, dso, 0)),
+        };
+        self.loc_cache[slot] = (code, pid, ip, pair.0, pair.1);
+        pair
     }
 
     /// The number of the command named `comm` (`None`: unknown, `:-1`).
