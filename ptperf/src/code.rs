@@ -16,8 +16,8 @@ use pt_decoder::image::Image;
 use pt_decoder::insn::decode_at;
 use pt_encoder::ExecMode;
 
-use crate::decode::insn::{Branch, Insn, INSN_BUF};
-use crate::decode::{PlainInsn, RunBlock, WalkError, Walker};
+use crate::decode::insn::{Branch, Insn, Op, INSN_BUF};
+use crate::decode::{PlainInsn, RunBlock, Step, TntWalk, WalkError, Walker};
 
 /// A multiplicative hash for code addresses.
 #[derive(Default)]
@@ -75,6 +75,9 @@ struct Cache {
     /// Per block, the last two blocks the walk went on to from it (IP, block),
     /// so that following a branch seldom needs the hash map.
     succ: Vec<[(u64, u32); 2]>,
+    /// Per block ending in a conditional or direct branch, the blocks after
+    /// it (not taken, taken), once known.
+    cond_next: Vec<[u32; 2]>,
     index: IpMap<u32>,
     /// The instructions of all blocks (IP, length, bytes), block after block.
     insns: Vec<PlainInsn>,
@@ -132,6 +135,7 @@ impl Cache {
             first,
         });
         self.succ.push([(0, NO_BLOCK); 2]);
+        self.cond_next.push([NO_BLOCK; 2]);
         self.index.insert(ip, id);
         id
     }
@@ -146,7 +150,7 @@ impl Cache {
 
     /// The block at `ip`, reached from block `from` (a hint: its successors are
     /// tried first, then the hash map).
-    #[inline]
+    #[inline(always)]
     fn lookup_from(&mut self, image: &Image, from: u32, ip: u64) -> u32 {
         let Some(s) = self.succ.get_mut(from as usize) else {
             return self.lookup(image, ip);
@@ -354,7 +358,7 @@ impl CodeWalker {
     /// See [`Walker::next_block`]: the block at `ip` in the image whose cache
     /// is `ci` ([`CodeWalker::cache_of`]; the rest of the block the last walk
     /// stopped in, if it stopped there).
-    #[inline]
+    #[inline(always)]
     pub fn next_block(&mut self, image: &Image, ci: usize, ip: u64, rb: &mut RunBlock) -> bool {
         let stamp = self.caches[ci].0;
         let c = &mut self.caches[ci].1;
@@ -377,6 +381,131 @@ impl CodeWalker {
         self.cursor = None;
         self.prev = (ci, bid);
         true
+    }
+
+    /// See [`Walker::follow_tnt`], in the image whose cache is `ci`.
+    pub fn follow_tnt(
+        &mut self,
+        image: &Image,
+        ci: usize,
+        w: &mut TntWalk<'_>,
+        max: usize,
+        out: &mut Vec<Step>,
+    ) {
+        use crate::decode::ty::{BRANCH, INSTRUCTION};
+        let stamp = self.caches[ci].0;
+        let c = &mut self.caches[ci].1;
+        let (mut bid, mut index) = match self.cursor {
+            Some(k) if k.stamp == stamp && k.ip == w.ip => (k.block, k.index),
+            _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, w.ip), 0),
+            _ => (c.lookup(image, w.ip), 0),
+        };
+        let Some(stack) = w.stack.take() else { return };
+        // The walk's state in locals (registers) while the loop runs.
+        let (mut ip, mut payload, mut count, mut cont) = (w.ip, w.payload, w.count, w.cont);
+        let (mut no_progress, mut ret_addr, mut tot) = (w.no_progress, w.ret_addr, w.tot);
+        let (every_insn, kernel_start, retcomp) =
+            (w.every_insn, w.kernel_start, w.return_compression);
+        let mut updated = w.updated;
+        let tot_start = tot;
+        let mut blocks = 0u32;
+        let mut last = None;
+        while count != 0 && out.len() < max {
+            let b = &c.blocks[bid as usize];
+            if b.end != End::Branch || index >= b.ninsn {
+                break;
+            }
+            let (branch, op, len, rel) = (b.last.branch, b.last.op, b.last.length, b.last.rel);
+            let n = b.ninsn - index;
+            let bit = payload & (1 << 63) != 0;
+            let next_ip = b.last_ip.wrapping_add(u64::from(len));
+            // The branch's target (0: not taken) and the successor slot to keep.
+            let (to_ip, slot) = match (branch, op) {
+                (_, Op::Ret) => {
+                    let top = stack.last().copied().unwrap_or(0);
+                    if !retcomp || top == 0 || !bit {
+                        break;
+                    }
+                    (top, 2)
+                }
+                (Branch::Conditional, _) if bit => (next_ip.wrapping_add(rel as i64 as u64), 1),
+                (Branch::Conditional, _) => (0, 0),
+                (Branch::Unconditional, _) => {
+                    // perf's loop check: plain instructions walked one by one
+                    // reset it.
+                    if no_progress != 0 && !(every_insn && n > 1) {
+                        break;
+                    }
+                    (next_ip.wrapping_add(rel as i64 as u64), 1)
+                }
+                _ => break,
+            };
+            if b.last_ip >= kernel_start && to_ip != 0 && to_ip < kernel_start {
+                break;
+            }
+            let tot_before = tot;
+            tot += u64::from(n);
+            blocks += 1;
+            let mut type_ = BRANCH | if every_insn { INSTRUCTION } else { 0 };
+            if branch == Branch::Unconditional {
+                if op == Op::Call && rel != 0 {
+                    stack.push(next_ip);
+                }
+                no_progress = 1;
+            } else {
+                if op == Op::Ret {
+                    ret_addr = stack.pop().unwrap_or(0);
+                }
+                payload <<= 1;
+                count -= 1;
+                cont = true;
+                no_progress = 0;
+                if to_ip == 0 {
+                    type_ &= INSTRUCTION;
+                }
+            }
+            if type_ != 0 {
+                out.push(Step {
+                    plain: if every_insn { n - 1 } else { 0 },
+                    plain_at: [ci as u32, b.first + index],
+                    tot_before,
+                    from_ip: b.last_ip,
+                    to_ip,
+                    tot_insn_cnt: tot,
+                    type_,
+                    op,
+                    len,
+                    insn: b.last.buf,
+                });
+                updated |= cont;
+            } else if count == 0 {
+                updated = true;
+            }
+            ip = if to_ip != 0 { to_ip } else { next_ip };
+            last = Some(bid);
+            bid = if slot < 2 {
+                let s = c.cond_next[bid as usize][slot];
+                if s != NO_BLOCK {
+                    s
+                } else {
+                    let id = c.lookup(image, ip);
+                    c.cond_next[bid as usize][slot] = id;
+                    id
+                }
+            } else {
+                c.lookup_from(image, bid, ip)
+            };
+            index = 0;
+        }
+        w.stack = Some(stack);
+        (w.ip, w.payload, w.count, w.cont) = (ip, payload, count, cont);
+        (w.no_progress, w.ret_addr, w.tot, w.updated) = (no_progress, ret_addr, tot, updated);
+        w.blocks += blocks;
+        self.walked += tot - tot_start;
+        if let Some(bid) = last {
+            self.cursor = None;
+            self.prev = (ci, bid);
+        }
     }
 
     /// See [`Walker::stop_in_block`].
@@ -437,6 +566,11 @@ impl Walker for ImageWalker<'_, '_> {
 
     fn stop_in_block(&mut self, block: &RunBlock, count: u32) {
         self.walker.stop_in_block(block, count);
+    }
+
+    fn follow_tnt(&mut self, walk: &mut TntWalk<'_>, max: usize, out: &mut Vec<Step>) {
+        let ci = self.walker.cache_of(self.image);
+        self.walker.follow_tnt(self.image, ci, walk, max, out);
     }
 
     fn plain_insns(&self, at: [u32; 2], n: u32) -> &[PlainInsn] {

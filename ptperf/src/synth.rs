@@ -241,7 +241,7 @@ impl Walker for QueueCode<'_, '_> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
 
-    #[inline]
+    #[inline(always)]
     fn next_block(&mut self, ip: u64, block: &mut decode::RunBlock) -> bool {
         let ci = match self.cache {
             Some(ci) => ci,
@@ -253,6 +253,20 @@ impl Walker for QueueCode<'_, '_> {
     #[inline]
     fn stop_in_block(&mut self, block: &decode::RunBlock, count: u32) {
         self.walker.stop_in_block(block, count);
+    }
+
+    #[inline]
+    fn follow_tnt(
+        &mut self,
+        walk: &mut decode::TntWalk<'_>,
+        max: usize,
+        out: &mut Vec<decode::Step>,
+    ) {
+        let ci = match self.cache {
+            Some(ci) => ci,
+            None => *self.cache.insert(self.walker.cache_of(self.image)),
+        };
+        self.walker.follow_tnt(self.image, ci, walk, max, out);
     }
 
     #[inline]
@@ -462,7 +476,8 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// out runs of states at once.
     fn fast_path_applies(&self) -> bool {
         let o = &self.opts;
-        (!o.instructions || (o.period_type == PeriodType::Instructions && o.period == 1))
+        let p = self.params();
+        (!o.instructions || (p.period_type == decode::PeriodType::Instructions && p.period == 1))
             && o.initial_skip == 0
             && o.quick == 0
             && !o.callchain

@@ -211,6 +211,13 @@ pub trait Walker {
     /// its first `count` instructions: the next walk goes on after them.
     fn stop_in_block(&mut self, _block: &RunBlock, _count: u32) {}
 
+    /// Follows TNT bits through conditional branches from `walk.ip` (for
+    /// [`Decoder::take_run`]): block by block while each ends in a conditional
+    /// branch, a bit each, as long as bits are left and `out` has fewer than
+    /// `max` steps; the states perf returns for them (see [`TntWalk`]) into
+    /// `out`. Stops before anything else, leaving it to the next walk.
+    fn follow_tnt(&mut self, _walk: &mut TntWalk<'_>, _max: usize, _out: &mut Vec<Step>) {}
+
     /// The `n` plain instructions at `at` ([`RunBlock::plain_at`], [`Step::plain_at`]).
     fn plain_insns(&self, _at: [u32; 2], _n: u32) -> &[PlainInsn] {
         &[]
@@ -232,6 +239,41 @@ pub struct RunBlock {
     pub handle: [u32; 4],
     /// Where the walker keeps its instructions (for [`Step::plain_at`]).
     pub plain_at: [u32; 2],
+}
+
+/// A walk through a TNT packet ([`Walker::follow_tnt`]), perf's way: a
+/// conditional branch takes a bit, a return takes a bit and its target from the
+/// return stack (compressed), a direct jump or call goes on (a call pushes its
+/// return address).
+#[derive(Debug, Default)]
+pub struct TntWalk<'s> {
+    /// Where the walk is.
+    pub ip: u64,
+    /// The bits left, the next one the highest.
+    pub payload: u64,
+    /// How many are left.
+    pub count: u32,
+    /// A bit was taken in this packet (perf's TNT_CONT state).
+    pub cont: bool,
+    /// Every instruction is a state (else only branches are).
+    pub every_insn: bool,
+    /// Returns may be compressed.
+    pub return_compression: bool,
+    /// A branch from here or above to below is not followed.
+    pub kernel_start: u64,
+    /// Unconditional branches in a row (perf's loop check; one is allowed).
+    pub no_progress: u32,
+    /// perf's return stack.
+    pub stack: Option<&'s mut Vec<u64>>,
+    /// The last return address taken from it (0: none).
+    pub ret_addr: u64,
+    /// Instructions walked in all.
+    pub tot: u64,
+    /// Branches followed.
+    pub blocks: u32,
+    /// A state came out at which perf takes the sample time anew (or the last
+    /// bit went to a branch not taken without a state).
+    pub updated: bool,
 }
 
 /// One plain instruction (a [`Step`]'s, from the walker).
@@ -891,10 +933,13 @@ impl<'a> Decoder<'a> {
         let mut at = self.at + self.pkt_step;
         let mut skipped = self.pkt_step;
         let (p, n) = loop {
-            if at >= self.data.len() {
+            let Some(&byte) = self.data.get(at) else {
                 return false;
-            }
-            let Some((p, n)) = self.read_packet_at(at) else {
+            };
+            let Some((p, n)) = packet::tnt8(byte)
+                .map(|p| (p, 1))
+                .or_else(|| self.read_packet_at(at))
+            else {
                 return false;
             };
             if p.kind != Kind::Pad {
@@ -2904,6 +2949,50 @@ impl<'a> Decoder<'a> {
                 PktState::TipPgd if every_insn => false,
                 _ => break,
             };
+            if in_tnt && self.tnt.count != 0 {
+                // The conditional branches first, in one go.
+                let mut w = TntWalk {
+                    ip: self.ip,
+                    payload: self.tnt.payload,
+                    count: self.tnt.count,
+                    cont: self.pkt_state == PktState::TntCont,
+                    every_insn,
+                    return_compression: self.p.return_compression,
+                    kernel_start,
+                    no_progress: self.no_progress,
+                    stack: Some(&mut self.stack.ips),
+                    ret_addr: 0,
+                    tot: self.tot_insn_cnt,
+                    blocks: 0,
+                    updated: false,
+                };
+                code.follow_tnt(&mut w, max, out);
+                if w.blocks != 0 {
+                    let (tot, ip, payload, count, cont) = (w.tot, w.ip, w.payload, w.count, w.cont);
+                    let (no_progress, ret_addr, updated) = (w.no_progress, w.ret_addr, w.updated);
+                    self.count_insns(tot - self.tot_insn_cnt);
+                    if every_insn {
+                        self.period_insn_cnt = 0;
+                    }
+                    if updated {
+                        self.update_sample_time();
+                    }
+                    if ret_addr != 0 {
+                        self.ret_addr = ret_addr;
+                    }
+                    self.mtc_insn = true;
+                    self.no_progress = no_progress;
+                    self.ip = ip;
+                    self.tnt.payload = payload;
+                    self.tnt.count = count;
+                    self.pkt_state = match (count, cont) {
+                        (0, _) => PktState::InSync,
+                        (_, true) => PktState::TntCont,
+                        (_, false) => PktState::Tnt,
+                    };
+                    continue;
+                }
+            }
             if !code.next_block(self.ip, &mut b) {
                 break;
             }
