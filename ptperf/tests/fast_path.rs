@@ -25,7 +25,7 @@ fn events(file: &Path, itrace: &str, fast: bool) -> (Vec<String>, u64) {
     let mut synth = Synth::new(&session, SynthOpts::parse(itrace).unwrap());
     synth.set_fast_path(fast);
     let mut out = Vec::new();
-    synth.run(&mut |e: Event<'_>| {
+    let _ = synth.run(&mut |e: Event<'_>| {
         // The code stamp is the session's own numbering: left out.
         let mut text = format!("{e:?}");
         if let Some(at) = text.find(", code: ") {
