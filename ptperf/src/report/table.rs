@@ -211,56 +211,70 @@ pub(super) fn write(
         }
         let _ = writeln!(out, "{h1}\n{h2}\n#");
         let total = t.total;
-        let pct = |out: &mut dyn Write, p: u64| {
-            let v = if total == 0 {
-                0.0
-            } else {
-                100.0 * p as f64 / total as f64
-            };
-            // perf's "%7.2f%%" in a column of 8.
-            let _ = write!(out, "  {v:>7.2}%");
+        // Rows come by overhead: consecutive ones often share a percentage, so
+        // the last ones formatted are kept.
+        let mut cache: [(u64, String); 2] = [(u64::MAX, String::new()), (u64::MAX, String::new())];
+        let mut pct = |line: &mut String, which: usize, p: u64| {
+            let (cp, text) = &mut cache[which];
+            if *cp != p || text.is_empty() {
+                let v = if total == 0 {
+                    0.0
+                } else {
+                    100.0 * p as f64 / total as f64
+                };
+                // perf's "%7.2f%%" in a column of 8.
+                text.clear();
+                let _ = std::fmt::Write::write_fmt(text, format_args!("  {v:>7.2}%"));
+                *cp = p;
+            }
+            line.push_str(text);
+        };
+        let mut line = String::with_capacity(256);
+        let pad = |line: &mut String, s: &str, w: usize| {
+            line.push_str(s);
+            line.extend(std::iter::repeat(' ').take(w.saturating_sub(s.len())));
         };
         for l in lines.iter() {
+            line.clear();
             if layout.children {
-                pct(out, l.acc);
+                pct(&mut line, 0, l.acc);
             }
-            pct(out, l.period);
+            pct(&mut line, 1, l.period);
             // perf pads the command and dso columns, not the symbol.
             for (i, &key) in keys.iter().enumerate() {
-                let _ = match key {
-                    SortKey::Comm => write!(out, "  {:<w$}", l.comm, w = widths[i]),
-                    SortKey::Dso => write!(
-                        out,
-                        "  {:<w$}",
+                line.push_str("  ");
+                match key {
+                    SortKey::Comm => pad(&mut line, l.comm, widths[i]),
+                    SortKey::Dso => pad(
+                        &mut line,
                         l.loc.dso.as_deref().unwrap_or("[unknown]"),
-                        w = widths[i]
+                        widths[i],
                     ),
                     SortKey::Sym => match &l.loc.sym {
-                        SymKey::Named(n, _) => write!(out, "  [.] {n}"),
-                        SymKey::Addr(0) => write!(out, "  [.] 0000000000000000"),
-                        SymKey::Addr(x) => write!(out, "  [.] 0x{}", Hex16(*x)),
+                        SymKey::Named(n, _) => {
+                            line.push_str("[.] ");
+                            line.push_str(n);
+                        }
+                        SymKey::Addr(0) => line.push_str("[.] 0000000000000000"),
+                        SymKey::Addr(x) => {
+                            line.push_str("[.] 0x");
+                            hex16(&mut line, *x);
+                        }
                     },
-                };
+                }
             }
-            let _ = writeln!(out);
+            line.push('\n');
+            let _ = out.write_all(line.as_bytes());
         }
         let _ = writeln!(out, "\n");
     }
 }
 
-/// An address as 16 hexadecimal digits (`%016llx`), without `fmt`'s padding
-/// machinery.
-struct Hex16(u64);
-
-impl std::fmt::Display for Hex16 {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut b = [0u8; 16];
-        for (i, d) in b.iter_mut().enumerate() {
-            let n = (self.0 >> (60 - 4 * i)) & 15;
-            *d = b"0123456789abcdef"[n as usize];
-        }
-        // Only ASCII digits were written.
-        f.write_str(std::str::from_utf8(&b).unwrap_or_default())
+/// An address as 16 hexadecimal digits (`%016llx`).
+fn hex16(line: &mut String, x: u64) {
+    for i in 0..16 {
+        let n = (x >> (60 - 4 * i)) & 15;
+        line.push(char::from(b"0123456789abcdef"[n as usize]));
     }
 }
 
@@ -278,17 +292,25 @@ fn col_len(l: &Entry, key: SortKey) -> usize {
 
 /// perf's order of entries of equal overhead: by the sort keys in turn.
 fn compare(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
+    // Names are shared: the same one is equal without comparing bytes.
+    let text = |x: &Rc<str>, y: &Rc<str>| {
+        if Rc::ptr_eq(x, y) {
+            Ordering::Equal
+        } else {
+            x.cmp(y)
+        }
+    };
     for k in keys {
         let o = match k {
-            SortKey::Comm => a.comm.cmp(b.comm),
+            SortKey::Comm => text(a.comm, b.comm),
             SortKey::Dso => match (&a.loc.dso, &b.loc.dso) {
-                (Some(x), Some(y)) => x.cmp(y),
+                (Some(x), Some(y)) => text(x, y),
                 (Some(_), None) => Ordering::Less,
                 (None, Some(_)) => Ordering::Greater,
                 (None, None) => Ordering::Equal,
             },
             SortKey::Sym => match (&a.loc.sym, &b.loc.sym) {
-                (SymKey::Named(x, xs), SymKey::Named(y, ys)) => x.cmp(y).then(xs.cmp(ys)),
+                (SymKey::Named(x, xs), SymKey::Named(y, ys)) => text(x, y).then(xs.cmp(ys)),
                 (SymKey::Named(..), SymKey::Addr(_)) => Ordering::Less,
                 (SymKey::Addr(_), SymKey::Named(..)) => Ordering::Greater,
                 (SymKey::Addr(x), SymKey::Addr(y)) => x.cmp(y),
