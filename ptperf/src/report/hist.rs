@@ -322,17 +322,26 @@ impl<'s, 'a> Hists<'s, 'a> {
         self.total += n;
         self.nr += n;
         let (code, pid) = (s.code, s.pid);
+        // The span in registers; a symbol's count kept until the run leaves it.
+        let mut sp = self.span;
+        let mut pending = 0u64;
         for p in more {
-            let sp = &self.span;
-            if !(sp.code == code && sp.pid == pid && p.ip.wrapping_sub(sp.lo) < sp.len) {
+            if p.ip.wrapping_sub(sp.lo) >= sp.len || sp.code != code || sp.pid != pid {
+                if sp.row != NONE {
+                    self.row_periods[sp.row as usize] += pending;
+                }
+                pending = 0;
                 self.find_span(s, p.ip);
+                sp = self.span;
             }
-            let sp = &self.span;
             if sp.row != NONE {
-                self.row_periods[sp.row as usize] += 1;
+                pending += 1;
             } else {
                 self.periods[p.ip.wrapping_add(sp.index) as usize] += 1;
             }
+        }
+        if sp.row != NONE {
+            self.row_periods[sp.row as usize] += pending;
         }
     }
 
