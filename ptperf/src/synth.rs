@@ -188,14 +188,14 @@ pub enum Event<'e> {
 pub type Flow = ControlFlow<()>;
 
 /// Where [`Synth::run_into`] hands out what it synthesizes.
-pub trait Sink {
+pub trait SampleSink {
     /// A sample or an error.
     fn event(&mut self, e: Event<'_>) -> Flow;
 
     /// An instruction sample (`first`) and, right after it, one more for each
     /// of `more`: each the same as `first` but for its IP, instruction length
     /// and bytes (`ip`, `insn_len`, `insn`), with a period of 1 and no IPC
-    /// counts. By default, each handed to [`Sink::event`] in turn.
+    /// counts. By default, each handed to [`SampleSink::event`] in turn.
     fn insns(&mut self, first: &Sample, stacks: &Stacks, more: &[decode::PlainInsn]) -> Flow {
         self.event(Event::Sample(first, stacks))?;
         let mut s = *first;
@@ -212,10 +212,10 @@ pub trait Sink {
     }
 }
 
-/// A closure as a [`Sink`] of one sample at a time.
+/// A closure as a [`SampleSink`] of one sample at a time.
 struct EachSample<'f>(&'f mut dyn FnMut(Event<'_>) -> Flow);
 
-impl Sink for EachSample<'_> {
+impl SampleSink for EachSample<'_> {
     fn event(&mut self, e: Event<'_>) -> Flow {
         (self.0)(e)
     }
@@ -395,6 +395,23 @@ fn ns_to_ticks(session: &Session<'_>, ns: u64) -> u64 {
 /// perf's PT config bits used here.
 const CFG_PASS_THRU: u64 = 1 << 0;
 const CFG_BRANCH_EN: u64 = 1 << 13;
+
+/// IPC of a sample (perf's `intel_pt_synth_*_sample`): the cycles and the
+/// instructions since the last sample of its kind that had cycles (`last`:
+/// instructions, cycles), counted only when cycles moved on; `last` moves on then.
+fn ipc_since(last: (&mut u64, &mut u64), insns: u64, cyc: u64, sample_ipc: bool) -> (u64, u64) {
+    let cyc_cnt = if sample_ipc {
+        cyc.wrapping_sub(*last.1)
+    } else {
+        0
+    };
+    if cyc_cnt == 0 {
+        return (0, 0);
+    }
+    let insn_cnt = insns.wrapping_sub(*last.0);
+    (*last.0, *last.1) = (insns, cyc);
+    (cyc_cnt, insn_cnt)
+}
 
 impl<'s, 'a> Synth<'s, 'a> {
     /// A synthesizer of `session`'s samples for `opts` (perf's defaults for `perf
@@ -676,9 +693,9 @@ impl<'s, 'a> Synth<'s, 'a> {
         self.run_into(&mut EachSample(sink))
     }
 
-    /// As [`Synth::run`], to a [`Sink`] that may take runs of instruction
-    /// samples at once ([`Sink::insns`]).
-    pub fn run_into(&mut self, sink: &mut dyn Sink) -> Flow {
+    /// As [`Synth::run`], to a [`SampleSink`] that may take runs of instruction
+    /// samples at once ([`SampleSink::insns`]).
+    pub fn run_into(&mut self, sink: &mut dyn SampleSink) -> Flow {
         if self.timeless {
             for (time, qi) in self.truncations() {
                 self.lost_error(qi, time, sink)?;
@@ -750,7 +767,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_lost`: "Lost trace data" for the thread the AUX record names.
-    fn lost_error(&mut self, qi: usize, time: u64, sink: &mut dyn Sink) -> Flow {
+    fn lost_error(&mut self, qi: usize, time: u64, sink: &mut dyn SampleSink) -> Flow {
         if !self.opts.errors || self.opts.error_minus_flags & itrace::ERR_FLG_DATA_LOST != 0 {
             return Flow::Continue(());
         }
@@ -775,7 +792,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         &mut self,
         heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
         timestamp: u64,
-        sink: &mut dyn Sink,
+        sink: &mut dyn SampleSink,
     ) -> Flow {
         while let Some(&Reverse((ordinal, qi))) = heap.peek() {
             if ordinal >= timestamp {
@@ -799,7 +816,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         &mut self,
         qi: usize,
         ts: &mut u64,
-        sink: &mut dyn Sink,
+        sink: &mut dyn SampleSink,
     ) -> ControlFlow<(), bool> {
         loop {
             let sampled = self.queues[qi].have_sample;
@@ -849,7 +866,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// steps through the code between packets, taken at once
     /// ([`Decoder::take_run`]) and sampled as [`Synth::sample`] samples each
     /// (instruction and branch samples; nothing else happens in a run).
-    fn runs(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
+    fn runs(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         let mut run = std::mem::take(&mut self.run);
         let q = &mut self.queues[qi];
         let mut code = QueueCode {
@@ -867,7 +884,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         r
     }
 
-    fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn Sink) -> Flow {
+    fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
         // What the steps share: the last one's state but for the step's fields.
         let st = *self.queues[qi].dec.state();
         let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
@@ -883,8 +900,11 @@ impl<'s, 'a> Synth<'s, 'a> {
         let q = &mut self.queues[qi];
         q.ipc_cyc_cnt = cyc;
         q.sample_ipc = sample_ipc;
+        self.fast_states += run
+            .iter()
+            .map(|s| u64::from(s.plain) + u64::from(s.type_ != 0))
+            .sum::<u64>();
         for step in run {
-            self.fast_states += u64::from(step.plain) + u64::from(step.type_ != 0);
             if step.plain != 0 {
                 // Plain instructions: instruction samples only, no flags, no IPC
                 // but at the first after a change of the cycle count.
@@ -900,17 +920,8 @@ impl<'s, 'a> Synth<'s, 'a> {
                     s.insn_len = p.len;
                     s.insn = p.bytes;
                     s.period = tot.wrapping_sub(q.last_insn_cnt);
-                    s.cyc_cnt = if sample_ipc {
-                        cyc.wrapping_sub(q.last_in_cyc_cnt)
-                    } else {
-                        0
-                    };
-                    s.insn_cnt = 0;
-                    if s.cyc_cnt != 0 {
-                        s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
-                        q.last_in_insn_cnt = tot;
-                        q.last_in_cyc_cnt = cyc;
-                    }
+                    let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+                    (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
                     sink.insns(&s, &self.stacks, more)?;
                 }
                 let tot = step.tot_before + insns.len() as u64;
@@ -930,34 +941,16 @@ impl<'s, 'a> Synth<'s, 'a> {
             if instructions && step.type_ & ty::INSTRUCTION != 0 {
                 s.kind = Kind::Instructions;
                 s.period = tot.wrapping_sub(q.last_insn_cnt);
-                s.cyc_cnt = if sample_ipc {
-                    cyc.wrapping_sub(q.last_in_cyc_cnt)
-                } else {
-                    0
-                };
-                s.insn_cnt = 0;
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = tot.wrapping_sub(q.last_in_insn_cnt);
-                    q.last_in_insn_cnt = tot;
-                    q.last_in_cyc_cnt = cyc;
-                }
+                let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
                 q.last_insn_cnt = tot;
                 sink.event(Event::Sample(&s, &self.stacks))?;
             }
             if branches && step.type_ & ty::BRANCH != 0 && (filter == 0 || filter & s.flags != 0) {
                 s.kind = Kind::Branches;
                 s.period = 1;
-                s.cyc_cnt = if sample_ipc {
-                    cyc.wrapping_sub(q.last_br_cyc_cnt)
-                } else {
-                    0
-                };
-                s.insn_cnt = 0;
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = tot.wrapping_sub(q.last_br_insn_cnt);
-                    q.last_br_insn_cnt = tot;
-                    q.last_br_cyc_cnt = cyc;
-                }
+                let last = (&mut q.last_br_insn_cnt, &mut q.last_br_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
                 sink.event(Event::Sample(&s, &self.stacks))?;
             }
         }
@@ -1094,7 +1087,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_pt_sample`.
-    fn sample(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
+    fn sample(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         if !self.queues[qi].have_sample {
             return Flow::Continue(());
         }
@@ -1157,14 +1150,8 @@ impl<'s, 'a> Synth<'s, 'a> {
             } else {
                 st.tot_insn_cnt.wrapping_sub(q.last_insn_cnt)
             };
-            if q.sample_ipc {
-                s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_in_cyc_cnt);
-            }
-            if s.cyc_cnt != 0 {
-                s.insn_cnt = q.ipc_insn_cnt.wrapping_sub(q.last_in_insn_cnt);
-                q.last_in_insn_cnt = q.ipc_insn_cnt;
-                q.last_in_cyc_cnt = q.ipc_cyc_cnt;
-            }
+            let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+            (s.cyc_cnt, s.insn_cnt) = ipc_since(last, q.ipc_insn_cnt, q.ipc_cyc_cnt, q.sample_ipc);
             q.last_insn_cnt = st.tot_insn_cnt;
             sink.event(Event::Sample(&s, &self.stacks))?;
         }
@@ -1220,14 +1207,9 @@ impl<'s, 'a> Synth<'s, 'a> {
                 self.stacks.callchain.clear();
                 self.stacks.branches.clear();
                 let q = &mut self.queues[qi];
-                if q.sample_ipc {
-                    s.cyc_cnt = q.ipc_cyc_cnt.wrapping_sub(q.last_br_cyc_cnt);
-                }
-                if s.cyc_cnt != 0 {
-                    s.insn_cnt = q.ipc_insn_cnt.wrapping_sub(q.last_br_insn_cnt);
-                    q.last_br_insn_cnt = q.ipc_insn_cnt;
-                    q.last_br_cyc_cnt = q.ipc_cyc_cnt;
-                }
+                let last = (&mut q.last_br_insn_cnt, &mut q.last_br_cyc_cnt);
+                (s.cyc_cnt, s.insn_cnt) =
+                    ipc_since(last, q.ipc_insn_cnt, q.ipc_cyc_cnt, q.sample_ipc);
                 sink.event(Event::Sample(&s, &self.stacks))?;
             }
         }
@@ -1235,7 +1217,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     /// perf's `intel_ptq_synth_error`.
-    fn synth_error(&mut self, qi: usize, sink: &mut dyn Sink) -> Flow {
+    fn synth_error(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         let st = self.queues[qi].dec.state();
         let Some(err) = st.err else {
             return Flow::Continue(());

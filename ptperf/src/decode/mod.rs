@@ -1492,13 +1492,7 @@ impl<'a> Decoder<'a> {
                     self.pkt_state = PktState::ErrResync;
                     return Err(Stop::Mismatch);
                 }
-                self.tnt.count -= 1;
-                self.pkt_state = if self.tnt.count != 0 {
-                    PktState::TntCont
-                } else {
-                    PktState::InSync
-                };
-                self.tnt.payload <<= 1;
+                self.tnt_bit();
                 self.state.from_ip = self.ip;
                 self.ip = self.ret_addr;
                 self.state.to_ip = self.ip;
