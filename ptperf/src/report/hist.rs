@@ -316,7 +316,7 @@ impl<'s, 'a> Hists<'s, 'a> {
 
     /// Adds a run of instruction samples right after [`Self::add`] took `s`:
     /// one for each of `more`, each as `s` but for its IP and a period of 1
-    /// ([`crate::synth::Sink::insns`]).
+    /// ([`crate::synth::SampleSink::insns`]).
     pub fn add_run(&mut self, s: &Sample, more: &[PlainInsn]) {
         let n = more.len() as u64;
         self.total += n;

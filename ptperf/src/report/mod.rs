@@ -28,7 +28,7 @@ use crate::decode::PlainInsn;
 use crate::itrace::SynthOpts;
 use crate::sample::Sample;
 use crate::script::{Plan, Printer};
-use crate::synth::{Event, Flow, Sink, Stacks, Synth};
+use crate::synth::{Event, Flow, SampleSink, Stacks, Synth};
 use hist::{FxMap, Hists, SymKey};
 
 /// `ptperf report`'s command line.
@@ -228,7 +228,7 @@ struct Plain<'r, 's, 'a> {
     printer: &'r mut Printer<'s, 'a>,
 }
 
-impl Sink for Plain<'_, '_, '_> {
+impl SampleSink for Plain<'_, '_, '_> {
     fn event(&mut self, e: Event<'_>) -> Flow {
         if let Event::Sample(s, _) = e {
             let printer = &mut *self.printer;
