@@ -312,11 +312,6 @@ pub(crate) struct Resolved {
     pub sym: Option<(std::rc::Rc<str>, u64)>,
     /// The dso's name (as recorded; `[unknown]` outside any mapping).
     pub dso: std::rc::Rc<str>,
-    /// The address as perf's map sees it (`ip - start + pgoff`), or the IP outside
-    /// any mapping.
-    pub addr: u64,
-    /// Whether a mapping holds it.
-    pub mapped: bool,
 }
 
 /// A resolved address by (code image, pid, address), with its printed
@@ -692,8 +687,6 @@ impl<'s, 'a> Printer<'s, 'a> {
             return Resolved {
                 sym: None,
                 dso: self.unknown.clone(),
-                addr: ip,
-                mapped: false,
             };
         };
         let addr = ip.wrapping_sub(m.start).wrapping_add(m.pgoff);
@@ -709,12 +702,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         };
         let dso = ms.dso.clone();
         let Some(table) = &ms.table else {
-            return Resolved {
-                sym: None,
-                dso,
-                addr,
-                mapped: true,
-            };
+            return Resolved { sym: None, dso };
         };
         let tkey = std::rc::Rc::as_ptr(table) as usize;
         let sym = match table.find(addr) {
@@ -740,12 +728,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             }
             None => None,
         };
-        Resolved {
-            sym,
-            dso,
-            addr,
-            mapped: true,
-        }
+        Resolved { sym, dso }
     }
 
     /// A mapping's dso name and symbols (the table copied out of the shared

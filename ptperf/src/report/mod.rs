@@ -1,0 +1,303 @@
+//! `ptperf report`: perf report's `--stdio` table of an Intel PT recording
+//! (overhead by command, shared object and symbol) from the samples
+//! [`crate::synth`] synthesizes, and `--folded` stacks for flame graphs.
+//!
+//! As perf 6.1 does it:
+//! - without `--itrace`, perf report's own defaults: instructions every 100us
+//!   with call chains, the power and other events, no branches;
+//! - samples without call chains: one Overhead table per event (module `hist`, the
+//!   fast path: a few nanoseconds a sample);
+//! - samples with call chains: the Children/Self table of perf's cumulative mode
+//!   (module `children`), unless `--no-children`; with `-g none` children are self,
+//!   as perf resolves no chains then. The call graph lines perf prints below each
+//!   entry are not printed;
+//! - entries are perf's: the same percentages, columns and order (children, then
+//!   callers first within a thread, then self, then the sort keys as perf
+//!   compares them, unknown symbols by address), the header's counts too;
+//!   perf's random closing tip is left out.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf_data::MappedFile;
+
+use crate::decode::PlainInsn;
+use crate::itrace::SynthOpts;
+use crate::sample::Sample;
+use crate::script::{Plan, Printer};
+use crate::synth::{Event, Flow, SampleSink, Stacks, Synth};
+use hist::{FxMap, Hists, SymKey};
+
+/// `ptperf report`'s command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ptperf report",
+    about = "Read perf.data and display the profile of its Intel PT trace as perf report --stdio does"
+)]
+pub struct Args {
+    /// input file name
+    #[arg(short = 'i', long = "input", default_value = "perf.data")]
+    pub input: String,
+    /// Instruction Tracing options (default as perf report's: instructions every
+    /// 100us with call chains, and the other events)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub itrace: Option<String>,
+    /// sort by key(s): comm, dso, sym (in any order, comma separated)
+    #[arg(short = 's', long = "sort", default_value = "comm,dso,sym")]
+    pub sort: String,
+    /// Use the stdio interface (the only one)
+    #[arg(long = "stdio")]
+    pub stdio: bool,
+    /// Call graph display (`none`: no graph, children are self); needs call
+    /// chains (--itrace=...g, or no --itrace). The graph lines perf prints below
+    /// each entry are not printed.
+    #[arg(short = 'g', long = "call-graph", num_args = 0..=1, default_missing_value = "")]
+    pub call_graph: Option<String>,
+    /// Accumulate callers' entries from their callees' samples (the default with
+    /// call chains)
+    #[arg(long = "children", overrides_with = "no_children")]
+    pub children: bool,
+    /// Self overhead only
+    #[arg(long = "no-children", overrides_with = "children")]
+    pub no_children: bool,
+    /// Folded stacks (comm;outer;...;inner count), one line each, for flame graphs
+    #[arg(long = "folded")]
+    pub folded: bool,
+}
+
+mod children;
+mod hist;
+mod table;
+
+/// A sort key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SortKey {
+    Comm,
+    Dso,
+    Sym,
+}
+
+/// Runs `ptperf report ARGS`.
+pub fn main(args: &[OsString]) -> ExitCode {
+    crate::command::<Args>("ptperf report", args, |a| run(&a))
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let mut keys = Vec::new();
+    for k in a.sort.split(',').filter(|k| !k.is_empty()) {
+        keys.push(match k {
+            "comm" => SortKey::Comm,
+            "dso" => SortKey::Dso,
+            "sym" | "symbol" => SortKey::Sym,
+            _ => {
+                return Err(format!(
+                    "Error: Invalid --sort key: `{k}' (ptperf report knows comm, dso, sym)"
+                ))
+            }
+        });
+    }
+    if keys.is_empty() {
+        return Err("Error: no --sort keys".into());
+    }
+    let opts = synth_opts(a.itrace.as_deref())?;
+    let mut opts = opts;
+    // perf's call graph modes: only `none` changes what the table holds.
+    let graph = match a.call_graph.as_deref() {
+        None | Some("") => true,
+        Some(g) => graph_mode(g)?,
+    };
+    if a.call_graph.is_some() && !opts.callchain {
+        return Err("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?".into());
+    }
+    if a.folded && !opts.callchain {
+        opts.callchain = true;
+        opts.callchain_sz = crate::itrace::DEFAULT_CALLCHAIN_SZ;
+    }
+    let children = opts.callchain && !a.no_children && !a.folded;
+    let layout = table::Layout { children, graph };
+    let file =
+        MappedFile::open(&a.input).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
+    let perf = file
+        .parse()
+        .map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
+    let mut so = SessionOptions::for_file(&a.input);
+    so.timeless = opts.timeless_decoding;
+    let session =
+        Session::new(&perf, so).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
+    let plan = Plan {
+        opts,
+        sel: Default::default(),
+        ns: false,
+        tids: None,
+        pids: None,
+        cpus: None,
+        time: None,
+        pad_dso: false,
+    };
+    let mut synth = Synth::new(&session, opts);
+    let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
+    let names = printer.event_names();
+    let mut hists = Hists::new(&session);
+    // The last sample's (thread, time) and its command (a time of u64::MAX
+    // stands for none: no sample has that time).
+    let mut last_comm: ((i32, u64), Option<&str>) = ((i32::MIN, 0), None);
+    let mut folded: FxMap<String, u64> = FxMap::default();
+    let mut acc = children::Children::new(&keys, graph);
+    let bar = crate::progress::bar(synth.total_bytes());
+    crate::progress::attach(&mut synth, bar.as_ref());
+    let mut comm_of = |s: &crate::sample::Sample| {
+        // Most samples are the last one's thread at the last one's time.
+        let key = (s.tid, s.time.unwrap_or(u64::MAX));
+        if key != last_comm.0 {
+            last_comm = (key, printer.comm(s.tid, s.time));
+        }
+        last_comm.1
+    };
+    if a.folded {
+        let _ = synth.run(&mut |e: Event<'_>| -> Flow {
+            let Event::Sample(s, st) = e else {
+                return Flow::Continue(());
+            };
+            let mut line = String::from(comm_of(s).unwrap_or(":-1"));
+            let chain: &[u64] = if st.callchain.is_empty() {
+                std::slice::from_ref(&s.ip)
+            } else {
+                &st.callchain
+            };
+            for &ip in chain.iter().rev() {
+                let id = hists.locate(s.code, s.pid, ip, s.time);
+                let loc = hists.loc(id);
+                line.push(';');
+                match (&loc.sym, &loc.dso) {
+                    (SymKey::Named(n, _), _) => line.push_str(n),
+                    (SymKey::Addr(_), Some(d)) => {
+                        line.push('[');
+                        line.push_str(d);
+                        line.push(']');
+                    }
+                    (SymKey::Addr(_), None) => line.push_str("[unknown]"),
+                }
+            }
+            *folded.entry(line).or_default() += s.period;
+            Flow::Continue(())
+        });
+    } else if children {
+        let _ = synth.run(&mut |e: Event<'_>| -> Flow {
+            if let Event::Sample(s, st) = e {
+                let comm = comm_of(s);
+                acc.add(&mut hists, s, comm, &st.callchain);
+            }
+            Flow::Continue(())
+        });
+    } else {
+        let _ = synth.run_into(&mut Plain {
+            hists: &mut hists,
+            printer: &mut printer,
+        });
+    }
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    hists.finish();
+
+    let mut out = std::io::BufWriter::new(pt_cli::stdout());
+    if a.folded {
+        let mut lines: Vec<(String, u64)> = folded.into_iter().collect();
+        lines.sort();
+        for (l, n) in lines {
+            let _ = writeln!(out, "{l} {n}");
+        }
+        return Ok(());
+    }
+    let tables = if children {
+        acc.tables(&hists)
+    } else {
+        table::of_hists(&hists, &keys)
+    };
+    table::write(&mut out, tables, &names, &keys, layout);
+    Ok(())
+}
+
+/// The overhead table's sink: samples into [`Hists`], runs of instruction
+/// samples at once.
+struct Plain<'r, 's, 'a> {
+    hists: &'r mut Hists<'s, 'a>,
+    printer: &'r mut Printer<'s, 'a>,
+}
+
+impl SampleSink for Plain<'_, '_, '_> {
+    fn event(&mut self, e: Event<'_>) -> Flow {
+        if let Event::Sample(s, _) = e {
+            let printer = &mut *self.printer;
+            self.hists.add(s, || printer.comm(s.tid, s.time));
+        }
+        Flow::Continue(())
+    }
+
+    fn insns(&mut self, first: &Sample, _: &Stacks, more: &[PlainInsn]) -> Flow {
+        let printer = &mut *self.printer;
+        self.hists
+            .add(first, || printer.comm(first.tid, first.time));
+        self.hists.add_run(first, more);
+        Flow::Continue(())
+    }
+}
+
+/// The synthesis options of `--itrace` (`None`: absent) as perf report takes
+/// them: absent, perf's defaults with instructions and call chains instead of
+/// branches; empty, perf's defaults.
+fn synth_opts(itrace: Option<&str>) -> Result<SynthOpts, String> {
+    Ok(match itrace {
+        None => {
+            let mut o = SynthOpts {
+                set: true,
+                ..SynthOpts::default_for(false)
+            };
+            o.branches = false;
+            o.callchain = true;
+            o.add_callchain = true;
+            o
+        }
+        Some("") => SynthOpts {
+            set: true,
+            ..SynthOpts::default_for(false)
+        },
+        Some(s) => {
+            let mut o = SynthOpts::default();
+            o.parse_into(s).map_err(|e| e.to_string())?;
+            o
+        }
+    })
+}
+
+/// Whether `-g`'s value leaves the call graph on (`none` turns it off); perf's
+/// error for what it does not know.
+fn graph_mode(g: &str) -> Result<bool, String> {
+    let mut on = true;
+    for t in g.split(',') {
+        match t {
+            "none" => on = false,
+            "graph" | "flat" | "fractal" | "folded" | "caller" | "callee" | "function"
+            | "address" | "branch" | "percent" | "period" | "count" => {}
+            _ if t.parse::<f64>().is_ok() => {}
+            _ => return Err(format!("Invalid callchain mode: {t}")),
+        }
+    }
+    Ok(on)
+}
+
+/// perf's sample count in the header (`convert_unit`: `276 `, `34K`, `48M`).
+fn samples(n: u64) -> String {
+    let mut v = n;
+    let mut unit = ' ';
+    for u in ['K', 'M', 'G'] {
+        if v > 1000 {
+            v /= 1000;
+            unit = u;
+        }
+    }
+    format!("{v}{unit}")
+}
