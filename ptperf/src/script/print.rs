@@ -365,8 +365,33 @@ type PairEntry = ((u64, i32, u64, u64), u64, w::Padded);
 /// A mapping's dso name and symbols.
 struct MapSyms {
     dso: std::rc::Rc<str>,
-    table: Option<std::rc::Rc<crate::symbols::SymbolTable>>,
+    table: Option<crate::symbols::TableId>,
+    /// Where other mappings of the process (or the kernel's) overlap it:
+    /// between these, every address resolves to it (for one code image).
+    holes: Vec<(u64, u64)>,
 }
+
+/// The stretch of addresses the last instruction sample's `sym+0xoff (dso)`
+/// came from: same code image, process, mapping and symbol answer (perf's
+/// lookup gives the span), so the text is `head`, the offset, `tail`.
+struct SpanRun {
+    stamp: u64,
+    pid: i32,
+    /// The IPs it holds for.
+    lo: u64,
+    hi: u64,
+    /// IP minus this is the address in the symbol's space, minus the
+    /// symbol's start the offset (`None`: no offset printed).
+    off_base: Option<u64>,
+    /// The `SYM | SYMOFFSET | DSO` bits the texts are for.
+    mask: u64,
+    head: w::Padded,
+    tail: w::Padded,
+}
+
+/// The mapping the last span run was made in: (code image, pid, the IPs
+/// between its holes around the last IP, mapping key, start, file offset).
+type MapRun = (u64, i32, u64, u64, usize, u64, u64);
 
 /// The part of a line before the time that stays while the thread, CPU and
 /// fields do: (tid, pid, cpu, fields, unpadded comm, the comm's text pointer).
@@ -408,8 +433,9 @@ pub struct Printer<'s, 'a> {
     pairs: Vec<Option<PairEntry>>,
     /// Dso names and symbols by mapping (its address in the session).
     map_syms: std::collections::HashMap<usize, MapSyms>,
-    /// Symbol tables by file, shared by the mappings of one file.
-    tables: std::collections::HashMap<std::path::PathBuf, std::rc::Rc<crate::symbols::SymbolTable>>,
+    /// The last instruction sample's span (see [`SpanRun`]) and mapping.
+    span_run: Option<SpanRun>,
+    map_run: Option<MapRun>,
     /// The last symbol named: (table, start, name).
     last_sym: Option<(usize, u64, std::rc::Rc<str>)>,
     /// Hardware events print `-F ip` only (no call chains, no flags).
@@ -597,7 +623,8 @@ impl<'s, 'a> Printer<'s, 'a> {
             cache: vec![None; 1 << 15],
             map_syms: Default::default(),
             pairs: vec![None; 1 << 14],
-            tables: Default::default(),
+            span_run: None,
+            map_run: None,
             last_sym: None,
             hex_hi: (0, [b' '; 16]),
             ip_only: sel.out[OutType::Hardware as usize].fields == f::IP
@@ -701,10 +728,10 @@ impl<'s, 'a> Printer<'s, 'a> {
             unreachable!("inserted above")
         };
         let dso = ms.dso.clone();
-        let Some(table) = &ms.table else {
+        let Some(tkey) = ms.table else {
             return Resolved { sym: None, dso };
         };
-        let tkey = std::rc::Rc::as_ptr(table) as usize;
+        let table = self.symbols.table(tkey);
         let sym = match table.find(addr) {
             Some(sy) => {
                 let off = addr - sy.start;
@@ -731,8 +758,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         Resolved { sym, dso }
     }
 
-    /// A mapping's dso name and symbols (the table copied out of the shared
-    /// [`Symbols`] cache, so that it can be kept by mapping).
+    /// A mapping's dso name, symbols and holes.
     fn map_syms_of(&mut self, m: &pt_decoder::perf::Mapping) -> MapSyms {
         let dso = match self.dso_names.get(&m.filename) {
             Some(d) => d.clone(),
@@ -744,17 +770,152 @@ impl<'s, 'a> Printer<'s, 'a> {
         };
         let table = self.session.code_file(m).ok().map(|file| {
             let bid = m.build_id.filter(|b| b.len > 0);
-            let path = file.path.clone();
-            let tables = self.tables.entry(path.clone()).or_insert_with(|| {
-                std::rc::Rc::new(
-                    self.symbols
-                        .of_dso(&path, &m.filename, bid.as_ref().map(|b| b.as_bytes()))
-                        .clone(),
-                )
-            });
-            tables.clone()
+            self.symbols
+                .dso_table(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()))
         });
-        MapSyms { dso, table }
+        let end = m.start.saturating_add(m.len);
+        let holes = self
+            .session
+            .mappings()
+            .iter()
+            .filter(|o| {
+                !std::ptr::eq(*o, m)
+                    && (o.pid == m.pid || o.pid.is_none() || m.pid.is_none())
+                    && o.start < end
+                    && m.start < o.start.saturating_add(o.len)
+            })
+            .map(|o| (o.start, o.start.saturating_add(o.len)))
+            .collect();
+        MapSyms { dso, table, holes }
+    }
+
+    /// An instruction sample's `sym+0xoff (dso)` from the last span's texts,
+    /// if its IP is in that span; false if not.
+    #[inline]
+    fn span_text(&mut self, s: &Sample, fields: u64) -> bool {
+        let mask = fields & (f::SYM | f::SYMOFFSET | f::DSO);
+        let Some(r) = &self.span_run else {
+            return false;
+        };
+        if r.stamp != s.code || r.pid != s.pid || s.ip < r.lo || s.ip >= r.hi || r.mask != mask {
+            return false;
+        }
+        r.head.put(&mut self.buf);
+        if let Some(base) = r.off_base {
+            w::hex(&mut self.buf, s.ip.wrapping_sub(base));
+        }
+        r.tail.put(&mut self.buf);
+        true
+    }
+
+    /// Makes the span of `s.ip` the one [`Self::span_text`] tries first and
+    /// prints its text; false (nothing printed) where it cannot (no mapping, an
+    /// IP where mappings overlap).
+    #[inline(never)]
+    fn new_span(&mut self, s: &Sample, fields: u64) -> bool {
+        let mask = fields & (f::SYM | f::SYMOFFSET | f::DSO);
+        // The mapping: the last one while the IP stays between its holes.
+        let hit = matches!(self.map_run, Some((st, pid, lo, hi, ..))
+            if st == s.code && pid == s.pid && s.ip >= lo && s.ip < hi);
+        if !hit {
+            let ses = self.session;
+            let pid = (s.pid >= 0).then_some(s.pid as u32);
+            let Some(m) = ses.mapping(pid, s.ip, s.time) else {
+                return false;
+            };
+            let key = m as *const pt_decoder::perf::Mapping as usize;
+            if !self.map_syms.contains_key(&key) {
+                let ms = self.map_syms_of(m);
+                self.map_syms.insert(key, ms);
+            }
+            let Some(ms) = self.map_syms.get(&key) else {
+                return false;
+            };
+            let (mut lo, mut hi) = (m.start, m.start.saturating_add(m.len));
+            for &(a, b) in &ms.holes {
+                if a <= s.ip && s.ip < b {
+                    return false;
+                }
+                if b <= s.ip {
+                    lo = lo.max(b);
+                } else {
+                    hi = hi.min(a);
+                }
+            }
+            self.map_run = Some((s.code, s.pid, lo, hi, key, m.start, m.pgoff));
+        }
+        let Some((_, _, mlo, mhi, key, start, pgoff)) = self.map_run else {
+            return false;
+        };
+        let Some(ms) = self.map_syms.get(&key) else {
+            return false;
+        };
+        // IP to the symbol space and back.
+        let to_addr = pgoff.wrapping_sub(start);
+        let addr = s.ip.wrapping_add(to_addr);
+        let (span, name, sym_start) = match ms.table {
+            Some(t) => {
+                let table = self.symbols.table(t);
+                let l = table.lookup(addr);
+                match l.sym {
+                    Some(id) => {
+                        let sy = table.symbol(id);
+                        ((l.start, l.end), Some(sy.name.as_str()), sy.start)
+                    }
+                    None => ((l.start, l.end), None, 0),
+                }
+            }
+            None => ((0, u64::MAX), None, 0),
+        };
+        // The span in IPs (wrapping arithmetic as the address's).
+        let lo = mlo.max(span.0.wrapping_sub(to_addr).min(s.ip));
+        let hi = if span.1 == u64::MAX {
+            mhi
+        } else {
+            mhi.min(span.1.wrapping_sub(to_addr).max(s.ip.saturating_add(1)))
+        };
+        let mut run = self.span_run.take().unwrap_or(SpanRun {
+            stamp: 0,
+            pid: 0,
+            lo: 0,
+            hi: 0,
+            off_base: None,
+            mask: 0,
+            head: Default::default(),
+            tail: Default::default(),
+        });
+        run.head.set(|b| {
+            if mask & f::SYM != 0 {
+                b.push(b' ');
+                match name {
+                    Some(n) => {
+                        b.extend_from_slice(n.as_bytes());
+                        if mask & f::SYMOFFSET != 0 {
+                            b.extend_from_slice(b"+0x");
+                        }
+                    }
+                    None => b.extend_from_slice(b"[unknown]"),
+                }
+            }
+        });
+        let pad = self.pad_dso;
+        let dso = &ms.dso;
+        run.tail.set(|b| {
+            if mask & f::DSO != 0 {
+                b.extend_from_slice(b" (");
+                write_dso_name(b, dso, pad);
+                b.push(b')');
+            }
+        });
+        run.off_base = (name.is_some() && mask & (f::SYM | f::SYMOFFSET) == f::SYM | f::SYMOFFSET)
+            .then(|| sym_start.wrapping_sub(to_addr));
+        run.stamp = s.code;
+        run.pid = s.pid;
+        run.lo = lo;
+        run.hi = hi;
+        run.mask = mask;
+        self.span_run = Some(run);
+        self.span_text(s, fields)
     }
 
     /// perf's srcline text of `ip` (`None` where perf prints none: no mapping,
@@ -1519,7 +1680,10 @@ impl<'s, 'a> Printer<'s, 'a> {
                 let mut t = [b' '; 17];
                 t[1..].copy_from_slice(&self.hex16(s.ip));
                 self.buf.extend_from_slice(&t);
-                if fields & (f::SYM | f::DSO) != 0 {
+                if fields & (f::SYM | f::DSO) != 0
+                    && !self.span_text(s, fields)
+                    && !self.new_span(s, fields)
+                {
                     self.sym_text(s.code, s.pid, s.ip, s.time, fields);
                 }
                 self.srcline(fields, s, s.ip, b"\n  ");
