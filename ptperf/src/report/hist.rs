@@ -322,6 +322,27 @@ impl<'s, 'a> Hists<'s, 'a> {
         self.total += n;
         self.nr += n;
         let (code, pid) = (s.code, s.pid);
+        // A run is one stretch of code, its IPs going up: with both ends in the
+        // span, so is all of it.
+        let sp = &self.span;
+        if let (Some(first), Some(last)) = (more.first(), more.last()) {
+            if sp.code == code
+                && sp.pid == pid
+                && first.ip.wrapping_sub(sp.lo) < sp.len
+                && last.ip.wrapping_sub(sp.lo) < sp.len
+            {
+                if sp.row != NONE {
+                    self.row_periods[sp.row as usize] += n;
+                } else {
+                    // No symbol: a period per address.
+                    let index = sp.index;
+                    for p in more {
+                        self.periods[p.ip.wrapping_add(index) as usize] += 1;
+                    }
+                }
+                return;
+            }
+        }
         // The span in registers; a symbol's count kept until the run leaves it.
         let mut sp = self.span;
         let mut pending = 0u64;
