@@ -314,6 +314,46 @@ impl<'s, 'a> Hists<'s, 'a> {
         }
     }
 
+    /// Adds instruction sample `s` and the run after it (as [`Self::add`] and
+    /// [`Self::add_run`]); when the context is the last sample's and the whole
+    /// run (one stretch of code, IPs going up) lies in the last span, at once.
+    pub fn add_insns<'c>(
+        &mut self,
+        s: &Sample,
+        more: &[PlainInsn],
+        comm: impl FnOnce() -> Option<&'c str>,
+    ) {
+        let t = s.time.unwrap_or(u64::MAX);
+        let c = &self.ctx;
+        let sp = &self.span;
+        let last_ip = more.last().map_or(s.ip, |p| p.ip);
+        if c.kind == s.kind
+            && c.tid == s.tid
+            && c.time == t
+            && sp.code == s.code
+            && sp.pid == s.pid
+            && s.ip.wrapping_sub(sp.lo) < sp.len
+            && last_ip.wrapping_sub(sp.lo) < sp.len
+            && s.period != 0
+        {
+            let n = more.len() as u64;
+            self.total += s.period + n;
+            self.nr += 1 + n;
+            if sp.row != NONE {
+                self.row_periods[sp.row as usize] += s.period + n;
+            } else {
+                let index = sp.index;
+                self.periods[s.ip.wrapping_add(index) as usize] += s.period;
+                for p in more {
+                    self.periods[p.ip.wrapping_add(index) as usize] += 1;
+                }
+            }
+            return;
+        }
+        self.add(s, comm);
+        self.add_run(s, more);
+    }
+
     /// Adds a run of instruction samples right after [`Self::add`] took `s`:
     /// one for each of `more`, each as `s` but for its IP and a period of 1
     /// ([`crate::synth::SampleSink::insns`]).
@@ -322,6 +362,27 @@ impl<'s, 'a> Hists<'s, 'a> {
         self.total += n;
         self.nr += n;
         let (code, pid) = (s.code, s.pid);
+        // A run is one stretch of code, its IPs going up: with both ends in the
+        // span, so is all of it.
+        let sp = &self.span;
+        if let (Some(first), Some(last)) = (more.first(), more.last()) {
+            if sp.code == code
+                && sp.pid == pid
+                && first.ip.wrapping_sub(sp.lo) < sp.len
+                && last.ip.wrapping_sub(sp.lo) < sp.len
+            {
+                if sp.row != NONE {
+                    self.row_periods[sp.row as usize] += n;
+                } else {
+                    // No symbol: a period per address.
+                    let index = sp.index;
+                    for p in more {
+                        self.periods[p.ip.wrapping_add(index) as usize] += 1;
+                    }
+                }
+                return;
+            }
+        }
         // The span in registers; a symbol's count kept until the run leaves it.
         let mut sp = self.span;
         let mut pending = 0u64;

@@ -240,8 +240,7 @@ impl SampleSink for Plain<'_, '_, '_> {
     fn insns(&mut self, first: &Sample, _: &Stacks, more: &[PlainInsn]) -> Flow {
         let printer = &mut *self.printer;
         self.hists
-            .add(first, || printer.comm(first.tid, first.time));
-        self.hists.add_run(first, more);
+            .add_insns(first, more, || printer.comm(first.tid, first.time));
         Flow::Continue(())
     }
 }
