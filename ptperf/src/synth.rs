@@ -197,19 +197,29 @@ pub trait SampleSink {
     /// and bytes (`ip`, `insn_len`, `insn`), with a period of 1 and no IPC
     /// counts. By default, each handed to [`SampleSink::event`] in turn.
     fn insns(&mut self, first: &Sample, stacks: &Stacks, more: &[decode::PlainInsn]) -> Flow {
-        self.event(Event::Sample(first, stacks))?;
-        let mut s = *first;
-        s.period = 1;
-        s.insn_cnt = 0;
-        s.cyc_cnt = 0;
-        for p in more {
-            s.ip = p.ip;
-            s.insn_len = p.len;
-            s.insn = p.bytes;
-            self.event(Event::Sample(&s, stacks))?;
-        }
-        Flow::Continue(())
+        each_insn(first, more, |s| self.event(Event::Sample(s, stacks)))
     }
+}
+
+/// The samples a run of instruction samples stands for ([`SampleSink::insns`]),
+/// one by one to `f`.
+pub fn each_insn(
+    first: &Sample,
+    more: &[decode::PlainInsn],
+    mut f: impl FnMut(&Sample) -> Flow,
+) -> Flow {
+    f(first)?;
+    let mut s = *first;
+    s.period = 1;
+    s.insn_cnt = 0;
+    s.cyc_cnt = 0;
+    for p in more {
+        s.ip = p.ip;
+        s.insn_len = p.len;
+        s.insn = p.bytes;
+        f(&s)?;
+    }
+    Flow::Continue(())
 }
 
 /// A closure as a [`SampleSink`] of one sample at a time.

@@ -12,8 +12,10 @@ use clap::Parser;
 use pt_decoder::perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
+use crate::decode::PlainInsn;
 use crate::itrace::SynthOpts;
-use crate::synth::{Event, Flow, Synth};
+use crate::sample::Sample;
+use crate::synth::{each_insn, Event, Flow, SampleSink, Stacks, Synth};
 use fields::Selection;
 pub use print::Printer;
 
@@ -283,6 +285,47 @@ fn other_event(
     }
 }
 
+/// Where `ptperf script` takes the samples: the printer, straight or through
+/// the filters.
+struct ScriptSink<'p, 's, 'a, W: Write> {
+    printer: &'p mut Printer<'s, 'a>,
+    out: &'p mut W,
+    errors: &'p mut u64,
+    keep: &'p dyn Fn(i32, i32, Option<u64>) -> bool,
+    /// No filter and no JSON: sample lines go straight to the printer.
+    plain: bool,
+    json: bool,
+}
+
+impl<W: Write> ScriptSink<'_, '_, '_, W> {
+    #[inline]
+    fn flushed(&mut self) -> Flow {
+        if self.printer.buf.len() >= 1 << 16 {
+            flush(self.out, &mut self.printer.buf);
+        }
+        Flow::Continue(())
+    }
+}
+
+impl<W: Write> SampleSink for ScriptSink<'_, '_, '_, W> {
+    // The hot path is the plain sample line: everything else is out of line,
+    // so that this stays small (few registers to save per call).
+    fn event(&mut self, e: Event<'_>) -> Flow {
+        match e {
+            Event::Sample(s, st) if self.plain => self.printer.sample_with(s, st),
+            e => other_event(self.printer, e, self.json, self.keep, self.errors),
+        }
+        self.flushed()
+    }
+
+    fn insns(&mut self, first: &Sample, st: &Stacks, more: &[PlainInsn]) -> Flow {
+        if !(self.plain && self.printer.ip_lines(first, more)) {
+            each_insn(first, more, |s| self.event(Event::Sample(s, st)))?;
+        }
+        self.flushed()
+    }
+}
+
 /// Writes out the printed lines (errors end the process as `pt_cli::stdout` does).
 #[inline(never)]
 fn flush(out: &mut impl Write, buf: &mut Vec<u8>) {
@@ -331,18 +374,15 @@ fn run(a: &Args) -> Result<(), String> {
     };
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
-    // The closure's hot path is the plain sample line: everything else is out of
-    // line, so that the closure stays small (few registers to save per call).
-    let _ = synth.run(&mut |e: Event<'_>| -> Flow {
-        match e {
-            Event::Sample(s, st) if !filtered && !json => printer.sample_with(s, st),
-            e => other_event(&mut printer, e, json, &keep, &mut errors),
-        }
-        if printer.buf.len() >= 1 << 16 {
-            flush(&mut out, &mut printer.buf);
-        }
-        Flow::Continue(())
-    });
+    let mut sink = ScriptSink {
+        printer: &mut printer,
+        out: &mut out,
+        errors: &mut errors,
+        keep: &keep,
+        plain: !filtered && !json,
+        json,
+    };
+    let _ = synth.run_into(&mut sink);
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

@@ -7,6 +7,7 @@ use pt_perf_data::{AttrFlags, PerfFile};
 
 use super::fields::{f, OutType, Selection};
 use super::Plan;
+use crate::decode::PlainInsn;
 use crate::itrace::SynthOpts;
 use crate::sample::{flags, Kind, Sample, TraceError};
 use crate::symbols::Symbols;
@@ -31,6 +32,36 @@ pub(crate) mod w {
         }
         buf.extend_from_slice(&tmp[i..]);
     }
+
+    /// perf's "%16" PRIx64 of `ip`, given `last`, an address and its text
+    /// (which becomes `ip`'s): an address mostly differs from the one before
+    /// in its last two or four digits, and only those are written anew.
+    #[inline]
+    pub fn hex16_after(last: &mut (u64, [u8; 16]), ip: u64) -> [u8; 16] {
+        let changed = ip ^ last.0;
+        let d = &mut last.1;
+        if ip < 0x1_0000 || changed >= 0x1_0000 {
+            *d = hex16_spaced(ip);
+        } else {
+            if changed >= 0x100 {
+                d[12..14].copy_from_slice(&HEX2[((ip >> 8) & 0xff) as usize]);
+            }
+            d[14..].copy_from_slice(&HEX2[(ip & 0xff) as usize]);
+        }
+        last.0 = ip;
+        *d
+    }
+
+    /// The two hex digits of each byte value.
+    pub static HEX2: [[u8; 2]; 256] = {
+        let mut t = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = [HEX[i >> 4], HEX[i & 15]];
+            i += 1;
+        }
+        t
+    };
 
     /// The 8 hex digits of `h` as a little-endian word of ASCII bytes.
     #[inline]
@@ -264,6 +295,32 @@ pub(crate) mod w {
         }
 
         #[test]
+        fn hex16_after_is_printf() {
+            // Walks of small steps (one digit pair or two changing), jumps, and
+            // addresses below 0x10000 where the leading blanks move.
+            let mut last = (u64::MAX, [b' '; 16]);
+            let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+            let mut ip: u64 = 0x7fff_0000_fff0;
+            for i in 0..50_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ip = match i % 97 {
+                    0 => x,
+                    1 => x & 0x1_ffff,
+                    2 => x & 0xfff,
+                    _ => ip.wrapping_add(x % 17),
+                };
+                let text = super::hex16_after(&mut last, ip);
+                assert_eq!(
+                    std::str::from_utf8(&text).unwrap(),
+                    format!("{ip:16x}"),
+                    "{i}"
+                );
+            }
+        }
+
+        #[test]
         fn dec_and_widths_are_printf() {
             let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
             for i in 0..20_000u64 {
@@ -442,6 +499,8 @@ pub struct Printer<'s, 'a> {
     ip_only: bool,
     /// The upper half of the last IP printed by the `-F ip` path, and its text.
     hex_hi: (u32, [u8; 16]),
+    /// The last `-F ip` run's last address and its "%16x" text.
+    ip_text: (u64, [u8; 16]),
     /// The last line's text before the time, and what it depends on.
     prefix: w::Padded,
     prefix_key: Option<PrefixKey>,
@@ -627,6 +686,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             map_run: None,
             last_sym: None,
             hex_hi: (0, [b' '; 16]),
+            ip_text: (u64::MAX, [b' '; 16]),
             ip_only: sel.out[OutType::Hardware as usize].fields == f::IP
                 && !opts.callchain
                 && !sel.flags,
@@ -1567,6 +1627,29 @@ impl<'s, 'a> Printer<'s, 'a> {
         self.pairs[slot] = Some((key, fields, text));
     }
 
+    /// `-F ip` lines of a run of instruction samples ([`SampleSink::insns`]):
+    /// `false` (nothing written) unless `-F ip` alone is printed for them.
+    ///
+    /// [`SampleSink::insns`]: crate::synth::SampleSink::insns
+    pub fn ip_lines(&mut self, first: &Sample, more: &[PlainInsn]) -> bool {
+        if !self.ip_only || first.kind.is_synth() || first.kind == Kind::Branches {
+            return false;
+        }
+        // Fixed 18-byte lines written in place. An address mostly differs from
+        // the one before in its last two or four digits: only those are
+        // written anew (from a table of digit pairs).
+        let start = self.buf.len();
+        self.buf.resize(start + 18 * (1 + more.len()), b'\n');
+        let mut text = self.ip_text;
+        let ips = std::iter::once(first.ip).chain(more.iter().map(|p| p.ip));
+        for (line, ip) in self.buf[start..].chunks_exact_mut(18).zip(ips) {
+            line[0] = b' ';
+            line[1..17].copy_from_slice(&w::hex16_after(&mut text, ip));
+        }
+        self.ip_text = text;
+        true
+    }
+
     /// One sample's line, without call chain or branch stack.
     pub fn sample(&mut self, s: &Sample) {
         self.sample_with(s, &Stacks::default());
@@ -1580,7 +1663,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             // their upper half: its digits are kept from the last sample.
             let mut line = [b'\n'; 18];
             line[0] = b' ';
-            line[1..17].copy_from_slice(&self.hex16(s.ip));
+            line[1..17].copy_from_slice(&w::hex16_after(&mut self.ip_text, s.ip));
             self.buf.extend_from_slice(&line);
             return;
         }
