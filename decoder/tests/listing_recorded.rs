@@ -39,6 +39,11 @@ fn golden_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/listing.golden")
 }
 
+/// A PSB packet's bytes.
+const PSB: [u8; 16] = [
+    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+];
+
 /// One recorded program.
 struct Recording {
     name: &'static str,
@@ -47,12 +52,20 @@ struct Recording {
     /// The decoder's options and the image (`--raw` files) from the perf.data.
     image: Vec<String>,
     /// The part of the trace to list (`--pt` range), if not all.
-    range: Option<&'static str>,
+    range: Option<String>,
 }
 
 impl Recording {
-    fn new(name: &'static str, data: PathBuf, range: Option<&'static str>) -> Self {
+    /// `NAME`'s recording `data`, listed up to the first PSB at or after
+    /// `cut` bytes if given (a cut elsewhere could end inside a packet: the
+    /// trace differs from run to run).
+    fn new(name: &'static str, data: PathBuf, cut: Option<usize>) -> Self {
         let (trace, image) = trace_and_image(&data);
+        let bytes = std::fs::read(&trace).unwrap();
+        let range = cut.and_then(|at| {
+            let end = at + bytes.get(at..)?.windows(16).position(|w| w == PSB)?;
+            Some(format!("0-{end:#x}"))
+        });
         Recording {
             name,
             trace,
@@ -64,7 +77,7 @@ impl Recording {
     /// `--pt` and its argument.
     fn pt(&self) -> [String; 2] {
         let file = self.trace.display().to_string();
-        let arg = match self.range {
+        let arg = match &self.range {
             Some(r) => format!("{file}:{r}"),
             None => file,
         };
@@ -328,7 +341,7 @@ fn recordings() -> &'static [Recording] {
                         "import json; json.dumps(list(range(100)))",
                     ],
                 ),
-                Some("0-0x8000"),
+                Some(0x8000),
             ),
             Recording::new(
                 "kernel",
