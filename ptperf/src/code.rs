@@ -371,11 +371,10 @@ impl CodeWalker {
         if b.end != End::Branch || index >= b.ninsn {
             return false;
         }
-        rb.ip = ip;
         rb.ninsn = b.ninsn - index;
         rb.last_ip = b.last_ip;
         rb.last = b.last;
-        rb.handle = [ci as u32, bid, index, b.first + index];
+        rb.handle = [bid, index];
         rb.plain_at = [ci as u32, b.first + index];
         self.walked += u64::from(rb.ninsn);
         self.cursor = None;
@@ -443,7 +442,6 @@ impl CodeWalker {
             if b.last_ip >= kernel_start && to_ip != 0 && to_ip < kernel_start {
                 break;
             }
-            let tot_before = tot;
             tot += u64::from(n);
             blocks += 1;
             let mut type_ = BRANCH | if every_insn { INSTRUCTION } else { 0 };
@@ -468,7 +466,6 @@ impl CodeWalker {
                 out.push(Step {
                     plain: if every_insn { n - 1 } else { 0 },
                     plain_at: [ci as u32, b.first + index],
-                    tot_before,
                     from_ip: b.last_ip,
                     to_ip,
                     tot_insn_cnt: tot,
@@ -510,7 +507,7 @@ impl CodeWalker {
 
     /// See [`Walker::stop_in_block`].
     pub fn stop_in_block(&mut self, rb: &RunBlock, count: u32) {
-        let [ci, bid, index, first] = rb.handle;
+        let ([bid, index], [ci, first]) = (rb.handle, rb.plain_at);
         let count = count.min(rb.ninsn);
         self.walked -= u64::from(rb.ninsn - count);
         let (stamp, c) = &self.caches[ci as usize];
@@ -541,10 +538,29 @@ impl CodeWalker {
 
 /// A [`CodeWalker`] over one image, as the decoder's [`Walker`].
 pub struct ImageWalker<'w, 'i> {
-    /// The walker.
-    pub walker: &'w mut CodeWalker,
-    /// The image walked.
-    pub image: &'i Image,
+    walker: &'w mut CodeWalker,
+    image: &'i Image,
+    /// The image's cache in the walker, once looked up.
+    cache: Option<usize>,
+}
+
+impl<'w, 'i> ImageWalker<'w, 'i> {
+    /// `walker` over `image`.
+    pub fn new(walker: &'w mut CodeWalker, image: &'i Image) -> Self {
+        ImageWalker {
+            walker,
+            image,
+            cache: None,
+        }
+    }
+
+    #[inline(always)]
+    fn cache(&mut self) -> usize {
+        match self.cache {
+            Some(ci) => ci,
+            None => *self.cache.insert(self.walker.cache_of(self.image)),
+        }
+    }
 }
 
 impl Walker for ImageWalker<'_, '_> {
@@ -559,20 +575,24 @@ impl Walker for ImageWalker<'_, '_> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
 
+    #[inline(always)]
     fn next_block(&mut self, ip: u64, block: &mut RunBlock) -> bool {
-        let ci = self.walker.cache_of(self.image);
+        let ci = self.cache();
         self.walker.next_block(self.image, ci, ip, block)
     }
 
+    #[inline(always)]
     fn stop_in_block(&mut self, block: &RunBlock, count: u32) {
         self.walker.stop_in_block(block, count);
     }
 
+    #[inline]
     fn follow_tnt(&mut self, walk: &mut TntWalk<'_>, max: usize, out: &mut Vec<Step>) {
-        let ci = self.walker.cache_of(self.image);
+        let ci = self.cache();
         self.walker.follow_tnt(self.image, ci, walk, max, out);
     }
 
+    #[inline]
     fn plain_insns(&self, at: [u32; 2], n: u32) -> &[PlainInsn] {
         self.walker.plain_insns(at, n)
     }

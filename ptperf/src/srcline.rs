@@ -583,62 +583,13 @@ fn has_symtab(path: &Path) -> bool {
     })
 }
 
-/// The `.gnu_debuglink` name of the file at `path`.
-fn debuglink(path: &Path) -> Option<String> {
-    let data = std::fs::read(path).ok()?;
-    let f = object::File::parse(&*data).ok()?;
-    let (name, _crc) = f.gnu_debuglink().ok()??;
-    Some(String::from_utf8_lossy(name).into_owned())
-}
-
-/// perf's `symsrc_filename`: the first file perf tries for symbols that has a
-/// symbol table (`dso__load`'s order: the debuglink file, the build-id cache's
-/// debug file, `/usr/lib/debug` by path and by build id, the file itself).
+/// perf's `symsrc_filename`: the first file perf tries for symbols
+/// ([`crate::symbols::candidates`]) that has a symbol table.
 fn symsrc(name: &str, path: Option<&Path>, build_id: Option<&[u8]>) -> Option<PathBuf> {
-    let mut c: Vec<PathBuf> = Vec::new();
-    let dir = Path::new(name).parent().unwrap_or(Path::new("/"));
-    if let Some(link) = path.and_then(debuglink) {
-        c.push(PathBuf::from(&link));
-        c.push(dir.join(&link));
-        c.push(dir.join(".debug").join(&link));
-        c.push(
-            Path::new("/usr/lib/debug")
-                .join(dir.strip_prefix("/").unwrap_or(dir))
-                .join(&link),
-        );
-    }
-    let own_id = path.and_then(|p| {
-        let data = std::fs::read(p).ok()?;
-        let f = object::File::parse(&*data).ok()?;
-        f.build_id().ok()?.map(<[u8]>::to_vec)
-    });
-    let hex: Option<String> = build_id
-        .filter(|b| !b.is_empty())
-        .or(own_id.as_deref())
-        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
-    let hex = hex.filter(|h| h.len() > 2);
-    if let (Some(h), Some(home)) = (&hex, std::env::var_os("HOME")) {
-        c.push(
-            Path::new(&home)
-                .join(".debug/.build-id")
-                .join(&h[..2])
-                .join(&h[2..])
-                .join("debug"),
-        );
-    }
-    c.push(PathBuf::from(format!("/usr/lib/debug{name}.debug")));
-    c.push(PathBuf::from(format!("/usr/lib/debug{name}")));
-    if let Some(h) = &hex {
-        c.push(PathBuf::from(format!(
-            "/usr/lib/debug/.build-id/{}/{}.debug",
-            &h[..2],
-            &h[2..]
-        )));
-    }
-    if let Some(p) = path {
-        c.push(p.to_path_buf());
-    }
-    c.into_iter().find(|p| p.is_file() && has_symtab(p))
+    let build_id = build_id.filter(|b| !b.is_empty());
+    crate::symbols::candidates(path, name, build_id)
+        .into_iter()
+        .find(|p| p.is_file() && has_symtab(p))
 }
 
 #[cfg(test)]

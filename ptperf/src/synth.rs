@@ -31,9 +31,8 @@ use std::ops::ControlFlow;
 use pt_decoder::image::Image;
 use pt_decoder::perf::Session;
 
-use crate::code::CodeWalker;
-use crate::decode::insn::Insn;
-use crate::decode::{self, sflags, ty, Buffer, Decoder, Params, WalkError, Walker};
+use crate::code::{CodeWalker, ImageWalker};
+use crate::decode::{self, sflags, ty, Buffer, Decoder, Params};
 use crate::itrace::{self, PeriodType, SynthOpts};
 use crate::sample::{flags, Kind, Sample, TraceError};
 
@@ -228,60 +227,6 @@ struct EachSample<'f>(&'f mut dyn FnMut(Event<'_>) -> Flow);
 impl SampleSink for EachSample<'_> {
     fn event(&mut self, e: Event<'_>) -> Flow {
         (self.0)(e)
-    }
-}
-
-/// The code one queue runs at its current time, as the decoder's [`Walker`].
-struct QueueCode<'w, 's> {
-    walker: &'w mut CodeWalker,
-    image: &'s Image,
-    /// The image's cache in the walker, once looked up.
-    cache: Option<usize>,
-}
-
-impl Walker for QueueCode<'_, '_> {
-    fn walk(
-        &mut self,
-        insn: &mut Insn,
-        ip: &mut u64,
-        to_ip: u64,
-        max_insn_cnt: u64,
-        _nr: bool,
-    ) -> Result<u64, WalkError> {
-        self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
-    }
-
-    #[inline(always)]
-    fn next_block(&mut self, ip: u64, block: &mut decode::RunBlock) -> bool {
-        let ci = match self.cache {
-            Some(ci) => ci,
-            None => *self.cache.insert(self.walker.cache_of(self.image)),
-        };
-        self.walker.next_block(self.image, ci, ip, block)
-    }
-
-    #[inline]
-    fn stop_in_block(&mut self, block: &decode::RunBlock, count: u32) {
-        self.walker.stop_in_block(block, count);
-    }
-
-    #[inline]
-    fn follow_tnt(
-        &mut self,
-        walk: &mut decode::TntWalk<'_>,
-        max: usize,
-        out: &mut Vec<decode::Step>,
-    ) {
-        let ci = match self.cache {
-            Some(ci) => ci,
-            None => *self.cache.insert(self.walker.cache_of(self.image)),
-        };
-        self.walker.follow_tnt(self.image, ci, walk, max, out);
-    }
-
-    #[inline]
-    fn plain_insns(&self, at: [u32; 2], n: u32) -> &[decode::PlainInsn] {
-        self.walker.plain_insns(at, n)
     }
 }
 
@@ -689,11 +634,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     fn decode(&mut self, qi: usize) {
         self.update_context(qi);
         let q = &mut self.queues[qi];
-        let mut code = QueueCode {
-            walker: &mut self.walker,
-            image: q.image,
-            cache: None,
-        };
+        let mut code = ImageWalker::new(&mut self.walker, q.image);
         q.dec.decode(&mut code);
     }
 
@@ -879,11 +820,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     fn runs(&mut self, qi: usize, sink: &mut dyn SampleSink) -> Flow {
         let mut run = std::mem::take(&mut self.run);
         let q = &mut self.queues[qi];
-        let mut code = QueueCode {
-            walker: &mut self.walker,
-            image: q.image,
-            cache: None,
-        };
+        let mut code = ImageWalker::new(&mut self.walker, q.image);
         let n = q.dec.take_run(&mut code, self.kernel_start, 4096, &mut run);
         let r = if n == 0 {
             Flow::Continue(())
@@ -925,7 +862,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                 if let Some((p, more)) = insns.split_first() {
                     // The first is sampled in full; the others follow it one
                     // instruction apart.
-                    let tot = step.tot_before + 1;
+                    let tot = step.tot_before() + 1;
                     s.ip = p.ip;
                     s.insn_len = p.len;
                     s.insn = p.bytes;
@@ -934,7 +871,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                     (s.cyc_cnt, s.insn_cnt) = ipc_since(last, tot, cyc, sample_ipc);
                     sink.insns(&s, &self.stacks, more)?;
                 }
-                let tot = step.tot_before + insns.len() as u64;
+                let tot = step.tot_before() + insns.len() as u64;
                 q.last_insn_cnt = tot;
                 q.ipc_insn_cnt = tot;
             }

@@ -227,8 +227,6 @@ pub trait Walker {
 /// A run of code that ends in a branch ([`Walker::block`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RunBlock {
-    /// The first instruction's IP.
-    pub ip: u64,
     /// Its instructions, the branch included.
     pub ninsn: u32,
     /// The branch's IP.
@@ -236,9 +234,16 @@ pub struct RunBlock {
     /// The branch.
     pub last: Insn,
     /// Where the walker keeps it (the walker's own).
-    pub handle: [u32; 4],
+    pub handle: [u32; 2],
     /// Where the walker keeps its instructions (for [`Step::plain_at`]).
     pub plain_at: [u32; 2],
+}
+
+impl Step {
+    /// Instructions walked before the step's plain instructions.
+    pub fn tot_before(&self) -> u64 {
+        self.tot_insn_cnt - u64::from(self.plain) - u64::from(self.type_ != 0)
+    }
 }
 
 /// A walk through a TNT packet ([`Walker::follow_tnt`]), perf's way: a
@@ -297,8 +302,6 @@ pub struct Step {
     pub plain: u32,
     /// Where the walker keeps them (the walker's own).
     pub plain_at: [u32; 2],
-    /// Instructions walked before the step.
-    pub tot_before: u64,
     /// The branch's IP.
     pub from_ip: u64,
     /// The branch target (0: none, a plain instruction or a branch not taken).
@@ -2992,20 +2995,16 @@ impl<'a> Decoder<'a> {
             }
             let plain = b.ninsn - 1;
             let insn = b.last;
-            // What the branch does, decided before anything moves: its target (0:
-            // not taken), or `None` if the run cannot take it.
-            let bit = self.tnt.payload & BIT63 != 0;
+            // What the branch does, decided before anything moves: its target, or
+            // `None` if the run cannot take it. Conditional branches and
+            // compressed returns are follow_tnt's: one it left is not taken here.
             let direct_to = b
                 .last_ip
                 .wrapping_add(u64::from(insn.length))
                 .wrapping_add(insn.rel as i64 as u64);
             let to_ip = match (insn.branch, insn.op) {
-                // A compressed return.
-                (_, Op::Ret) if in_tnt => {
-                    let top = self.stack.ips.last().copied().unwrap_or(0);
-                    (self.p.return_compression && top != 0 && bit).then_some(top)
-                }
-                (Branch::Conditional, _) => in_tnt.then_some(if bit { direct_to } else { 0 }),
+                (Branch::Conditional, _) => None,
+                (_, Op::Ret) if in_tnt => None,
                 // perf's loop check counts unconditional branches that follow
                 // each other (plain instructions walked one at a time reset it).
                 (Branch::Unconditional, _) => (self.pkt_state != PktState::TipPgd
@@ -3034,7 +3033,6 @@ impl<'a> Decoder<'a> {
                     out.push(Step {
                         plain,
                         plain_at: b.plain_at,
-                        tot_before: self.tot_insn_cnt,
                         tot_insn_cnt: self.tot_insn_cnt + u64::from(plain),
                         ..Step::default()
                     });
@@ -3043,7 +3041,6 @@ impl<'a> Decoder<'a> {
                 break;
             };
             self.mtc_insn = true;
-            let tot_before = self.tot_insn_cnt;
             let plain = if every_insn { plain } else { 0 };
             if every_insn {
                 if plain != 0 {
@@ -3054,7 +3051,7 @@ impl<'a> Decoder<'a> {
             } else {
                 self.count_insns(u64::from(b.ninsn));
             }
-            let mut type_ = ty::BRANCH | if every_insn { ty::INSTRUCTION } else { 0 };
+            let type_ = ty::BRANCH | if every_insn { ty::INSTRUCTION } else { 0 };
             // The return stack as perf's walk keeps it.
             match insn.op {
                 Op::Call if insn.branch != Branch::Unconditional || insn.rel != 0 => self
@@ -3063,33 +3060,12 @@ impl<'a> Decoder<'a> {
                 Op::Ret => self.ret_addr = self.stack.pop(),
                 _ => {}
             }
-            match (insn.branch, insn.op) {
-                (_, Op::Ret) if in_tnt => {
-                    self.tnt_bit();
-                    self.no_progress = 0;
-                }
-                (Branch::Conditional, _) => {
-                    self.tnt_bit();
-                    self.no_progress = 0;
-                    if !bit {
-                        self.ip = b.last_ip.wrapping_add(u64::from(insn.length));
-                        if !every_insn {
-                            // No state for a branch not taken; after the last
-                            // bit, perf's walk goes on with the next packet.
-                            if self.pkt_state == PktState::InSync {
-                                self.update_sample_time();
-                            }
-                            continue;
-                        }
-                        type_ = ty::INSTRUCTION;
-                    }
-                }
-                (Branch::Unconditional, _) => self.no_progress = 1,
-                _ => {
-                    self.no_progress = 0;
-                    if self.pkt_state == PktState::Tip {
-                        self.pkt_state = PktState::InSync;
-                    }
+            if insn.branch == Branch::Unconditional {
+                self.no_progress = 1;
+            } else {
+                self.no_progress = 0;
+                if self.pkt_state == PktState::Tip {
+                    self.pkt_state = PktState::InSync;
                 }
             }
             if to_ip != 0 {
@@ -3101,7 +3077,6 @@ impl<'a> Decoder<'a> {
             out.push(Step {
                 plain,
                 plain_at: b.plain_at,
-                tot_before,
                 from_ip: b.last_ip,
                 to_ip,
                 tot_insn_cnt: self.tot_insn_cnt,

@@ -498,8 +498,7 @@ pub struct Printer<'s, 'a> {
     /// Hardware events print `-F ip` only (no call chains, no flags).
     ip_only: bool,
     /// The upper half of the last IP printed by the `-F ip` path, and its text.
-    hex_hi: (u32, [u8; 16]),
-    /// The last `-F ip` run's last address and its "%16x" text.
+    /// The last address printed with "%16x" and its text.
     ip_text: (u64, [u8; 16]),
     /// The last line's text before the time, and what it depends on.
     prefix: w::Padded,
@@ -685,7 +684,6 @@ impl<'s, 'a> Printer<'s, 'a> {
             span_run: None,
             map_run: None,
             last_sym: None,
-            hex_hi: (0, [b' '; 16]),
             ip_text: (u64::MAX, [b' '; 16]),
             ip_only: sel.out[OutType::Hardware as usize].fields == f::IP
                 && !opts.callchain
@@ -1559,27 +1557,11 @@ impl<'s, 'a> Printer<'s, 'a> {
         self.buf.extend_from_slice(b"\"}\n");
     }
 
-    /// perf's "%16" PRIx64 of `v`; the upper half's digits are kept from the
-    /// last address (consecutive addresses mostly share it).
+    /// perf's "%16" PRIx64 of `v`, from the last address's text
+    /// ([`w::hex16_after`]).
     #[inline]
     fn hex16(&mut self, v: u64) -> [u8; 16] {
-        let hi = (v >> 32) as u32;
-        if hi == 0 {
-            let mut out = [b' '; 16];
-            out[8..].copy_from_slice(&w::eight_spaced(v as u32).to_le_bytes());
-            return out;
-        }
-        if hi != self.hex_hi.0 {
-            self.new_hex_hi(v);
-        }
-        let mut out = self.hex_hi.1;
-        out[8..].copy_from_slice(&w::eight(v as u32).to_le_bytes());
-        out
-    }
-
-    #[inline(never)]
-    fn new_hex_hi(&mut self, v: u64) {
-        self.hex_hi = ((v >> 32) as u32, w::hex16_spaced(v & !0xffff_ffff));
+        w::hex16_after(&mut self.ip_text, v)
     }
 
     /// A branch's " ip sym+off (dso)".
@@ -1663,7 +1645,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             // their upper half: its digits are kept from the last sample.
             let mut line = [b'\n'; 18];
             line[0] = b' ';
-            line[1..17].copy_from_slice(&w::hex16_after(&mut self.ip_text, s.ip));
+            line[1..17].copy_from_slice(&self.hex16(s.ip));
             self.buf.extend_from_slice(&line);
             return;
         }

@@ -410,10 +410,10 @@ fn debuglink(data: &[u8]) -> Option<String> {
 /// Where perf looks for the symbols of the file recorded as `name` (found at
 /// `path`), in perf's order (`dso__load`'s binary types): the debuglink file, the
 /// build-id cache's debug file, Fedora's and Ubuntu's debug directories, the
-/// build-id debug directory, and the file itself.
-fn candidates(path: &Path, name: &str, build_id: Option<&[u8]>) -> Vec<PathBuf> {
+/// build-id debug directory, and the file itself (when there is one).
+pub(crate) fn candidates(path: Option<&Path>, name: &str, build_id: Option<&[u8]>) -> Vec<PathBuf> {
     let mut v = Vec::new();
-    let data = map(path);
+    let data = path.and_then(map);
     // perf reads the build id from the file when the recording names none.
     let own_id: Option<Vec<u8>> = data.as_deref().and_then(|d| {
         use object::Object;
@@ -456,7 +456,7 @@ fn candidates(path: &Path, name: &str, build_id: Option<&[u8]>) -> Vec<PathBuf> 
             &h[2..]
         )));
     }
-    v.push(path.to_path_buf());
+    v.extend(path.map(Path::to_path_buf));
     v
 }
 
@@ -510,7 +510,7 @@ impl Symbols {
             let runtime = map(path);
             // perf moves symbols by the runtime file's segments.
             let phdrs = runtime.as_deref().map(program_headers).unwrap_or_default();
-            for c in candidates(path, name, build_id) {
+            for c in candidates(Some(path), name, build_id) {
                 let Some(m) = map(&c) else { continue };
                 if !has_symtab(&m) {
                     continue;
