@@ -409,7 +409,19 @@ impl CodeWalker {
         let tot_start = tot;
         let mut blocks = 0u32;
         let mut last = None;
-        while count != 0 && out.len() < max {
+        let (ahead, mut taken) = (w.ahead, w.taken);
+        while out.len() < max {
+            if count == 0 {
+                // The next short TNT packet, if that is what follows.
+                let Some(next) = ahead[taken..].iter().position(|&b| b != 0) else {
+                    break;
+                };
+                let Some(p) = crate::decode::packet::tnt8(ahead[taken + next]) else {
+                    break;
+                };
+                taken += next + 1;
+                (payload, count, cont) = (p.payload, p.count, false);
+            }
             let b = &c.blocks[bid as usize];
             if b.end != End::Branch || index >= b.ninsn {
                 break;
@@ -498,6 +510,7 @@ impl CodeWalker {
         (w.ip, w.payload, w.count, w.cont) = (ip, payload, count, cont);
         (w.no_progress, w.ret_addr, w.tot, w.updated) = (no_progress, ret_addr, tot, updated);
         w.blocks += blocks;
+        w.taken = taken;
         self.walked += tot - tot_start;
         if let Some(bid) = last {
             self.cursor = None;

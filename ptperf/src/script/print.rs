@@ -453,6 +453,9 @@ type MapRun = (u64, i32, u64, u64, usize, u64, u64);
 /// The part of a line before the time that stays while the thread, CPU and
 /// fields do: (tid, pid, cpu, fields, unpadded comm, the comm's text pointer).
 type PrefixKey = (i32, i32, i32, u64, bool, usize);
+/// What a line's head depends on: thread, time as shown (ns or us), pid, CPU,
+/// period, event, flags (if shown) and fields.
+type HeadKey = (i32, Option<u64>, i32, i32, u64, Kind, u32, u64);
 
 /// Prints samples as perf script does.
 pub struct Printer<'s, 'a> {
@@ -509,6 +512,9 @@ pub struct Printer<'s, 'a> {
     /// The last line's period and event columns, for (period, kind).
     mid: w::Padded,
     mid_key: Option<(u64, Kind)>,
+    /// The last line's columns before its addresses, and what they depend on.
+    head: w::Padded,
+    head_key: Option<HeadKey>,
     /// Source lines (`-F srcline,srcfile`), loaded on first use.
     srclines: Option<crate::srcline::SrcLines>,
     /// srcline texts by (code image, pid, address) (`None`: perf prints none).
@@ -678,9 +684,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             sym_names: Default::default(),
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
-            cache: vec![None; 1 << 15],
+            cache: vec![None; 1 << 16],
             map_syms: Default::default(),
-            pairs: vec![None; 1 << 14],
+            pairs: vec![None; 1 << 16],
             span_run: None,
             map_run: None,
             last_sym: None,
@@ -694,6 +700,8 @@ impl<'s, 'a> Printer<'s, 'a> {
             time_head: Default::default(),
             mid: Default::default(),
             mid_key: None,
+            head: Default::default(),
+            head_key: None,
             comm_cache: None,
             spacing: 0,
             flag_texts: Default::default(),
@@ -720,7 +728,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// The cache slot of (code image, pid, address).
     #[inline]
     fn slot(stamp: u64, ip: u64) -> usize {
-        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 49)
+        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48)
             as usize
     }
 
@@ -1593,7 +1601,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         let key = (s.code, s.pid, s.ip, s.addr);
         let h = (s.ip.rotate_left(17) ^ s.addr ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let slot = (h >> 50) as usize;
+        let slot = (h >> 48) as usize;
         if let Some((k, f, text)) = &self.pairs[slot] {
             if *k == key && *f == fields {
                 text.put(&mut self.buf);
@@ -1664,43 +1672,28 @@ impl<'s, 'a> Printer<'s, 'a> {
         if fields == 0 {
             return;
         }
-        self.start(fields, s);
-        if fields & (f::PERIOD | f::EVNAME) != 0 {
-            // The period and event columns, formatted when they change (the
-            // fields are the kind's output type's).
-            let key = (s.period, s.kind);
-            if self.mid_key != Some(key) {
-                let name = self
-                    .names
-                    .iter()
-                    .find(|(k, _)| *k == s.kind)
-                    .map_or(&b"[unknown]"[..], |(_, n)| n.as_slice());
-                let width = self.name_width;
-                self.mid.set(|b| {
-                    if fields & f::PERIOD != 0 {
-                        w::dec_w(b, s.period, 10);
-                        b.push(b' ');
-                    }
-                    if fields & f::EVNAME != 0 {
-                        w::str_w(b, name, width);
-                        b.extend_from_slice(b": ");
-                    }
-                });
-                self.mid_key = Some(key);
-            }
-            self.mid.put(&mut self.buf);
-        }
-        if self.sel.flags {
-            // "  %-21s ", each flag combination formatted once.
-            let i = match self.flag_texts.iter().position(|(k, _)| *k == s.flags) {
-                Some(i) => i,
-                None => {
-                    let t = format!("  {:<21} ", flags::to_string(s.flags)).into_bytes();
-                    self.flag_texts.push((s.flags, t));
-                    self.flag_texts.len() - 1
-                }
-            };
-            self.buf.extend_from_slice(&self.flag_texts[i].1);
+        // The columns before the addresses are the same for the samples of a
+        // run (same thread, time, period, event and flags): formatted once.
+        let shown = s.time.map(|t| if self.ns { t } else { t / 1000 });
+        let flags_shown = if self.sel.flags { s.flags } else { 0 };
+        let key = (
+            s.tid,
+            shown,
+            s.pid,
+            s.cpu,
+            s.period,
+            s.kind,
+            flags_shown,
+            fields,
+        );
+        if self.head_key == Some(key) {
+            self.head.put(&mut self.buf);
+        } else {
+            let at = self.buf.len();
+            self.head_columns(fields, s);
+            let written = &self.buf[at..];
+            self.head.set(|b| b.extend_from_slice(written));
+            self.head_key = Some(key);
         }
         if s.kind == Kind::Branches {
             // perf_sample__fprintf_bts
@@ -1762,6 +1755,49 @@ impl<'s, 'a> Printer<'s, 'a> {
             self.ipc(fields, s);
         }
         self.buf.push(b'\n');
+    }
+
+    /// The columns of a sample's line before its addresses: command, thread,
+    /// CPU, time, period, event and flags.
+    fn head_columns(&mut self, fields: u64, s: &Sample) {
+        self.start(fields, s);
+        if fields & (f::PERIOD | f::EVNAME) != 0 {
+            // The period and event columns, formatted when they change (the
+            // fields are the kind's output type's).
+            let key = (s.period, s.kind);
+            if self.mid_key != Some(key) {
+                let name = self
+                    .names
+                    .iter()
+                    .find(|(k, _)| *k == s.kind)
+                    .map_or(&b"[unknown]"[..], |(_, n)| n.as_slice());
+                let width = self.name_width;
+                self.mid.set(|b| {
+                    if fields & f::PERIOD != 0 {
+                        w::dec_w(b, s.period, 10);
+                        b.push(b' ');
+                    }
+                    if fields & f::EVNAME != 0 {
+                        w::str_w(b, name, width);
+                        b.extend_from_slice(b": ");
+                    }
+                });
+                self.mid_key = Some(key);
+            }
+            self.mid.put(&mut self.buf);
+        }
+        if self.sel.flags {
+            // "  %-21s ", each flag combination formatted once.
+            let i = match self.flag_texts.iter().position(|(k, _)| *k == s.flags) {
+                Some(i) => i,
+                None => {
+                    let t = format!("  {:<21} ", flags::to_string(s.flags)).into_bytes();
+                    self.flag_texts.push((s.flags, t));
+                    self.flag_texts.len() - 1
+                }
+            };
+            self.buf.extend_from_slice(&self.flag_texts[i].1);
+        }
     }
 
     /// A decoder error's line (perf's `perf_event__fprintf_auxtrace_error`).
