@@ -7,7 +7,7 @@ use pt_perf_data::{AttrFlags, PerfFile};
 
 use super::fields::{f, OutType, Selection};
 use super::Plan;
-use crate::decode::PlainInsn;
+use crate::decode::{PlainInsn, Step};
 use crate::itrace::SynthOpts;
 use crate::sample::{flags, Kind, Sample, TraceError};
 use crate::symbols::Symbols;
@@ -1637,6 +1637,44 @@ impl<'s, 'a> Printer<'s, 'a> {
             line[1..17].copy_from_slice(&w::hex16_after(&mut text, ip));
         }
         self.ip_text = text;
+        true
+    }
+
+    /// Lines of a run of branch samples ([`SampleSink::branches`]): `false`
+    /// (nothing written) unless each line is its head and the branch's two
+    /// addresses with their symbols (perf's default branch fields, or fewer),
+    /// as [`Printer::sample_line`] would write them.
+    ///
+    /// [`SampleSink::branches`]: crate::synth::SampleSink::branches
+    pub fn branch_lines(&mut self, like: &Sample, steps: &[Step]) -> bool {
+        let out = self.sel.out[OutType::Hardware as usize];
+        let fields = out.fields;
+        let show_addr = fields & f::ADDR != 0 || (self.hw_type & st::ADDR != 0 && !out.user_set);
+        let other =
+            f::CALLINDENT | f::IPC | f::SRCLINE | f::SRCFILE | f::INSN | f::INSNLEN | f::BRSTACK;
+        if like.kind != Kind::Branches
+            || self.sel.flags
+            || fields & f::IP == 0
+            || !show_addr
+            || fields & other != 0
+        {
+            return false;
+        }
+        let Some((first, rest)) = steps.split_first() else {
+            return true;
+        };
+        // The first line in full (its head formatted if new), the others
+        // from the head it left and the branch pairs' texts.
+        let mut s = *like;
+        (s.ip, s.addr) = (first.from_ip, first.to_ip);
+        s.flags = like.flags | crate::decode::insn::op_flags(first.op);
+        self.sample_line(&s, &Stacks::default());
+        for step in rest {
+            (s.ip, s.addr) = (step.from_ip, step.to_ip);
+            self.head.put(&mut self.buf);
+            self.branch_pair(&s, fields);
+            self.buf.push(b'\n');
+        }
         true
     }
 
