@@ -892,6 +892,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             return self.count_run(qi, run, sink);
         }
         if !self.opts.instructions
+            && self.opts.branches
             && self.branches_filter == 0
             && run.iter().all(|s| s.type_ == ty::BRANCH && s.plain == 0)
         {

@@ -92,6 +92,9 @@ fn agree(what: &str, file: &Path, timed: bool) {
         ("i1ie", true),
         ("i1ipwe", true),
         ("i1ix", true),
+        // Neither instructions nor branches: the runs make no samples.
+        ("ep", true),
+        ("p", true),
         ("i2i", false),
         // Every instruction when timed; untimed, perf counts ticks of 1 ns.
         ("i0ns", timed),

@@ -274,7 +274,7 @@ pub struct TntWalk<'s> {
     pub ret_addr: u64,
     /// Instructions walked in all.
     pub tot: u64,
-    /// Branches followed.
+    /// Not 0 once a branch was followed.
     pub blocks: u32,
     /// A state came out at which perf takes the sample time anew (or the last
     /// bit went to a branch not taken without a state).

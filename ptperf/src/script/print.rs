@@ -419,6 +419,9 @@ fn write_dso_name(b: &mut Vec<u8>, dso: &str, pad: usize) {
 /// A branch's text by (code image, pid, source, target) and fields.
 type PairEntry = ((u64, i32, u64, u64), u64, w::Padded);
 
+/// Sets of two branch-pair texts in [`Printer`]'s cache: 2^this.
+const PAIR_SETS_BITS: u32 = 15;
+
 /// A mapping's dso name and symbols.
 struct MapSyms {
     dso: std::rc::Rc<str>,
@@ -686,7 +689,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             cbr2khz: 0,
             cache: vec![None; 1 << 16],
             map_syms: Default::default(),
-            pairs: vec![None; 1 << 16],
+            pairs: vec![None; 2 << PAIR_SETS_BITS],
             span_run: None,
             map_run: None,
             last_sym: None,
@@ -1594,27 +1597,38 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
     }
 
-    /// Both parts of a branch's line, through a cache by (code image, pid,
-    /// source, target): a loop's branches print the same text again and again.
+    /// Both parts of a branch's line, through a two-way cache by (code image,
+    /// pid, source, target): a loop's branches print the same text again and
+    /// again.
     #[inline]
     fn branch_pair(&mut self, s: &Sample, fields: u64) {
         let key = (s.code, s.pid, s.ip, s.addr);
         let h = (s.ip.rotate_left(17) ^ s.addr ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let slot = (h >> 48) as usize;
-        if let Some((k, f, text)) = &self.pairs[slot] {
-            if *k == key && *f == fields {
-                text.put(&mut self.buf);
-                return;
+        let set = (h >> (64 - PAIR_SETS_BITS)) as usize * 2;
+        for way in set..set + 2 {
+            if let Some((k, f, text)) = &self.pairs[way] {
+                if *k == key && *f == fields {
+                    text.put(&mut self.buf);
+                    return;
+                }
             }
         }
+        self.new_pair(s, fields, set);
+    }
+
+    /// [`Printer::branch_pair`]'s text formatted, kept in the first way of
+    /// `set` (what was there moves to the second).
+    #[inline(never)]
+    fn new_pair(&mut self, s: &Sample, fields: u64, set: usize) {
         let start = self.buf.len();
         self.branch_from(s, fields);
         self.branch_to(s, fields);
-        let mut text = self.pairs[slot].take().map(|e| e.2).unwrap_or_default();
+        let mut text = self.pairs[set + 1].take().map(|e| e.2).unwrap_or_default();
         let written = &self.buf[start..];
         text.set(|b| b.extend_from_slice(written));
-        self.pairs[slot] = Some((key, fields, text));
+        self.pairs[set + 1] = self.pairs[set].take();
+        self.pairs[set] = Some(((s.code, s.pid, s.ip, s.addr), fields, text));
     }
 
     /// `-F ip` lines of a run of instruction samples ([`SampleSink::insns`]):
