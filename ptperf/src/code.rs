@@ -460,7 +460,7 @@ impl CodeWalker {
         use crate::decode::ty::{BRANCH, INSTRUCTION};
         let stamp = self.caches[ci].0;
         let c = &mut self.caches[ci].1;
-        let (mut bid, mut index) = match self.cursor {
+        let (mut bid, index) = match self.cursor {
             Some(k) if k.stamp == stamp && k.ip == w.ip => (k.block, k.index),
             _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, w.ip), 0),
             _ => (c.lookup(image, w.ip), 0),
@@ -477,6 +477,8 @@ impl CodeWalker {
         let (ahead, mut taken) = (w.ahead, w.taken);
         // Room for every step, so that no push reallocates.
         out.reserve(max.saturating_sub(out.len()));
+        // The walk starts `index` instructions into its first block.
+        let mut skip = index;
         while out.len() < max {
             if count == 0 {
                 // The next short TNT packet, if that is what follows.
@@ -492,52 +494,56 @@ impl CodeWalker {
             let Some(h) = c.hot.get(bid as usize) else {
                 break;
             };
-            if index >= h.ninsn {
+            if skip >= h.ninsn {
                 break;
             }
-            let n = h.ninsn - index;
-            let bit = payload & (1 << 63) != 0;
-            // The branch's target (0: not taken) and the successor slot to keep.
-            let (to_ip, slot) = match h.kind {
-                HotKind::Cond if bit => (h.target, 1),
-                HotKind::Cond => (0, 0),
-                HotKind::Jump | HotKind::Call => {
-                    // perf's loop check: plain instructions walked one by one
-                    // reset it.
-                    if no_progress != 0 && !(EVERY && n > 1) {
+            let n = h.ninsn - skip;
+            let crosses = |to: u64| h.last_ip >= kernel_start && to < kernel_start;
+            // Where the branch goes (0: not taken), the block there if known,
+            // and its successor slot (2: none kept).
+            let (to_ip, next, slot) = match h.kind {
+                HotKind::Cond => {
+                    let bit = payload & (1 << 63) != 0;
+                    if bit && crosses(h.target) {
                         break;
-                    }
-                    (h.target, 1)
-                }
-                HotKind::Ret => {
-                    let top = stack.last().copied().unwrap_or(0);
-                    if !retcomp || top == 0 || !bit {
-                        break;
-                    }
-                    (top, 2)
-                }
-                HotKind::Stop => break,
-            };
-            if h.last_ip >= kernel_start && to_ip != 0 && to_ip < kernel_start {
-                break;
-            }
-            tot += u64::from(n);
-            match h.kind {
-                HotKind::Jump => no_progress = 1,
-                HotKind::Call => {
-                    stack.push(h.last_ip.wrapping_add(u64::from(h.len)));
-                    no_progress = 1;
-                }
-                _ => {
-                    if h.kind == HotKind::Ret {
-                        ret_addr = stack.pop().unwrap_or(0);
                     }
                     payload <<= 1;
                     count -= 1;
                     cont = true;
                     no_progress = 0;
+                    if bit {
+                        (h.target, h.next[1], 1)
+                    } else {
+                        (0, h.next[0], 0)
+                    }
                 }
-            }
+                HotKind::Jump | HotKind::Call => {
+                    // perf's loop check: plain instructions walked one by one
+                    // reset it.
+                    if no_progress != 0 && !(EVERY && n > 1) || crosses(h.target) {
+                        break;
+                    }
+                    if h.kind == HotKind::Call {
+                        stack.push(h.last_ip.wrapping_add(u64::from(h.len)));
+                    }
+                    no_progress = 1;
+                    (h.target, h.next[1], 1)
+                }
+                HotKind::Ret => {
+                    let top = stack.last().copied().unwrap_or(0);
+                    if !retcomp || top == 0 || payload & (1 << 63) == 0 || crosses(top) {
+                        break;
+                    }
+                    ret_addr = stack.pop().unwrap_or(0);
+                    payload <<= 1;
+                    count -= 1;
+                    cont = true;
+                    no_progress = 0;
+                    (top, NO_BLOCK, 2)
+                }
+                HotKind::Stop => break,
+            };
+            tot += u64::from(n);
             if EVERY || to_ip != 0 {
                 let type_ = match (EVERY, to_ip != 0) {
                     (true, true) => BRANCH | INSTRUCTION,
@@ -546,7 +552,7 @@ impl CodeWalker {
                 };
                 out.push(Step {
                     plain: if EVERY { n - 1 } else { 0 },
-                    plain_at: [ci as u32, h.first + index],
+                    plain_at: [ci as u32, h.first + skip],
                     from_ip: h.last_ip,
                     to_ip,
                     tot_insn_cnt: tot,
@@ -560,7 +566,7 @@ impl CodeWalker {
                 updated = true;
             }
             (last, last_to) = (bid, to_ip);
-            let next = if slot < 2 { h.next[slot] } else { NO_BLOCK };
+            skip = 0;
             bid = if next != NO_BLOCK {
                 next
             } else {
@@ -577,7 +583,6 @@ impl CodeWalker {
                     c.lookup_from(image, bid, ip)
                 }
             };
-            index = 0;
         }
         w.stack = Some(stack);
         if let Some(h) = c.hot.get(last as usize) {

@@ -947,6 +947,7 @@ impl<'a> Decoder<'a> {
             };
             let Some((p, n)) = packet::tnt8(byte)
                 .map(|p| (p, 1))
+                .or_else(|| packet::tip_at(self.data, at))
                 .or_else(|| self.read_packet_at(at))
             else {
                 return false;
