@@ -83,8 +83,10 @@ enum HotKind {
     Stop,
 }
 
-/// What following TNT bits needs of a block, in one small record.
+/// What following TNT bits needs of a block, in one small record (a cache
+/// line: the walk touches nothing else of the block).
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 struct Hot {
     /// The branch's IP.
     last_ip: u64,
@@ -96,9 +98,10 @@ struct Hot {
     first: u32,
     ninsn: u32,
     kind: HotKind,
-    /// The branch's length and operation.
+    /// The branch's length, operation and bytes.
     len: u8,
     op: Op,
+    insn: [u8; INSN_BUF],
 }
 
 /// The blocks of one image.
@@ -199,6 +202,7 @@ impl Cache {
             kind,
             len: last.length,
             op: last.op,
+            insn: last.buf,
         });
         self.index.insert(ip, id);
         id
@@ -574,7 +578,7 @@ impl CodeWalker {
                     type_,
                     op: h.op,
                     len: h.len,
-                    insn: c.insns[(h.first + h.ninsn - 1) as usize].bytes,
+                    insn: h.insn,
                 });
                 updated |= cont;
             } else if count == 0 {
