@@ -399,6 +399,11 @@ fn ns_to_ticks(session: &Session<'_>, ns: u64) -> u64 {
 const CFG_PASS_THRU: u64 = 1 << 0;
 const CFG_BRANCH_EN: u64 = 1 << 13;
 
+/// Decoder states taken at once on the fast path ([`Decoder::take_run`]): few
+/// enough that a run's steps stay in the first-level cache between the decoder
+/// writing them and the samples reading them.
+const RUN_STEPS: usize = 256;
+
 /// IPC of a sample (perf's `intel_pt_synth_*_sample`): the cycles and the
 /// instructions since the last sample of its kind that had cycles (`last`:
 /// instructions, cycles), counted only when cycles moved on; `last` moves on then.
@@ -877,7 +882,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         let mut run = std::mem::take(&mut self.run);
         let q = &mut self.queues[qi];
         let mut code = ImageWalker::new(&mut self.walker, q.image);
-        let n = q.dec.take_run(&mut code, self.kernel_start, 4096, &mut run);
+        let n = q.dec.take_run(&mut code, self.kernel_start, RUN_STEPS, &mut run);
         let r = if n == 0 {
             Flow::Continue(())
         } else {
