@@ -605,6 +605,7 @@ impl CodeWalker {
         }
         w.stack = Some(stack);
         if let Some(h) = c.hot.get(last as usize) {
+            w.tail = (!EVERY && last_to == 0).then_some((h.op, h.len, h.insn));
             w.ip = if last_to != 0 {
                 last_to
             } else {

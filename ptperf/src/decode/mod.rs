@@ -285,6 +285,10 @@ pub struct TntWalk<'s> {
     pub ahead: &'s [u8],
     /// Bytes of `ahead` taken (up to the end of the last TNT packet taken).
     pub taken: usize,
+    /// The last branch walked, if it made no state (a branch not taken when
+    /// only branches are states): its operation, length and bytes, which perf's
+    /// state keeps from the last instruction walked.
+    pub tail: Option<(Op, u8, [u8; INSN_BUF])>,
 }
 
 /// One plain instruction (a [`Step`]'s, from the walker).
@@ -2931,6 +2935,8 @@ impl<'a> Decoder<'a> {
         let crosses = |from: u64, to: u64| from >= kernel_start && to != 0 && to < kernel_start;
         let mut b = RunBlock::default();
         let data = self.data;
+        // The last branch walked after the last state (see `TntWalk::tail`).
+        let mut tail = None;
         while out.len() < max {
             if self.pkt_state == PktState::InSync {
                 // perf's walk_trace: a TNT packet is walked through, a TIP walked
@@ -2970,6 +2976,7 @@ impl<'a> Decoder<'a> {
                     tot: self.tot_insn_cnt,
                     blocks: 0,
                     updated: false,
+                    tail: None,
                     ahead: if self.split_psb {
                         &[]
                     } else {
@@ -2977,7 +2984,15 @@ impl<'a> Decoder<'a> {
                     },
                     taken: 0,
                 };
+                let steps = out.len();
                 code.follow_tnt(&mut w, max, out);
+                if w.blocks != 0 {
+                    if w.tail.is_some() {
+                        tail = w.tail;
+                    } else if out.len() > steps {
+                        tail = None;
+                    }
+                }
                 if w.taken != 0 {
                     // Moved on to the last TNT packet the walk took (a byte).
                     let last = self.at + self.pkt_step + w.taken - 1;
@@ -3109,8 +3124,12 @@ impl<'a> Decoder<'a> {
                 len: insn.length,
                 insn: insn.buf,
             });
+            tail = None;
         }
         let Some(&last) = out.last() else {
+            if let Some((op, len, insn)) = tail {
+                (self.state.insn_op, self.state.insn_len, self.state.insn) = (op, len, insn);
+            }
             return 0;
         };
         // The decoder's state is the last state's.
@@ -3133,6 +3152,9 @@ impl<'a> Decoder<'a> {
             self.state.insn_op = Op::Other;
             self.state.insn_len = p.len;
             self.state.insn = p.bytes;
+        }
+        if let Some((op, len, insn)) = tail {
+            (self.state.insn_op, self.state.insn_len, self.state.insn) = (op, len, insn);
         }
         self.state.flags = if self.have_cyc { 0 } else { sflags::SAMPLE_IPC };
         self.state.timestamp = self.sample_timestamp;
