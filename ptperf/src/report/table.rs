@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 use std::io::Write;
 use std::rc::Rc;
 
+use super::callgraph::{Printer, NONE};
 use super::hist::{FxMap, Hists, Loc, SymKey};
 use super::{samples, SortKey};
 use crate::sample::Kind;
@@ -59,6 +60,8 @@ pub(super) struct Entry<'h> {
     pub depth: u32,
     /// The thread that made it (pid, tid).
     pub thread: (i32, i32),
+    /// Its call graph's root ([`super::callgraph::NONE`]: none).
+    pub tree: u32,
 }
 
 /// One event's entries.
@@ -77,6 +80,9 @@ pub(super) struct Layout {
     /// Call graphs are on: entries of equal children of one thread go caller
     /// first.
     pub graph: bool,
+    /// The call graphs' order is caller first: `depth` is the longest chain
+    /// from the entry down (else up).
+    pub caller: bool,
 }
 
 /// The tables of `hists`' rows, merged by `keys`.
@@ -102,6 +108,7 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
                         acc: r.period,
                         depth: 0,
                         thread: (0, 0),
+                        tree: NONE,
                     })
                     .collect(),
             });
@@ -126,6 +133,7 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
                         acc: r.period,
                         depth: 0,
                         thread: (0, 0),
+                        tree: NONE,
                     });
                 }
             }
@@ -140,13 +148,15 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
     tables
 }
 
-/// Writes every event's table, in `names`' order (perf's).
+/// Writes every event's table, in `names`' order (perf's), with `graph`'s call
+/// graphs below the entries.
 pub(super) fn write(
     out: &mut impl Write,
     mut tables: Vec<Table>,
     names: &[(Kind, String)],
     keys: &[SortKey],
     layout: Layout,
+    graph: Option<&Printer>,
 ) {
     let _ = writeln!(
         out,
@@ -167,7 +177,11 @@ pub(super) fn write(
             if layout.children {
                 o = b.acc.cmp(&a.acc);
                 if o.is_eq() && layout.graph && a.thread == b.thread {
-                    o = b.depth.cmp(&a.depth);
+                    o = if layout.caller {
+                        b.depth.cmp(&a.depth)
+                    } else {
+                        a.depth.cmp(&b.depth)
+                    };
                 }
             }
             o.then_with(|| b.period.cmp(&a.period))
@@ -240,9 +254,11 @@ pub(super) fn write(
                 pct(&mut line, 0, l.acc);
             }
             pct(&mut line, 1, l.period);
-            // perf pads the command and dso columns, not the symbol.
+            // perf pads the command and dso columns, and the symbol's only
+            // when a column follows.
             for (i, &key) in keys.iter().enumerate() {
                 line.push_str("  ");
+                let start = line.len();
                 match key {
                     SortKey::Comm => pad(&mut line, l.comm, widths[i]),
                     SortKey::Dso => pad(
@@ -262,9 +278,19 @@ pub(super) fn write(
                         }
                     },
                 }
+                if key == SortKey::Sym && i + 1 < keys.len() {
+                    let n = line[start..].len();
+                    line.extend(std::iter::repeat(' ').take(widths[i].saturating_sub(n)));
+                }
             }
             line.push('\n');
-            let _ = out.write_all(line.as_bytes());
+            if let Some(g) = graph {
+                let own = if layout.children { l.acc } else { l.period };
+                g.print(&mut line, l.tree, total, own);
+            }
+            if out.write_all(line.as_bytes()).is_err() {
+                return;
+            }
         }
         let _ = writeln!(out, "\n");
     }
