@@ -154,6 +154,12 @@ fn run(a: &Args) -> Result<(), String> {
         .map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
     let mut so = SessionOptions::for_file(&a.input);
     so.timeless = opts.timeless_decoding;
+    // As perf does, this machine's own vdso stands in for a recorded one no
+    // build-id cache holds.
+    let vdso = crate::script::OwnVdso::write();
+    if let Some(v) = &vdso {
+        so.vdso.push(("[vdso]".into(), v.0.clone()));
+    }
     let session =
         Session::new(&perf, so).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
     let plan = Plan {
