@@ -295,7 +295,7 @@ fn strtoul_prefix(t: &str) -> Option<u64> {
 }
 
 /// One node: a run of frames and the periods and samples that end in it or go
-/// on below it.
+/// on below it (counts wrap, as perf's `unsigned int`s do).
 #[derive(Clone, Copy, Debug)]
 struct Node {
     /// Its frames: `Forest::frames[first..first + len]`.
@@ -303,22 +303,30 @@ struct Node {
     len: u32,
     hit: u64,
     children_hit: u64,
-    count: u64,
-    children_count: u64,
+    count: u32,
+    children_count: u32,
     parent: u32,
     /// The first child, and the next sibling ([`NONE`]: none).
     child: u32,
     next: u32,
+    /// How many children (above [`WIDE`], they are found through
+    /// `Forest::kids`).
+    kids: u32,
 }
 
 impl Node {
     fn cumul(&self) -> u64 {
         self.hit.wrapping_add(self.children_hit)
     }
-    fn cumul_count(&self) -> u64 {
+    fn cumul_count(&self) -> u32 {
         self.count.wrapping_add(self.children_count)
     }
 }
+
+/// Children a node has before they are found by hash rather than by walking
+/// them (a chain's innermost frame is often an address without a symbol:
+/// each instruction of such code makes a sibling).
+const WIDE: u32 = 8;
 
 /// Every entry's call chain tree, in one arena.
 #[derive(Default)]
@@ -326,6 +334,8 @@ pub(super) struct Forest {
     nodes: Vec<Node>,
     /// The nodes' frames (each node's a contiguous run).
     frames: Vec<u32>,
+    /// The children of wide nodes by (node, first frame).
+    kids: FxMap<(u32, u32), u32>,
 }
 
 impl Forest {
@@ -345,6 +355,7 @@ impl Forest {
             parent,
             child: NONE,
             next: NONE,
+            kids: 0,
         });
         self.nodes.len() as u32 - 1
     }
@@ -354,9 +365,34 @@ impl Forest {
         &self.frames[n.first as usize..(n.first + n.len) as usize]
     }
 
+    fn first_frame(&self, n: u32) -> u32 {
+        self.frames[self.nodes[n as usize].first as usize]
+    }
+
+    /// The child of `node` whose first frame is `f` ([`NONE`]: none).
+    fn find(&mut self, node: u32, f: u32) -> u32 {
+        let n = &self.nodes[node as usize];
+        if n.kids > WIDE {
+            return self.kids.get(&(node, f)).copied().unwrap_or(NONE);
+        }
+        let (mut prev, mut c) = (NONE, n.child);
+        while c != NONE && self.first_frame(c) != f {
+            prev = c;
+            c = self.nodes[c as usize].next;
+        }
+        if c != NONE && prev != NONE {
+            // The child just found goes first: chains come in runs.
+            let next = self.nodes[c as usize].next;
+            self.nodes[prev as usize].next = next;
+            self.nodes[c as usize].next = self.nodes[node as usize].child;
+            self.nodes[node as usize].child = c;
+        }
+        c
+    }
+
     /// Adds `chain` (frames in print order), `count` samples of `period` in all,
     /// to the tree of `root`.
-    pub(super) fn append(&mut self, root: u32, chain: &[u32], period: u64, count: u64) {
+    pub(super) fn append(&mut self, root: u32, chain: &[u32], period: u64, count: u32) {
         if chain.is_empty() {
             return;
         }
@@ -366,23 +402,11 @@ impl Forest {
             // `node` is matched whole and frames remain: they go below it.
             let n = &mut self.nodes[node as usize];
             n.children_hit += period;
-            n.children_count += count;
-            let want = chain[pos];
-            let (mut prev, mut c) = (NONE, n.child);
-            while c != NONE && self.frames[self.nodes[c as usize].first as usize] != want {
-                prev = c;
-                c = self.nodes[c as usize].next;
-            }
+            n.children_count = n.children_count.wrapping_add(count);
+            let c = self.find(node, chain[pos]);
             if c == NONE {
                 self.add_child(node, &chain[pos..], period, count);
                 return;
-            }
-            if prev != NONE {
-                // The child just matched goes first: chains come in runs.
-                let next = self.nodes[c as usize].next;
-                self.nodes[prev as usize].next = next;
-                self.nodes[c as usize].next = self.nodes[node as usize].child;
-                self.nodes[node as usize].child = c;
             }
             let have = self.frames_of(c);
             let k = have
@@ -398,7 +422,7 @@ impl Forest {
                     n.count = count;
                 } else {
                     n.children_hit += period;
-                    n.children_count += count;
+                    n.children_count = n.children_count.wrapping_add(count);
                     self.add_child(c, &chain[pos + k..], period, count);
                 }
                 return;
@@ -407,7 +431,7 @@ impl Forest {
             if pos == chain.len() {
                 let n = &mut self.nodes[c as usize];
                 n.hit += period;
-                n.count += count;
+                n.count = n.count.wrapping_add(count);
                 return;
             }
             node = c;
@@ -415,16 +439,29 @@ impl Forest {
     }
 
     /// Adds a child of `parent` holding `frames`.
-    fn add_child(&mut self, parent: u32, frames: &[u32], period: u64, count: u64) {
+    fn add_child(&mut self, parent: u32, frames: &[u32], period: u64, count: u32) {
         let first = self.frames.len() as u32;
         self.frames.extend_from_slice(frames);
         let c = self.node(first, frames.len() as u32, parent);
-        let next = self.nodes[parent as usize].child;
+        let p = &mut self.nodes[parent as usize];
+        let next = p.child;
+        p.child = c;
+        p.kids += 1;
+        let kids = p.kids;
         let n = &mut self.nodes[c as usize];
         n.hit = period;
         n.count = count;
         n.next = next;
-        self.nodes[parent as usize].child = c;
+        if kids == WIDE + 1 {
+            // Wide from now on: every child by hash.
+            let mut k = c;
+            while k != NONE {
+                self.kids.insert((parent, self.first_frame(k)), k);
+                k = self.nodes[k as usize].next;
+            }
+        } else if kids > WIDE {
+            self.kids.insert((parent, frames[0]), c);
+        }
     }
 
     /// Cuts node `c` after its first `k` frames: the rest, with its periods and
@@ -439,15 +476,22 @@ impl Forest {
             n.count = old.count;
             n.children_count = old.children_count;
             n.child = old.child;
+            n.kids = old.kids;
         }
         let mut g = old.child;
         while g != NONE {
             self.nodes[g as usize].parent = m;
+            if old.kids > WIDE {
+                let f = self.first_frame(g);
+                self.kids.remove(&(c, f));
+                self.kids.insert((m, f), g);
+            }
             g = self.nodes[g as usize].next;
         }
         let n = &mut self.nodes[c as usize];
         n.len = k;
         n.child = m;
+        n.kids = 1;
         n.hit = 0;
         n.count = 0;
         n.children_hit = old.cumul();
@@ -671,7 +715,7 @@ impl Printer<'_, '_, '_> {
 
     /// Appends a node's value (period `hits` of `count` samples) as
     /// `--call-graph`'s value says.
-    fn value(&self, out: &mut String, hits: u64, count: u64, total: u64) {
+    fn value(&self, out: &mut String, hits: u64, count: u32, total: u64) {
         match self.params.value {
             Value::Percent => {
                 let p = if total == 0 {
@@ -685,7 +729,7 @@ impl Printer<'_, '_, '_> {
                 let _ = write!(out, "{hits}");
             }
             Value::Count => {
-                let _ = write!(out, "{}", count as u32);
+                let _ = write!(out, "{count}");
             }
         }
     }
@@ -781,7 +825,7 @@ impl Printer<'_, '_, '_> {
         let fractal = self.params.mode == Mode::Fractal;
         let mut remaining = total;
         let mut new_mask = mask;
-        let mut counted = 0u64;
+        let mut counted = 0u32;
         let mut printed = 0u32;
         for (i, &c) in level.iter().enumerate() {
             let n = &self.forest.nodes[c as usize];
@@ -809,10 +853,10 @@ impl Printer<'_, '_, '_> {
             }
         }
         if fractal && remaining != 0 && remaining != total {
-            let mut rest = 0u64;
+            let mut rest = 0u32;
             if self.params.value == Value::Count && !level.is_empty() {
                 let all = self.forest.nodes[above as usize].children_count;
-                rest = u64::from((all as u32).wrapping_sub(counted as u32));
+                rest = all.wrapping_sub(counted);
                 if rest == 0 {
                     return;
                 }

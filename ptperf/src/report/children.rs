@@ -12,14 +12,15 @@
 //!
 //! With call graphs on, the sample's own entry gets its whole chain and each
 //! other entry the chain from itself on ([`super::callgraph`]); without
-//! cumulation (`--no-children`) only the own entry is made. Samples whose
-//! entries and chains are the last sample's are added up first and handed on
-//! together (chains repeat in runs: a function's samples in a row).
+//! cumulation (`--no-children`) only the own entry is made. Samples that add
+//! to the same entries with the same chains are added up first and handed on
+//! together, once all are in: a trace has far fewer distinct chains than
+//! samples, and each one costs work by the square of its length.
 
-use std::mem;
+use std::hash::{Hash, Hasher};
 
 use super::callgraph::{Forest, Frames, Order, NONE};
-use super::hist::{FxMap, Hists};
+use super::hist::{FxHasher, FxMap, Hists};
 use super::table::{Entry, Key, Table};
 use super::SortKey;
 use crate::sample::{Kind, Sample};
@@ -47,35 +48,86 @@ struct Hist {
     nr: u64,
 }
 
-/// Samples of equal entries and chains, added up.
+/// What a sample adds to, as words: its event's histogram, command, thread
+/// (pid, tid), own location, whether its chain is another sample's (perf's
+/// branch samples have none of their own), the chain's length, its locations as
+/// entries name them and its frames (with call graphs), innermost first.
+const HIST: usize = 0;
+const COMM: usize = 1;
+const PID: usize = 2;
+const TID: usize = 3;
+const OWN: usize = 4;
+const STALE: usize = 5;
+const LEN: usize = 6;
+const LOCS: usize = 7;
+
+/// Words of runs kept before they are added up (64 MiB): memory stays flat
+/// however many distinct chains a trace has.
+const RUN_WORDS: usize = 1 << 24;
+
+/// Samples added up by what they add to: perf's result does not depend on the
+/// order they come in, but for which sample makes an entry (its thread), so
+/// they are handed on in the order each key first came (every so often, all
+/// so far: an entry is still made by the first sample that adds to it).
 #[derive(Default)]
-struct Run {
-    /// The event's histogram ([`NONE`]: no run).
-    hist: u32,
-    comm: u32,
-    thread: (i32, i32),
-    /// The sample's own location.
-    own: u32,
-    /// The chain's locations as entries name them, innermost first.
-    locs: Vec<u32>,
-    /// The chain's frames, innermost first (with call graphs).
-    frames: Vec<u32>,
-    /// The samples have no call chain of their own: `locs` are the last
-    /// chain's.
-    stale: bool,
+struct Runs {
+    /// The keys, one after the other.
+    words: Vec<u32>,
+    runs: Vec<RunSum>,
+    /// The last run of each key's hash (others chained through `RunSum::same`).
+    index: FxMap<u64, u32>,
+    /// The last sample's run ([`NONE`]: none).
+    last: u32,
+}
+
+/// One key's samples.
+struct RunSum {
+    at: usize,
+    len: u32,
+    /// The previous run with the same key hash ([`NONE`]: none).
+    same: u32,
     period: u64,
     count: u64,
 }
 
-impl Run {
-    fn same(&self, o: &Run) -> bool {
-        self.hist == o.hist
-            && self.comm == o.comm
-            && self.thread == o.thread
-            && self.own == o.own
-            && self.stale == o.stale
-            && self.locs == o.locs
-            && self.frames == o.frames
+impl Runs {
+    fn key(&self, r: u32) -> &[u32] {
+        let r = &self.runs[r as usize];
+        &self.words[r.at..r.at + r.len as usize]
+    }
+
+    /// Adds a sample of `period` with `key`.
+    fn add(&mut self, key: &[u32], period: u64) {
+        if self.last != NONE && self.key(self.last) == key {
+            let r = &mut self.runs[self.last as usize];
+            r.period += period;
+            r.count += 1;
+            return;
+        }
+        let mut h = FxHasher::default();
+        key.hash(&mut h);
+        let hash = h.finish();
+        let first = self.index.get(&hash).copied().unwrap_or(NONE);
+        let mut r = first;
+        while r != NONE && self.key(r) != key {
+            r = self.runs[r as usize].same;
+        }
+        if r == NONE {
+            r = self.runs.len() as u32;
+            self.runs.push(RunSum {
+                at: self.words.len(),
+                len: key.len() as u32,
+                same: first,
+                period: 0,
+                count: 0,
+            });
+            self.words.extend_from_slice(key);
+            self.index.insert(hash, r);
+        }
+        let run = &mut self.runs[r as usize];
+        run.period += period;
+        run.count += 1;
+        self.last = r;
     }
 }
 
@@ -96,9 +148,10 @@ pub(super) struct Children<'s, 'a> {
     hists: Vec<Hist>,
     /// The entries a sample has added to (reused).
     seen: Vec<u32>,
-    /// The run being added up, and the next sample's (reused).
-    run: Run,
-    next: Run,
+    /// The samples so far.
+    runs: Runs,
+    /// The next sample's key (reused).
+    key: Vec<u32>,
     /// The chain in the graph's order (reused).
     cursor: Vec<u32>,
     /// The locations of the last sample's chain that had one.
@@ -115,11 +168,11 @@ impl<'s, 'a> Children<'s, 'a> {
             graphs,
             hists: Vec::new(),
             seen: Vec::new(),
-            run: Run {
-                hist: NONE,
-                ..Run::default()
+            runs: Runs {
+                last: NONE,
+                ..Runs::default()
             },
-            next: Run::default(),
+            key: Vec::new(),
             cursor: Vec::new(),
             last_locs: Vec::new(),
         }
@@ -184,57 +237,79 @@ impl<'s, 'a> Children<'s, 'a> {
         let h = &mut self.hists[hi];
         h.total += s.period;
         h.nr += 1;
-        let n = &mut self.next;
-        n.hist = hi as u32;
-        n.comm = hists.comm_id(comm);
-        n.thread = (s.pid, s.tid);
-        n.own = hists.locate(s.code, s.pid, s.ip, s.time);
-        n.locs.clear();
-        n.frames.clear();
-        n.stale = s.kind == Kind::Branches;
-        if n.stale {
+        let k = &mut self.key;
+        k.clear();
+        let stale = s.kind == Kind::Branches;
+        k.extend([
+            hi as u32,
+            hists.comm_id(comm),
+            s.pid as u32,
+            s.tid as u32,
+            hists.locate(s.code, s.pid, s.ip, s.time),
+            u32::from(stale),
+            0,
+        ]);
+        if stale {
             // perf synthesizes branch samples without call chains, and then
             // accumulates the chain it resolved last (for whatever sample) into
             // the entries' children; the event has no call graphs.
             if self.cumulate {
-                n.locs.extend_from_slice(&self.last_locs);
+                k.extend_from_slice(&self.last_locs);
             }
         } else if self.cumulate || self.graphs.is_some() {
             // Only the chain's own entries need its locations.
+            let mut frames = std::mem::take(&mut self.cursor);
+            frames.clear();
             for &ip in chain {
                 let (loc, chain_loc) = hists.locations(s.code, s.pid, ip, s.time);
-                n.locs.push(chain_loc);
+                k.push(chain_loc);
                 if let Some(g) = &mut self.graphs {
-                    let f = g.frames.frame(hists, s.pid, ip, s.time, loc, chain_loc);
-                    n.frames.push(f);
+                    frames.push(g.frames.frame(hists, s.pid, ip, s.time, loc, chain_loc));
                 }
             }
+            k.extend_from_slice(&frames);
+            self.cursor = frames;
             if self.cumulate {
                 self.last_locs.clear();
-                self.last_locs.extend_from_slice(&n.locs);
+                self.last_locs
+                    .extend_from_slice(&k[LOCS..LOCS + chain.len()]);
             }
         }
-        if self.run.hist != NONE && self.run.same(n) {
-            self.run.period += s.period;
-            self.run.count += 1;
-            return;
+        k[LEN] = if stale && self.cumulate {
+            self.last_locs.len() as u32
+        } else if self.cumulate || self.graphs.is_some() {
+            chain.len() as u32
+        } else {
+            0
+        };
+        self.runs.add(&self.key, s.period);
+        if self.runs.words.len() > RUN_WORDS {
+            self.flush_all(hists);
         }
-        self.flush(hists);
-        mem::swap(&mut self.run, &mut self.next);
-        self.run.period = s.period;
-        self.run.count = 1;
     }
 
-    /// Adds the run of samples up into the entries (and their call graphs).
-    fn flush(&mut self, hists: &Hists) {
-        let r = &self.run;
-        if r.hist == NONE {
-            return;
+    /// Adds all runs so far up, in the order they came, and starts anew.
+    fn flush_all(&mut self, hists: &Hists) {
+        for r in 0..self.runs.runs.len() as u32 {
+            self.flush(hists, r);
         }
-        let h = &mut self.hists[r.hist as usize];
-        let (period, count) = (r.period, r.count);
-        let e = Self::entry(&self.keys, hists, h, r.comm, r.own, r.thread);
-        let n = r.locs.len();
+        self.runs = Runs {
+            last: NONE,
+            ..Runs::default()
+        };
+    }
+
+    /// Adds the samples of run `r` up into the entries (and their call graphs).
+    fn flush(&mut self, hists: &Hists, r: u32) {
+        let RunSum { period, count, .. } = self.runs.runs[r as usize];
+        let key = self.runs.key(r);
+        let (comm, own) = (key[COMM], key[OWN]);
+        let thread = (key[PID] as i32, key[TID] as i32);
+        let n = key[LEN] as usize;
+        let locs = &key[LOCS..LOCS + n];
+        let frames = &key[LOCS + n..];
+        let h = &mut self.hists[key[HIST] as usize];
+        let e = Self::entry(&self.keys, hists, h, comm, own, thread);
         let a = &mut h.entries[e as usize];
         a.period += period;
         a.acc += period;
@@ -243,14 +318,14 @@ impl<'s, 'a> Children<'s, 'a> {
             return;
         }
         let caller = self.graphs.as_ref().map_or(Order::Caller, |g| g.order) == Order::Caller;
-        if r.stale {
+        if key[STALE] != 0 {
             // Only the depth of the chain from each entry on is kept (perf adds
             // the chain to their call graphs, which it never prints).
             self.seen.clear();
             self.seen.push(e);
             for pos in 0..n {
-                let loc = r.locs[if caller { n - 1 - pos } else { pos }];
-                let e = Self::entry(&self.keys, hists, h, r.comm, loc, r.thread);
+                let loc = locs[if caller { n - 1 - pos } else { pos }];
+                let e = Self::entry(&self.keys, hists, h, comm, loc, thread);
                 if !self.seen.contains(&e) {
                     self.seen.push(e);
                     let a = &mut h.entries[e as usize];
@@ -265,14 +340,14 @@ impl<'s, 'a> Children<'s, 'a> {
         self.cursor.clear();
         if let Some(g) = &mut self.graphs {
             if caller {
-                self.cursor.extend(r.frames.iter().rev());
+                self.cursor.extend(frames.iter().rev());
             } else {
-                self.cursor.extend(&r.frames);
+                self.cursor.extend(frames);
             }
             if a.tree == NONE {
                 a.tree = g.forest.tree();
             }
-            g.forest.append(a.tree, &self.cursor, period, count);
+            g.forest.append(a.tree, &self.cursor, period, count as u32);
         }
         if !self.cumulate {
             return;
@@ -280,8 +355,8 @@ impl<'s, 'a> Children<'s, 'a> {
         self.seen.clear();
         self.seen.push(e);
         for pos in 0..n {
-            let loc = r.locs[if caller { n - 1 - pos } else { pos }];
-            let e = Self::entry(&self.keys, hists, h, r.comm, loc, r.thread);
+            let loc = locs[if caller { n - 1 - pos } else { pos }];
+            let e = Self::entry(&self.keys, hists, h, comm, loc, thread);
             if self.seen.contains(&e) {
                 continue;
             }
@@ -293,15 +368,15 @@ impl<'s, 'a> Children<'s, 'a> {
                 if a.tree == NONE {
                     a.tree = g.forest.tree();
                 }
-                g.forest.append(a.tree, &self.cursor[pos..], period, count);
+                g.forest
+                    .append(a.tree, &self.cursor[pos..], period, count as u32);
             }
         }
     }
 
     /// The tables (call once all samples are in).
     pub(super) fn tables<'h>(&mut self, hists: &'h Hists) -> Vec<Table<'h>> {
-        self.flush(hists);
-        self.run.hist = NONE;
+        self.flush_all(hists);
         self.hists
             .iter()
             .map(|h| Table {
