@@ -68,6 +68,39 @@ pub struct Block {
     first: u32,
 }
 
+/// How a block's branch takes TNT bits ([`CodeWalker::follow_tnt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HotKind {
+    /// A conditional branch: a bit.
+    Cond,
+    /// A direct jump (or a call to the next instruction): no bit.
+    Jump,
+    /// A direct call: no bit, its return address onto the stack.
+    Call,
+    /// A return: a bit, if compressed.
+    Ret,
+    /// Anything else (an indirect branch, no branch): not followed.
+    Stop,
+}
+
+/// What following TNT bits needs of a block, in one small record.
+#[derive(Clone, Copy, Debug)]
+struct Hot {
+    /// The branch's IP.
+    last_ip: u64,
+    /// A direct branch's target.
+    target: u64,
+    /// The blocks after it (not taken, taken), once known.
+    next: [u32; 2],
+    /// Where its instructions start in the arena, and how many.
+    first: u32,
+    ninsn: u32,
+    kind: HotKind,
+    /// The branch's length and operation.
+    len: u8,
+    op: Op,
+}
+
 /// The blocks of one image.
 #[derive(Default)]
 struct Cache {
@@ -75,9 +108,8 @@ struct Cache {
     /// Per block, the last two blocks the walk went on to from it (IP, block),
     /// so that following a branch seldom needs the hash map.
     succ: Vec<[(u64, u32); 2]>,
-    /// Per block ending in a conditional or direct branch, the blocks after
-    /// it (not taken, taken), once known.
-    cond_next: Vec<[u32; 2]>,
+    /// Per block, what following TNT bits through it takes ([`Hot`]).
+    hot: Vec<Hot>,
     index: IpMap<u32>,
     /// The instructions of all blocks (IP, length, bytes), block after block.
     insns: Vec<PlainInsn>,
@@ -135,7 +167,24 @@ impl Cache {
             first,
         });
         self.succ.push([(0, NO_BLOCK); 2]);
-        self.cond_next.push([NO_BLOCK; 2]);
+        let kind = match (end, last.branch, last.op) {
+            (End::Branch, _, Op::Ret) => HotKind::Ret,
+            (End::Branch, Branch::Conditional, _) => HotKind::Cond,
+            (End::Branch, Branch::Unconditional, Op::Call) if last.rel != 0 => HotKind::Call,
+            (End::Branch, Branch::Unconditional, _) => HotKind::Jump,
+            _ => HotKind::Stop,
+        };
+        let next_ip = last_ip.wrapping_add(u64::from(last.length));
+        self.hot.push(Hot {
+            last_ip,
+            target: next_ip.wrapping_add(last.rel as i64 as u64),
+            next: [NO_BLOCK; 2],
+            first,
+            ninsn: n,
+            kind,
+            len: last.length,
+            op: last.op,
+        });
         self.index.insert(ip, id);
         id
     }
@@ -391,118 +440,165 @@ impl CodeWalker {
         max: usize,
         out: &mut Vec<Step>,
     ) {
+        if w.every_insn {
+            self.follow::<true>(image, ci, w, max, out);
+        } else {
+            self.follow::<false>(image, ci, w, max, out);
+        }
+    }
+
+    /// [`CodeWalker::follow_tnt`] with every instruction a state (`EVERY`) or
+    /// only branches.
+    fn follow<const EVERY: bool>(
+        &mut self,
+        image: &Image,
+        ci: usize,
+        w: &mut TntWalk<'_>,
+        max: usize,
+        out: &mut Vec<Step>,
+    ) {
         use crate::decode::ty::{BRANCH, INSTRUCTION};
         let stamp = self.caches[ci].0;
         let c = &mut self.caches[ci].1;
-        let (mut bid, mut index) = match self.cursor {
+        let (mut bid, index) = match self.cursor {
             Some(k) if k.stamp == stamp && k.ip == w.ip => (k.block, k.index),
             _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, w.ip), 0),
             _ => (c.lookup(image, w.ip), 0),
         };
         let Some(stack) = w.stack.take() else { return };
         // The walk's state in locals (registers) while the loop runs.
-        let (mut ip, mut payload, mut count, mut cont) = (w.ip, w.payload, w.count, w.cont);
+        let (mut payload, mut count, mut cont) = (w.payload, w.count, w.cont);
         let (mut no_progress, mut ret_addr, mut tot) = (w.no_progress, w.ret_addr, w.tot);
-        let (every_insn, kernel_start, retcomp) =
-            (w.every_insn, w.kernel_start, w.return_compression);
+        let (kernel_start, retcomp) = (w.kernel_start, w.return_compression);
         let mut updated = w.updated;
         let tot_start = tot;
-        let mut blocks = 0u32;
-        let mut last = None;
-        while count != 0 && out.len() < max {
-            let b = &c.blocks[bid as usize];
-            if b.end != End::Branch || index >= b.ninsn {
+        // The last block followed, and where its branch went (0: not taken).
+        let (mut last, mut last_to) = (NO_BLOCK, 0u64);
+        let (ahead, mut taken) = (w.ahead, w.taken);
+        // Room for every step, so that no push reallocates.
+        out.reserve(max.saturating_sub(out.len()));
+        // The walk starts `index` instructions into its first block.
+        let mut skip = index;
+        while out.len() < max {
+            if count == 0 {
+                // The next short TNT packet, if that is what follows.
+                let Some(next) = ahead[taken..].iter().position(|&b| b != 0) else {
+                    break;
+                };
+                let Some(p) = crate::decode::packet::tnt8(ahead[taken + next]) else {
+                    break;
+                };
+                taken += next + 1;
+                (payload, count, cont) = (p.payload, p.count, false);
+            }
+            let Some(h) = c.hot.get(bid as usize) else {
+                break;
+            };
+            if skip >= h.ninsn {
                 break;
             }
-            let (branch, op, len, rel) = (b.last.branch, b.last.op, b.last.length, b.last.rel);
-            let n = b.ninsn - index;
-            let bit = payload & (1 << 63) != 0;
-            let next_ip = b.last_ip.wrapping_add(u64::from(len));
-            // The branch's target (0: not taken) and the successor slot to keep.
-            let (to_ip, slot) = match (branch, op) {
-                (_, Op::Ret) => {
-                    let top = stack.last().copied().unwrap_or(0);
-                    if !retcomp || top == 0 || !bit {
+            let n = h.ninsn - skip;
+            let crosses = |to: u64| h.last_ip >= kernel_start && to < kernel_start;
+            // Where the branch goes (0: not taken), the block there if known,
+            // and its successor slot (2: none kept).
+            let (to_ip, next, slot) = match h.kind {
+                HotKind::Cond => {
+                    let bit = payload & (1 << 63) != 0;
+                    if bit && crosses(h.target) {
                         break;
                     }
-                    (top, 2)
+                    payload <<= 1;
+                    count -= 1;
+                    cont = true;
+                    no_progress = 0;
+                    if bit {
+                        (h.target, h.next[1], 1)
+                    } else {
+                        (0, h.next[0], 0)
+                    }
                 }
-                (Branch::Conditional, _) if bit => (next_ip.wrapping_add(rel as i64 as u64), 1),
-                (Branch::Conditional, _) => (0, 0),
-                (Branch::Unconditional, _) => {
+                HotKind::Jump | HotKind::Call => {
                     // perf's loop check: plain instructions walked one by one
                     // reset it.
-                    if no_progress != 0 && !(every_insn && n > 1) {
+                    if no_progress != 0 && !(EVERY && n > 1) || crosses(h.target) {
                         break;
                     }
-                    (next_ip.wrapping_add(rel as i64 as u64), 1)
+                    if h.kind == HotKind::Call {
+                        stack.push(h.last_ip.wrapping_add(u64::from(h.len)));
+                    }
+                    no_progress = 1;
+                    (h.target, h.next[1], 1)
                 }
-                _ => break,
-            };
-            if b.last_ip >= kernel_start && to_ip != 0 && to_ip < kernel_start {
-                break;
-            }
-            tot += u64::from(n);
-            blocks += 1;
-            let mut type_ = BRANCH | if every_insn { INSTRUCTION } else { 0 };
-            if branch == Branch::Unconditional {
-                if op == Op::Call && rel != 0 {
-                    stack.push(next_ip);
-                }
-                no_progress = 1;
-            } else {
-                if op == Op::Ret {
+                HotKind::Ret => {
+                    let top = stack.last().copied().unwrap_or(0);
+                    if !retcomp || top == 0 || payload & (1 << 63) == 0 || crosses(top) {
+                        break;
+                    }
                     ret_addr = stack.pop().unwrap_or(0);
+                    payload <<= 1;
+                    count -= 1;
+                    cont = true;
+                    no_progress = 0;
+                    (top, NO_BLOCK, 2)
                 }
-                payload <<= 1;
-                count -= 1;
-                cont = true;
-                no_progress = 0;
-                if to_ip == 0 {
-                    type_ &= INSTRUCTION;
-                }
-            }
-            if type_ != 0 {
+                HotKind::Stop => break,
+            };
+            tot += u64::from(n);
+            if EVERY || to_ip != 0 {
+                let type_ = match (EVERY, to_ip != 0) {
+                    (true, true) => BRANCH | INSTRUCTION,
+                    (true, false) => INSTRUCTION,
+                    _ => BRANCH,
+                };
                 out.push(Step {
-                    plain: if every_insn { n - 1 } else { 0 },
-                    plain_at: [ci as u32, b.first + index],
-                    from_ip: b.last_ip,
+                    plain: if EVERY { n - 1 } else { 0 },
+                    plain_at: [ci as u32, h.first + skip],
+                    from_ip: h.last_ip,
                     to_ip,
                     tot_insn_cnt: tot,
                     type_,
-                    op,
-                    len,
-                    insn: b.last.buf,
+                    op: h.op,
+                    len: h.len,
+                    insn: c.insns[(h.first + h.ninsn - 1) as usize].bytes,
                 });
                 updated |= cont;
             } else if count == 0 {
                 updated = true;
             }
-            ip = if to_ip != 0 { to_ip } else { next_ip };
-            last = Some(bid);
-            bid = if slot < 2 {
-                let s = c.cond_next[bid as usize][slot];
-                if s != NO_BLOCK {
-                    s
-                } else {
-                    let id = c.lookup(image, ip);
-                    c.cond_next[bid as usize][slot] = id;
-                    id
-                }
+            (last, last_to) = (bid, to_ip);
+            skip = 0;
+            bid = if next != NO_BLOCK {
+                next
             } else {
-                c.lookup_from(image, bid, ip)
+                let ip = if to_ip != 0 {
+                    to_ip
+                } else {
+                    h.last_ip.wrapping_add(u64::from(h.len))
+                };
+                if slot < 2 {
+                    let id = c.lookup(image, ip);
+                    c.hot[bid as usize].next[slot] = id;
+                    id
+                } else {
+                    c.lookup_from(image, bid, ip)
+                }
             };
-            index = 0;
         }
         w.stack = Some(stack);
-        (w.ip, w.payload, w.count, w.cont) = (ip, payload, count, cont);
-        (w.no_progress, w.ret_addr, w.tot, w.updated) = (no_progress, ret_addr, tot, updated);
-        w.blocks += blocks;
-        self.walked += tot - tot_start;
-        if let Some(bid) = last {
+        if let Some(h) = c.hot.get(last as usize) {
+            w.ip = if last_to != 0 {
+                last_to
+            } else {
+                h.last_ip.wrapping_add(u64::from(h.len))
+            };
+            w.blocks += 1;
             self.cursor = None;
-            self.prev = (ci, bid);
+            self.prev = (ci, last);
         }
+        (w.payload, w.count, w.cont) = (payload, count, cont);
+        (w.no_progress, w.ret_addr, w.tot, w.updated) = (no_progress, ret_addr, tot, updated);
+        w.taken = taken;
+        self.walked += tot - tot_start;
     }
 
     /// See [`Walker::stop_in_block`].

@@ -198,6 +198,50 @@ pub trait SampleSink {
     fn insns(&mut self, first: &Sample, stacks: &Stacks, more: &[decode::PlainInsn]) -> Flow {
         each_insn(first, more, |s| self.event(Event::Sample(s, stacks)))
     }
+
+    /// Branch samples of period 1 without IPC counts, one for each of `steps`
+    /// (branches taken: each a [`decode::Step`] with its branch state): each
+    /// the same as `like` but for its source and target (`ip`, `addr`), its
+    /// instruction (`insn_len`, `insn`) and flags (its operation's added to
+    /// `like`'s). By default, each handed to [`SampleSink::event`] in turn.
+    fn branches(&mut self, like: &Sample, stacks: &Stacks, steps: &[decode::Step]) -> Flow {
+        let mut s = *like;
+        for step in steps {
+            (s.ip, s.addr) = (step.from_ip, step.to_ip);
+            s.flags = like.flags | decode::insn::op_flags(step.op);
+            (s.insn_len, s.insn) = (step.len, step.insn);
+            self.event(Event::Sample(&s, stacks))?;
+        }
+        Flow::Continue(())
+    }
+
+    /// Whether the sink takes instruction samples of period 1 as counts by
+    /// place ([`SampleSink::insn_counts`]), in any order with its other
+    /// samples. Asked once, when the run starts.
+    fn takes_counts(&self) -> bool {
+        false
+    }
+
+    /// Instruction samples of period 1, one at each of the walker's
+    /// instructions `spans` name (`[cache, first, n]`: `n` from its `first`,
+    /// [`CodeWalker::plain_insns`]), for a sink that counts samples by place
+    /// ([`SampleSink::takes_counts`]): of each, only the IP, instruction length
+    /// and bytes are its own; the event, thread, process, CPU, time and code
+    /// image are `like`'s; flags, target and IPC counts are not given (a
+    /// branch's instruction sample has its flags and target in perf's, not
+    /// here). By default, each as `like` but for those to [`SampleSink::insns`].
+    fn insn_counts(&mut self, like: &Sample, walker: &CodeWalker, spans: &[[u32; 3]]) -> Flow {
+        for &[ci, first, n] in spans {
+            let insns = walker.plain_insns([ci, first], n);
+            if let Some((p, more)) = insns.split_first() {
+                let mut s = *like;
+                (s.ip, s.insn_len, s.insn, s.period) = (p.ip, p.len, p.bytes, 1);
+                (s.insn_cnt, s.cyc_cnt) = (0, 0);
+                self.insns(&s, &Stacks::default(), more)?;
+            }
+        }
+        Flow::Continue(())
+    }
 }
 
 /// The samples a run of instruction samples stands for ([`SampleSink::insns`]),
@@ -332,6 +376,10 @@ pub struct Synth<'s, 'a> {
     run: Vec<decode::Step>,
     /// States that came through the fast path.
     fast_states: u64,
+    /// The sink takes instruction samples as counts ([`SampleSink::takes_counts`]).
+    counting: bool,
+    /// Spans of counted instruction samples, reused from run to run.
+    spans: Vec<[u32; 3]>,
 }
 
 /// Nanoseconds to TSC ticks with the session's conversion (perf's
@@ -429,6 +477,8 @@ impl<'s, 'a> Synth<'s, 'a> {
             fast_runs: false,
             run: Vec::new(),
             fast_states: 0,
+            counting: false,
+            spans: Vec::new(),
             progress: None,
             total_bytes: session
                 .queues()
@@ -638,6 +688,11 @@ impl<'s, 'a> Synth<'s, 'a> {
         q.dec.decode(&mut code);
     }
 
+    /// The walker of the code (whose caches [`SampleSink::insn_counts`] names).
+    pub fn walker(&self) -> &CodeWalker {
+        &self.walker
+    }
+
     /// Runs every queue to its end, handing each sample and error to `sink` in
     /// perf's order; stops early if `sink` says so.
     pub fn run(&mut self, sink: &mut dyn FnMut(Event<'_>) -> Flow) -> Flow {
@@ -647,6 +702,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// As [`Synth::run`], to a [`SampleSink`] that may take runs of instruction
     /// samples at once ([`SampleSink::insns`]).
     pub fn run_into(&mut self, sink: &mut dyn SampleSink) -> Flow {
+        self.counting = sink.takes_counts();
         if self.timeless {
             for (time, qi) in self.truncations() {
                 self.lost_error(qi, time, sink)?;
@@ -832,6 +888,16 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
+        if self.counting {
+            return self.count_run(qi, run, sink);
+        }
+        if !self.opts.instructions
+            && self.opts.branches
+            && self.branches_filter == 0
+            && run.iter().all(|s| s.type_ == ty::BRANCH && s.plain == 0)
+        {
+            return self.branch_run(qi, run, sink);
+        }
         // What the steps share: the last one's state but for the step's fields.
         let st = *self.queues[qi].dec.state();
         let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
@@ -902,6 +968,160 @@ impl<'s, 'a> Synth<'s, 'a> {
             }
         }
         Flow::Continue(())
+    }
+
+    /// [`Synth::sample_run`] of a run of branch samples alone (no instruction
+    /// samples, no filter): handed to the sink in stretches
+    /// ([`SampleSink::branches`]) between the samples that have IPC counts.
+    fn branch_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
+        let st = *self.queues[qi].dec.state();
+        let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
+        let cyc = st.tot_cyc_cnt;
+        let mut like = self.prep(qi, Kind::Branches);
+        like.flags = if self.cap_event_trace && !st.to_iflag {
+            flags::INTR_DISABLE
+        } else {
+            0
+        };
+        (like.period, like.cyc_cnt, like.insn_cnt) = (1, 0, 0);
+        self.fast_states += run.len() as u64;
+        let q = &mut self.queues[qi];
+        (q.ipc_cyc_cnt, q.sample_ipc) = (cyc, sample_ipc);
+        let mut from = 0;
+        for (i, step) in run.iter().enumerate() {
+            // Cycles moved on since the last branch sample: this one has IPC
+            // counts, and is a sample of its own.
+            let q = &mut self.queues[qi];
+            let last = (&mut q.last_br_insn_cnt, &mut q.last_br_cyc_cnt);
+            let (cyc_cnt, insn_cnt) = ipc_since(last, step.tot_insn_cnt, cyc, sample_ipc);
+            if cyc_cnt == 0 {
+                continue;
+            }
+            sink.branches(&like, &self.stacks, &run[from..i])?;
+            from = i + 1;
+            let mut s = like;
+            (s.ip, s.addr) = (step.from_ip, step.to_ip);
+            s.flags = like.flags | crate::decode::insn::op_flags(step.op);
+            (s.insn_len, s.insn) = (step.len, step.insn);
+            (s.cyc_cnt, s.insn_cnt) = (cyc_cnt, insn_cnt);
+            sink.event(Event::Sample(&s, &self.stacks))?;
+        }
+        if let Some(last) = run.last() {
+            self.queues[qi].ipc_insn_cnt = last.tot_insn_cnt;
+        }
+        sink.branches(&like, &self.stacks, &run[from..])
+    }
+
+    /// [`Synth::sample_run`] for a sink that takes counts: every instruction
+    /// sample of period 1 (the instructions of a step that follow the last one
+    /// sampled) goes into one list of spans, handed over at the end of the run;
+    /// the rest as `sample_run` samples it.
+    fn count_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
+        let st = *self.queues[qi].dec.state();
+        let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
+        let cyc = st.tot_cyc_cnt;
+        let like = self.prep(qi, Kind::Instructions);
+        let mut spans = std::mem::take(&mut self.spans);
+        spans.clear();
+        let mut r = self.count_steps(qi, run, &like, (cyc, sample_ipc), &mut spans, sink);
+        if r.is_continue() {
+            r = self.hand_counts(&like, &mut spans, sink);
+        }
+        self.spans = spans;
+        r
+    }
+
+    /// [`Synth::count_run`]'s steps: spans into `spans`, the rest sampled as
+    /// [`Synth::sample_run`] does, after the spans before them.
+    fn count_steps(
+        &mut self,
+        qi: usize,
+        run: &[decode::Step],
+        like: &Sample,
+        (cyc, sample_ipc): (u64, bool),
+        spans: &mut Vec<[u32; 3]>,
+        sink: &mut dyn SampleSink,
+    ) -> Flow {
+        let branches = self.opts.branches;
+        let mut from = 0;
+        let mut last_insn_cnt = self.queues[qi].last_insn_cnt;
+        let mut states = 0u64;
+        // IPC moves on at the first sample only (the cycle count is the run's).
+        let mut ipc_taken = false;
+        for (i, step) in run.iter().enumerate() {
+            let n = step.plain + u32::from(step.type_ & ty::INSTRUCTION != 0);
+            let tot = step.tot_before();
+            if n == 0 || tot != last_insn_cnt {
+                continue;
+            }
+            let branch = branches && step.type_ & ty::BRANCH != 0;
+            if from < i || !ipc_taken {
+                let q = &mut self.queues[qi];
+                q.last_insn_cnt = last_insn_cnt;
+                if from < i {
+                    // Steps before it that are not counted, as sample_run takes
+                    // them.
+                    self.fast_states += std::mem::take(&mut states);
+                    self.hand_counts(like, spans, sink)?;
+                    self.samples_of(qi, &run[from..i], sink)?;
+                }
+                let q = &mut self.queues[qi];
+                (q.ipc_cyc_cnt, q.sample_ipc) = (cyc, sample_ipc);
+                let last = (&mut q.last_in_insn_cnt, &mut q.last_in_cyc_cnt);
+                ipc_since(last, tot + 1, cyc, sample_ipc);
+                ipc_taken = true;
+            }
+            from = i + 1;
+            last_insn_cnt = tot + u64::from(n);
+            // (A branch state's count is sample_run's, below.)
+            states += u64::from(step.plain) + u64::from(step.type_ != 0 && !branch);
+            spans.push([step.plain_at[0], step.plain_at[1], n]);
+            if branch {
+                // Its branch sample, as sample_run makes it (the instruction
+                // sample is counted).
+                let mut b = *step;
+                b.type_ &= !ty::INSTRUCTION;
+                b.plain = 0;
+                let q = &mut self.queues[qi];
+                (q.last_insn_cnt, q.ipc_insn_cnt) = (last_insn_cnt, last_insn_cnt);
+                self.hand_counts(like, spans, sink)?;
+                self.samples_of(qi, std::slice::from_ref(&b), sink)?;
+            }
+        }
+        self.fast_states += states;
+        let q = &mut self.queues[qi];
+        q.last_insn_cnt = last_insn_cnt;
+        if from != 0 {
+            q.ipc_insn_cnt = last_insn_cnt;
+        }
+        if from < run.len() {
+            self.hand_counts(like, spans, sink)?;
+            self.samples_of(qi, &run[from..], sink)?;
+        }
+        Flow::Continue(())
+    }
+
+    /// Hands the counted spans to `sink` (if any).
+    fn hand_counts(
+        &mut self,
+        like: &Sample,
+        spans: &mut Vec<[u32; 3]>,
+        sink: &mut dyn SampleSink,
+    ) -> Flow {
+        if spans.is_empty() {
+            return Flow::Continue(());
+        }
+        let r = sink.insn_counts(like, &self.walker, spans);
+        spans.clear();
+        r
+    }
+
+    /// `steps` sampled one by one ([`Synth::sample_run`] without counts).
+    fn samples_of(&mut self, qi: usize, steps: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
+        self.counting = false;
+        let r = self.sample_run(qi, steps, sink);
+        self.counting = true;
+        r
     }
 
     /// perf's `intel_pt_sample_flags`.

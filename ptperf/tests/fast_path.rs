@@ -15,7 +15,7 @@ use std::path::Path;
 use perf_support::*;
 use pt_decoder::perf::{Session, SessionOptions};
 use ptperf::itrace::SynthOpts;
-use ptperf::synth::{Event, Synth};
+use ptperf::synth::{Event, Flow, SampleSink, Synth};
 
 /// Every event of `itrace`'s samples, as text; and the states the fast path took.
 fn events(file: &Path, itrace: &str, fast: bool) -> (Vec<String>, u64) {
@@ -38,8 +38,50 @@ fn events(file: &Path, itrace: &str, fast: bool) -> (Vec<String>, u64) {
     (out, synth.fast_states())
 }
 
+/// A sink that takes instruction samples as counts by place (as report does),
+/// each sample kept as what such a sink reads of it: event, IP, period,
+/// thread, process, CPU, time and instruction bytes.
+struct Counting(Vec<String>);
+
+impl SampleSink for Counting {
+    fn event(&mut self, e: Event<'_>) -> Flow {
+        self.0.push(match e {
+            Event::Sample(s, _) => format!(
+                "{:?} ip {:x} period {} tid {} pid {} cpu {} time {:?} insn {:?}",
+                s.kind,
+                s.ip,
+                s.period,
+                s.tid,
+                s.pid,
+                s.cpu,
+                s.time,
+                &s.insn[..usize::from(s.insn_len)]
+            ),
+            e => format!("{e:?}"),
+        });
+        ControlFlow::Continue(())
+    }
+
+    fn takes_counts(&self) -> bool {
+        true
+    }
+}
+
+/// `itrace`'s samples as [`Counting`] sees them, taken as counts (`fast`) or
+/// state by state.
+fn counted(file: &Path, itrace: &str, fast: bool) -> Vec<String> {
+    let mapped = pt_perf_data::MappedFile::open(file).unwrap();
+    let perf = mapped.parse().unwrap();
+    let session = Session::new(&perf, SessionOptions::for_file(file)).unwrap();
+    let mut synth = Synth::new(&session, SynthOpts::parse(itrace).unwrap());
+    synth.set_fast_path(fast);
+    let mut sink = Counting(Vec::new());
+    let _ = synth.run_into(&mut sink);
+    sink.0
+}
+
 /// Fast and slow agree on every selection; the fast path served the ones it
-/// is for.
+/// is for. Taken as counts, the samples are the same too, in the same order.
 fn agree(what: &str, file: &Path, timed: bool) {
     for (itrace, served) in [
         ("i1i", true),
@@ -50,6 +92,9 @@ fn agree(what: &str, file: &Path, timed: bool) {
         ("i1ie", true),
         ("i1ipwe", true),
         ("i1ix", true),
+        // Neither instructions nor branches: the runs make no samples.
+        ("ep", true),
+        ("p", true),
         ("i2i", false),
         // Every instruction when timed; untimed, perf counts ticks of 1 ns.
         ("i0ns", timed),
@@ -70,6 +115,17 @@ fn agree(what: &str, file: &Path, timed: bool) {
             );
         }
         assert!(!slow.is_empty(), "{what} {itrace}: no samples");
+        if served {
+            let (slow, fast) = (counted(file, itrace, false), counted(file, itrace, true));
+            if let Some(i) = (0..slow.len().max(fast.len())).find(|&i| slow.get(i) != fast.get(i)) {
+                panic!(
+                    "{what} --itrace={itrace} as counts: event {i} of {} differs\n slow: {:?}\n fast: {:?}",
+                    slow.len(),
+                    slow.get(i),
+                    fast.get(i)
+                );
+            }
+        }
     }
 }
 

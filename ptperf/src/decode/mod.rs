@@ -274,11 +274,17 @@ pub struct TntWalk<'s> {
     pub ret_addr: u64,
     /// Instructions walked in all.
     pub tot: u64,
-    /// Branches followed.
+    /// Not 0 once a branch was followed.
     pub blocks: u32,
     /// A state came out at which perf takes the sample time anew (or the last
     /// bit went to a branch not taken without a state).
     pub updated: bool,
+    /// The trace after the TNT packet: when its bits run out, the walk goes on
+    /// with the short TNT packets that follow it (PADs between are skipped),
+    /// as perf would get them one by one with nothing happening in between.
+    pub ahead: &'s [u8],
+    /// Bytes of `ahead` taken (up to the end of the last TNT packet taken).
+    pub taken: usize,
 }
 
 /// One plain instruction (a [`Step`]'s, from the walker).
@@ -941,6 +947,7 @@ impl<'a> Decoder<'a> {
             };
             let Some((p, n)) = packet::tnt8(byte)
                 .map(|p| (p, 1))
+                .or_else(|| packet::tip_at(self.data, at))
                 .or_else(|| self.read_packet_at(at))
             else {
                 return false;
@@ -2923,6 +2930,7 @@ impl<'a> Decoder<'a> {
         let is_tip = |p: &Pkt| tip_ok && p.kind == Kind::Tip && p.count != 0;
         let crosses = |from: u64, to: u64| from >= kernel_start && to != 0 && to < kernel_start;
         let mut b = RunBlock::default();
+        let data = self.data;
         while out.len() < max {
             if self.pkt_state == PktState::InSync {
                 // perf's walk_trace: a TNT packet is walked through, a TIP walked
@@ -2962,8 +2970,24 @@ impl<'a> Decoder<'a> {
                     tot: self.tot_insn_cnt,
                     blocks: 0,
                     updated: false,
+                    ahead: if self.split_psb {
+                        &[]
+                    } else {
+                        data.get(self.at + self.pkt_step..).unwrap_or(&[])
+                    },
+                    taken: 0,
                 };
                 code.follow_tnt(&mut w, max, out);
+                if w.taken != 0 {
+                    // Moved on to the last TNT packet the walk took (a byte).
+                    let last = self.at + self.pkt_step + w.taken - 1;
+                    self.last_packet_type = Kind::Tnt;
+                    self.pos += (last - self.at) as u64;
+                    self.at = last;
+                    self.packet = packet::tnt8(data[last]).unwrap_or(self.packet);
+                    self.pkt_len = 1;
+                    self.pkt_step = 1;
+                }
                 if w.blocks != 0 {
                     let (tot, ip, payload, count, cont) = (w.tot, w.ip, w.payload, w.count, w.cont);
                     let (no_progress, ret_addr, updated) = (w.no_progress, w.ret_addr, w.updated);

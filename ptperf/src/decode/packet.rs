@@ -110,6 +110,29 @@ pub fn tnt8(b: u8) -> Option<Pkt> {
     })
 }
 
+/// A TIP packet at `at` in `buf` in perf's terms, with its size, or `None` if
+/// there is none (or it does not end in `buf`): the packet walk's fast path
+/// for indirect branches.
+#[inline]
+pub fn tip_at(buf: &[u8], at: usize) -> Option<(Pkt, usize)> {
+    let &h = buf.get(at)?;
+    if h & 0x1f != 0x0d {
+        return None;
+    }
+    let ipbytes = u32::from(h >> 5);
+    // Payload bytes by IPBytes (5 and 7 are reserved).
+    let n = [0usize, 2, 4, 6, 6, usize::MAX, 8, usize::MAX][ipbytes as usize];
+    let raw = buf.get(at + 1..)?.get(..n)?;
+    Some((
+        Pkt {
+            kind: Kind::Tip,
+            count: ipbytes,
+            payload: le(raw),
+        },
+        1 + n,
+    ))
+}
+
 /// The next packet of `dec` (positioned in `buf`) in perf's terms, with its size.
 #[inline]
 pub fn next(dec: &mut PacketDecoder<'_>, buf: &[u8]) -> Option<(Pkt, usize)> {
@@ -286,5 +309,26 @@ mod tnt8_tests {
         }
         // Every even byte from 4 up is a short TNT.
         assert_eq!(seen, 126);
+    }
+
+    /// TIPs read straight from their bytes as the packet decoder reads them,
+    /// for every header byte, with payload bytes of every kind, whole or cut.
+    #[test]
+    fn tip_at_is_the_decoders() {
+        let mut seen = 0;
+        for h in 0..=255u8 {
+            for fill in [0x00u8, 0x7f, 0x80, 0xff] {
+                for len in 1..=9 {
+                    let mut buf = vec![h];
+                    buf.extend((1..len).map(|i| fill ^ (i as u8).wrapping_mul(37)));
+                    let mut pd = decoder(&buf);
+                    let full = decode(&mut pd, &buf, 0).filter(|(p, _)| p.kind == Kind::Tip);
+                    let fast = tip_at(&buf, 0);
+                    assert_eq!(full, fast, "{buf:x?}");
+                    seen += usize::from(fast.is_some());
+                }
+            }
+        }
+        assert!(seen > 100, "{seen}");
     }
 }

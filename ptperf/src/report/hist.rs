@@ -17,6 +17,7 @@ use std::rc::Rc;
 
 use pt_decoder::perf::Session;
 
+use crate::code::CodeWalker;
 use crate::decode::PlainInsn;
 use crate::sample::{Kind, Sample};
 use crate::symbols::{Symbols, TableId};
@@ -169,6 +170,25 @@ struct Ctx {
     time: u64,
 }
 
+/// Instruction samples counted by place in the code walker's cache
+/// ([`Hists::add_counts`]) before they are added up: a difference array over
+/// the cache's instructions (a run of them adds one at its first and takes one
+/// off after its last), and the range of it in use.
+struct Tally<'s> {
+    /// A sample of them: event, thread, time, process and code image.
+    like: Sample,
+    comm: Option<&'s str>,
+    /// The walker's cache.
+    ci: u32,
+    diff: Vec<i64>,
+    lo: usize,
+    hi: usize,
+}
+
+/// Tallies kept at once (one per command, process and image at work; the
+/// oldest is added up when another is needed).
+const TALLIES: usize = 8;
+
 /// Samples added up into rows.
 pub struct Hists<'s, 'a> {
     session: &'s Session<'a>,
@@ -214,6 +234,8 @@ pub struct Hists<'s, 'a> {
     /// The current event's period and sample count since its last change.
     total: u64,
     nr: u64,
+    /// Instruction samples counted by place, not added up yet.
+    tallies: Vec<Tally<'s>>,
 }
 
 const EMPTY: Span = Span {
@@ -274,6 +296,7 @@ impl<'s, 'a> Hists<'s, 'a> {
             },
             total: 0,
             nr: 0,
+            tallies: Vec::new(),
         }
     }
 
@@ -403,6 +426,110 @@ impl<'s, 'a> Hists<'s, 'a> {
         }
         if sp.row != NONE {
             self.row_periods[sp.row as usize] += pending;
+        }
+    }
+
+    /// Adds instruction samples as [`crate::synth::SampleSink::insn_counts`]
+    /// hands them over (`comm` names their thread): counted by place in
+    /// `walker`'s caches, added up into rows by [`Self::add_tallies`].
+    pub fn add_counts(
+        &mut self,
+        like: &Sample,
+        comm: Option<&'s str>,
+        walker: &CodeWalker,
+        spans: &[[u32; 3]],
+    ) {
+        // The event's histogram exists from its first sample on (the tables
+        // come in the order of their events' first samples).
+        self.check_ctx(like.kind, like.tid, like.time.unwrap_or(u64::MAX), comm);
+        let same = |t: &Tally, ci: u32| {
+            t.ci == ci
+                && t.like.kind == like.kind
+                && t.like.code == like.code
+                && t.like.pid == like.pid
+                && t.comm.map(str::as_ptr) == comm.map(str::as_ptr)
+                && t.comm.map(str::len) == comm.map(str::len)
+        };
+        let mut rest = spans;
+        while let Some(&[ci, ..]) = rest.first() {
+            let at = match self.tallies.iter().position(|t| same(t, ci)) {
+                Some(i) => i,
+                None => {
+                    if self.tallies.len() >= TALLIES {
+                        let t = self.tallies.remove(0);
+                        self.add_tally(t, walker);
+                    }
+                    self.tallies.push(Tally {
+                        like: *like,
+                        comm,
+                        ci,
+                        diff: Vec::new(),
+                        lo: usize::MAX,
+                        hi: 0,
+                    });
+                    self.tallies.len() - 1
+                }
+            };
+            // The spans in this cache (all of them, as a rule).
+            let k = rest.iter().position(|s| s[0] != ci).unwrap_or(rest.len());
+            let t = &mut self.tallies[at];
+            let end = rest[..k]
+                .iter()
+                .map(|s| (s[1] + s[2]) as usize)
+                .max()
+                .unwrap_or(0);
+            if t.diff.len() <= end {
+                t.diff.resize(end + 1 + (end >> 2), 0);
+            }
+            let mut lo = t.lo;
+            let diff = &mut t.diff[..=end];
+            for &[_, first, n] in &rest[..k] {
+                let first = first as usize;
+                lo = lo.min(first);
+                diff[first] += 1;
+                diff[first + n as usize] -= 1;
+            }
+            t.lo = lo;
+            t.hi = t.hi.max(end + 1);
+            rest = &rest[k..];
+        }
+    }
+
+    /// Adds up what [`Self::add_counts`] counted (call before [`Self::finish`]).
+    pub fn add_tallies(&mut self, walker: &CodeWalker) {
+        for t in std::mem::take(&mut self.tallies) {
+            self.add_tally(t, walker);
+        }
+    }
+
+    fn add_tally(&mut self, mut t: Tally<'s>, walker: &CodeWalker) {
+        let like = t.like;
+        self.check_ctx(like.kind, like.tid, like.time.unwrap_or(u64::MAX), t.comm);
+        let mut count = 0i64;
+        let hi = t.hi.min(t.diff.len());
+        for i in t.lo..hi {
+            count += std::mem::take(&mut t.diff[i]);
+            if count > 0 {
+                if let Some(p) = walker.plain_insns([t.ci, i as u32], 1).first() {
+                    self.add_period(&like, p.ip, count as u64);
+                }
+            }
+        }
+    }
+
+    /// Adds `n` samples of period 1 at `ip`, each as `s` but for its IP.
+    fn add_period(&mut self, s: &Sample, ip: u64, n: u64) {
+        let sp = &self.span;
+        if !(sp.code == s.code && sp.pid == s.pid && ip.wrapping_sub(sp.lo) < sp.len) {
+            self.find_span(s, ip);
+        }
+        self.total += n;
+        self.nr += n;
+        let sp = &self.span;
+        if sp.row != NONE {
+            self.row_periods[sp.row as usize] += n;
+        } else {
+            self.periods[ip.wrapping_add(sp.index) as usize] += n;
         }
     }
 

@@ -26,6 +26,7 @@ use clap::Parser;
 use pt_decoder::perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
+use crate::code::CodeWalker;
 use crate::decode::PlainInsn;
 use crate::itrace::SynthOpts;
 use crate::sample::Sample;
@@ -241,6 +242,7 @@ fn run(a: &Args) -> Result<(), String> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
+    hists.add_tallies(synth.walker());
     hists.finish();
 
     let mut out = std::io::BufWriter::new(pt_cli::stdout());
@@ -287,6 +289,16 @@ impl SampleSink for Plain<'_, '_, '_> {
         let printer = &mut *self.printer;
         self.hists
             .add_insns(first, more, || printer.comm(first.tid, first.time));
+        Flow::Continue(())
+    }
+
+    fn takes_counts(&self) -> bool {
+        true
+    }
+
+    fn insn_counts(&mut self, like: &Sample, walker: &CodeWalker, spans: &[[u32; 3]]) -> Flow {
+        let comm = self.printer.comm(like.tid, like.time);
+        self.hists.add_counts(like, comm, walker, spans);
         Flow::Continue(())
     }
 }

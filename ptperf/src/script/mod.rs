@@ -12,7 +12,7 @@ use clap::Parser;
 use pt_decoder::perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
-use crate::decode::PlainInsn;
+use crate::decode::{PlainInsn, Step};
 use crate::itrace::SynthOpts;
 use crate::sample::Sample;
 use crate::synth::{each_insn, Event, Flow, SampleSink, Stacks, Synth};
@@ -324,6 +324,20 @@ impl<W: Write> SampleSink for ScriptSink<'_, '_, '_, W> {
             each_insn(first, more, |s| self.event(Event::Sample(s, st)))?;
         }
         self.flushed()
+    }
+
+    fn branches(&mut self, like: &Sample, st: &Stacks, steps: &[Step]) -> Flow {
+        if self.plain && self.printer.branch_lines(like, steps) {
+            return self.flushed();
+        }
+        let mut s = *like;
+        for step in steps {
+            (s.ip, s.addr) = (step.from_ip, step.to_ip);
+            s.flags = like.flags | crate::decode::insn::op_flags(step.op);
+            (s.insn_len, s.insn) = (step.len, step.insn);
+            self.event(Event::Sample(&s, st))?;
+        }
+        Flow::Continue(())
     }
 }
 

@@ -7,7 +7,7 @@ use pt_perf_data::{AttrFlags, PerfFile};
 
 use super::fields::{f, OutType, Selection};
 use super::Plan;
-use crate::decode::PlainInsn;
+use crate::decode::{PlainInsn, Step};
 use crate::itrace::SynthOpts;
 use crate::sample::{flags, Kind, Sample, TraceError};
 use crate::symbols::Symbols;
@@ -419,6 +419,9 @@ fn write_dso_name(b: &mut Vec<u8>, dso: &str, pad: usize) {
 /// A branch's text by (code image, pid, source, target) and fields.
 type PairEntry = ((u64, i32, u64, u64), u64, w::Padded);
 
+/// Sets of two branch-pair texts in [`Printer`]'s cache: 2^this.
+const PAIR_SETS_BITS: u32 = 15;
+
 /// A mapping's dso name and symbols.
 struct MapSyms {
     dso: std::rc::Rc<str>,
@@ -453,6 +456,9 @@ type MapRun = (u64, i32, u64, u64, usize, u64, u64);
 /// The part of a line before the time that stays while the thread, CPU and
 /// fields do: (tid, pid, cpu, fields, unpadded comm, the comm's text pointer).
 type PrefixKey = (i32, i32, i32, u64, bool, usize);
+/// What a line's head depends on: thread, time as shown (ns or us), pid, CPU,
+/// period, event, flags (if shown) and fields.
+type HeadKey = (i32, Option<u64>, i32, i32, u64, Kind, u32, u64);
 
 /// Prints samples as perf script does.
 pub struct Printer<'s, 'a> {
@@ -509,6 +515,9 @@ pub struct Printer<'s, 'a> {
     /// The last line's period and event columns, for (period, kind).
     mid: w::Padded,
     mid_key: Option<(u64, Kind)>,
+    /// The last line's columns before its addresses, and what they depend on.
+    head: w::Padded,
+    head_key: Option<HeadKey>,
     /// Source lines (`-F srcline,srcfile`), loaded on first use.
     srclines: Option<crate::srcline::SrcLines>,
     /// srcline texts by (code image, pid, address) (`None`: perf prints none).
@@ -678,9 +687,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             sym_names: Default::default(),
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
-            cache: vec![None; 1 << 15],
+            cache: vec![None; 1 << 16],
             map_syms: Default::default(),
-            pairs: vec![None; 1 << 14],
+            pairs: vec![None; 2 << PAIR_SETS_BITS],
             span_run: None,
             map_run: None,
             last_sym: None,
@@ -694,6 +703,8 @@ impl<'s, 'a> Printer<'s, 'a> {
             time_head: Default::default(),
             mid: Default::default(),
             mid_key: None,
+            head: Default::default(),
+            head_key: None,
             comm_cache: None,
             spacing: 0,
             flag_texts: Default::default(),
@@ -720,7 +731,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// The cache slot of (code image, pid, address).
     #[inline]
     fn slot(stamp: u64, ip: u64) -> usize {
-        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 49)
+        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48)
             as usize
     }
 
@@ -1586,27 +1597,38 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
     }
 
-    /// Both parts of a branch's line, through a cache by (code image, pid,
-    /// source, target): a loop's branches print the same text again and again.
+    /// Both parts of a branch's line, through a two-way cache by (code image,
+    /// pid, source, target): a loop's branches print the same text again and
+    /// again.
     #[inline]
     fn branch_pair(&mut self, s: &Sample, fields: u64) {
         let key = (s.code, s.pid, s.ip, s.addr);
         let h = (s.ip.rotate_left(17) ^ s.addr ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let slot = (h >> 50) as usize;
-        if let Some((k, f, text)) = &self.pairs[slot] {
-            if *k == key && *f == fields {
-                text.put(&mut self.buf);
-                return;
+        let set = (h >> (64 - PAIR_SETS_BITS)) as usize * 2;
+        for way in set..set + 2 {
+            if let Some((k, f, text)) = &self.pairs[way] {
+                if *k == key && *f == fields {
+                    text.put(&mut self.buf);
+                    return;
+                }
             }
         }
+        self.new_pair(s, fields, set);
+    }
+
+    /// [`Printer::branch_pair`]'s text formatted, kept in the first way of
+    /// `set` (what was there moves to the second).
+    #[inline(never)]
+    fn new_pair(&mut self, s: &Sample, fields: u64, set: usize) {
         let start = self.buf.len();
         self.branch_from(s, fields);
         self.branch_to(s, fields);
-        let mut text = self.pairs[slot].take().map(|e| e.2).unwrap_or_default();
+        let mut text = self.pairs[set + 1].take().map(|e| e.2).unwrap_or_default();
         let written = &self.buf[start..];
         text.set(|b| b.extend_from_slice(written));
-        self.pairs[slot] = Some((key, fields, text));
+        self.pairs[set + 1] = self.pairs[set].take();
+        self.pairs[set] = Some(((s.code, s.pid, s.ip, s.addr), fields, text));
     }
 
     /// `-F ip` lines of a run of instruction samples ([`SampleSink::insns`]):
@@ -1629,6 +1651,44 @@ impl<'s, 'a> Printer<'s, 'a> {
             line[1..17].copy_from_slice(&w::hex16_after(&mut text, ip));
         }
         self.ip_text = text;
+        true
+    }
+
+    /// Lines of a run of branch samples ([`SampleSink::branches`]): `false`
+    /// (nothing written) unless each line is its head and the branch's two
+    /// addresses with their symbols (perf's default branch fields, or fewer),
+    /// as [`Printer::sample_line`] would write them.
+    ///
+    /// [`SampleSink::branches`]: crate::synth::SampleSink::branches
+    pub fn branch_lines(&mut self, like: &Sample, steps: &[Step]) -> bool {
+        let out = self.sel.out[OutType::Hardware as usize];
+        let fields = out.fields;
+        let show_addr = fields & f::ADDR != 0 || (self.hw_type & st::ADDR != 0 && !out.user_set);
+        let other =
+            f::CALLINDENT | f::IPC | f::SRCLINE | f::SRCFILE | f::INSN | f::INSNLEN | f::BRSTACK;
+        if like.kind != Kind::Branches
+            || self.sel.flags
+            || fields & f::IP == 0
+            || !show_addr
+            || fields & other != 0
+        {
+            return false;
+        }
+        let Some((first, rest)) = steps.split_first() else {
+            return true;
+        };
+        // The first line in full (its head formatted if new), the others
+        // from the head it left and the branch pairs' texts.
+        let mut s = *like;
+        (s.ip, s.addr) = (first.from_ip, first.to_ip);
+        s.flags = like.flags | crate::decode::insn::op_flags(first.op);
+        self.sample_line(&s, &Stacks::default());
+        for step in rest {
+            (s.ip, s.addr) = (step.from_ip, step.to_ip);
+            self.head.put(&mut self.buf);
+            self.branch_pair(&s, fields);
+            self.buf.push(b'\n');
+        }
         true
     }
 
@@ -1664,43 +1724,28 @@ impl<'s, 'a> Printer<'s, 'a> {
         if fields == 0 {
             return;
         }
-        self.start(fields, s);
-        if fields & (f::PERIOD | f::EVNAME) != 0 {
-            // The period and event columns, formatted when they change (the
-            // fields are the kind's output type's).
-            let key = (s.period, s.kind);
-            if self.mid_key != Some(key) {
-                let name = self
-                    .names
-                    .iter()
-                    .find(|(k, _)| *k == s.kind)
-                    .map_or(&b"[unknown]"[..], |(_, n)| n.as_slice());
-                let width = self.name_width;
-                self.mid.set(|b| {
-                    if fields & f::PERIOD != 0 {
-                        w::dec_w(b, s.period, 10);
-                        b.push(b' ');
-                    }
-                    if fields & f::EVNAME != 0 {
-                        w::str_w(b, name, width);
-                        b.extend_from_slice(b": ");
-                    }
-                });
-                self.mid_key = Some(key);
-            }
-            self.mid.put(&mut self.buf);
-        }
-        if self.sel.flags {
-            // "  %-21s ", each flag combination formatted once.
-            let i = match self.flag_texts.iter().position(|(k, _)| *k == s.flags) {
-                Some(i) => i,
-                None => {
-                    let t = format!("  {:<21} ", flags::to_string(s.flags)).into_bytes();
-                    self.flag_texts.push((s.flags, t));
-                    self.flag_texts.len() - 1
-                }
-            };
-            self.buf.extend_from_slice(&self.flag_texts[i].1);
+        // The columns before the addresses are the same for the samples of a
+        // run (same thread, time, period, event and flags): formatted once.
+        let shown = s.time.map(|t| if self.ns { t } else { t / 1000 });
+        let flags_shown = if self.sel.flags { s.flags } else { 0 };
+        let key = (
+            s.tid,
+            shown,
+            s.pid,
+            s.cpu,
+            s.period,
+            s.kind,
+            flags_shown,
+            fields,
+        );
+        if self.head_key == Some(key) {
+            self.head.put(&mut self.buf);
+        } else {
+            let at = self.buf.len();
+            self.head_columns(fields, s);
+            let written = &self.buf[at..];
+            self.head.set(|b| b.extend_from_slice(written));
+            self.head_key = Some(key);
         }
         if s.kind == Kind::Branches {
             // perf_sample__fprintf_bts
@@ -1762,6 +1807,49 @@ impl<'s, 'a> Printer<'s, 'a> {
             self.ipc(fields, s);
         }
         self.buf.push(b'\n');
+    }
+
+    /// The columns of a sample's line before its addresses: command, thread,
+    /// CPU, time, period, event and flags.
+    fn head_columns(&mut self, fields: u64, s: &Sample) {
+        self.start(fields, s);
+        if fields & (f::PERIOD | f::EVNAME) != 0 {
+            // The period and event columns, formatted when they change (the
+            // fields are the kind's output type's).
+            let key = (s.period, s.kind);
+            if self.mid_key != Some(key) {
+                let name = self
+                    .names
+                    .iter()
+                    .find(|(k, _)| *k == s.kind)
+                    .map_or(&b"[unknown]"[..], |(_, n)| n.as_slice());
+                let width = self.name_width;
+                self.mid.set(|b| {
+                    if fields & f::PERIOD != 0 {
+                        w::dec_w(b, s.period, 10);
+                        b.push(b' ');
+                    }
+                    if fields & f::EVNAME != 0 {
+                        w::str_w(b, name, width);
+                        b.extend_from_slice(b": ");
+                    }
+                });
+                self.mid_key = Some(key);
+            }
+            self.mid.put(&mut self.buf);
+        }
+        if self.sel.flags {
+            // "  %-21s ", each flag combination formatted once.
+            let i = match self.flag_texts.iter().position(|(k, _)| *k == s.flags) {
+                Some(i) => i,
+                None => {
+                    let t = format!("  {:<21} ", flags::to_string(s.flags)).into_bytes();
+                    self.flag_texts.push((s.flags, t));
+                    self.flag_texts.len() - 1
+                }
+            };
+            self.buf.extend_from_slice(&self.flag_texts[i].1);
+        }
     }
 
     /// A decoder error's line (perf's `perf_event__fprintf_auxtrace_error`).
