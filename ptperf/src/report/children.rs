@@ -237,6 +237,16 @@ impl<'s, 'a> Children<'s, 'a> {
         let h = &mut self.hists[hi];
         h.total += s.period;
         h.nr += 1;
+        if !self.cumulate && self.graphs.is_none() {
+            // Own entries alone (`-g none`): nothing to gain from runs.
+            let comm = hists.comm_id(comm);
+            let own = hists.locate(s.code, s.pid, s.ip, s.time);
+            let e = Self::entry(&self.keys, hists, h, comm, own, (s.pid, s.tid));
+            let a = &mut h.entries[e as usize];
+            a.period += s.period;
+            a.acc += s.period;
+            return;
+        }
         let k = &mut self.key;
         k.clear();
         let stale = s.kind == Kind::Branches;
