@@ -298,20 +298,20 @@ fn strtoul_prefix(t: &str) -> Option<u64> {
 /// on below it (counts wrap, as perf's `unsigned int`s do).
 #[derive(Clone, Copy, Debug)]
 struct Node {
-    /// Its frames: `Forest::frames[first..first + len]`.
+    /// Its frames: `Forest::frames[first..first + len]` (a chain has at most
+    /// `MAX_CALLCHAIN_SZ` + 1 < 2^16).
     first: u32,
-    len: u32,
+    len: u16,
+    /// How many children, up to 2^16 - 1 (above [`WIDE`], they are found
+    /// through `Forest::kids`).
+    kids: u16,
     hit: u64,
     children_hit: u64,
     count: u32,
     children_count: u32,
-    parent: u32,
     /// The first child, and the next sibling ([`NONE`]: none).
     child: u32,
     next: u32,
-    /// How many children (above [`WIDE`], they are found through
-    /// `Forest::kids`).
-    kids: u32,
 }
 
 impl Node {
@@ -326,7 +326,7 @@ impl Node {
 /// Children a node has before they are found by hash rather than by walking
 /// them (a chain's innermost frame is often an address without a symbol:
 /// each instruction of such code makes a sibling).
-const WIDE: u32 = 8;
+const WIDE: u16 = 8;
 
 /// Every entry's call chain tree, in one arena.
 #[derive(Default)]
@@ -341,28 +341,27 @@ pub(super) struct Forest {
 impl Forest {
     /// A new empty tree; returns its root.
     pub(super) fn tree(&mut self) -> u32 {
-        self.node(0, 0, NONE)
+        self.node(0, 0)
     }
 
-    fn node(&mut self, first: u32, len: u32, parent: u32) -> u32 {
+    fn node(&mut self, first: u32, len: usize) -> u32 {
         self.nodes.push(Node {
             first,
-            len,
+            len: len as u16,
+            kids: 0,
             hit: 0,
             children_hit: 0,
             count: 0,
             children_count: 0,
-            parent,
             child: NONE,
             next: NONE,
-            kids: 0,
         });
         self.nodes.len() as u32 - 1
     }
 
     fn frames_of(&self, n: u32) -> &[u32] {
         let n = &self.nodes[n as usize];
-        &self.frames[n.first as usize..(n.first + n.len) as usize]
+        &self.frames[n.first as usize..n.first as usize + usize::from(n.len)]
     }
 
     fn first_frame(&self, n: u32) -> u32 {
@@ -415,7 +414,7 @@ impl Forest {
                 .take_while(|(a, b)| a == b)
                 .count();
             if k < have.len() {
-                self.split(c, k as u32);
+                self.split(c, k);
                 let n = &mut self.nodes[c as usize];
                 if pos + k == chain.len() {
                     n.hit = period;
@@ -442,11 +441,11 @@ impl Forest {
     fn add_child(&mut self, parent: u32, frames: &[u32], period: u64, count: u32) {
         let first = self.frames.len() as u32;
         self.frames.extend_from_slice(frames);
-        let c = self.node(first, frames.len() as u32, parent);
+        let c = self.node(first, frames.len());
         let p = &mut self.nodes[parent as usize];
         let next = p.child;
         p.child = c;
-        p.kids += 1;
+        p.kids = p.kids.saturating_add(1);
         let kids = p.kids;
         let n = &mut self.nodes[c as usize];
         n.hit = period;
@@ -466,9 +465,9 @@ impl Forest {
 
     /// Cuts node `c` after its first `k` frames: the rest, with its periods and
     /// children, becomes its only child.
-    fn split(&mut self, c: u32, k: u32) {
+    fn split(&mut self, c: u32, k: usize) {
         let old = self.nodes[c as usize];
-        let m = self.node(old.first + k, old.len - k, c);
+        let m = self.node(old.first + k as u32, usize::from(old.len) - k);
         {
             let n = &mut self.nodes[m as usize];
             n.hit = old.hit;
@@ -479,17 +478,14 @@ impl Forest {
             n.kids = old.kids;
         }
         let mut g = old.child;
-        while g != NONE {
-            self.nodes[g as usize].parent = m;
-            if old.kids > WIDE {
-                let f = self.first_frame(g);
-                self.kids.remove(&(c, f));
-                self.kids.insert((m, f), g);
-            }
+        while g != NONE && old.kids > WIDE {
+            let f = self.first_frame(g);
+            self.kids.remove(&(c, f));
+            self.kids.insert((m, f), g);
             g = self.nodes[g as usize].next;
         }
         let n = &mut self.nodes[c as usize];
-        n.len = k;
+        n.len = k as u16;
         n.child = m;
         n.kids = 1;
         n.hit = 0;
@@ -903,16 +899,17 @@ impl Printer<'_, '_, '_> {
     fn flat(&self, out: &mut String, root: u32, total: u64) {
         let min = self.min_hit(total);
         let mut picked = Vec::new();
-        self.post_order(root, min, &mut picked);
+        let mut parents = FxMap::default();
+        self.post_order(root, min, &mut picked, &mut parents);
         let nodes = &self.forest.nodes;
         picked.sort_by(|&a, &b| nodes[b as usize].hit.cmp(&nodes[a as usize].hit));
         let mut path = Vec::new();
         for (i, &n) in picked.iter().enumerate() {
             path.clear();
             let mut up = n;
-            while up != NONE {
+            while up != root {
                 path.push(up);
-                up = nodes[up as usize].parent;
+                up = parents[&up];
             }
             let node = &nodes[n as usize];
             let frames = path
@@ -947,12 +944,14 @@ impl Printer<'_, '_, '_> {
     }
 
     /// The nodes below and at `n` with a period of at least `min` (and not 0),
-    /// children first in perf's tree order.
-    fn post_order(&self, n: u32, min: u64, picked: &mut Vec<u32>) {
+    /// children first in perf's tree order; `parents`: the parent of each node
+    /// below `n`.
+    fn post_order(&self, n: u32, min: u64, picked: &mut Vec<u32>, parents: &mut FxMap<u32, u32>) {
         let mut kids: Vec<u32> = self.forest.children(n).collect();
         kids.sort_by_key(|&c| std::cmp::Reverse(self.key(c)));
         for c in kids {
-            self.post_order(c, min, picked);
+            parents.insert(c, n);
+            self.post_order(c, min, picked, parents);
         }
         let h = self.forest.nodes[n as usize].hit;
         if h != 0 && h >= min {
@@ -1007,7 +1006,6 @@ mod tests {
         let mut kids: Vec<u32> = f.children(n).collect();
         kids.sort_by_key(|&c| f.frames_of(c)[0]);
         for c in kids {
-            assert_eq!(f.nodes[c as usize].parent, n);
             dump(f, c, depth + 1, out);
         }
     }
