@@ -58,8 +58,6 @@ pub(super) struct Entry<'h> {
     /// The longest call chain from the entry to a sample's IP (perf's
     /// `max_depth` of its call chains).
     pub depth: u32,
-    /// The thread that made it (pid, tid).
-    pub thread: (i32, i32),
     /// Its call graph's root ([`super::callgraph::NONE`]: none).
     pub tree: u32,
 }
@@ -77,8 +75,7 @@ pub(super) struct Table<'h> {
 pub(super) struct Layout {
     /// The Children column (perf's cumulative mode).
     pub children: bool,
-    /// Call graphs are on: entries of equal children of one thread go caller
-    /// first.
+    /// Call graphs are on: entries of equal children go caller first.
     pub graph: bool,
     /// The call graphs' order is caller first: `depth` is the longest chain
     /// from the entry down (else up).
@@ -107,7 +104,6 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
                         period: r.period,
                         acc: r.period,
                         depth: 0,
-                        thread: (0, 0),
                         tree: NONE,
                     })
                     .collect(),
@@ -132,7 +128,6 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
                         period: r.period,
                         acc: r.period,
                         depth: 0,
-                        thread: (0, 0),
                         tree: NONE,
                     });
                 }
@@ -172,11 +167,15 @@ pub(super) fn write(
         let _ = writeln!(out, "# Samples: {} of event '{name}'", samples(t.nr));
         let _ = writeln!(out, "# Event count (approx.): {}\n#", t.total);
         let lines = &mut t.entries;
+        // perf puts callers first among entries of equal children only within a
+        // thread, and inserts entries one by one into a search tree: across
+        // threads that order is not transitive (a sort must not be given it),
+        // so callers go first whatever their thread.
         lines.sort_by(|a, b| {
             let mut o = Ordering::Equal;
             if layout.children {
                 o = b.acc.cmp(&a.acc);
-                if o.is_eq() && layout.graph && a.thread == b.thread {
+                if o.is_eq() && layout.graph {
                     o = if layout.caller {
                         b.depth.cmp(&a.depth)
                     } else {
