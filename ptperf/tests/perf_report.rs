@@ -206,6 +206,44 @@ fn call_graphs_of_ls_as_perf() {
     }
 }
 
+/// A threaded program: the same entries with the same call graphs as perf's.
+/// Their order may differ where entries of different threads have equal
+/// children: perf's order there comes from inserting them one by one into a
+/// search tree with an order that is not transitive across threads.
+#[test]
+fn call_graphs_of_threads_as_perf() {
+    let prog = program_as(
+        "report_threads",
+        "../../../decoder/tests/programs/perf_threads",
+        &["-O1", "-static", "-pthread"],
+    );
+    let (file, _) = record(&scratch("r_threads"), &prog, &[], Layout::default());
+    // Each entry with its graph lines, in order.
+    let blocks = |s: &str| -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for l in s.lines() {
+            if l.starts_with("    ") && !l.starts_with("            ") {
+                v.push(String::new());
+            }
+            if let Some(b) = v.last_mut() {
+                b.push_str(l);
+                b.push('\n');
+            }
+        }
+        v
+    };
+    for args in [&["--itrace=i1ig"][..], &["--itrace=i1ig", "-g", "callee"]] {
+        let (theirs, ours) = both(&file, args);
+        let (mut t, mut o) = (blocks(&without_tip(&theirs)), blocks(&ours));
+        assert!(t.len() > 50, "{args:?}: {} entries", t.len());
+        t.sort();
+        o.sort();
+        assert_eq!(t, o, "report {args:?}");
+    }
+    // Without children, entries are in one order.
+    same_whole(&file, &["--itrace=i1ig", "--no-children"]);
+}
+
 #[test]
 fn defaults_as_perf() {
     let file = demo_data();
