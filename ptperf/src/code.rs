@@ -83,8 +83,10 @@ enum HotKind {
     Stop,
 }
 
-/// What following TNT bits needs of a block, in one small record.
+/// What following TNT bits needs of a block, in one small record (a cache
+/// line: the walk touches nothing else of the block).
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 struct Hot {
     /// The branch's IP.
     last_ip: u64,
@@ -96,9 +98,10 @@ struct Hot {
     first: u32,
     ninsn: u32,
     kind: HotKind,
-    /// The branch's length and operation.
+    /// The branch's length, operation and bytes.
     len: u8,
     op: Op,
+    insn: [u8; INSN_BUF],
 }
 
 /// The blocks of one image.
@@ -129,15 +132,30 @@ impl Cache {
         let mut last = Insn::default();
         let mut last_ip = ip;
         let section_end = image.find(ip).map(|s| s.vaddr().wrapping_add(s.len()));
+        // The section's bytes from `ip` on: instructions inside it decode
+        // straight from them (one at its end may go on into the next section).
+        let code = image.bytes_at(ip).unwrap_or_default();
         let end = loop {
             if n >= MAX_BLOCK {
                 break End::SectionEnd;
             }
-            let Ok(pi) = decode_at(image, at, ExecMode::Bit64) else {
-                break End::Bad;
-            };
+            let off = at.wrapping_sub(ip) as usize;
             let mut bytes = [0u8; INSN_BUF];
-            let got = image.read(at, &mut bytes).unwrap_or(0);
+            let (pi, got) = match code.get(off..off + INSN_BUF) {
+                Some(b) => {
+                    bytes.copy_from_slice(b);
+                    match pt_decoder::insn::decode(b, at, ExecMode::Bit64) {
+                        Ok(pi) => (pi, INSN_BUF),
+                        Err(_) => break End::Bad,
+                    }
+                }
+                None => {
+                    let Ok(pi) = decode_at(image, at, ExecMode::Bit64) else {
+                        break End::Bad;
+                    };
+                    (pi, image.read(at, &mut bytes).unwrap_or(0))
+                }
+            };
             let insn = Insn::from_pt(&pi, &bytes[..got]);
             let kept = usize::from(pi.size).min(got);
             bytes[kept..].fill(0);
@@ -184,6 +202,7 @@ impl Cache {
             kind,
             len: last.length,
             op: last.op,
+            insn: last.buf,
         });
         self.index.insert(ip, id);
         id
@@ -559,7 +578,7 @@ impl CodeWalker {
                     type_,
                     op: h.op,
                     len: h.len,
-                    insn: c.insns[(h.first + h.ninsn - 1) as usize].bytes,
+                    insn: h.insn,
                 });
                 updated |= cont;
             } else if count == 0 {

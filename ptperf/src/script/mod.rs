@@ -12,6 +12,7 @@ use clap::Parser;
 use pt_decoder::perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
+use crate::code::CodeWalker;
 use crate::decode::{PlainInsn, Step};
 use crate::itrace::SynthOpts;
 use crate::sample::Sample;
@@ -324,6 +325,20 @@ impl<W: Write> SampleSink for ScriptSink<'_, '_, '_, W> {
             each_insn(first, more, |s| self.event(Event::Sample(s, st)))?;
         }
         self.flushed()
+    }
+
+    fn takes_counts(&self) -> bool {
+        // `-F ip` alone: an instruction sample's line is its IP's.
+        self.plain && self.printer.ip_only()
+    }
+
+    fn insn_counts(&mut self, _: &Sample, walker: &CodeWalker, spans: &[[u32; 3]]) -> Flow {
+        for &[ci, first, n] in spans {
+            let insns = walker.plain_insns([ci, first], n);
+            self.printer.ip_run(insns.iter().map(|p| p.ip), insns.len());
+            self.flushed()?;
+        }
+        Flow::Continue(())
     }
 
     fn branches(&mut self, like: &Sample, st: &Stacks, steps: &[Step]) -> Flow {

@@ -1639,19 +1639,33 @@ impl<'s, 'a> Printer<'s, 'a> {
         if !self.ip_only || first.kind.is_synth() || first.kind == Kind::Branches {
             return false;
         }
+        self.ip_run(
+            std::iter::once(first.ip).chain(more.iter().map(|p| p.ip)),
+            more.len() + 1,
+        );
+        true
+    }
+
+    /// Instruction samples print `-F ip` alone ([`Printer::ip_run`] serves
+    /// them).
+    pub fn ip_only(&self) -> bool {
+        self.ip_only
+    }
+
+    /// `-F ip` lines of `n` instruction samples at `ips`.
+    #[inline]
+    pub fn ip_run(&mut self, ips: impl Iterator<Item = u64>, n: usize) {
         // Fixed 18-byte lines written in place. An address mostly differs from
         // the one before in its last two or four digits: only those are
         // written anew (from a table of digit pairs).
         let start = self.buf.len();
-        self.buf.resize(start + 18 * (1 + more.len()), b'\n');
+        self.buf.resize(start + 18 * n, b'\n');
         let mut text = self.ip_text;
-        let ips = std::iter::once(first.ip).chain(more.iter().map(|p| p.ip));
         for (line, ip) in self.buf[start..].chunks_exact_mut(18).zip(ips) {
             line[0] = b' ';
             line[1..17].copy_from_slice(&w::hex16_after(&mut text, ip));
         }
         self.ip_text = text;
-        true
     }
 
     /// Lines of a run of branch samples ([`SampleSink::branches`]): `false`
