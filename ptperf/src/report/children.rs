@@ -32,6 +32,7 @@ struct Acc {
     period: u64,
     acc: u64,
     depth: u32,
+    thread: (i32, i32),
     /// Its call chain tree's root ([`NONE`]: none yet).
     tree: u32,
 }
@@ -47,24 +48,27 @@ struct Hist {
     nr: u64,
 }
 
-/// What a sample adds to, as words: its event's histogram, command, own
-/// location, whether its chain is another sample's (perf's
+/// What a sample adds to, as words: its event's histogram, command, thread
+/// (pid, tid), own location, whether its chain is another sample's (perf's
 /// branch samples have none of their own), the chain's length, its locations as
 /// entries name them and its frames (with call graphs), innermost first.
 const HIST: usize = 0;
 const COMM: usize = 1;
-const OWN: usize = 2;
-const STALE: usize = 3;
-const LEN: usize = 4;
-const LOCS: usize = 5;
+const PID: usize = 2;
+const TID: usize = 3;
+const OWN: usize = 4;
+const STALE: usize = 5;
+const LEN: usize = 6;
+const LOCS: usize = 7;
 
 /// Words of runs kept before they are added up (64 MiB): memory stays flat
 /// however many distinct chains a trace has.
 const RUN_WORDS: usize = 1 << 24;
 
-/// Samples added up by what they add to (perf's result does not depend on the
-/// order they come in), handed on every so often in the order each key first
-/// came.
+/// Samples added up by what they add to: perf's result does not depend on the
+/// order they come in, but for which sample makes an entry (its thread), so
+/// they are handed on in the order each key first came (every so often, all
+/// so far: an entry is still made by the first sample that adds to it).
 #[derive(Default)]
 struct Runs {
     /// The keys, one after the other.
@@ -179,8 +183,15 @@ impl<'s, 'a> Children<'s, 'a> {
         self.graphs.as_ref()
     }
 
-    /// The entry of command `comm` at `loc` (made if new).
-    fn entry(keys: &[SortKey], hists: &Hists, h: &mut Hist, comm: u32, loc: u32) -> u32 {
+    /// The entry of command `comm` at `loc` (made if new, by `thread`).
+    fn entry(
+        keys: &[SortKey],
+        hists: &Hists,
+        h: &mut Hist,
+        comm: u32,
+        loc: u32,
+        thread: (i32, i32),
+    ) -> u32 {
         if let Some(&e) = h.by_loc.get(&(comm, loc)) {
             return e;
         }
@@ -194,6 +205,7 @@ impl<'s, 'a> Children<'s, 'a> {
                     period: 0,
                     acc: 0,
                     depth: 0,
+                    thread,
                     tree: NONE,
                 });
                 let e = h.entries.len() as u32 - 1;
@@ -229,7 +241,7 @@ impl<'s, 'a> Children<'s, 'a> {
             // Own entries alone (`-g none`): nothing to gain from runs.
             let comm = hists.comm_id(comm);
             let own = hists.locate(s.code, s.pid, s.ip, s.time);
-            let e = Self::entry(&self.keys, hists, h, comm, own);
+            let e = Self::entry(&self.keys, hists, h, comm, own, (s.pid, s.tid));
             let a = &mut h.entries[e as usize];
             a.period += s.period;
             a.acc += s.period;
@@ -241,6 +253,8 @@ impl<'s, 'a> Children<'s, 'a> {
         k.extend([
             hi as u32,
             hists.comm_id(comm),
+            s.pid as u32,
+            s.tid as u32,
             hists.locate(s.code, s.pid, s.ip, s.time),
             u32::from(stale),
             0,
@@ -300,11 +314,12 @@ impl<'s, 'a> Children<'s, 'a> {
         let RunSum { period, count, .. } = self.runs.runs[r as usize];
         let key = self.runs.key(r);
         let (comm, own) = (key[COMM], key[OWN]);
+        let thread = (key[PID] as i32, key[TID] as i32);
         let n = key[LEN] as usize;
         let locs = &key[LOCS..LOCS + n];
         let frames = &key[LOCS + n..];
         let h = &mut self.hists[key[HIST] as usize];
-        let e = Self::entry(&self.keys, hists, h, comm, own);
+        let e = Self::entry(&self.keys, hists, h, comm, own, thread);
         let a = &mut h.entries[e as usize];
         a.period += period;
         a.acc += period;
@@ -320,7 +335,7 @@ impl<'s, 'a> Children<'s, 'a> {
             self.seen.push(e);
             for pos in 0..n {
                 let loc = locs[if caller { n - 1 - pos } else { pos }];
-                let e = Self::entry(&self.keys, hists, h, comm, loc);
+                let e = Self::entry(&self.keys, hists, h, comm, loc, thread);
                 if !self.seen.contains(&e) {
                     self.seen.push(e);
                     let a = &mut h.entries[e as usize];
@@ -351,7 +366,7 @@ impl<'s, 'a> Children<'s, 'a> {
         self.seen.push(e);
         for pos in 0..n {
             let loc = locs[if caller { n - 1 - pos } else { pos }];
-            let e = Self::entry(&self.keys, hists, h, comm, loc);
+            let e = Self::entry(&self.keys, hists, h, comm, loc, thread);
             if self.seen.contains(&e) {
                 continue;
             }
@@ -387,6 +402,7 @@ impl<'s, 'a> Children<'s, 'a> {
                         period: a.period,
                         acc: a.acc,
                         depth: a.depth,
+                        thread: a.thread,
                         tree: a.tree,
                     })
                     .collect(),

@@ -58,6 +58,8 @@ pub(super) struct Entry<'h> {
     /// The longest call chain from the entry to a sample's IP (perf's
     /// `max_depth` of its call chains).
     pub depth: u32,
+    /// The thread that made it (pid, tid).
+    pub thread: (i32, i32),
     /// Its call graph's root ([`super::callgraph::NONE`]: none).
     pub tree: u32,
 }
@@ -75,7 +77,8 @@ pub(super) struct Table<'h> {
 pub(super) struct Layout {
     /// The Children column (perf's cumulative mode).
     pub children: bool,
-    /// Call graphs are on: entries of equal children go caller first.
+    /// Call graphs are on: entries of equal children of one thread go caller
+    /// first.
     pub graph: bool,
     /// The call graphs' order is caller first: `depth` is the longest chain
     /// from the entry down (else up).
@@ -104,6 +107,7 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
                         period: r.period,
                         acc: r.period,
                         depth: 0,
+                        thread: (0, 0),
                         tree: NONE,
                     })
                     .collect(),
@@ -128,6 +132,7 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
                         period: r.period,
                         acc: r.period,
                         depth: 0,
+                        thread: (0, 0),
                         tree: NONE,
                     });
                 }
@@ -167,15 +172,13 @@ pub(super) fn write(
         let _ = writeln!(out, "# Samples: {} of event '{name}'", samples(t.nr));
         let _ = writeln!(out, "# Event count (approx.): {}\n#", t.total);
         let lines = &mut t.entries;
-        // perf puts callers first among entries of equal children only within a
-        // thread, and inserts entries one by one into a search tree: across
-        // threads that order is not transitive (a sort must not be given it),
-        // so callers go first whatever their thread.
-        lines.sort_by(|a, b| {
+        // perf's order: the children, callers first within a thread (when
+        // call graphs are on), self, then the sort keys.
+        let perf_cmp = |a: &Entry, b: &Entry| {
             let mut o = Ordering::Equal;
             if layout.children {
                 o = b.acc.cmp(&a.acc);
-                if o.is_eq() && layout.graph {
+                if o.is_eq() && layout.graph && a.thread == b.thread {
                     o = if layout.caller {
                         b.depth.cmp(&a.depth)
                     } else {
@@ -185,7 +188,16 @@ pub(super) fn write(
             }
             o.then_with(|| b.period.cmp(&a.period))
                 .then_with(|| compare(a, b, keys))
-        });
+        };
+        if layout.children && layout.graph {
+            // Across threads that order is not transitive: perf's result is
+            // what inserting the entries one by one into its tree makes of it.
+            lines.sort_by(|a, b| collapse_order(a, b, keys));
+            let taken = std::mem::take(lines);
+            *lines = tree_order(taken, perf_cmp);
+        } else {
+            lines.sort_by(perf_cmp);
+        }
         let header = |key: SortKey| match key {
             SortKey::Comm => "Command",
             SortKey::Dso => "Shared Object",
@@ -313,6 +325,154 @@ fn col_len(l: &Entry, key: SortKey) -> usize {
             SymKey::Addr(_) => 4 + 18,
         },
     }
+}
+
+/// The order perf keeps its entries in before it sorts them for output (its
+/// `collapse` order): by command, by dso (none last), symbols by start before
+/// addresses without one by address.
+fn collapse_order(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
+    let dso = || match (&a.loc.dso, &b.loc.dso) {
+        (Some(x), Some(y)) => x.cmp(y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    for k in keys {
+        let o = match k {
+            SortKey::Comm => a.comm.cmp(b.comm),
+            SortKey::Dso => dso(),
+            SortKey::Sym => match (&a.loc.sym, &b.loc.sym) {
+                (SymKey::Addr(x), SymKey::Addr(y)) => x.cmp(y),
+                (x, y) => {
+                    // Symbols are told apart by dso too when it is no key.
+                    let d = if keys.contains(&SortKey::Dso) {
+                        Ordering::Equal
+                    } else {
+                        dso()
+                    };
+                    d.then_with(|| match (x, y) {
+                        (SymKey::Named(xn, xs), SymKey::Named(yn, ys)) => {
+                            xs.cmp(ys).then_with(|| xn.cmp(yn))
+                        }
+                        (SymKey::Named(..), _) => Ordering::Less,
+                        _ => Ordering::Greater,
+                    })
+                }
+            },
+        };
+        if o.is_ne() {
+            return o;
+        }
+    }
+    Ordering::Equal
+}
+
+/// `items` in the order a red-black tree holds them after they were inserted
+/// one by one, in turn, each to the left of a node it compares `Less` with
+/// and else to its right (perf's output tree; with an order that is not
+/// transitive, the tree's shape decides, so its balancing is perf's too).
+fn tree_order<T>(items: Vec<T>, cmp: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
+    const NIL: usize = usize::MAX;
+    let n = items.len();
+    let (mut left, mut right, mut up) = (vec![NIL; n], vec![NIL; n], vec![NIL; n]);
+    let mut red = vec![false; n];
+    let mut root = NIL;
+    // Turns the edge from `x` to its child on one side (`l`: the right
+    // child rises) the other way.
+    let rotate = |x: usize,
+                  l: bool,
+                  left: &mut Vec<usize>,
+                  right: &mut Vec<usize>,
+                  up: &mut Vec<usize>,
+                  root: &mut usize| {
+        let (a, b) = if l {
+            (&mut *right, &mut *left)
+        } else {
+            (&mut *left, &mut *right)
+        };
+        let y = a[x];
+        a[x] = b[y];
+        if b[y] != NIL {
+            up[b[y]] = x;
+        }
+        b[y] = x;
+        let p = up[x];
+        up[y] = p;
+        if p == NIL {
+            *root = y;
+        } else if left[p] == x {
+            left[p] = y;
+        } else {
+            right[p] = y;
+        }
+        up[x] = y;
+    };
+    for i in 0..n {
+        let (mut p, mut cur, mut to_left) = (NIL, root, false);
+        while cur != NIL {
+            p = cur;
+            to_left = cmp(&items[i], &items[cur]) == Ordering::Less;
+            cur = if to_left { left[cur] } else { right[cur] };
+        }
+        up[i] = p;
+        red[i] = true;
+        if p == NIL {
+            root = i;
+        } else if to_left {
+            left[p] = i;
+        } else {
+            right[p] = i;
+        }
+        let mut z = i;
+        loop {
+            let p = up[z];
+            if p == NIL {
+                red[z] = false;
+                break;
+            }
+            if !red[p] {
+                break;
+            }
+            // A red parent is not the root.
+            let g = up[p];
+            let p_left = left[g] == p;
+            let u = if p_left { right[g] } else { left[g] };
+            if u != NIL && red[u] {
+                red[p] = false;
+                red[u] = false;
+                red[g] = true;
+                z = g;
+                continue;
+            }
+            let mut p = p;
+            let inner = if p_left { right[p] == z } else { left[p] == z };
+            if inner {
+                rotate(p, p_left, &mut left, &mut right, &mut up, &mut root);
+                z = p;
+                p = up[z];
+            }
+            red[p] = false;
+            red[g] = true;
+            rotate(g, !p_left, &mut left, &mut right, &mut up, &mut root);
+            break;
+        }
+    }
+    // In order.
+    let mut order = Vec::with_capacity(n);
+    let mut stack = Vec::new();
+    let mut cur = root;
+    while cur != NIL || !stack.is_empty() {
+        while cur != NIL {
+            stack.push(cur);
+            cur = left[cur];
+        }
+        if let Some(x) = stack.pop() {
+            order.push(x);
+            cur = right[x];
+        }
+    }
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
 }
 
 /// perf's order of entries of equal overhead: by the sort keys in turn.
