@@ -507,3 +507,36 @@ fn compare(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
     }
     Ordering::Equal
 }
+
+#[cfg(test)]
+mod tests {
+    use super::tree_order;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn tree_order_is_a_stable_sort_for_an_order() {
+        // (key, insertion number): equal keys keep their insertion order.
+        let mut seed = 12345u32;
+        let items: Vec<(u32, usize)> = (0..500)
+            .map(|i| {
+                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                ((seed >> 16) % 40, i)
+            })
+            .collect();
+        let mut want = items.clone();
+        want.sort_by_key(|&(k, _)| k);
+        assert_eq!(tree_order(items, |a, b| a.0.cmp(&b.0)), want);
+    }
+
+    #[test]
+    fn tree_order_follows_the_tree_shape() {
+        // An order that is not transitive: the tree decides. Inserting 1, 2, 3
+        // into a red-black tree makes 2 the root; then 4 goes below 3 unless it
+        // is "less" than 2 as well.
+        let cmp = |a: &u32, b: &u32| match (a, b) {
+            (4, 2) => Ordering::Less,
+            _ => a.cmp(b),
+        };
+        assert_eq!(tree_order(vec![1, 2, 3, 4], cmp), vec![1, 4, 2, 3]);
+    }
+}
