@@ -1,5 +1,5 @@
 //! The code a queue runs, walked the way perf's decoder asks for it
-//! ([`decode::Walker`]): from an IP to the next branch perf knows, cached per
+//! ([`crate::decode::Walker`]): from an IP to the next branch perf knows, cached per
 //! image as runs of instructions ("perf blocks").
 //!
 //! A block is the run of instructions from a start IP up to and including the

@@ -11,7 +11,7 @@
 //! recorded execution by its start (the trace offset the decoder was at, and the
 //! instructions that follow); from there on its instructions count while they agree
 //! with the recording, and while the decoder is near where the undamaged decode was
-//! in the trace ([`SLACK`]). After the first disagreement the segment is wrong (the
+//! in the trace (`SLACK`). After the first disagreement the segment is wrong (the
 //! decoder took a wrong turn without noticing) until the decoder passes the next PSB:
 //! there, where its flow agrees with the PSB+, it may have found its way again, and
 //! its instructions are placed anew. Each recorded instruction counts once.

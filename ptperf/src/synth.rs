@@ -3,6 +3,15 @@
 //! each state becomes the samples `--itrace` asks for ([`Sample`]), and errors
 //! become [`TraceError`]s.
 //!
+//! Between packets, the decoder hands out whole runs of states at once (the
+//! fast path, [`Synth::set_fast_path`]). A consumer that implements
+//! [`SampleSink`] ([`Synth::run_into`]) may take their samples in bulk as
+//! well: runs of instruction samples ([`SampleSink::insns`]), runs of branch
+//! samples ([`SampleSink::branches`]), or instruction samples as counts by
+//! place in the code walker's cache ([`SampleSink::insn_counts`], for a sink
+//! that only adds them up, as report does). A closure ([`Synth::run`]) gets
+//! every sample one by one.
+//!
 //! ```no_run
 //! use pt_decoder::perf::{Session, SessionOptions};
 //! use ptperf::itrace::SynthOpts;
@@ -398,6 +407,11 @@ fn ns_to_ticks(session: &Session<'_>, ns: u64) -> u64 {
 /// perf's PT config bits used here.
 const CFG_PASS_THRU: u64 = 1 << 0;
 const CFG_BRANCH_EN: u64 = 1 << 13;
+
+/// Decoder states taken at once on the fast path ([`Decoder::take_run`]): few
+/// enough that a run's steps stay in the first-level cache between the decoder
+/// writing them and the samples reading them.
+const RUN_STEPS: usize = 256;
 
 /// IPC of a sample (perf's `intel_pt_synth_*_sample`): the cycles and the
 /// instructions since the last sample of its kind that had cycles (`last`:
@@ -877,7 +891,9 @@ impl<'s, 'a> Synth<'s, 'a> {
         let mut run = std::mem::take(&mut self.run);
         let q = &mut self.queues[qi];
         let mut code = ImageWalker::new(&mut self.walker, q.image);
-        let n = q.dec.take_run(&mut code, self.kernel_start, 4096, &mut run);
+        let n = q
+            .dec
+            .take_run(&mut code, self.kernel_start, RUN_STEPS, &mut run);
         let r = if n == 0 {
             Flow::Continue(())
         } else {

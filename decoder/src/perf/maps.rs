@@ -277,10 +277,14 @@ impl Finder {
     }
 }
 
-/// The build id in an ELF file's notes.
+/// The build id in an ELF file's notes (the file mapped, not read: only its
+/// headers and notes are looked at).
 fn file_build_id(path: &Path) -> Option<BuildId> {
     use object::Object;
-    let data = std::fs::read(path).ok()?;
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: the map is read-only and dropped before returning. As everywhere
+    // a file is mapped, we rely on nobody truncating it meanwhile.
+    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
     let obj = object::File::parse(&*data).ok()?;
     obj.build_id().ok().flatten().map(BuildId::new)
 }

@@ -224,7 +224,7 @@ pub trait Walker {
     }
 }
 
-/// A run of code that ends in a branch ([`Walker::block`]).
+/// A run of code that ends in a branch ([`Walker::next_block`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RunBlock {
     /// Its instructions, the branch included.

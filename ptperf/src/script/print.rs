@@ -1671,7 +1671,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// Lines of a run of branch samples ([`SampleSink::branches`]): `false`
     /// (nothing written) unless each line is its head and the branch's two
     /// addresses with their symbols (perf's default branch fields, or fewer),
-    /// as [`Printer::sample_line`] would write them.
+    /// as a line of its own would be written.
     ///
     /// [`SampleSink::branches`]: crate::synth::SampleSink::branches
     pub fn branch_lines(&mut self, like: &Sample, steps: &[Step]) -> bool {
