@@ -55,17 +55,17 @@ pub struct Args {
     #[arg(long = "stdio")]
     pub stdio: bool,
     /// Call graph display, perf's
-    /// print_type,threshold[,print_limit],order,sort_key,value:
-    /// graph|flat|fractal|folded|none, minimum percentage, most nodes a level,
-    /// caller|callee, function|address, percent|period|count (default
-    /// graph,0.5,caller,function,percent); needs call chains (--itrace=...g, or
-    /// no --itrace)
+    /// `print_type,threshold[,print_limit],order,sort_key,value`.
     #[arg(
         short = 'g',
         long = "call-graph",
         num_args = 0..=1,
         default_missing_value = "",
-        action = clap::ArgAction::Append
+        action = clap::ArgAction::Append,
+        help = "Call graph display, perf's print_type,threshold[,print_limit],order,sort_key,value: \
+                graph|flat|fractal|folded|none, minimum percentage, most nodes a level, \
+                caller|callee, function|address, percent|period|count (default \
+                graph,0.5,caller,function,percent); needs call chains (--itrace=...g, or no --itrace)"
     )]
     pub call_graph: Vec<String>,
     /// No call graph (as -g none)
