@@ -526,6 +526,35 @@ impl SrcLines {
         text
     }
 
+    /// addr2line's answer for the same address as [`Self::srcline`] takes it,
+    /// the file as perf prints it (its base name unless `full_path`); not
+    /// cached (perf's call graphs ask each address once).
+    pub fn answer(
+        &mut self,
+        name: &str,
+        path: Option<&Path>,
+        build_id: Option<&[u8]>,
+        addr: u64,
+    ) -> Answer {
+        let key = (name.to_string(), build_id.unwrap_or_default().to_vec());
+        let dso = self
+            .dsos
+            .entry(key)
+            .or_insert_with(|| Dso::load(name, path, build_id));
+        let objdump = addr.wrapping_add(dso.text_offset);
+        match dso
+            .file
+            .as_ref()
+            .map_or(Answer::NotFound, |f| f.answer(objdump))
+        {
+            Answer::Line { file, line } if !self.full_path => Answer::Line {
+                file: basename(&file).into(),
+                line,
+            },
+            a => a,
+        }
+    }
+
     /// perf report's `srcfile` of the same address: the srcline's file part
     /// (`None`: perf's `[unknown]`-like empty key).
     pub fn srcfile(

@@ -539,15 +539,11 @@ impl<'s, 'a> Hists<'s, 'a> {
         self.locations(code, pid, ip, time).0
     }
 
-    /// The location of call chain entry `ip` as perf's cumulative entries name
-    /// it: as [`Self::locate`], except that an address without a symbol is the
-    /// IP itself, not its address in the dso (perf takes the chain node's IP).
-    pub fn locate_in_chain(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> u32 {
-        self.locations(code, pid, ip, time).1
-    }
-
-    /// Both locations of `ip`, through a direct-mapped cache by address.
-    fn locations(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> (u32, u32) {
+    /// Both locations of `ip`, through a direct-mapped cache by address: as
+    /// [`Self::locate`], and as perf's cumulative entries name a call chain
+    /// entry: the same, except that an address without a symbol is the IP
+    /// itself, not its address in the dso (perf takes the chain node's IP).
+    pub fn locations(&mut self, code: u64, pid: i32, ip: u64, time: Option<u64>) -> (u32, u32) {
         let slot = ((ip ^ code.wrapping_mul(0x9e37_79b9_7f4a_7c15))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             >> (64 - LOC_CACHE_BITS)) as usize;

@@ -9,8 +9,10 @@
 //!   fast path: a few nanoseconds a sample);
 //! - samples with call chains: the Children/Self table of perf's cumulative mode
 //!   (module `children`), unless `--no-children`; with `-g none` children are self,
-//!   as perf resolves no chains then. The call graph lines perf prints below each
-//!   entry are not printed;
+//!   as perf resolves no chains then;
+//! - below each entry of samples with call chains, its call graph as `-g` says
+//!   (module `callgraph`: graph, fractal, flat or folded; threshold, print limit,
+//!   caller or callee order, function or address key, percent, period or count);
 //! - entries are perf's: the same percentages, columns and order (children, then
 //!   callers first within a thread, then self, then the sort keys as perf
 //!   compares them, unknown symbols by address), the header's counts too;
@@ -52,11 +54,26 @@ pub struct Args {
     /// Use the stdio interface (the only one)
     #[arg(long = "stdio")]
     pub stdio: bool,
-    /// Call graph display (`none`: no graph, children are self); needs call
-    /// chains (--itrace=...g, or no --itrace). The graph lines perf prints below
-    /// each entry are not printed.
-    #[arg(short = 'g', long = "call-graph", num_args = 0..=1, default_missing_value = "")]
-    pub call_graph: Option<String>,
+    /// Call graph display, perf's
+    /// `print_type,threshold[,print_limit],order,sort_key,value`.
+    #[arg(
+        short = 'g',
+        long = "call-graph",
+        num_args = 0..=1,
+        default_missing_value = "",
+        action = clap::ArgAction::Append,
+        help = "Call graph display, perf's print_type,threshold[,print_limit],order,sort_key,value: \
+                graph|flat|fractal|folded|none, minimum percentage, most nodes a level, \
+                caller|callee, function|address, percent|period|count (default \
+                graph,0.5,caller,function,percent); needs call chains (--itrace=...g, or no --itrace)"
+    )]
+    pub call_graph: Vec<String>,
+    /// No call graph (as -g none)
+    #[arg(long = "no-call-graph")]
+    pub no_call_graph: bool,
+    /// Call graphs caller first (an alias of -g caller)
+    #[arg(short = 'G', long = "inverted")]
+    pub inverted: bool,
     /// Accumulate callers' entries from their callees' samples (the default with
     /// call chains)
     #[arg(long = "children", overrides_with = "no_children")]
@@ -69,6 +86,7 @@ pub struct Args {
     pub folded: bool,
 }
 
+mod callgraph;
 mod children;
 mod hist;
 mod table;
@@ -105,20 +123,31 @@ fn run(a: &Args) -> Result<(), String> {
     }
     let opts = synth_opts(a.itrace.as_deref())?;
     let mut opts = opts;
-    // perf's call graph modes: only `none` changes what the table holds.
-    let graph = match a.call_graph.as_deref() {
-        None | Some("") => true,
-        Some(g) => graph_mode(g)?,
-    };
-    if a.call_graph.is_some() && !opts.callchain {
-        return Err("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?".into());
+    let cg = callgraph::Setting::parse(&a.call_graph, a.no_call_graph)?;
+    let graph = !cg.none;
+    if cg.given && graph && !opts.callchain {
+        // perf says so and prints an empty report.
+        eprintln!("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?");
+        let mut out = pt_cli::stdout();
+        let _ = out.write_all(HEADER.as_bytes());
+        return Ok(());
     }
     if a.folded && !opts.callchain {
         opts.callchain = true;
         opts.callchain_sz = crate::itrace::DEFAULT_CALLCHAIN_SZ;
     }
     let children = opts.callchain && !a.no_children && !a.folded;
-    let layout = table::Layout { children, graph };
+    // Call graphs below the entries.
+    let trees = opts.callchain && graph && !a.folded;
+    let mut params = cg.params;
+    if a.inverted || (!a.no_children && !cg.params.order_set) {
+        params.order = callgraph::Order::Caller;
+    }
+    let layout = table::Layout {
+        children,
+        graph,
+        caller: params.order == callgraph::Order::Caller,
+    };
     let file =
         MappedFile::open(&a.input).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
     let perf = file
@@ -126,6 +155,12 @@ fn run(a: &Args) -> Result<(), String> {
         .map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
     let mut so = SessionOptions::for_file(&a.input);
     so.timeless = opts.timeless_decoding;
+    // As perf does, this machine's own vdso stands in for a recorded one no
+    // build-id cache holds.
+    let vdso = crate::script::OwnVdso::write();
+    if let Some(v) = &vdso {
+        so.vdso.push(("[vdso]".into(), v.0.clone()));
+    }
     let session =
         Session::new(&perf, so).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
     let plan = Plan {
@@ -146,7 +181,12 @@ fn run(a: &Args) -> Result<(), String> {
     // stands for none: no sample has that time).
     let mut last_comm: ((i32, u64), Option<&str>) = ((i32::MIN, 0), None);
     let mut folded: FxMap<String, u64> = FxMap::default();
-    let mut acc = children::Children::new(&keys, graph);
+    let graphs = trees.then(|| children::Graphs {
+        forest: Default::default(),
+        frames: callgraph::Frames::new(params.key, &session, dso_order(&perf, &session)),
+        order: params.order,
+    });
+    let mut acc = children::Children::new(&keys, children && graph, graphs);
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
     let mut comm_of = |s: &crate::sample::Sample| {
@@ -185,7 +225,7 @@ fn run(a: &Args) -> Result<(), String> {
             *folded.entry(line).or_default() += s.period;
             Flow::Continue(())
         });
-    } else if children {
+    } else if children || trees {
         let _ = synth.run(&mut |e: Event<'_>| -> Flow {
             if let Event::Sample(s, st) = e {
                 let comm = comm_of(s);
@@ -214,12 +254,18 @@ fn run(a: &Args) -> Result<(), String> {
         }
         return Ok(());
     }
-    let tables = if children {
+    let tables = if children || trees {
         acc.tables(&hists)
     } else {
         table::of_hists(&hists, &keys)
     };
-    table::write(&mut out, tables, &names, &keys, layout);
+    let printer = acc.graphs().map(|g| callgraph::Printer {
+        forest: &g.forest,
+        frames: &g.frames,
+        params,
+        skip_first: a.sort.starts_with("sym"),
+    });
+    table::write(&mut out, tables, &names, &keys, layout, printer.as_ref());
     Ok(())
 }
 
@@ -284,20 +330,23 @@ fn synth_opts(itrace: Option<&str>) -> Result<SynthOpts, String> {
     })
 }
 
-/// Whether `-g`'s value leaves the call graph on (`none` turns it off); perf's
-/// error for what it does not know.
-fn graph_mode(g: &str) -> Result<bool, String> {
-    let mut on = true;
-    for t in g.split(',') {
-        match t {
-            "none" => on = false,
-            "graph" | "flat" | "fractal" | "folded" | "caller" | "callee" | "function"
-            | "address" | "branch" | "percent" | "period" | "count" => {}
-            _ if t.parse::<f64>().is_ok() => {}
-            _ => return Err(format!("Invalid callchain mode: {t}")),
+/// The report's first lines.
+const HEADER: &str =
+    "# To display the perf.data header info, please use --header/--header-only options.\n#\n";
+
+/// The files of `session`'s shared objects in the order perf makes them: those
+/// of the build-id table first (read with the header), then as mapped.
+fn dso_order(perf: &pt_perf_data::PerfFile<'_>, session: &Session<'_>) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Some(Ok(pt_perf_data::Feature::BuildId(v))) =
+        perf.feature(pt_perf_data::feature_id::BUILD_ID)
+    {
+        for e in v {
+            names.push(String::from_utf8_lossy(&e.filename).into_owned());
         }
     }
-    Ok(on)
+    names.extend(session.mappings().iter().map(|m| m.filename.clone()));
+    names
 }
 
 /// perf's sample count in the header (`convert_unit`: `276 `, `34K`, `48M`).

@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 use std::io::Write;
 use std::rc::Rc;
 
+use super::callgraph::{Printer, NONE};
 use super::hist::{FxMap, Hists, Loc, SymKey};
 use super::{samples, SortKey};
 use crate::sample::Kind;
@@ -59,6 +60,8 @@ pub(super) struct Entry<'h> {
     pub depth: u32,
     /// The thread that made it (pid, tid).
     pub thread: (i32, i32),
+    /// Its call graph's root ([`super::callgraph::NONE`]: none).
+    pub tree: u32,
 }
 
 /// One event's entries.
@@ -77,6 +80,9 @@ pub(super) struct Layout {
     /// Call graphs are on: entries of equal children of one thread go caller
     /// first.
     pub graph: bool,
+    /// The call graphs' order is caller first: `depth` is the longest chain
+    /// from the entry down (else up).
+    pub caller: bool,
 }
 
 /// The tables of `hists`' rows, merged by `keys`.
@@ -102,6 +108,7 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
                         acc: r.period,
                         depth: 0,
                         thread: (0, 0),
+                        tree: NONE,
                     })
                     .collect(),
             });
@@ -126,6 +133,7 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
                         acc: r.period,
                         depth: 0,
                         thread: (0, 0),
+                        tree: NONE,
                     });
                 }
             }
@@ -140,13 +148,15 @@ pub(super) fn of_hists<'h>(hists: &'h Hists, keys: &[SortKey]) -> Vec<Table<'h>>
     tables
 }
 
-/// Writes every event's table, in `names`' order (perf's).
+/// Writes every event's table, in `names`' order (perf's), with `graph`'s call
+/// graphs below the entries.
 pub(super) fn write(
     out: &mut impl Write,
     mut tables: Vec<Table>,
     names: &[(Kind, String)],
     keys: &[SortKey],
     layout: Layout,
+    graph: Option<&Printer>,
 ) {
     let _ = writeln!(
         out,
@@ -162,17 +172,32 @@ pub(super) fn write(
         let _ = writeln!(out, "# Samples: {} of event '{name}'", samples(t.nr));
         let _ = writeln!(out, "# Event count (approx.): {}\n#", t.total);
         let lines = &mut t.entries;
-        lines.sort_by(|a, b| {
+        // perf's order: the children, callers first within a thread (when
+        // call graphs are on), self, then the sort keys.
+        let perf_cmp = |a: &Entry, b: &Entry| {
             let mut o = Ordering::Equal;
             if layout.children {
                 o = b.acc.cmp(&a.acc);
                 if o.is_eq() && layout.graph && a.thread == b.thread {
-                    o = b.depth.cmp(&a.depth);
+                    o = if layout.caller {
+                        b.depth.cmp(&a.depth)
+                    } else {
+                        a.depth.cmp(&b.depth)
+                    };
                 }
             }
             o.then_with(|| b.period.cmp(&a.period))
                 .then_with(|| compare(a, b, keys))
-        });
+        };
+        if layout.children && layout.graph {
+            // Across threads that order is not transitive: perf's result is
+            // what inserting the entries one by one into its tree makes of it.
+            lines.sort_by(|a, b| collapse_order(a, b, keys));
+            let taken = std::mem::take(lines);
+            *lines = tree_order(taken, perf_cmp);
+        } else {
+            lines.sort_by(perf_cmp);
+        }
         let header = |key: SortKey| match key {
             SortKey::Comm => "Command",
             SortKey::Dso => "Shared Object",
@@ -240,9 +265,11 @@ pub(super) fn write(
                 pct(&mut line, 0, l.acc);
             }
             pct(&mut line, 1, l.period);
-            // perf pads the command and dso columns, not the symbol.
+            // perf pads the command and dso columns, and the symbol's only
+            // when a column follows.
             for (i, &key) in keys.iter().enumerate() {
                 line.push_str("  ");
+                let start = line.len();
                 match key {
                     SortKey::Comm => pad(&mut line, l.comm, widths[i]),
                     SortKey::Dso => pad(
@@ -262,9 +289,19 @@ pub(super) fn write(
                         }
                     },
                 }
+                if key == SortKey::Sym && i + 1 < keys.len() {
+                    let n = line[start..].len();
+                    line.extend(std::iter::repeat(' ').take(widths[i].saturating_sub(n)));
+                }
             }
             line.push('\n');
-            let _ = out.write_all(line.as_bytes());
+            if let Some(g) = graph {
+                let own = if layout.children { l.acc } else { l.period };
+                g.print(&mut line, l.tree, total, own);
+            }
+            if out.write_all(line.as_bytes()).is_err() {
+                return;
+            }
         }
         let _ = writeln!(out, "\n");
     }
@@ -288,6 +325,154 @@ fn col_len(l: &Entry, key: SortKey) -> usize {
             SymKey::Addr(_) => 4 + 18,
         },
     }
+}
+
+/// The order perf keeps its entries in before it sorts them for output (its
+/// `collapse` order): by command, by dso (none last), symbols by start before
+/// addresses without one by address.
+fn collapse_order(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
+    let dso = || match (&a.loc.dso, &b.loc.dso) {
+        (Some(x), Some(y)) => x.cmp(y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    for k in keys {
+        let o = match k {
+            SortKey::Comm => a.comm.cmp(b.comm),
+            SortKey::Dso => dso(),
+            SortKey::Sym => match (&a.loc.sym, &b.loc.sym) {
+                (SymKey::Addr(x), SymKey::Addr(y)) => x.cmp(y),
+                (x, y) => {
+                    // Symbols are told apart by dso too when it is no key.
+                    let d = if keys.contains(&SortKey::Dso) {
+                        Ordering::Equal
+                    } else {
+                        dso()
+                    };
+                    d.then_with(|| match (x, y) {
+                        (SymKey::Named(xn, xs), SymKey::Named(yn, ys)) => {
+                            xs.cmp(ys).then_with(|| xn.cmp(yn))
+                        }
+                        (SymKey::Named(..), _) => Ordering::Less,
+                        _ => Ordering::Greater,
+                    })
+                }
+            },
+        };
+        if o.is_ne() {
+            return o;
+        }
+    }
+    Ordering::Equal
+}
+
+/// `items` in the order a red-black tree holds them after they were inserted
+/// one by one, in turn, each to the left of a node it compares `Less` with
+/// and else to its right (perf's output tree; with an order that is not
+/// transitive, the tree's shape decides, so its balancing is perf's too).
+fn tree_order<T>(items: Vec<T>, cmp: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
+    const NIL: usize = usize::MAX;
+    let n = items.len();
+    let (mut left, mut right, mut up) = (vec![NIL; n], vec![NIL; n], vec![NIL; n]);
+    let mut red = vec![false; n];
+    let mut root = NIL;
+    // Turns the edge from `x` to its child on one side (`l`: the right
+    // child rises) the other way.
+    let rotate = |x: usize,
+                  l: bool,
+                  left: &mut Vec<usize>,
+                  right: &mut Vec<usize>,
+                  up: &mut Vec<usize>,
+                  root: &mut usize| {
+        let (a, b) = if l {
+            (&mut *right, &mut *left)
+        } else {
+            (&mut *left, &mut *right)
+        };
+        let y = a[x];
+        a[x] = b[y];
+        if b[y] != NIL {
+            up[b[y]] = x;
+        }
+        b[y] = x;
+        let p = up[x];
+        up[y] = p;
+        if p == NIL {
+            *root = y;
+        } else if left[p] == x {
+            left[p] = y;
+        } else {
+            right[p] = y;
+        }
+        up[x] = y;
+    };
+    for i in 0..n {
+        let (mut p, mut cur, mut to_left) = (NIL, root, false);
+        while cur != NIL {
+            p = cur;
+            to_left = cmp(&items[i], &items[cur]) == Ordering::Less;
+            cur = if to_left { left[cur] } else { right[cur] };
+        }
+        up[i] = p;
+        red[i] = true;
+        if p == NIL {
+            root = i;
+        } else if to_left {
+            left[p] = i;
+        } else {
+            right[p] = i;
+        }
+        let mut z = i;
+        loop {
+            let p = up[z];
+            if p == NIL {
+                red[z] = false;
+                break;
+            }
+            if !red[p] {
+                break;
+            }
+            // A red parent is not the root.
+            let g = up[p];
+            let p_left = left[g] == p;
+            let u = if p_left { right[g] } else { left[g] };
+            if u != NIL && red[u] {
+                red[p] = false;
+                red[u] = false;
+                red[g] = true;
+                z = g;
+                continue;
+            }
+            let mut p = p;
+            let inner = if p_left { right[p] == z } else { left[p] == z };
+            if inner {
+                rotate(p, p_left, &mut left, &mut right, &mut up, &mut root);
+                z = p;
+                p = up[z];
+            }
+            red[p] = false;
+            red[g] = true;
+            rotate(g, !p_left, &mut left, &mut right, &mut up, &mut root);
+            break;
+        }
+    }
+    // In order.
+    let mut order = Vec::with_capacity(n);
+    let mut stack = Vec::new();
+    let mut cur = root;
+    while cur != NIL || !stack.is_empty() {
+        while cur != NIL {
+            stack.push(cur);
+            cur = left[cur];
+        }
+        if let Some(x) = stack.pop() {
+            order.push(x);
+            cur = right[x];
+        }
+    }
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
 }
 
 /// perf's order of entries of equal overhead: by the sort keys in turn.
@@ -321,4 +506,37 @@ fn compare(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
         }
     }
     Ordering::Equal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tree_order;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn tree_order_is_a_stable_sort_for_an_order() {
+        // (key, insertion number): equal keys keep their insertion order.
+        let mut seed = 12345u32;
+        let items: Vec<(u32, usize)> = (0..500)
+            .map(|i| {
+                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                ((seed >> 16) % 40, i)
+            })
+            .collect();
+        let mut want = items.clone();
+        want.sort_by_key(|&(k, _)| k);
+        assert_eq!(tree_order(items, |a, b| a.0.cmp(&b.0)), want);
+    }
+
+    #[test]
+    fn tree_order_follows_the_tree_shape() {
+        // An order that is not transitive: the tree decides. Inserting 1, 2, 3
+        // into a red-black tree makes 2 the root; then 4 goes below 3 unless it
+        // is "less" than 2 as well.
+        let cmp = |a: &u32, b: &u32| match (a, b) {
+            (4, 2) => Ordering::Less,
+            _ => a.cmp(b),
+        };
+        assert_eq!(tree_order(vec![1, 2, 3, 4], cmp), vec![1, 4, 2, 3]);
+    }
 }

@@ -225,10 +225,11 @@ impl Plan {
 
 /// A copy of this process's vdso in a temporary file (removed when dropped), as
 /// perf makes one (`vdso__get_file`).
-struct OwnVdso(std::path::PathBuf);
+pub(crate) struct OwnVdso(pub(crate) std::path::PathBuf);
 
 impl OwnVdso {
-    fn write() -> Option<Self> {
+    /// The copy (`None` where this process has no vdso or it cannot be written).
+    pub(crate) fn write() -> Option<Self> {
         let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
         let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
         let (a, b) = line.split_whitespace().next()?.split_once('-')?;
