@@ -94,6 +94,7 @@ fn agree(what: &str, file: &Path, timed: bool) {
         ("i1ix", true),
         // Neither instructions nor branches: the runs make no samples.
         ("ep", true),
+        ("bp", true),
         ("p", true),
         ("i2i", false),
         // Every instruction when timed; untimed, perf counts ticks of 1 ns.
