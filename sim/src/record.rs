@@ -561,7 +561,13 @@ impl Recorder<'_> {
                     if self.on == Some(thread) {
                         self.switch_out()?;
                     }
-                    self.procs.entry(*pid).or_default().path = path.clone();
+                    // The new program's address space is new: the mappings
+                    // reported next are all its own (the kernel reports each,
+                    // the loader and the vDSO too, even where they sit at the
+                    // old program's addresses).
+                    let p = self.procs.entry(*pid).or_default();
+                    p.path = path.clone();
+                    p.maps.clear();
                     let comm = comm_of(path);
                     self.thread(thread).summary.comm = comm.clone();
                     self.event(TaskEvent::Comm {
@@ -840,6 +846,69 @@ mod sink_tests {
             v.push(insn(0x1003, 2, InsnClass::CondBranch, next));
         }
         v
+    }
+
+    /// After an exec, every mapping of the new program is reported, also those
+    /// (the loader, the vDSO) at the same place as in the old one: the kernel
+    /// reports them, and a decoder drops the old program's at the exec.
+    #[test]
+    fn exec_reports_all_new_mappings() {
+        let mut page = vec![0xcc; 4096];
+        page[..5].copy_from_slice(&[0x90, 0xff, 0xc9, 0x75, 0xfb]);
+        let mut mem = CodeMemory::new();
+        mem.set_page(0x1000, &page);
+        let map = |start: u64, path: &str| crate::exec::maps::Mapping {
+            start,
+            end: start + 0x1000,
+            offset: 0,
+            perms: crate::exec::maps::Perms {
+                read: true,
+                write: false,
+                exec: true,
+                shared: false,
+            },
+            path: path.into(),
+        };
+        let mut items = Vec::new();
+        for prog in ["/bin/a", "/bin/b"] {
+            items.push(ExecItem::Event(Event::Exec {
+                pid: 7,
+                path: prog.into(),
+            }));
+            items.push(ExecItem::Event(Event::Mappings(vec![
+                map(0x1000, prog),
+                map(0x7000, "/lib/ld.so"),
+                map(0x9000, "[vdso]"),
+            ])));
+            items.extend(loop_items(2));
+        }
+        items.push(ExecItem::Event(Event::Exit(ExitKind::Exited(0))));
+        let mut src = Items {
+            items: items.into(),
+            mem,
+        };
+        let rec = SimRecording::new(TraceConfig::perf_default());
+        let mut sink = Collect::default();
+        record_into(&mut src, &rec, &mut sink, |_| {}).unwrap();
+        let mmaps: Vec<&str> = sink
+            .events
+            .iter()
+            .filter_map(|e| match &e.event {
+                TaskEvent::Mmap { mapping, .. } => Some(mapping.path.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            mmaps,
+            [
+                "/bin/a",
+                "/lib/ld.so",
+                "[vdso]",
+                "/bin/b",
+                "/lib/ld.so",
+                "[vdso]"
+            ]
+        );
     }
 
     #[test]
