@@ -30,6 +30,21 @@ fn demo_data() -> &'static PathBuf {
     FILE.get_or_init(|| record(&scratch("r_demo"), &demo(), &[], Layout::default()).0)
 }
 
+/// `ls -l /` recorded once (a stripped system tool: many addresses without a
+/// symbol, each a row of its own).
+fn ls_data() -> &'static PathBuf {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        record(
+            &scratch("r_ls"),
+            Path::new("/bin/ls"),
+            &["-l", "/"],
+            Layout::default(),
+        )
+        .0
+    })
+}
+
 /// Runs perf or ptperf `cmd` with `args` on `file` (HOME in the scratch tree and
 /// perf's build-id directory beside the file, so that no cache is read).
 fn run(tool: &Path, cmd: &str, file: &Path, args: &[&str]) -> Output {
@@ -182,12 +197,7 @@ fn call_graphs_as_perf() {
 /// between shared objects), in perf report's defaults and a few graph modes.
 #[test]
 fn call_graphs_of_ls_as_perf() {
-    let (file, _) = record(
-        &scratch("r_ls"),
-        Path::new("/bin/ls"),
-        &["-l", "/"],
-        Layout::default(),
-    );
+    let file = ls_data();
     let cases: &[&[&str]] = &[
         &[],
         &["-g", "callee"],
@@ -198,7 +208,7 @@ fn call_graphs_of_ls_as_perf() {
         &["--itrace=i100ig", "-g", "address"],
     ];
     for args in cases {
-        let (entries, graph) = same_whole(&file, args);
+        let (entries, graph) = same_whole(file, args);
         assert!(
             entries > 5 && graph > 20,
             "{args:?}: {entries} entries, {graph} graph lines"
@@ -223,9 +233,34 @@ fn call_graphs_of_threads_as_perf() {
         &["--itrace=i1ig", "--sort", "dso,sym"],
         &["--itrace=i1ibg"],
         &["--itrace=i1ig", "--no-children"],
+        // Every instruction counted by place, threads interleaved.
+        &["--itrace=i1i"],
     ] {
         let (entries, _) = same_whole(&file, args);
         assert!(entries > 50, "{args:?}: {entries} entries");
+    }
+}
+
+/// Every instruction a sample, without call chains: report takes them as
+/// counts by place (added up per instruction of the code cache, then into
+/// rows); alone and beside branches and events (whose tables come in the
+/// order of their first samples).
+#[test]
+fn every_instruction_as_perf() {
+    for file in [demo_data(), ls_data()] {
+        for args in [
+            &["--itrace=i1i"][..],
+            &["--itrace=i1ib"],
+            &["--itrace=i1ipe"],
+            &["--itrace=i1i", "--sort", "dso,sym"],
+        ] {
+            let (entries, _) = same_whole(file, args);
+            assert!(
+                entries > 10,
+                "{}: {args:?}: {entries} entries",
+                file.display()
+            );
+        }
     }
 }
 
