@@ -384,8 +384,9 @@ fn recording_speed_counts_the_wall_time() {
         .and_then(|s| s.split(' ').next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
+    // The report has two decimals: it may be rounded up past the wall time.
     assert!(
-        secs <= wall && secs >= 0.7 * wall,
+        secs <= wall + 0.005 && secs >= 0.7 * wall,
         "{secs} s reported, {wall} s wall: {line}"
     );
 }
