@@ -214,14 +214,7 @@ pub trait SampleSink {
     /// instruction (`insn_len`, `insn`) and flags (its operation's added to
     /// `like`'s). By default, each handed to [`SampleSink::event`] in turn.
     fn branches(&mut self, like: &Sample, stacks: &Stacks, steps: &[decode::Step]) -> Flow {
-        let mut s = *like;
-        for step in steps {
-            (s.ip, s.addr) = (step.from_ip, step.to_ip);
-            s.flags = like.flags | decode::insn::op_flags(step.op);
-            (s.insn_len, s.insn) = (step.len, step.insn);
-            self.event(Event::Sample(&s, stacks))?;
-        }
-        Flow::Continue(())
+        each_branch(like, steps, |s| self.event(Event::Sample(s, stacks)))
     }
 
     /// Whether the sink takes instruction samples of period 1 as counts by
@@ -251,6 +244,29 @@ pub trait SampleSink {
         }
         Flow::Continue(())
     }
+}
+
+/// The samples a run of branch samples stands for ([`SampleSink::branches`]),
+/// one by one to `f`.
+pub fn each_branch(
+    like: &Sample,
+    steps: &[decode::Step],
+    mut f: impl FnMut(&Sample) -> Flow,
+) -> Flow {
+    for step in steps {
+        f(&branch_sample(like, step))?;
+    }
+    Flow::Continue(())
+}
+
+/// The branch sample of `step` ([`SampleSink::branches`]): `like` but for the
+/// branch's source, target, instruction and flags.
+pub fn branch_sample(like: &Sample, step: &decode::Step) -> Sample {
+    let mut s = *like;
+    (s.ip, s.addr) = (step.from_ip, step.to_ip);
+    s.flags = like.flags | decode::insn::op_flags(step.op);
+    (s.insn_len, s.insn) = (step.len, step.insn);
+    s
 }
 
 /// The samples a run of instruction samples stands for ([`SampleSink::insns`]),
@@ -1015,10 +1031,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             }
             sink.branches(&like, &self.stacks, &run[from..i])?;
             from = i + 1;
-            let mut s = like;
-            (s.ip, s.addr) = (step.from_ip, step.to_ip);
-            s.flags = like.flags | crate::decode::insn::op_flags(step.op);
-            (s.insn_len, s.insn) = (step.len, step.insn);
+            let mut s = branch_sample(&like, step);
             (s.cyc_cnt, s.insn_cnt) = (cyc_cnt, insn_cnt);
             sink.event(Event::Sample(&s, &self.stacks))?;
         }

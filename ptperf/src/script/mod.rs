@@ -16,7 +16,7 @@ use crate::code::CodeWalker;
 use crate::decode::{PlainInsn, Step};
 use crate::itrace::SynthOpts;
 use crate::sample::Sample;
-use crate::synth::{each_insn, Event, Flow, SampleSink, Stacks, Synth};
+use crate::synth::{each_branch, each_insn, Event, Flow, SampleSink, Stacks, Synth};
 use fields::Selection;
 pub use print::Printer;
 
@@ -345,14 +345,7 @@ impl<W: Write> SampleSink for ScriptSink<'_, '_, '_, W> {
         if self.plain && self.printer.branch_lines(like, steps) {
             return self.flushed();
         }
-        let mut s = *like;
-        for step in steps {
-            (s.ip, s.addr) = (step.from_ip, step.to_ip);
-            s.flags = like.flags | crate::decode::insn::op_flags(step.op);
-            (s.insn_len, s.insn) = (step.len, step.insn);
-            self.event(Event::Sample(&s, st))?;
-        }
-        Flow::Continue(())
+        each_branch(like, steps, |s| self.event(Event::Sample(s, st)))
     }
 }
 

@@ -1693,9 +1693,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         };
         // The first line in full (its head formatted if new), the others
         // from the head it left and the branch pairs' texts.
-        let mut s = *like;
-        (s.ip, s.addr) = (first.from_ip, first.to_ip);
-        s.flags = like.flags | crate::decode::insn::op_flags(first.op);
+        let mut s = crate::synth::branch_sample(like, first);
         self.sample_line(&s, &Stacks::default());
         for step in rest {
             (s.ip, s.addr) = (step.from_ip, step.to_ip);
