@@ -238,83 +238,67 @@ impl Tree {
     }
 
     /// Restores the black heights after a black node left `parent`'s side whose
-    /// child is now `node` (`NIL` at first).
+    /// child is now `node` (`NIL` at first). Written for either side `d` (0:
+    /// left, 1: right), the sibling's on the other side `o`.
     fn erase_fixup(&mut self, mut parent: u32) {
         let mut node = NIL;
         loop {
             // The short side is the one `node` hangs on; with `node` NIL, it is the
             // side whose child is missing (the other child exists).
-            let node_is_right = self.n(parent).right == node;
-            if !node_is_right {
-                let mut sib = self.n(parent).right;
-                if self.is_red(sib) {
-                    self.nm(sib).red = false;
-                    self.nm(parent).red = true;
-                    self.rotate_left(parent);
-                    sib = self.n(parent).right;
-                }
-                let (sl, sr) = (self.n(sib).left, self.n(sib).right);
-                if !self.is_red(sl) && !self.is_red(sr) {
-                    self.nm(sib).red = true;
-                    if self.n(parent).red {
-                        self.nm(parent).red = false;
-                        return;
-                    }
-                    node = parent;
-                    parent = self.n(node).parent;
-                    if parent == NIL {
-                        return;
-                    }
-                    continue;
-                }
-                if !self.is_red(sr) {
-                    // The near nephew is red: turn it into the far one.
-                    self.nm(sl).red = false;
-                    self.nm(sib).red = true;
-                    self.rotate_right(sib);
-                    sib = self.n(parent).right;
-                }
-                let far = self.n(sib).right;
-                self.nm(sib).red = self.n(parent).red;
-                self.nm(parent).red = false;
-                self.nm(far).red = false;
-                self.rotate_left(parent);
-                return;
-            } else {
-                let mut sib = self.n(parent).left;
-                if self.is_red(sib) {
-                    self.nm(sib).red = false;
-                    self.nm(parent).red = true;
-                    self.rotate_right(parent);
-                    sib = self.n(parent).left;
-                }
-                let (sl, sr) = (self.n(sib).left, self.n(sib).right);
-                if !self.is_red(sl) && !self.is_red(sr) {
-                    self.nm(sib).red = true;
-                    if self.n(parent).red {
-                        self.nm(parent).red = false;
-                        return;
-                    }
-                    node = parent;
-                    parent = self.n(node).parent;
-                    if parent == NIL {
-                        return;
-                    }
-                    continue;
-                }
-                if !self.is_red(sl) {
-                    self.nm(sr).red = false;
-                    self.nm(sib).red = true;
-                    self.rotate_left(sib);
-                    sib = self.n(parent).left;
-                }
-                let far = self.n(sib).left;
-                self.nm(sib).red = self.n(parent).red;
-                self.nm(parent).red = false;
-                self.nm(far).red = false;
-                self.rotate_right(parent);
-                return;
+            let d = usize::from(self.n(parent).right == node);
+            let o = 1 - d;
+            let mut sib = self.child(parent, o);
+            if self.is_red(sib) {
+                self.nm(sib).red = false;
+                self.nm(parent).red = true;
+                self.rotate(parent, d);
+                sib = self.child(parent, o);
             }
+            let (near, far) = (self.child(sib, d), self.child(sib, o));
+            if !self.is_red(near) && !self.is_red(far) {
+                self.nm(sib).red = true;
+                if self.n(parent).red {
+                    self.nm(parent).red = false;
+                    return;
+                }
+                node = parent;
+                parent = self.n(node).parent;
+                if parent == NIL {
+                    return;
+                }
+                continue;
+            }
+            if !self.is_red(far) {
+                // The near nephew is red: turn it into the far one.
+                self.nm(near).red = false;
+                self.nm(sib).red = true;
+                self.rotate(sib, o);
+                sib = self.child(parent, o);
+            }
+            let far = self.child(sib, o);
+            self.nm(sib).red = self.n(parent).red;
+            self.nm(parent).red = false;
+            self.nm(far).red = false;
+            self.rotate(parent, d);
+            return;
+        }
+    }
+
+    /// `n`'s child on side `dir` (0: left, 1: right).
+    fn child(&self, n: u32, dir: usize) -> u32 {
+        if dir == 0 {
+            self.n(n).left
+        } else {
+            self.n(n).right
+        }
+    }
+
+    /// Rotates `n` towards side `dir` (0: left, 1: right).
+    fn rotate(&mut self, n: u32, dir: usize) {
+        if dir == 0 {
+            self.rotate_left(n);
+        } else {
+            self.rotate_right(n);
         }
     }
 
