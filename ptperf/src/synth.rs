@@ -912,6 +912,8 @@ impl<'s, 'a> Synth<'s, 'a> {
             .take_run(&mut code, self.kernel_start, RUN_STEPS, &mut run);
         let r = if n == 0 {
             Flow::Continue(())
+        } else if self.counting {
+            self.count_run(qi, &run, sink)
         } else {
             self.sample_run(qi, &run, sink)
         };
@@ -920,9 +922,6 @@ impl<'s, 'a> Synth<'s, 'a> {
     }
 
     fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
-        if self.counting {
-            return self.count_run(qi, run, sink);
-        }
         if !self.opts.instructions
             && self.opts.branches
             && self.branches_filter == 0
@@ -1092,7 +1091,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                     // them.
                     self.fast_states += std::mem::take(&mut states);
                     self.hand_counts(like, spans, sink)?;
-                    self.samples_of(qi, &run[from..i], sink)?;
+                    self.sample_run(qi, &run[from..i], sink)?;
                 }
                 let q = &mut self.queues[qi];
                 (q.ipc_cyc_cnt, q.sample_ipc) = (cyc, sample_ipc);
@@ -1114,7 +1113,7 @@ impl<'s, 'a> Synth<'s, 'a> {
                 let q = &mut self.queues[qi];
                 (q.last_insn_cnt, q.ipc_insn_cnt) = (last_insn_cnt, last_insn_cnt);
                 self.hand_counts(like, spans, sink)?;
-                self.samples_of(qi, std::slice::from_ref(&b), sink)?;
+                self.sample_run(qi, std::slice::from_ref(&b), sink)?;
             }
         }
         self.fast_states += states;
@@ -1125,7 +1124,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         }
         if from < run.len() {
             self.hand_counts(like, spans, sink)?;
-            self.samples_of(qi, &run[from..], sink)?;
+            self.sample_run(qi, &run[from..], sink)?;
         }
         Flow::Continue(())
     }
@@ -1142,14 +1141,6 @@ impl<'s, 'a> Synth<'s, 'a> {
         }
         let r = sink.insn_counts(like, &self.walker, spans);
         spans.clear();
-        r
-    }
-
-    /// `steps` sampled one by one ([`Synth::sample_run`] without counts).
-    fn samples_of(&mut self, qi: usize, steps: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
-        self.counting = false;
-        let r = self.sample_run(qi, steps, sink);
-        self.counting = true;
         r
     }
 

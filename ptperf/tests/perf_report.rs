@@ -16,7 +16,6 @@ mod perf_support;
 
 use perf_support::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 /// The C program: calls, returns, loops, recursion, indirect calls, a syscall.
@@ -45,25 +44,6 @@ fn ls_data() -> &'static PathBuf {
     })
 }
 
-/// Runs perf or ptperf `cmd` with `args` on `file` (HOME in the scratch tree and
-/// perf's build-id directory beside the file, so that no cache is read).
-fn run(tool: &Path, cmd: &str, file: &Path, args: &[&str]) -> Output {
-    let mut c = Command::new(tool);
-    if tool.ends_with("perf") {
-        let mut beside = file.as_os_str().to_owned();
-        beside.push(".debug");
-        c.arg("--buildid-dir").arg(beside);
-    }
-    c.arg(cmd)
-        .arg("-i")
-        .arg(file)
-        .args(args)
-        .env("PERF_PAGER", "cat")
-        .env("HOME", tmp())
-        .output()
-        .unwrap()
-}
-
 fn ptperf() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ptperf"))
 }
@@ -77,7 +57,7 @@ fn both(file: &Path, args: &[&str]) -> (String, String) {
     let mut a = vec!["--stdio"];
     a.extend_from_slice(args);
     let out = |tool: &Path| {
-        let o = run(tool, "report", file, &a);
+        let o = run_on(tool, "report", file, &a);
         assert!(
             o.status.success(),
             "{} report {args:?}: {}",
@@ -283,8 +263,8 @@ fn defaults_as_perf() {
 fn call_graph_needs_call_chains() {
     let file = demo_data();
     let args = ["--stdio", "--itrace=i100i", "-g"];
-    let theirs = run(&perf(), "report", file, &args);
-    let ours = run(&ptperf(), "report", file, &args);
+    let theirs = run_on(&perf(), "report", file, &args);
+    let ours = run_on(&ptperf(), "report", file, &args);
     // perf prints its error and an empty report, and exits 0; so does ptperf.
     assert!(theirs.status.success() && ours.status.success());
     let msg = "Selected -g or --branch-history.";
@@ -293,7 +273,7 @@ fn call_graph_needs_call_chains() {
     assert_eq!(theirs.stdout, ours.stdout);
     // What ptperf does not do fails clearly.
     for g in ["branch", "srcline", "graph,x"] {
-        let o = run(&ptperf(), "report", file, &["--stdio", "-g", g]);
+        let o = run_on(&ptperf(), "report", file, &["--stdio", "-g", g]);
         assert!(!o.status.success() && o.stdout.is_empty(), "-g {g}");
         assert!(String::from_utf8_lossy(&o.stderr).contains("--call-graph"));
     }
@@ -308,8 +288,8 @@ fn plt_addresses_named_as_perf() {
     let prog = program("pltgot", &["-O1", "-g"]);
     let (file, _) = record(&scratch("r_pltgot"), &prog, &[], Layout::default());
     let args = ["--itrace=b", "-F", "ip,sym,symoff,dso"];
-    let theirs = run(&perf(), "script", &file, &args);
-    let ours = run(&ptperf(), "script", &file, &args);
+    let theirs = run_on(&perf(), "script", &file, &args);
+    let ours = run_on(&ptperf(), "script", &file, &args);
     assert!(theirs.status.success() && ours.status.success());
     let (t, o) = (
         String::from_utf8(theirs.stdout).unwrap(),

@@ -14,31 +14,12 @@ mod common;
 
 use perf_support::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
 /// The C program: calls, returns, loops, recursion, indirect calls, a syscall.
 fn demo() -> PathBuf {
     program("script_demo", &["-O1", "-g", "-static"])
-}
-
-/// Runs perf (`perf`) or ptperf with `args` on `file` (HOME in the scratch tree, so
-/// that neither reads the user's build-id cache).
-fn run(tool: &Path, file: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(tool);
-    if tool.ends_with("perf") {
-        let mut beside = file.as_os_str().to_owned();
-        beside.push(".debug");
-        cmd.arg("--buildid-dir").arg(beside);
-    }
-    cmd.arg("script")
-        .arg("-i")
-        .arg(file)
-        .args(args)
-        .env("PERF_PAGER", "cat")
-        .env("HOME", tmp())
-        .output()
-        .unwrap()
 }
 
 fn ptperf() -> PathBuf {
@@ -48,8 +29,8 @@ fn ptperf() -> PathBuf {
 /// Both tools print the same for `args`; returns the number of lines.
 fn same(file: &Path, args: &[&str]) -> usize {
     let perf = pt_testkit::tool("perf", "linux-perf");
-    let theirs = run(&perf, file, args);
-    let ours = run(&ptperf(), file, args);
+    let theirs = run_on(&perf, "script", file, args);
+    let ours = run_on(&ptperf(), "script", file, args);
     assert!(
         theirs.status.success(),
         "perf script {args:?} failed: {}",
@@ -248,7 +229,7 @@ fn srcfile_is_the_srclines_file() {
     let dir = scratch("s_srcfile");
     let (file, _) = record(&dir, &demo(), &[], Layout::default());
     let text = |f: &str| {
-        let out = run(&ptperf(), &file, &["--itrace=b", "-F", f]);
+        let out = run_on(&ptperf(), "script", &file, &["--itrace=b", "-F", f]);
         assert!(
             out.status.success(),
             "{}",
@@ -464,7 +445,7 @@ fn json_lines() {
     let dir = scratch("s_json");
     let (file, _) = record(&dir, &demo(), &[], Layout::default());
     let lines = same(&file, &["--itrace=bi1000ig"]);
-    let out = run(&ptperf(), &file, &["--itrace=bi1000ig", "--json"]);
+    let out = run_on(&ptperf(), "script", &file, &["--itrace=bi1000ig", "--json"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let objects: Vec<&str> = text.lines().collect();
@@ -526,7 +507,7 @@ fn bad_options() {
         ),
         (&["--time", "5,1"], "Invalid time string '5,1'"),
     ] {
-        let out = run(&ptperf(), &file, args);
+        let out = run_on(&ptperf(), "script", &file, args);
         assert!(!out.status.success(), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(msg), "{args:?}: {err}");

@@ -31,6 +31,26 @@ pub fn tmp() -> PathBuf {
 }
 
 /// A fresh scratch directory.
+/// Runs perf or ptperf (`tool`) `cmd` with `args` on `file`: HOME in the
+/// scratch tree and, for perf, its build-id directory beside the file, so that
+/// neither reads a cache of the user's.
+pub fn run_on(tool: &Path, cmd: &str, file: &Path, args: &[&str]) -> std::process::Output {
+    let mut c = Command::new(tool);
+    if tool.ends_with("perf") {
+        let mut beside = file.as_os_str().to_owned();
+        beside.push(".debug");
+        c.arg("--buildid-dir").arg(beside);
+    }
+    c.arg(cmd)
+        .arg("-i")
+        .arg(file)
+        .args(args)
+        .env("PERF_PAGER", "cat")
+        .env("HOME", tmp())
+        .output()
+        .unwrap()
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let d = tmp().join(name);
     let _ = std::fs::remove_dir_all(&d);

@@ -319,19 +319,26 @@ impl<'s, 'a> Hists<'s, 'a> {
         if c.kind != s.kind || c.tid != s.tid || c.time != t {
             self.check_ctx(s.kind, s.tid, t, comm());
         }
+        self.land(s, s.ip, s.period, 1);
+    }
+
+    /// Adds `nr` samples of `period` in all at `ip` (of sample `s`'s process,
+    /// code and context).
+    #[inline(always)]
+    fn land(&mut self, s: &Sample, ip: u64, period: u64, nr: u64) {
         let sp = &self.span;
-        if !(sp.code == s.code && sp.pid == s.pid && s.ip.wrapping_sub(sp.lo) < sp.len) {
-            self.find_span(s, s.ip);
+        if !(sp.code == s.code && sp.pid == s.pid && ip.wrapping_sub(sp.lo) < sp.len) {
+            self.find_span(s, ip);
         }
-        self.total += s.period;
-        self.nr += 1;
+        self.total += period;
+        self.nr += nr;
         let sp = &self.span;
         if sp.row != NONE {
-            self.row_periods[sp.row as usize] += s.period;
+            self.row_periods[sp.row as usize] += period;
         } else {
-            let i = s.ip.wrapping_add(sp.index) as usize;
-            self.periods[i] += s.period;
-            if s.period == 0 {
+            let i = ip.wrapping_add(sp.index) as usize;
+            self.periods[i] += period;
+            if period == 0 {
                 self.zero_hits.push(i);
             }
         }
@@ -511,25 +518,9 @@ impl<'s, 'a> Hists<'s, 'a> {
             count += std::mem::take(&mut t.diff[i]);
             if count > 0 {
                 if let Some(p) = walker.plain_insns([t.ci, i as u32], 1).first() {
-                    self.add_period(&like, p.ip, count as u64);
+                    self.land(&like, p.ip, count as u64, count as u64);
                 }
             }
-        }
-    }
-
-    /// Adds `n` samples of period 1 at `ip`, each as `s` but for its IP.
-    fn add_period(&mut self, s: &Sample, ip: u64, n: u64) {
-        let sp = &self.span;
-        if !(sp.code == s.code && sp.pid == s.pid && ip.wrapping_sub(sp.lo) < sp.len) {
-            self.find_span(s, ip);
-        }
-        self.total += n;
-        self.nr += n;
-        let sp = &self.span;
-        if sp.row != NONE {
-            self.row_periods[sp.row as usize] += n;
-        } else {
-            self.periods[ip.wrapping_add(sp.index) as usize] += n;
         }
     }
 

@@ -1713,12 +1713,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     #[inline(always)]
     pub fn sample_with(&mut self, s: &Sample, st: &Stacks) {
         if self.ip_only && !s.kind.is_synth() && s.kind != Kind::Branches {
-            // `-F ip`: " %16x\n", one fixed-size copy. Consecutive IPs share
-            // their upper half: its digits are kept from the last sample.
-            let mut line = [b'\n'; 18];
-            line[0] = b' ';
-            line[1..17].copy_from_slice(&self.hex16(s.ip));
-            self.buf.extend_from_slice(&line);
+            self.ip_run(std::iter::once(s.ip), 1);
             return;
         }
         self.sample_line(s, st);
