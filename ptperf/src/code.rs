@@ -83,10 +83,11 @@ enum HotKind {
     Stop,
 }
 
-/// What following TNT bits needs of a block, in one small record (a cache
-/// line: the walk touches nothing else of the block).
+/// What following TNT bits needs of a block, in one small record (half a
+/// cache line: the walk from block to block reads nothing else; a step's
+/// branch bytes and instructions are the block's own, read apart).
 #[derive(Clone, Copy, Debug)]
-#[repr(align(64))]
+#[repr(align(32))]
 struct Hot {
     /// The branch's IP.
     last_ip: u64,
@@ -94,14 +95,12 @@ struct Hot {
     target: u64,
     /// The blocks after it (not taken, taken), once known.
     next: [u32; 2],
-    /// Where its instructions start in the arena, and how many.
-    first: u32,
+    /// How many instructions.
     ninsn: u32,
     kind: HotKind,
-    /// The branch's length, operation and bytes.
+    /// The branch's length and operation.
     len: u8,
     op: Op,
-    insn: [u8; INSN_BUF],
 }
 
 /// The blocks of one image.
@@ -197,12 +196,10 @@ impl Cache {
             last_ip,
             target: next_ip.wrapping_add(last.rel as i64 as u64),
             next: [NO_BLOCK; 2],
-            first,
             ninsn: n,
             kind,
             len: last.length,
             op: last.op,
-            insn: last.buf,
         });
         self.index.insert(ip, id);
         id
@@ -564,6 +561,7 @@ impl CodeWalker {
             };
             tot += u64::from(n);
             if EVERY || to_ip != 0 {
+                let b = &c.blocks[bid as usize];
                 let type_ = match (EVERY, to_ip != 0) {
                     (true, true) => BRANCH | INSTRUCTION,
                     (true, false) => INSTRUCTION,
@@ -571,14 +569,14 @@ impl CodeWalker {
                 };
                 out.push(Step {
                     plain: if EVERY { n - 1 } else { 0 },
-                    plain_at: [ci as u32, h.first + skip],
+                    plain_at: [ci as u32, b.first + skip],
                     from_ip: h.last_ip,
                     to_ip,
                     tot_insn_cnt: tot,
                     type_,
                     op: h.op,
                     len: h.len,
-                    insn: h.insn,
+                    insn: b.last.buf,
                 });
                 updated |= cont;
             } else if count == 0 {
@@ -605,7 +603,8 @@ impl CodeWalker {
         }
         w.stack = Some(stack);
         if let Some(h) = c.hot.get(last as usize) {
-            w.tail = (!EVERY && last_to == 0).then_some((h.op, h.len, h.insn));
+            let insn = c.blocks[last as usize].last.buf;
+            w.tail = (!EVERY && last_to == 0).then_some((h.op, h.len, insn));
             w.ip = if last_to != 0 {
                 last_to
             } else {

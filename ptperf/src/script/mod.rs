@@ -2,6 +2,7 @@
 //! samples [`crate::synth`] synthesizes, byte for byte as perf 6.1 prints them.
 
 pub mod fields;
+mod pair_texts;
 pub(crate) mod print;
 
 use std::ffi::OsString;

@@ -6,6 +6,7 @@ use pt_decoder::perf::Session;
 use pt_perf_data::{AttrFlags, PerfFile};
 
 use super::fields::{f, OutType, Selection};
+use super::pair_texts::{Miss, PairKey, PairTexts};
 use super::Plan;
 use crate::decode::{PlainInsn, Step};
 use crate::itrace::SynthOpts;
@@ -147,23 +148,7 @@ pub(crate) mod w {
         /// Appends the text to `buf`.
         #[inline]
         pub fn put(&self, buf: &mut Vec<u8>) {
-            let total = self.bytes.len();
-            buf.reserve(total);
-            let start = buf.len();
-            let src = self.bytes.as_ptr();
-            // SAFETY: `reserve` made room for `total` bytes after `start`; `bytes`
-            // holds `total` bytes (whole 32-byte chunks); a vector's spare
-            // capacity never overlaps another vector's bytes; the chunks copied
-            // cover the `n` bytes `set_len` makes part of `buf`.
-            unsafe {
-                let dst = buf.as_mut_ptr().add(start);
-                let mut i = 0;
-                while i < total {
-                    std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), 32);
-                    i += 32;
-                }
-                buf.set_len(start + self.n);
-            }
+            super::super::pair_texts::put_chunks(buf, &self.bytes, self.n);
         }
     }
 
@@ -416,11 +401,12 @@ fn write_dso_name(b: &mut Vec<u8>, dso: &str, pad: usize) {
     }
 }
 
-/// A branch's text by (code image, pid, source, target) and fields.
-type PairEntry = ((u64, i32, u64, u64), u64, w::Padded);
-
 /// Sets of two branch-pair texts in [`Printer`]'s cache: 2^this.
 const PAIR_SETS_BITS: u32 = 15;
+/// Slots of [`Printer`]'s cache of resolved addresses: 2^this.
+const SYM_SLOTS_BITS: u32 = 16;
+/// Bytes of branch-pair texts kept at most (some 60,000 lines' worth).
+const PAIR_ARENA: usize = 16 << 20;
 
 /// A mapping's dso name and symbols.
 struct MapSyms {
@@ -489,11 +475,14 @@ pub struct Printer<'s, 'a> {
     pub pad_dso: usize,
     /// The last thread name looked up: (tid, from, until, name).
     comm_cache: Option<(i32, u64, u64, Option<&'s str>)>,
-    /// Resolved addresses by (code image, pid, address).
-    cache: Vec<Option<CacheEntry>>,
+    /// Resolved addresses by (code image, pid, address): a direct-mapped
+    /// table of indices into `entries` plus one (0: empty). Zeroed memory is
+    /// mapped lazily, so the table costs only the pages used.
+    slots: Vec<u32>,
+    entries: Vec<CacheEntry>,
     /// Branch lines' texts from the source address on, by (code image, pid,
     /// source, target), with the fields they were printed with.
-    pairs: Vec<Option<PairEntry>>,
+    pairs: PairTexts,
     /// Dso names and symbols by mapping (its address in the session).
     map_syms: std::collections::HashMap<usize, MapSyms>,
     /// The last instruction sample's span (see [`SpanRun`]) and mapping.
@@ -687,9 +676,10 @@ impl<'s, 'a> Printer<'s, 'a> {
             sym_names: Default::default(),
             buf: Vec::with_capacity(1 << 17),
             cbr2khz: 0,
-            cache: vec![None; 1 << 16],
+            slots: vec![0; 1 << SYM_SLOTS_BITS],
+            entries: Vec::new(),
             map_syms: Default::default(),
-            pairs: vec![None; 2 << PAIR_SETS_BITS],
+            pairs: PairTexts::new(PAIR_SETS_BITS, PAIR_ARENA),
             span_run: None,
             map_run: None,
             last_sym: None,
@@ -721,39 +711,56 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// and the address.
     pub(crate) fn resolve(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> Resolved {
         let slot = Self::slot(stamp, ip);
-        self.fill(slot, stamp, pid, ip, time);
-        match &self.cache[slot] {
-            Some(e) => e.r.clone(),
-            None => unreachable!("filled above"),
-        }
+        let i = self.fill(slot, stamp, pid, ip, time);
+        self.entries[i].r.clone()
     }
 
     /// The cache slot of (code image, pid, address).
     #[inline]
     fn slot(stamp: u64, ip: u64) -> usize {
-        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48)
-            as usize
+        ((ip ^ stamp.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> (64 - SYM_SLOTS_BITS)) as usize
     }
 
-    /// Makes `slot` hold (stamp, pid, ip).
+    /// The entry of (stamp, pid, ip), made if `slot` holds another.
     #[inline(always)]
-    fn fill(&mut self, slot: usize, stamp: u64, pid: i32, ip: u64, time: Option<u64>) {
-        if !matches!(&self.cache[slot], Some(e) if e.key == (stamp, pid, ip)) {
-            self.fill_miss(slot, stamp, pid, ip, time);
+    fn fill(&mut self, slot: usize, stamp: u64, pid: i32, ip: u64, time: Option<u64>) -> usize {
+        match self.slots[slot].checked_sub(1) {
+            Some(i) if self.entries[i as usize].key == (stamp, pid, ip) => i as usize,
+            _ => self.fill_miss(slot, stamp, pid, ip, time),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn fill_miss(&mut self, slot: usize, stamp: u64, pid: i32, ip: u64, time: Option<u64>) {
+    fn fill_miss(
+        &mut self,
+        slot: usize,
+        stamp: u64,
+        pid: i32,
+        ip: u64,
+        time: Option<u64>,
+    ) -> usize {
         let r = self.resolve_uncached(pid, ip, time);
-        let text = self.cache[slot].take().map(|e| e.text).unwrap_or_default();
-        self.cache[slot] = Some(CacheEntry {
-            key: (stamp, pid, ip),
-            r,
-            text,
-            text_fields: u64::MAX,
-        });
+        let key = (stamp, pid, ip);
+        match self.slots[slot].checked_sub(1) {
+            Some(i) => {
+                // The slot's entry (and its text's buffer) is reused.
+                let e = &mut self.entries[i as usize];
+                (e.key, e.r, e.text_fields) = (key, r, u64::MAX);
+                i as usize
+            }
+            None => {
+                self.entries.push(CacheEntry {
+                    key,
+                    r,
+                    text: Default::default(),
+                    text_fields: u64::MAX,
+                });
+                self.slots[slot] = self.entries.len() as u32;
+                self.entries.len() - 1
+            }
+        }
     }
 
     /// Appends `ip`'s `sym+0xoff (dso)` text for `fields`, formatted once per
@@ -761,11 +768,9 @@ impl<'s, 'a> Printer<'s, 'a> {
     #[inline]
     fn sym_text(&mut self, stamp: u64, pid: i32, ip: u64, time: Option<u64>, fields: u64) {
         let slot = Self::slot(stamp, ip);
-        self.fill(slot, stamp, pid, ip, time);
+        let i = self.fill(slot, stamp, pid, ip, time);
         let mask = fields & (f::SYM | f::SYMOFFSET | f::DSO);
-        let Some(e) = &mut self.cache[slot] else {
-            return;
-        };
+        let e = &mut self.entries[i];
         if e.text_fields != mask {
             let pad = self.pad_dso;
             let r = &e.r;
@@ -1602,33 +1607,24 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// again.
     #[inline]
     fn branch_pair(&mut self, s: &Sample, fields: u64) {
-        let key = (s.code, s.pid, s.ip, s.addr);
-        let h = (s.ip.rotate_left(17) ^ s.addr ^ s.code.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let set = (h >> (64 - PAIR_SETS_BITS)) as usize * 2;
-        for way in set..set + 2 {
-            if let Some((k, f, text)) = &self.pairs[way] {
-                if *k == key && *f == fields {
-                    text.put(&mut self.buf);
-                    return;
-                }
-            }
+        let key = PairKey {
+            code: s.code,
+            pid: s.pid,
+            ip: s.ip,
+            addr: s.addr,
+        };
+        if let Err(miss) = self.pairs.put(&key, fields, &mut self.buf) {
+            self.new_pair(s, fields, &key, miss);
         }
-        self.new_pair(s, fields, set);
     }
 
-    /// [`Printer::branch_pair`]'s text formatted, kept in the first way of
-    /// `set` (what was there moves to the second).
+    /// [`Printer::branch_pair`]'s text formatted, and kept.
     #[inline(never)]
-    fn new_pair(&mut self, s: &Sample, fields: u64, set: usize) {
+    fn new_pair(&mut self, s: &Sample, fields: u64, key: &PairKey, miss: Miss) {
         let start = self.buf.len();
         self.branch_from(s, fields);
         self.branch_to(s, fields);
-        let mut text = self.pairs[set + 1].take().map(|e| e.2).unwrap_or_default();
-        let written = &self.buf[start..];
-        text.set(|b| b.extend_from_slice(written));
-        self.pairs[set + 1] = self.pairs[set].take();
-        self.pairs[set] = Some(((s.code, s.pid, s.ip, s.addr), fields, text));
+        self.pairs.insert(miss, key, fields, &self.buf[start..]);
     }
 
     /// `-F ip` lines of a run of instruction samples ([`SampleSink::insns`]):
