@@ -124,6 +124,37 @@ pub(crate) mod w {
         }
     }
 
+    /// Appends the first `n` bytes of `chunks` (whole [`CHUNK`]s, at least `n`
+    /// bytes) to `buf`, a chunk at a time: whole chunks need no byte-exact
+    /// tail, and what is copied past `n` is spare capacity.
+    #[inline]
+    pub fn put_chunks(buf: &mut Vec<u8>, chunks: &[u8], n: usize) {
+        let total = chunks.len();
+        assert!(
+            n <= total && total % CHUNK == 0,
+            "a text longer than its chunks"
+        );
+        buf.reserve(total);
+        let start = buf.len();
+        let src = chunks.as_ptr();
+        // SAFETY: `reserve` made room for `total` bytes after `start`, and
+        // `chunks` holds `total` bytes, whole chunks: the loop copies at most
+        // that many; a vector's spare capacity never overlaps another slice; the
+        // `n` bytes `set_len` makes part of `buf` were all written.
+        unsafe {
+            let dst = buf.as_mut_ptr().add(start);
+            let mut i = 0;
+            while i < n {
+                std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), CHUNK);
+                i += CHUNK;
+            }
+            buf.set_len(start + n);
+        }
+    }
+
+    /// The unit texts are padded to and copied in ([`put_chunks`]).
+    pub const CHUNK: usize = 32;
+
     /// A short text kept padded to whole 32-byte chunks, so that appending it
     /// copies fixed-size chunks (a few vector moves) instead of calling memcpy
     /// for a length known only at run time.
@@ -141,14 +172,14 @@ pub(crate) mod w {
             self.bytes.clear();
             f(&mut self.bytes);
             self.n = self.bytes.len();
-            let padded = self.n.div_ceil(32).max(1) * 32;
+            let padded = self.n.div_ceil(CHUNK).max(1) * CHUNK;
             self.bytes.resize(padded, b' ');
         }
 
         /// Appends the text to `buf`.
         #[inline]
         pub fn put(&self, buf: &mut Vec<u8>) {
-            super::super::pair_texts::put_chunks(buf, &self.bytes, self.n);
+            put_chunks(buf, &self.bytes, self.n);
         }
     }
 
@@ -1605,7 +1636,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// Both parts of a branch's line, through a two-way cache by (code image,
     /// pid, source, target): a loop's branches print the same text again and
     /// again.
-    #[inline]
+    #[inline(always)]
     fn branch_pair(&mut self, s: &Sample, fields: u64) {
         let key = PairKey {
             code: s.code,
