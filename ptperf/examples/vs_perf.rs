@@ -4,13 +4,15 @@
 //!
 //! ```text
 //! cargo build --release -p ptperf
-//! cargo run --release -p ptperf --example vs_perf -- perf.data [RUNS]
+//! cargo run --release -p ptperf --example vs_perf -- [perf.data] [RUNS]
 //! ```
 //!
-//! A recording of ≥ 40M instructions: e.g. `ptperf record --source valgrind -o
-//! gzip.data -- gzip -c FILE` (on a machine without PT, the simulator), or `perf
-//! record -e intel_pt//u` where PT works. The outputs are compared too (their
-//! digests), so a speed-up never hides a difference.
+//! A recording of ≥ 40M instructions: without one, gzip compressing the first
+//! 200 KB of the C library (some 50M instructions), recorded once on the
+//! simulated PT CPU with `ptperf record --source valgrind` into
+//! `target/vs-perf/gzip.data` and reused. Any other recording serves too, e.g.
+//! `perf record -e intel_pt//u` where PT works. The outputs are compared too
+//! (their digests), so a speed-up never hides a difference.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -52,15 +54,60 @@ fn digest(cmd: &mut Command) -> (usize, u64) {
     (out.stdout.len(), h)
 }
 
+/// The gzip recording in `target/vs-perf/`, made with `ptperf` if missing.
+fn gzip_recording(ptperf: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."));
+    let dir = root.join("target/vs-perf");
+    let data = dir.join("gzip.data");
+    if data.exists() {
+        return data;
+    }
+    std::fs::create_dir_all(&dir).expect("target/vs-perf");
+    let libc = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("no C library to compress");
+    let bytes = std::fs::read(libc).expect("read the C library");
+    let input = dir.join("input.bin");
+    std::fs::write(&input, &bytes[..bytes.len().min(200_000)]).expect("write input.bin");
+    eprintln!("recording gzip on the simulated PT CPU (valgrind), once");
+    let part = dir.join("gzip.data.part");
+    let st = Command::new(ptperf)
+        .args([
+            "record",
+            "--backend",
+            "sim",
+            "--source",
+            "valgrind",
+            "-q",
+            "-o",
+        ])
+        .arg(&part)
+        .args(["--", "gzip", "-c"])
+        .arg(&input)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run ptperf record");
+    assert!(st.success(), "ptperf record failed");
+    std::fs::rename(&part, &data).expect("keep gzip.data");
+    data
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let file = PathBuf::from(args.next().expect("usage: vs_perf FILE [RUNS]"));
-    let runs: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let mut args = std::env::args().skip(1).peekable();
     let ptperf = std::env::current_exe()
         .ok()
         .and_then(|p| Some(p.parent()?.parent()?.join("ptperf")))
         .filter(|p| p.exists())
         .expect("build ptperf first: cargo build --release -p ptperf");
+    let file = match args.next_if(|a| a.parse::<usize>().is_err()) {
+        Some(f) => PathBuf::from(f),
+        None => gzip_recording(&ptperf),
+    };
+    let runs: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(3);
+    println!("{}", file.display());
     let cases: &[(&str, &[&str])] = &[
         ("script", &["--itrace=i1i", "-F", "ip"]),
         ("script", &["--itrace=b"]),
