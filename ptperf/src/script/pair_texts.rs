@@ -30,7 +30,7 @@ impl PairKey {
 }
 
 /// The arena's unit. A record is a header chunk, then its text padded with
-/// spaces to whole chunks.
+/// spaces to whole chunks (so that every header starts a chunk).
 type Chunk = [u8; CHUNK];
 
 /// A record's header: the key (the code image's stamp in 32 bits: keys of
@@ -196,6 +196,9 @@ impl PairTexts {
             return;
         };
         let chunks = text.chunks(CHUNK);
+        if 1 + chunks.len() > self.limit {
+            return;
+        }
         if self.arena.len() + 1 + chunks.len() > self.limit || fields != self.fields {
             self.clear();
             self.fields = fields;
@@ -353,5 +356,11 @@ mod tests {
             want.extend_from_slice(&text);
             assert_eq!(fetch(&mut p, &k), Some(want));
         }
+        // A text longer than the whole arena is not kept.
+        let k = key(5000, 0);
+        let miss = p.put(&k, FIELDS, &mut Vec::new()).unwrap_err();
+        p.insert(miss, &k, FIELDS, &[b'y'; 5000]);
+        assert!(p.arena.len() * CHUNK <= 4096);
+        assert_eq!(fetch(&mut p, &k), None);
     }
 }
