@@ -285,6 +285,11 @@ impl Section {
         self.file_offset
     }
 
+    /// The whole file (or buffer) the section is part of.
+    pub(crate) fn file_bytes(&self) -> &[u8] {
+        self.backing.bytes()
+    }
+
     /// All bytes of the section.
     pub fn bytes(&self) -> &[u8] {
         // In bounds by construction: start + len <= backing length.

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use pt_decoder::image::Image;
-use pt_decoder::insn::decode_at;
 use pt_encoder::ExecMode;
 
 use crate::decode::insn::{Branch, Insn, Op, INSN_BUF};
@@ -130,30 +129,25 @@ impl Cache {
         let mut n = 0u32;
         let mut last = Insn::default();
         let mut last_ip = ip;
-        let section_end = image.find(ip).map(|s| s.vaddr().wrapping_add(s.len()));
         // The section's bytes from `ip` on: instructions inside it decode
         // straight from them (one at its end may go on into the next section).
         let code = image.bytes_at(ip).unwrap_or_default();
+        let section_end = (!code.is_empty()).then(|| ip.wrapping_add(code.len() as u64));
         let end = loop {
             if n >= MAX_BLOCK {
                 break End::SectionEnd;
             }
             let off = at.wrapping_sub(ip) as usize;
             let mut bytes = [0u8; INSN_BUF];
-            let (pi, got) = match code.get(off..off + INSN_BUF) {
+            let got = match code.get(off..off + INSN_BUF) {
                 Some(b) => {
                     bytes.copy_from_slice(b);
-                    match pt_decoder::insn::decode(b, at, ExecMode::Bit64) {
-                        Ok(pi) => (pi, INSN_BUF),
-                        Err(_) => break End::Bad,
-                    }
+                    INSN_BUF
                 }
-                None => {
-                    let Ok(pi) = decode_at(image, at, ExecMode::Bit64) else {
-                        break End::Bad;
-                    };
-                    (pi, image.read(at, &mut bytes).unwrap_or(0))
-                }
+                None => image.read(at, &mut bytes).unwrap_or(0),
+            };
+            let Ok(pi) = pt_decoder::insn::decode(&bytes[..got], at, ExecMode::Bit64) else {
+                break End::Bad;
             };
             let insn = Insn::from_pt(&pi, &bytes[..got]);
             let kept = usize::from(pi.size).min(got);

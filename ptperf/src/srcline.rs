@@ -496,20 +496,12 @@ impl SrcLines {
         build_id: Option<&[u8]>,
         addr: u64,
     ) -> Option<Rc<str>> {
-        let key = (name.to_string(), build_id.unwrap_or_default().to_vec());
         let full = self.full_path;
-        let dso = self
-            .dsos
-            .entry(key)
-            .or_insert_with(|| Dso::load(name, path, build_id));
+        let dso = self.dso(name, path, build_id);
         if let Some(v) = dso.lines.get(&addr) {
             return v.clone();
         }
-        let objdump = addr.wrapping_add(dso.text_offset);
-        let answer = dso
-            .file
-            .as_ref()
-            .map_or(Answer::NotFound, |f| f.answer(objdump));
+        let (objdump, answer) = dso.answer(addr);
         let text: Option<Rc<str>> = match answer {
             Answer::Line { file, line } => {
                 let file = if full { &*file } else { basename(&file) };
@@ -536,23 +528,22 @@ impl SrcLines {
         build_id: Option<&[u8]>,
         addr: u64,
     ) -> Answer {
-        let key = (name.to_string(), build_id.unwrap_or_default().to_vec());
-        let dso = self
-            .dsos
-            .entry(key)
-            .or_insert_with(|| Dso::load(name, path, build_id));
-        let objdump = addr.wrapping_add(dso.text_offset);
-        match dso
-            .file
-            .as_ref()
-            .map_or(Answer::NotFound, |f| f.answer(objdump))
-        {
-            Answer::Line { file, line } if !self.full_path => Answer::Line {
+        let full = self.full_path;
+        match self.dso(name, path, build_id).answer(addr).1 {
+            Answer::Line { file, line } if !full => Answer::Line {
                 file: basename(&file).into(),
                 line,
             },
             a => a,
         }
+    }
+
+    /// The dso recorded as `name` with `build_id` (loaded on first use).
+    fn dso(&mut self, name: &str, path: Option<&Path>, build_id: Option<&[u8]>) -> &mut Dso {
+        let key = (name.to_string(), build_id.unwrap_or_default().to_vec());
+        self.dsos
+            .entry(key)
+            .or_insert_with(|| Dso::load(name, path, build_id))
     }
 
     /// perf report's `srcfile` of the same address: the srcline's file part
@@ -573,6 +564,17 @@ impl SrcLines {
 }
 
 impl Dso {
+    /// addr2line's answer for map-relative `addr`, with the address it asks
+    /// for (objdump's: `addr` plus the text offset).
+    fn answer(&self, addr: u64) -> (u64, Answer) {
+        let objdump = addr.wrapping_add(self.text_offset);
+        let answer = self
+            .file
+            .as_ref()
+            .map_or(Answer::NotFound, |f| f.answer(objdump));
+        (objdump, answer)
+    }
+
     fn load(name: &str, path: Option<&Path>, build_id: Option<&[u8]>) -> Dso {
         let short: Rc<str> = basename(name).into();
         let text_offset = path.map_or(0, text_offset);

@@ -921,23 +921,27 @@ impl<'s, 'a> Synth<'s, 'a> {
         r
     }
 
-    fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
-        if !self.opts.instructions
-            && self.opts.branches
-            && self.branches_filter == 0
-            && run.iter().all(|s| s.type_ == ty::BRANCH && s.plain == 0)
-        {
-            return self.branch_run(qi, run, sink);
-        }
-        // What the steps share: the last one's state but for the step's fields.
-        let st = *self.queues[qi].dec.state();
-        let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
-        let cyc = st.tot_cyc_cnt;
+    /// What a run's steps share, from the last one's state: its cycle count,
+    /// whether samples take IPC, and the interrupt-disabled flag.
+    fn run_shared(&self, qi: usize) -> (u64, bool, u32) {
+        let st = self.queues[qi].dec.state();
         let iflag = if self.cap_event_trace && !st.to_iflag {
             flags::INTR_DISABLE
         } else {
             0
         };
+        (st.tot_cyc_cnt, st.flags & sflags::SAMPLE_IPC != 0, iflag)
+    }
+
+    fn sample_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
+        if !self.opts.instructions && self.opts.branches && self.branches_filter == 0 {
+            // Without instruction samples the decoder walks branch by branch:
+            // every step is a branch and nothing else.
+            debug_assert!(run.iter().all(|s| s.type_ == ty::BRANCH && s.plain == 0));
+            return self.branch_run(qi, run, sink);
+        }
+        // What the steps share: the last one's state but for the step's fields.
+        let (cyc, sample_ipc, iflag) = self.run_shared(qi);
         let (instructions, branches) = (self.opts.instructions, self.opts.branches);
         let filter = self.branches_filter;
         let mut s = self.prep(qi, Kind::Instructions);
@@ -1005,15 +1009,9 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// samples, no filter): handed to the sink in stretches
     /// ([`SampleSink::branches`]) between the samples that have IPC counts.
     fn branch_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
-        let st = *self.queues[qi].dec.state();
-        let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
-        let cyc = st.tot_cyc_cnt;
+        let (cyc, sample_ipc, iflag) = self.run_shared(qi);
         let mut like = self.prep(qi, Kind::Branches);
-        like.flags = if self.cap_event_trace && !st.to_iflag {
-            flags::INTR_DISABLE
-        } else {
-            0
-        };
+        like.flags = iflag;
         (like.period, like.cyc_cnt, like.insn_cnt) = (1, 0, 0);
         self.fast_states += run.len() as u64;
         let q = &mut self.queues[qi];
@@ -1045,9 +1043,7 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// sampled) goes into one list of spans, handed over at the end of the run;
     /// the rest as `sample_run` samples it.
     fn count_run(&mut self, qi: usize, run: &[decode::Step], sink: &mut dyn SampleSink) -> Flow {
-        let st = *self.queues[qi].dec.state();
-        let sample_ipc = st.flags & sflags::SAMPLE_IPC != 0;
-        let cyc = st.tot_cyc_cnt;
+        let (cyc, sample_ipc, _) = self.run_shared(qi);
         let like = self.prep(qi, Kind::Instructions);
         let mut spans = std::mem::take(&mut self.spans);
         spans.clear();

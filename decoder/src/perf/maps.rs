@@ -18,7 +18,7 @@ use crate::image::{Image, Section};
 use pt_perf_data::BuildId;
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// What a mapping maps.
@@ -257,7 +257,9 @@ impl Finder {
                     }
                 })?;
             let build_id_mismatch = match m.build_id.filter(|b| b.len > 0) {
-                Some(want) if !cached => file_build_id(&path).filter(|have| *have != want),
+                Some(want) if !cached => {
+                    file_build_id(section.file_bytes()).filter(|have| *have != want)
+                }
                 _ => None,
             };
             return Ok(CodeFile {
@@ -277,15 +279,11 @@ impl Finder {
     }
 }
 
-/// The build id in an ELF file's notes (the file mapped, not read: only its
-/// headers and notes are looked at).
-fn file_build_id(path: &Path) -> Option<BuildId> {
+/// The build id in an ELF file's notes (of the file as its section maps it:
+/// only its headers and notes are looked at).
+fn file_build_id(data: &[u8]) -> Option<BuildId> {
     use object::Object;
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: the map is read-only and dropped before returning. As everywhere
-    // a file is mapped, we rely on nobody truncating it meanwhile.
-    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let obj = object::File::parse(&*data).ok()?;
+    let obj = object::File::parse(data).ok()?;
     obj.build_id().ok().flatten().map(BuildId::new)
 }
 

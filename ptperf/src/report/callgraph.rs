@@ -679,17 +679,10 @@ impl Printer<'_, '_, '_> {
         &self.frames.get(f).name
     }
 
-    /// The order of siblings: (cumulated) period, then perf's tree order.
-    fn sorted(&self, parent: u32, min_hit: u64, by_cumul: bool) -> Vec<u32> {
+    /// The order of siblings: cumulated period, then perf's tree order.
+    fn sorted(&self, parent: u32, min_hit: u64) -> Vec<u32> {
         let nodes = &self.forest.nodes;
-        let hits = |c: u32| {
-            let n = &nodes[c as usize];
-            if by_cumul {
-                n.cumul()
-            } else {
-                n.hit
-            }
-        };
+        let hits = |c: u32| nodes[c as usize].cumul();
         let mut v: Vec<u32> = self
             .forest
             .children(parent)
@@ -757,7 +750,7 @@ impl Printer<'_, '_, '_> {
             }
             _ => self.min_hit(total),
         };
-        self.sorted(n, min, true)
+        self.sorted(n, min)
     }
 
     fn graph(&self, out: &mut String, root: u32, total: u64, parent: u64) {

@@ -69,7 +69,6 @@ const RUN_WORDS: usize = 1 << 24;
 /// order they come in, but for which sample makes an entry (its thread), so
 /// they are handed on in the order each key first came (every so often, all
 /// so far: an entry is still made by the first sample that adds to it).
-#[derive(Default)]
 struct Runs {
     /// The keys, one after the other.
     words: Vec<u32>,
@@ -88,6 +87,17 @@ struct RunSum {
     same: u32,
     period: u64,
     count: u64,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Runs {
+            words: Vec::new(),
+            runs: Vec::new(),
+            index: FxMap::default(),
+            last: NONE,
+        }
+    }
 }
 
 impl Runs {
@@ -168,10 +178,7 @@ impl<'s, 'a> Children<'s, 'a> {
             graphs,
             hists: Vec::new(),
             seen: Vec::new(),
-            runs: Runs {
-                last: NONE,
-                ..Runs::default()
-            },
+            runs: Runs::default(),
             key: Vec::new(),
             cursor: Vec::new(),
             last_locs: Vec::new(),
@@ -266,7 +273,7 @@ impl<'s, 'a> Children<'s, 'a> {
             if self.cumulate {
                 k.extend_from_slice(&self.last_locs);
             }
-        } else if self.cumulate || self.graphs.is_some() {
+        } else {
             // Only the chain's own entries need its locations.
             let mut frames = std::mem::take(&mut self.cursor);
             frames.clear();
@@ -286,12 +293,10 @@ impl<'s, 'a> Children<'s, 'a> {
             }
         }
         k[LEN] = if stale && self.cumulate {
-            self.last_locs.len() as u32
-        } else if self.cumulate || self.graphs.is_some() {
-            chain.len() as u32
+            self.last_locs.len()
         } else {
-            0
-        };
+            chain.len()
+        } as u32;
         self.runs.add(&self.key, s.period);
         if self.runs.words.len() > RUN_WORDS {
             self.flush_all(hists);
@@ -303,10 +308,7 @@ impl<'s, 'a> Children<'s, 'a> {
         for r in 0..self.runs.runs.len() as u32 {
             self.flush(hists, r);
         }
-        self.runs = Runs {
-            last: NONE,
-            ..Runs::default()
-        };
+        self.runs = Runs::default();
     }
 
     /// Adds the samples of run `r` up into the entries (and their call graphs).
@@ -328,36 +330,25 @@ impl<'s, 'a> Children<'s, 'a> {
             return;
         }
         let caller = self.graphs.as_ref().map_or(Order::Caller, |g| g.order) == Order::Caller;
-        if key[STALE] != 0 {
-            // Only the depth of the chain from each entry on is kept (perf adds
-            // the chain to their call graphs, which it never prints).
-            self.seen.clear();
-            self.seen.push(e);
-            for pos in 0..n {
-                let loc = locs[if caller { n - 1 - pos } else { pos }];
-                let e = Self::entry(&self.keys, hists, h, comm, loc, thread);
-                if !self.seen.contains(&e) {
-                    self.seen.push(e);
-                    let a = &mut h.entries[e as usize];
-                    a.acc += period;
-                    a.depth = a.depth.max((n - pos) as u32);
-                }
-            }
-            return;
-        }
-        let a = &mut h.entries[e as usize];
-        a.depth = a.depth.max(n as u32);
+        // A branch sample's (stale) chain only adds up into the entries, and
+        // the depth of the chain from each on (perf adds it to their call
+        // graphs, which it never prints).
+        let stale = key[STALE] != 0;
         self.cursor.clear();
-        if let Some(g) = &mut self.graphs {
-            if caller {
-                self.cursor.extend(frames.iter().rev());
-            } else {
-                self.cursor.extend(frames);
+        if !stale {
+            let a = &mut h.entries[e as usize];
+            a.depth = a.depth.max(n as u32);
+            if let Some(g) = &mut self.graphs {
+                if caller {
+                    self.cursor.extend(frames.iter().rev());
+                } else {
+                    self.cursor.extend(frames);
+                }
+                if a.tree == NONE {
+                    a.tree = g.forest.tree();
+                }
+                g.forest.append(a.tree, &self.cursor, period, count as u32);
             }
-            if a.tree == NONE {
-                a.tree = g.forest.tree();
-            }
-            g.forest.append(a.tree, &self.cursor, period, count as u32);
         }
         if !self.cumulate {
             return;
@@ -374,7 +365,7 @@ impl<'s, 'a> Children<'s, 'a> {
             let a = &mut h.entries[e as usize];
             a.acc += period;
             a.depth = a.depth.max((n - pos) as u32);
-            if let Some(g) = &mut self.graphs {
+            if let (Some(g), false) = (&mut self.graphs, stale) {
                 if a.tree == NONE {
                     a.tree = g.forest.tree();
                 }

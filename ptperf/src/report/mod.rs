@@ -330,7 +330,7 @@ fn synth_opts(itrace: Option<&str>) -> Result<SynthOpts, String> {
     })
 }
 
-/// The report's first lines.
+/// The report's first lines (before its tables, or alone).
 const HEADER: &str =
     "# To display the perf.data header info, please use --header/--header-only options.\n#\n";
 

@@ -158,10 +158,7 @@ pub(super) fn write(
     layout: Layout,
     graph: Option<&Printer>,
 ) {
-    let _ = writeln!(
-        out,
-        "# To display the perf.data header info, please use --header/--header-only options.\n#"
-    );
+    let _ = out.write_all(super::HEADER.as_bytes());
     let _ = writeln!(out, "#\n# Total Lost Samples: 0\n#");
     tables.sort_by_key(|t| names.iter().position(|(k, _)| *k == t.kind));
     for t in &mut tables {
@@ -372,107 +369,16 @@ fn collapse_order(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
 /// and else to its right (perf's output tree; with an order that is not
 /// transitive, the tree's shape decides, so its balancing is perf's too).
 fn tree_order<T>(items: Vec<T>, cmp: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
-    const NIL: usize = usize::MAX;
-    let n = items.len();
-    let (mut left, mut right, mut up) = (vec![NIL; n], vec![NIL; n], vec![NIL; n]);
-    let mut red = vec![false; n];
-    let mut root = NIL;
-    // Turns the edge from `x` to its child on one side (`l`: the right
-    // child rises) the other way.
-    let rotate = |x: usize,
-                  l: bool,
-                  left: &mut Vec<usize>,
-                  right: &mut Vec<usize>,
-                  up: &mut Vec<usize>,
-                  root: &mut usize| {
-        let (a, b) = if l {
-            (&mut *right, &mut *left)
-        } else {
-            (&mut *left, &mut *right)
-        };
-        let y = a[x];
-        a[x] = b[y];
-        if b[y] != NIL {
-            up[b[y]] = x;
-        }
-        b[y] = x;
-        let p = up[x];
-        up[y] = p;
-        if p == NIL {
-            *root = y;
-        } else if left[p] == x {
-            left[p] = y;
-        } else {
-            right[p] = y;
-        }
-        up[x] = y;
-    };
-    for i in 0..n {
-        let (mut p, mut cur, mut to_left) = (NIL, root, false);
-        while cur != NIL {
-            p = cur;
-            to_left = cmp(&items[i], &items[cur]) == Ordering::Less;
-            cur = if to_left { left[cur] } else { right[cur] };
-        }
-        up[i] = p;
-        red[i] = true;
-        if p == NIL {
-            root = i;
-        } else if to_left {
-            left[p] = i;
-        } else {
-            right[p] = i;
-        }
-        let mut z = i;
-        loop {
-            let p = up[z];
-            if p == NIL {
-                red[z] = false;
-                break;
-            }
-            if !red[p] {
-                break;
-            }
-            // A red parent is not the root.
-            let g = up[p];
-            let p_left = left[g] == p;
-            let u = if p_left { right[g] } else { left[g] };
-            if u != NIL && red[u] {
-                red[p] = false;
-                red[u] = false;
-                red[g] = true;
-                z = g;
-                continue;
-            }
-            let mut p = p;
-            let inner = if p_left { right[p] == z } else { left[p] == z };
-            if inner {
-                rotate(p, p_left, &mut left, &mut right, &mut up, &mut root);
-                z = p;
-                p = up[z];
-            }
-            red[p] = false;
-            red[g] = true;
-            rotate(g, !p_left, &mut left, &mut right, &mut up, &mut root);
-            break;
-        }
-    }
-    // In order.
-    let mut order = Vec::with_capacity(n);
-    let mut stack = Vec::new();
-    let mut cur = root;
-    while cur != NIL || !stack.is_empty() {
-        while cur != NIL {
-            stack.push(cur);
-            cur = left[cur];
-        }
-        if let Some(x) = stack.pop() {
-            order.push(x);
-            cur = right[x];
-        }
+    // The symbols' red-black tree, with entry ids for items (insertion order).
+    let mut tree = crate::symbols::tree::Tree::new();
+    for i in 0..items.len() {
+        tree.insert_by(0, 0, |at, _| cmp(&items[i], &items[at as usize]).is_lt());
     }
     let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
-    order.into_iter().filter_map(|i| slots[i].take()).collect()
+    tree.in_order()
+        .into_iter()
+        .filter_map(|i| slots[i as usize].take())
+        .collect()
 }
 
 /// perf's order of entries of equal overhead: by the sort keys in turn.

@@ -9,8 +9,6 @@
 //! record is mostly known without the table (four lines in five on a
 //! CPython recording), and a hit costs the record's own cache lines only.
 
-use super::print::w::CHUNK;
-
 /// What a branch text depends on: code image, pid, source, target. (The
 /// fields printed are the same for every branch line of a session; the
 /// cache keeps texts of one selection of fields at a time.)
@@ -32,6 +30,7 @@ impl PairKey {
 /// The arena's unit. A record is a header chunk, then its text padded with
 /// spaces to whole chunks (so that every header starts a chunk).
 type Chunk = [u8; CHUNK];
+const CHUNK: usize = 32;
 
 /// A record's header: the key (the code image's stamp in 32 bits: keys of
 /// larger stamps are not kept), the text's length, and the record printed

@@ -124,37 +124,6 @@ pub(crate) mod w {
         }
     }
 
-    /// Appends the first `n` bytes of `chunks` (whole [`CHUNK`]s, at least `n`
-    /// bytes) to `buf`, a chunk at a time: whole chunks need no byte-exact
-    /// tail, and what is copied past `n` is spare capacity.
-    #[inline]
-    pub fn put_chunks(buf: &mut Vec<u8>, chunks: &[u8], n: usize) {
-        let total = chunks.len();
-        assert!(
-            n <= total && total % CHUNK == 0,
-            "a text longer than its chunks"
-        );
-        buf.reserve(total);
-        let start = buf.len();
-        let src = chunks.as_ptr();
-        // SAFETY: `reserve` made room for `total` bytes after `start`, and
-        // `chunks` holds `total` bytes, whole chunks: the loop copies at most
-        // that many; a vector's spare capacity never overlaps another slice; the
-        // `n` bytes `set_len` makes part of `buf` were all written.
-        unsafe {
-            let dst = buf.as_mut_ptr().add(start);
-            let mut i = 0;
-            while i < n {
-                std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), CHUNK);
-                i += CHUNK;
-            }
-            buf.set_len(start + n);
-        }
-    }
-
-    /// The unit texts are padded to and copied in ([`put_chunks`]).
-    pub const CHUNK: usize = 32;
-
     /// A short text kept padded to whole 32-byte chunks, so that appending it
     /// copies fixed-size chunks (a few vector moves) instead of calling memcpy
     /// for a length known only at run time.
@@ -172,14 +141,30 @@ pub(crate) mod w {
             self.bytes.clear();
             f(&mut self.bytes);
             self.n = self.bytes.len();
-            let padded = self.n.div_ceil(CHUNK).max(1) * CHUNK;
+            let padded = self.n.div_ceil(32).max(1) * 32;
             self.bytes.resize(padded, b' ');
         }
 
         /// Appends the text to `buf`.
         #[inline]
         pub fn put(&self, buf: &mut Vec<u8>) {
-            put_chunks(buf, &self.bytes, self.n);
+            let total = self.bytes.len();
+            buf.reserve(total);
+            let start = buf.len();
+            let src = self.bytes.as_ptr();
+            // SAFETY: `reserve` made room for `total` bytes after `start`; `bytes`
+            // holds `total` bytes (whole 32-byte chunks); a vector's spare
+            // capacity never overlaps another vector's bytes; the chunks copied
+            // cover the `n` bytes `set_len` makes part of `buf`.
+            unsafe {
+                let dst = buf.as_mut_ptr().add(start);
+                let mut i = 0;
+                while i < total {
+                    std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), 32);
+                    i += 32;
+                }
+                buf.set_len(start + self.n);
+            }
         }
     }
 
@@ -436,7 +421,7 @@ fn write_dso_name(b: &mut Vec<u8>, dso: &str, pad: usize) {
 const PAIR_SETS_BITS: u32 = 15;
 /// Slots of [`Printer`]'s cache of resolved addresses: 2^this.
 const SYM_SLOTS_BITS: u32 = 16;
-/// Bytes of branch-pair texts kept at most (some 60,000 lines' worth).
+/// Bytes of branch-pair texts kept at most (some 70,000 branches' texts).
 const PAIR_ARENA: usize = 16 << 20;
 
 /// A mapping's dso name and symbols.

@@ -24,7 +24,7 @@ use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::{Endianness, ReadRef};
 
-mod tree;
+pub(crate) mod tree;
 
 /// One symbol: `[start, end)` in the file's symbol space.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -45,13 +45,19 @@ impl Tree {
     /// Inserts `[start, end]` below the entries of equal start
     /// (`__symbols__insert`); returns its id.
     pub fn insert(&mut self, start: u64, end: u64) -> u32 {
+        self.insert_by(start, end, |_, at| start < at)
+    }
+
+    /// Inserts `[start, end]`, going left of each node `go_left` says (given
+    /// the node's id and start) and else right; returns its id.
+    pub fn insert_by(&mut self, start: u64, end: u64, go_left: impl Fn(u32, u64) -> bool) -> u32 {
         let id = self.nodes.len() as u32;
         let mut parent = NIL;
         let mut left = false;
         let mut p = self.root;
         while p != NIL {
             parent = p;
-            left = start < self.nodes[p as usize].start;
+            left = go_left(p, self.nodes[p as usize].start);
             p = if left {
                 self.nodes[p as usize].left
             } else {
