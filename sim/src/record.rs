@@ -848,15 +848,21 @@ mod sink_tests {
         v
     }
 
+    /// Code at 0x1000: `nop; dec ecx; jnz 0x1000`, then int3s.
+    fn loop_page() -> CodeMemory {
+        let mut page = vec![0xcc; 4096];
+        page[..5].copy_from_slice(&[0x90, 0xff, 0xc9, 0x75, 0xfb]);
+        let mut mem = CodeMemory::new();
+        mem.set_page(0x1000, &page);
+        mem
+    }
+
     /// After an exec, every mapping of the new program is reported, also those
     /// (the loader, the vDSO) at the same place as in the old one: the kernel
     /// reports them, and a decoder drops the old program's at the exec.
     #[test]
     fn exec_reports_all_new_mappings() {
-        let mut page = vec![0xcc; 4096];
-        page[..5].copy_from_slice(&[0x90, 0xff, 0xc9, 0x75, 0xfb]);
-        let mut mem = CodeMemory::new();
-        mem.set_page(0x1000, &page);
+        let mem = loop_page();
         let map = |start: u64, path: &str| crate::exec::maps::Mapping {
             start,
             end: start + 0x1000,
@@ -913,10 +919,7 @@ mod sink_tests {
 
     #[test]
     fn one_stream_per_thread_and_timed_task_events() {
-        let mut page = vec![0xcc; 4096];
-        page[..5].copy_from_slice(&[0x90, 0xff, 0xc9, 0x75, 0xfb]);
-        let mut mem = CodeMemory::new();
-        mem.set_page(0x1000, &page);
+        let mem = loop_page();
         let main = ThreadId::main_of(7);
         let worker = ThreadId { pid: 7, tid: 8 };
         let mut items = vec![ExecItem::Event(Event::Exec {
