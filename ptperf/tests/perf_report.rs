@@ -88,6 +88,18 @@ fn without_tip(s: &str) -> String {
         .collect()
 }
 
+/// [`same_whole`] for each of `cases`, each with more than `entries` entry
+/// lines and `graph` call graph lines.
+fn all_same_whole(file: &Path, cases: &[&[&str]], entries: usize, graph: usize) {
+    for args in cases {
+        let (e, g) = same_whole(file, args);
+        assert!(
+            e > entries && g > graph,
+            "{args:?}: {e} entries, {g} graph lines"
+        );
+    }
+}
+
 /// The same output, whole; returns the numbers of entry lines and of call
 /// graph lines.
 fn same_whole(file: &Path, args: &[&str]) -> (usize, usize) {
@@ -164,13 +176,7 @@ fn call_graphs_as_perf() {
         &["--itrace=i10ig", "--no-children", "-g", "fractal,1,caller"],
         &["--itrace=i10ig", "--no-children", "-G", "-g", "folded,0"],
     ];
-    for args in cases {
-        let (entries, graph) = same_whole(file, args);
-        assert!(
-            entries > 10 && graph > 50,
-            "{args:?}: {entries} entries, {graph} graph lines"
-        );
-    }
+    all_same_whole(file, cases, 10, 50);
 }
 
 /// A system tool (dynamically linked, stripped: frames named by address, ties
@@ -187,13 +193,7 @@ fn call_graphs_of_ls_as_perf() {
         &["--itrace=i100ig", "-g", "flat,0.1,callee"],
         &["--itrace=i100ig", "-g", "address"],
     ];
-    for args in cases {
-        let (entries, graph) = same_whole(file, args);
-        assert!(
-            entries > 5 && graph > 20,
-            "{args:?}: {entries} entries, {graph} graph lines"
-        );
-    }
+    all_same_whole(file, cases, 5, 20);
 }
 
 /// A threaded program: entries of different threads with equal children are
