@@ -631,6 +631,16 @@ fn multdiv(t: u64, n: u32, d: u32) -> u64 {
         .wrapping_add((t % d).wrapping_mul(n) / d)
 }
 
+/// `reference` advanced by `cycles` at `cyc_to_tsc` TSC ticks a cycle, as perf
+/// computes it: `timestamp += cycle_cnt * cyc_to_tsc` on a `uint64_t`, so the sum
+/// is taken in `double` and only then truncated. Truncating the product first
+/// lands one tick low where the product falls just short of a whole number (a
+/// ratio measured between two MTCs, times the cycles between them, is often
+/// 0.999… short of the MTC's own value).
+fn add_cycles(reference: u64, cycles: u64, cyc_to_tsc: f64) -> u64 {
+    (reference as f64 + cycles as f64 * cyc_to_tsc) as u64
+}
+
 fn lower_power_of_2(x: u64) -> u64 {
     if x == 0 {
         0
@@ -1776,9 +1786,9 @@ impl<'a> Decoder<'a> {
             return;
         }
         if self.have_calc_cyc_to_tsc {
-            t = t.wrapping_add((self.cycle_cnt as f64 * self.calc_cyc_to_tsc) as u64);
+            t = add_cycles(t, self.cycle_cnt, self.calc_cyc_to_tsc);
         } else if self.cbr != 0 {
-            t = t.wrapping_add((self.cycle_cnt as f64 * self.cbr_cyc_to_tsc) as u64);
+            t = add_cycles(t, self.cycle_cnt, self.cbr_cyc_to_tsc);
         } else {
             return;
         }
