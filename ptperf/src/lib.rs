@@ -11,7 +11,8 @@
 //! - [`decode`]: perf's Intel PT decoder semantics (the states intel-pt-decoder.c
 //!   hands to intel-pt.c), over pt-decoder's packets and [`code`]'s walk.
 //! - [`synth`]: the samples perf's intel-pt.c synthesizes from those states
-//!   ([`sample`]), for the `--itrace` options ([`itrace`]), queues in time order.
+//!   ([`sample`]), for the `--itrace` options ([`itrace`]), queues in time order
+//!   ([`auxtrace_heap`], ties broken as perf's heap breaks them).
 //! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
 //!   byte for byte as perf prints and writes them; [`symbols`] finds the names
 //!   perf gives addresses, [`srcline`] their source lines.
@@ -21,6 +22,7 @@
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
 
+pub mod auxtrace_heap;
 pub mod code;
 pub mod damage;
 pub mod decode;

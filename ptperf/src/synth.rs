@@ -33,13 +33,12 @@
 //! # }
 //! ```
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::ops::ControlFlow;
 
 use pt_decoder::image::Image;
 use pt_decoder::perf::Session;
 
+use crate::auxtrace_heap::AuxtraceHeap;
 use crate::code::{CodeWalker, ImageWalker};
 use crate::decode::{self, sflags, ty, Buffer, Decoder, Params};
 use crate::itrace::{self, PeriodType, SynthOpts};
@@ -734,8 +733,8 @@ impl<'s, 'a> Synth<'s, 'a> {
     pub fn run_into(&mut self, sink: &mut dyn SampleSink) -> Flow {
         self.counting = sink.takes_counts();
         if self.timeless {
-            for (time, qi) in self.truncations() {
-                self.lost_error(qi, time, sink)?;
+            for (_, qi, time) in self.truncations() {
+                self.lost_error(qi, time.unwrap_or(0), sink)?;
             }
             let order: Vec<usize> = self.session.timeless_order().to_vec();
             let mut done = vec![false; self.queues.len()];
@@ -758,7 +757,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         }
         // Each queue's first timestamp puts it on the heap (perf's
         // intel_pt_setup_queue).
-        let mut heap = BinaryHeap::new();
+        let mut heap = AuxtraceHeap::new();
         for qi in 0..self.queues.len() {
             loop {
                 self.decode(qi);
@@ -774,33 +773,51 @@ impl<'s, 'a> Synth<'s, 'a> {
                     q.timestamp = q.dec.state().timestamp;
                     q.have_sample = true;
                     self.sample_flags(qi);
-                    heap.push(Reverse((self.queues[qi].timestamp, qi)));
+                    heap.add(qi, self.queues[qi].timestamp);
                     break;
                 }
             }
         }
-        // AUX records that say data was lost are errors at their time (perf's
+        // perf decodes every queue up to the time of each timed record before it
+        // handles the record (intel_pt_process_event): where queues stop decides
+        // which of two threads at the same timestamp the heap runs first. AUX
+        // records that say data was lost are errors at their time (perf's
         // intel_pt_lost), between the samples before and after it.
-        for (time, qi) in self.truncations() {
-            let tsc = self.session.time_to_tsc(time);
+        let truncations = self.truncations();
+        // One without a time is an error before any sample.
+        for &(_, qi, time) in &truncations {
+            if time.is_none() {
+                self.lost_error(qi, 0, sink)?;
+            }
+        }
+        for i in 0..self.session.event_times().len() {
+            let e = self.session.event_times()[i];
+            let tsc = self.session.time_to_tsc(e.time);
             self.process_queues(&mut heap, tsc, sink)?;
-            self.lost_error(qi, time, sink)?;
+            let first = truncations.partition_point(|t| t.0 < e.record_offset);
+            for &(offset, qi, _) in &truncations[first..] {
+                if offset != e.record_offset {
+                    break;
+                }
+                self.lost_error(qi, e.time, sink)?;
+            }
         }
         self.process_queues(&mut heap, u64::MAX, sink)
     }
 
-    /// The AUX records with the truncated flag: (perf time, queue).
-    fn truncations(&self) -> Vec<(u64, usize)> {
+    /// The AUX records with the truncated flag, by file offset: (record offset,
+    /// queue, perf time).
+    fn truncations(&self) -> Vec<(u64, usize, Option<u64>)> {
         let mut v = Vec::new();
         for (qi, q) in self.queues.iter().enumerate() {
             for l in &self.session.queues()[q.idx].lost {
                 if l.kind == pt_decoder::perf::LostKind::Truncated {
-                    v.push((l.time.unwrap_or(0), l.record_offset, qi));
+                    v.push((l.record_offset, qi, l.time));
                 }
             }
         }
         v.sort();
-        v.into_iter().map(|(t, _, qi)| (t, qi)).collect()
+        v
     }
 
     /// perf's `intel_pt_lost`: "Lost trace data" for the thread the AUX record names.
@@ -827,21 +844,21 @@ impl<'s, 'a> Synth<'s, 'a> {
     /// has reached `timestamp`.
     fn process_queues(
         &mut self,
-        heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
+        heap: &mut AuxtraceHeap,
         timestamp: u64,
         sink: &mut dyn SampleSink,
     ) -> Flow {
-        while let Some(&Reverse((ordinal, qi))) = heap.peek() {
-            if ordinal >= timestamp {
+        while let Some(top) = heap.top() {
+            if top.ordinal >= timestamp {
                 break;
             }
             heap.pop();
-            let mut ts = match heap.peek() {
-                Some(Reverse((t, _))) => t.saturating_add(1).min(timestamp),
+            let mut ts = match heap.top() {
+                Some(next) => next.ordinal.saturating_add(1).min(timestamp),
                 None => timestamp,
             };
-            if self.run_decoder(qi, &mut ts, sink)? {
-                heap.push(Reverse((ts, qi)));
+            if self.run_decoder(top.queue, &mut ts, sink)? {
+                heap.add(top.queue, ts);
             }
         }
         Flow::Continue(())

@@ -439,6 +439,37 @@ fn ptperf_record_then_script() {
     }
 }
 
+/// Nine C++ threads with cycle-accurate timing: where samples of two threads
+/// share a timestamp, they come in perf's order (its heap's, with every queue
+/// stopped at each side-band record's time), and CYC times are perf's to the
+/// nanosecond.
+#[test]
+fn threads_at_equal_timestamps() {
+    let d = common::dir("s_threads9");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("prog-threads9");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/threads9.cpp");
+    let st = Command::new(pt_testkit::tool("g++", "g++"))
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "g++ failed");
+    common::valgrind_installed();
+    let data = common::record(
+        &d,
+        "threads9",
+        &["--source", "valgrind", "-e", "intel_pt/cyc,mtc,tsc/u"],
+        &[out.as_os_str()],
+    );
+    let lines = same(
+        &data,
+        &["--itrace=b", "--ns", "-F", "tid,time,ip,addr,flags"],
+    );
+    assert!(lines > 100_000, "{lines} lines");
+    same(&data, &["--call-ret-trace", "-F", "tid,time,ip,addr,flags"]);
+}
+
 /// `--json`: one object per sample, as many as perf has lines.
 #[test]
 fn json_lines() {

@@ -261,6 +261,21 @@ pub struct Session<'a> {
     warnings: Vec<Warning>,
     /// The order perf's timeless decoding takes the queues in.
     timeless_order: Vec<usize>,
+    /// The timed records perf's decoder is shown, in its order.
+    event_times: Vec<EventTime>,
+}
+
+/// A timed record as perf's Intel PT decoder sees it go by: every record of the
+/// ordered stream (side-band and samples, not AUXTRACE and the other user
+/// records) whose time is known. perf decodes every queue up to each such time
+/// before it handles the record, which decides where a queue stops, and so the
+/// order of samples of different threads that share a timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventTime {
+    /// perf time of the record.
+    pub time: u64,
+    /// Its offset in the file.
+    pub record_offset: u64,
 }
 
 impl fmt::Debug for Session<'_> {
@@ -407,6 +422,7 @@ impl<'a> Session<'a> {
             maps: maps::Maps::new(finder),
             warnings,
             timeless_order: Vec::new(),
+            event_times: Vec::new(),
         };
         s.read_queues(perf, &options);
         let build_ids = read_build_ids(perf);
@@ -522,6 +538,12 @@ impl<'a> Session<'a> {
             let Ok((at, r)) = r else { continue };
             seq += 1;
             let t = time(r.time());
+            if let Some(time) = t.filter(|&t| t != 0 && t != u64::MAX && !r.is_user()) {
+                self.event_times.push(EventTime {
+                    time,
+                    record_offset: at,
+                });
+            }
             let sid = r.sample_id().copied().unwrap_or_default();
             match r {
                 Record::Comm(c) => {
@@ -775,6 +797,12 @@ impl<'a> Session<'a> {
     /// at their thread's EXIT, the rest at the end).
     pub fn timeless_order(&self) -> &[usize] {
         &self.timeless_order
+    }
+
+    /// The timed records perf's decoder sees go by, in its order (empty when the
+    /// recording is not timed).
+    pub fn event_times(&self) -> &[EventTime] {
+        &self.event_times
     }
 
     /// What was wrong in the recording.

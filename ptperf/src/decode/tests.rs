@@ -10,7 +10,10 @@ use super::*;
 fn cycles_add_as_perf_adds_them() {
     let ratio = 1.0 / 49.0;
     assert!(49.0 * ratio < 1.0);
-    assert_eq!(add_cycles(1_000_000_000_000_000, 49, ratio), 1_000_000_000_000_001);
+    assert_eq!(
+        add_cycles(1_000_000_000_000_000, 49, ratio),
+        1_000_000_000_000_001
+    );
     assert_eq!(add_cycles(1000, 49, ratio), 1001);
     // From zero the sum is the product itself, truncated.
     assert_eq!(add_cycles(0, 49, ratio), 0);
