@@ -13,6 +13,7 @@ mod perf_support;
 mod common;
 
 use perf_support::*;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -468,6 +469,34 @@ fn threads_at_equal_timestamps() {
     );
     assert!(lines > 100_000, "{lines} lines");
     same(&data, &["--call-ret-trace", "-F", "tid,time,ip,addr,flags"]);
+}
+
+/// A child that executes another program from deep in its calls: its call
+/// chains after the exec still name the frames of the program before it, as
+/// perf names them (perf keeps a process's mappings at exec).
+#[test]
+fn call_chains_across_exec() {
+    let d = common::dir("s_exec_deep");
+    let prog = common::build("exec_deep", "tests/programs/exec_deep.c", &["-O1", "-g"]);
+    common::valgrind_installed();
+    let data = common::record(
+        &d,
+        "exec_deep",
+        &["--source", "valgrind"],
+        &[prog.as_os_str(), OsStr::new("/bin/true")],
+    );
+    let lines = same(&data, &["--itrace=i100ig"]);
+    assert!(lines > 1000, "{lines} lines");
+    let perf = pt_testkit::tool("perf", "linux-perf");
+    let out = run_on(&perf, "script", &data, &["--itrace=i100ig"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The pre-exec frames are there to be named.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("deep+") && l.contains("exec_deep")),
+        "no pre-exec frame in perf's call chains"
+    );
+    same_report(&data, &["--itrace=i100ig", "-g"]);
 }
 
 /// `--json`: one object per sample, as many as perf has lines.

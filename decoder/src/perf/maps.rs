@@ -401,14 +401,16 @@ impl Maps {
         }
     }
 
-    /// `pid` executed a new program at `time`: its mappings are gone.
+    /// `pid` executed a new program at `time`. The kernel drops the old program's
+    /// mappings, but perf does not (a COMM with the exec flag flushes none of a
+    /// thread's maps): the new program's mappings hide what they overlap, and the
+    /// rest still names addresses, such as the pre-exec frames of a call chain.
+    /// As perf is the judge of what a recording says, its view is kept.
     pub fn exec(&mut self, pid: u32, time: Option<u64>) {
         let t = time.unwrap_or(0);
-        self.procs
-            .entry(pid)
-            .or_default()
-            .epochs
-            .push(Epoch::new(t, Vec::new()));
+        let p = self.procs.entry(pid).or_default();
+        let kept = p.epochs.last().map(|e| e.maps.clone()).unwrap_or_default();
+        p.epochs.push(Epoch::new(t, kept));
     }
 
     /// `pid` was forked from `ppid` at `time`: it starts with the parent's mappings.
@@ -583,7 +585,11 @@ mod tests {
             name(maps.mapping(Some(2), 0x1100, Some(25))).as_deref(),
             Some("/b")
         );
-        assert_eq!(maps.mapping(Some(2), 0x5100, Some(25)), None);
+        // After the exec, what /b does not overlap stays (perf's view).
+        assert_eq!(
+            name(maps.mapping(Some(2), 0x5100, Some(25))).as_deref(),
+            Some("/liba")
+        );
         assert_eq!(
             name(maps.mapping(Some(1), 0x1810, Some(31))).as_deref(),
             Some("/c")
@@ -598,7 +604,9 @@ mod tests {
             Some("/liba")
         );
         assert_eq!(maps.next_epoch(2, 10), Some(20));
-        assert_eq!(maps.next_epoch(2, 20), None);
+        // /b over the kept /a starts one more.
+        assert_eq!(maps.next_epoch(2, 20), Some(21));
+        assert_eq!(maps.next_epoch(2, 21), None);
         assert_eq!(maps.epoch(1, Some(30)).unwrap().0, 1);
     }
 }
