@@ -102,7 +102,18 @@ fn llvm_profile_of_a_recorded_clang_program() {
     let mut text = Vec::new();
     p.write_text(&mut text).unwrap();
     let text = String::from_utf8(text).unwrap();
-    std::fs::write(dir.join("autofdo.prof"), &text).unwrap();
+    // `ptperf profile --llvm` writes the same profile, to a file or stdout.
+    let prof = dir.join("autofdo.prof");
+    run(Command::new(env!("CARGO_BIN_EXE_ptperf"))
+        .args(["profile", "--llvm", "-q", "-i"])
+        .arg(&data)
+        .arg("-o")
+        .arg(&prof));
+    assert_eq!(std::fs::read_to_string(&prof).unwrap(), text);
+    let piped = run(Command::new(env!("CARGO_BIN_EXE_ptperf"))
+        .args(["profile", "--llvm", "-q", "-i"])
+        .arg(&data));
+    assert_eq!(piped, text);
     check_profile(&p, &text);
     check_with_llvm(&dir, &p, &text, &want_out);
 }

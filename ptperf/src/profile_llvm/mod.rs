@@ -43,6 +43,7 @@ use pt_decoder::flow::Block;
 use pt_decoder::image::Image;
 use pt_decoder::insn::{decode_at, InsnClass};
 
+pub mod cli;
 pub mod dwarf;
 pub mod perf;
 
