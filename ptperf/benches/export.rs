@@ -73,7 +73,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("sqlite", |b| {
         b.iter(|| export(&file, SqliteSink::create(&out, true, &layout()).unwrap()))
     });
-    if Path::new("/usr/lib/postgresql/15/bin/initdb").exists() {
+    if pt_testkit::find_postgres_bin().is_some() {
         let server = pg_server::PgServer::start();
         let mut n = 0;
         g.bench_function("postgres", |b| {

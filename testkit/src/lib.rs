@@ -92,6 +92,32 @@ pub fn tool(name: &str, package: &str) -> PathBuf {
     }
 }
 
+/// The folder of PostgreSQL's server programs (`initdb`, `pg_ctl`): Debian keeps them
+/// outside `PATH`, in `/usr/lib/postgresql/VERSION/bin`; the newest installed version
+/// is taken. `None` when no server is installed.
+pub fn find_postgres_bin() -> Option<PathBuf> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let version: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            is_executable(&bin.join("initdb")).then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin)
+}
+
+/// [`find_postgres_bin`], which the test cannot do without: panics with a line naming
+/// the package when no server is installed.
+#[track_caller]
+pub fn postgres_bin() -> PathBuf {
+    find_postgres_bin().unwrap_or_else(|| {
+        panic!("this test needs PostgreSQL's initdb and pg_ctl (Debian package `postgresql`; .ci/run installs it)")
+    })
+}
+
 /// A path given by the environment variable `var` that must exist (for the ignored
 /// tests that compare with a reference build, e.g. `PT_REFERENCE_PTXED`); panics with
 /// `what` when it is unset or names nothing.

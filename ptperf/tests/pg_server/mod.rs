@@ -25,12 +25,8 @@ pub struct PgServer {
 
 impl PgServer {
     pub fn start() -> PgServer {
-        let bin = PathBuf::from("/usr/lib/postgresql/15/bin");
         // Not there: fail, never skip (.ci/run installs postgresql).
-        assert!(
-            bin.join("initdb").exists(),
-            "this test needs PostgreSQL 15's initdb and pg_ctl (Debian package postgresql; .ci/run installs it)"
-        );
+        let bin = pt_testkit::postgres_bin();
         let dir = tempfile::Builder::new()
             .prefix("pt-export-pg")
             .tempdir_in("/tmp")
