@@ -22,7 +22,12 @@
 //!     let _ = writeln!(out, "another one");
 //! }
 //! ```
+//!
+//! Progress on long work is drawn by [`progress`]: on a terminal's stderr
+//! only, never into a pipe or a file.
 #![deny(missing_docs)]
+
+pub mod progress;
 
 use std::io::{self, Write};
 use std::sync::Once;

@@ -114,66 +114,49 @@ pub fn totals_line(label: &str, c: &Counts) -> String {
     )
 }
 
-/// Quotes a string as a JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
+/// One JSON object (single line) describing a result: file, path, tool, cpu,
+/// status, ms, and the diff, message or reason where the outcome has one.
+pub fn json_result(r: &TestResult) -> String {
+    let mut o = serde_json::Map::new();
+    o.insert("file".into(), r.file.clone().into());
+    o.insert("path".into(), r.path.to_string_lossy().into_owned().into());
+    o.insert("tool".into(), r.tool.clone().into());
+    o.insert("cpu".into(), r.cpu.clone().into());
+    o.insert("status".into(), r.outcome.label().into());
+    o.insert("ms".into(), (r.elapsed.as_millis() as u64).into());
+    match &r.outcome {
+        Outcome::Pass => {}
+        Outcome::Fail { diff } => {
+            o.insert("diff".into(), diff.clone().into());
+        }
+        Outcome::Error { message } => {
+            o.insert("message".into(), message.clone().into());
+        }
+        Outcome::NotRun { reason } => {
+            o.insert("reason".into(), reason.clone().into());
         }
     }
-    out.push('"');
-    out
+    serde_json::Value::Object(o).to_string()
 }
 
-/// One JSON object (single line) describing a result.
-pub fn json_result(r: &TestResult) -> String {
-    let cpu = r.cpu.as_deref().map_or("null".to_string(), json_string);
-    let detail = match &r.outcome {
-        Outcome::Pass => String::new(),
-        Outcome::Fail { diff } => format!(",\"diff\":{}", json_string(diff)),
-        Outcome::Error { message } => format!(",\"message\":{}", json_string(message)),
-        Outcome::NotRun { reason } => format!(",\"reason\":{}", json_string(reason)),
-    };
-    format!(
-        "{{\"file\":{},\"path\":{},\"tool\":{},\"cpu\":{cpu},\"status\":{},\"ms\":{}{detail}}}",
-        json_string(&r.file),
-        json_string(&r.path.to_string_lossy()),
-        json_string(&r.tool),
-        json_string(r.outcome.label()),
-        r.elapsed.as_millis()
-    )
-}
-
-fn json_counts(c: &Counts) -> String {
-    format!(
-        "{{\"pass\":{},\"fail\":{},\"error\":{},\"not_run\":{}}}",
-        c.pass, c.fail, c.error, c.not_run
-    )
+fn json_counts(c: &Counts) -> serde_json::Value {
+    serde_json::json!({
+        "pass": c.pass,
+        "fail": c.fail,
+        "error": c.error,
+        "not_run": c.not_run,
+    })
 }
 
 /// The summary line that ends `--json` output:
 /// `{"summary":{"tools":{"ptdump":{…}},"total":{…}}}`.
 pub fn json_summary(results: &[TestResult]) -> String {
     let (per_tool, all) = totals(results);
-    let tools: Vec<String> = per_tool
+    let tools: serde_json::Map<String, serde_json::Value> = per_tool
         .iter()
-        .map(|(tool, c)| format!("{}:{}", json_string(tool), json_counts(c)))
+        .map(|(tool, c)| (tool.to_string(), json_counts(c)))
         .collect();
-    format!(
-        "{{\"summary\":{{\"tools\":{{{}}},\"total\":{}}}}}",
-        tools.join(","),
-        json_counts(&all)
-    )
+    serde_json::json!({ "summary": { "tools": tools, "total": json_counts(&all) } }).to_string()
 }
 
 #[cfg(test)]
@@ -261,6 +244,5 @@ mod tests {
             json_summary(&sample()),
             r#"{"summary":{"tools":{"ptdump":{"pass":1,"fail":1,"error":1,"not_run":0},"ptxed":{"pass":0,"fail":0,"error":0,"not_run":1}},"total":{"pass":1,"fail":1,"error":1,"not_run":1}}}"#
         );
-        assert_eq!(json_string("a\u{1}\"\\"), r#""a\u0001\"\\""#);
     }
 }

@@ -1,6 +1,6 @@
 //! `ptconformance`: run `.ptt` conformance tests and report per-tool totals.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -124,21 +124,21 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         }
     }
 
-    let show_progress = std::io::stderr().is_terminal();
+    let bar = pt_cli::progress::bar(files.len() as u64, "[{pos}/{len}] {wide_bar} {msg}");
     let progress = |p: &Progress<'_>| {
-        if show_progress {
+        if let Some(b) = &bar {
             let name = p
                 .path
                 .file_name()
                 .map(|n| n.to_string_lossy())
                 .unwrap_or_default();
-            eprint!("\r\x1b[K[{}/{}] {name}", p.done, p.total);
+            b.set_length(p.total as u64);
+            b.set_position(p.done as u64);
+            b.set_message(name.into_owned());
         }
     };
     let results = runner.run_files(&files, &progress);
-    if show_progress {
-        eprint!("\r\x1b[K");
-    }
+    pt_cli::progress::finish(bar);
 
     let mut out = pt_cli::stdout();
     let mut ok = !results.iter().any(|r| r.outcome.is_bad());
