@@ -89,18 +89,18 @@ impl DebugSearch {
             .find(|p| crate::map_file(p).is_some_and(|m| crate::symbols::has_symtab(&m)))
     }
 
-    /// The first file with DWARF for the ELF file `data` at `path`, as gdb and
-    /// llvm's tools look: the file itself, else its system debug file by build
-    /// id, else its debuglink (beside it, in `.debug/` beside it, under
-    /// `/usr/lib/debug`). `has_dwarf` says whether a file's bytes will do.
-    pub fn dwarf_file(
+    /// The DWARF of the ELF file `data` at `path`, as gdb and llvm's tools
+    /// look for it: in the file itself, else in its system debug file by build
+    /// id, else in its debuglink file (beside it, in `.debug/` beside it, under
+    /// `/usr/lib/debug`). `read` reads a file's bytes (`None`: no DWARF there).
+    pub fn dwarf<T>(
         &self,
         path: &Path,
         data: &[u8],
-        has_dwarf: impl Fn(&[u8]) -> bool,
-    ) -> Option<DwarfFile> {
-        if has_dwarf(data) {
-            return Some(DwarfFile::Itself);
+        read: impl Fn(&[u8]) -> Option<T>,
+    ) -> Option<T> {
+        if let Some(t) = read(data) {
+            return Some(t);
         }
         let root = self.symfs.as_deref();
         let mut v = Vec::new();
@@ -115,20 +115,10 @@ impl DebugSearch {
                 v.push(under(root, "/usr/lib/debug").join(rel).join(link));
             }
         }
-        v.into_iter().filter(|c| c != path).find_map(|c| {
-            let m = crate::map_file(&c)?;
-            has_dwarf(&m).then_some(DwarfFile::Separate(c, m))
-        })
+        v.into_iter()
+            .filter(|c| c != path)
+            .find_map(|c| read(&crate::map_file(&c)?))
     }
-}
-
-/// Where [`DebugSearch::dwarf_file`] found DWARF.
-#[derive(Debug)]
-pub enum DwarfFile {
-    /// In the file itself.
-    Itself,
-    /// In this separate debug file (mapped).
-    Separate(PathBuf, memmap2::Mmap),
 }
 
 #[cfg(test)]

@@ -178,6 +178,15 @@ impl FuncSyms {
 
 /// The line rows of one file's DWARF, all units together: sequences sorted by
 /// start, rows sorted by address.
+///
+/// gimli decodes the line programs; the rows and file names are made here as
+/// binutils makes them, not through the `addr2line` crate, because perf prints
+/// binutils' answers and the crate follows DWARF where binutils does not: for
+/// DWARF 5 binutils puts directory entry 0 under `DW_AT_comp_dir`
+/// (`./csu/./csu/init-first.c` for Debian's libc, where the crate says
+/// `./csu/init-first.c`: 586 of 1280 probed addresses of libc's debug file
+/// differed with `--full-source-path` when the crate was tried) and starts each
+/// sequence in file 0, not 1.
 #[derive(Default)]
 struct LineTable {
     /// (start, end, first row, row count).

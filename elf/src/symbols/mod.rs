@@ -205,6 +205,28 @@ impl SymbolTable {
         }
     }
 
+    /// perf's answers over `[lo, hi)`, in address order: each stretch that
+    /// one symbol names, clipped to the range (stretches without a symbol
+    /// left out). The stretches do not overlap, though symbols may.
+    pub fn answers(&self, lo: u64, hi: u64) -> Vec<(u64, u64, &Symbol)> {
+        let mut out = Vec::new();
+        let first = self
+            .spans
+            .partition_point(|&(s, _)| s <= lo)
+            .saturating_sub(1);
+        for (i, &(start, sym)) in self.spans.iter().enumerate().skip(first) {
+            if start >= hi {
+                break;
+            }
+            let end = self.spans.get(i + 1).map_or(u64::MAX, |&(s, _)| s);
+            let (a, b) = (start.max(lo), end.min(hi));
+            if sym != NO_SYM && a < b {
+                out.push((a, b, &self.syms[sym as usize]));
+            }
+        }
+        out
+    }
+
     /// Symbol `id` (of a [`Lookup`]).
     pub fn symbol(&self, id: SymbolId) -> &Symbol {
         &self.syms[id as usize]
@@ -566,6 +588,16 @@ mod tests {
         assert_eq!(t.symbol(l.sym.unwrap()).name, "bb");
         let l = t.lookup(0x35);
         assert_eq!((l.sym, l.start, l.end), (None, 0x30, 0x40));
+        let a: Vec<(u64, u64, &str)> = t
+            .answers(0x14, 0x45)
+            .into_iter()
+            .map(|(s, e, sym)| (s, e, sym.name.as_str()))
+            .collect();
+        assert_eq!(
+            a,
+            [(0x14, 0x20, "a"), (0x20, 0x30, "bb"), (0x40, 0x45, "c")]
+        );
+        assert_eq!(t.iter().count(), 3);
     }
 
     /// libm.so.6 (Debian 12): `_init` (size 0, at .init) is stretched over .plt
