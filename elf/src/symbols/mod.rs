@@ -633,6 +633,50 @@ mod tests {
         assert_eq!(t.find(0x10240).unwrap().name, "deregister_tm_clones");
     }
 
+    /// The system's C++ library as perf 6.1 names it: `.plt` entries
+    /// demangled then suffixed (`std::error_category::error_category@plt`);
+    /// with demangling off, the mangled names.
+    #[test]
+    fn libstdcxx_plt_names_as_perf() {
+        let lib = Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
+        let data = std::fs::read(lib).expect("libstdc++ (Debian package libstdc++6)");
+        let t = SymbolTable::from_elf(&data, true);
+        let names: std::collections::HashSet<&str> = t.iter().map(|s| s.name.as_str()).collect();
+        assert!(names.contains("std::error_category::error_category@plt"));
+        assert!(names.contains("operator new"));
+        let raw = SymbolTable::from_elf(&data, false);
+        assert!(raw
+            .iter()
+            .any(|s| s.name == "_ZNSt14error_categoryC2Ev@plt"));
+        assert_eq!(raw.len(), t.len());
+    }
+
+    /// The C library's `strcmp` is an ifunc: perf names its resolver
+    /// `strcmp`, as the C library's symbol table does; its IRELATIVE `.plt`
+    /// entries (no symbol) are perf 6.1's bare `@plt`.
+    #[test]
+    fn ifunc_resolver_keeps_its_symbol_name() {
+        let lib = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let data = std::fs::read(lib).expect("the C library");
+        let f = ElfFile64::<Endianness>::parse(&*data).unwrap();
+        let (hdr, e) = (f.elf_header(), f.endian());
+        let secs = hdr.sections(e, &*data).unwrap();
+        let dynsym = secs.symbols(e, &*data, elf::SHT_DYNSYM).unwrap();
+        let strcmp = dynsym
+            .iter()
+            .find(|s| dynsym.symbol_name(e, s) == Ok(b"strcmp"))
+            .unwrap();
+        assert_eq!(strcmp.st_type(), elf::STT_GNU_IFUNC);
+        let t = SymbolTable::from_elf(&data, true);
+        let at = t
+            .iter()
+            .find(|s| s.name == "strcmp")
+            .expect("strcmp kept")
+            .start;
+        assert_eq!(t.find(at).unwrap().name, "strcmp");
+        assert!(t.iter().any(|s| s.name == "@plt"));
+    }
+
     /// A small xorshift generator for the randomized tests.
     fn rng(seed: &mut u64) -> u64 {
         *seed ^= *seed << 13;
