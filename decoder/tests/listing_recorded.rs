@@ -119,19 +119,8 @@ fn trace_and_image(data: &Path) -> (PathBuf, Vec<String>) {
     let mut vdso = None;
     if let Some(Ok(Feature::BuildId(v))) = perf.feature(pt_perf_data::feature_id::BUILD_ID) {
         for b in v.iter().filter(|b| &b.filename[..] == b"[vdso]") {
-            let h: String = b
-                .build_id
-                .as_bytes()
-                .iter()
-                .map(|x| format!("{x:02x}"))
-                .collect();
-            vdso = Some(
-                pt_sim::record::debug_dir(data)
-                    .join(".build-id")
-                    .join(&h[..2])
-                    .join(&h[2..])
-                    .join("vdso"),
-            );
+            vdso = pt_elf::BuildIdCache::new(pt_sim::record::debug_dir(data))
+                .linked(b.build_id.as_bytes(), pt_elf::EntryKind::Vdso);
         }
     }
     let mut trace = Vec::new();

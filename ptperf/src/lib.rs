@@ -37,8 +37,6 @@ mod record_check;
 pub mod report;
 pub mod sample;
 pub mod script;
-pub mod srcline;
-pub mod symbols;
 pub mod synth;
 pub mod verify;
 

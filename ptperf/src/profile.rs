@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection};
 use pt_decoder::flow::InsnInfo;
 use pt_decoder::image::Image;
 use pt_decoder::insn::{decode_at, InsnClass, InsnKind};
@@ -140,7 +140,7 @@ type AddrMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<AddrHasher>>;
 
 /// Address → function table built from the side-band mappings.
 #[derive(Debug, Default)]
-pub struct Symbols {
+pub struct FunctionMap {
     /// Symbol ranges, sorted, non-overlapping.
     syms: Vec<Range>,
     /// Mapping ranges (the fallback: one slot per file), sorted.
@@ -155,41 +155,29 @@ fn file_label(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// Function symbols of an ELF file mapped by `m`, as absolute ranges.
-fn elf_functions(data: &[u8], m: &MapLine) -> Vec<(u64, u64, String)> {
+/// The functions of the file mapped by `m` as perf names them (its symbol
+/// table from [`pt_elf`], debug files included), as absolute ranges.
+fn elf_functions(
+    symbols: &mut pt_elf::Symbols,
+    data: &[u8],
+    m: &MapLine,
+) -> Vec<(u64, u64, String)> {
     let Ok(obj) = object::File::parse(data) else {
         return Vec::new();
     };
-    // The load bias: the segment holding the mapping's file offset says which
-    // link-time address the mapping's start has.
-    let Some(bias) = obj.segments().find_map(|s| {
-        let (off, size) = s.file_range();
-        (off <= m.file_offset && m.file_offset < off + size.max(1)).then(|| {
-            m.start
-                .wrapping_sub(s.address().wrapping_add(m.file_offset - off))
-        })
-    }) else {
+    let Some(bias) = pt_elf::bias::load_bias(&obj, m.start, m.file_offset) else {
         return Vec::new();
     };
-    let mut syms: Vec<(u64, u64, String)> = Vec::new();
-    // symtab first: its names win over dynsym's at the same address.
-    for s in obj.symbols().chain(obj.dynamic_symbols()) {
-        if s.kind() != SymbolKind::Text || s.address() == 0 || s.is_undefined() {
-            continue;
-        }
-        let Ok(name) = s.name() else { continue };
-        if name.is_empty() {
-            continue;
-        }
-        let start = s.address().wrapping_add(bias);
-        if start < m.start || start >= m.end {
-            continue;
-        }
-        syms.push((start, s.size(), name.to_string()));
-    }
-    // Stable sort keeps symtab before dynsym for equal addresses; prefer a sized one.
-    syms.sort_by_key(|&(a, size, _)| (a, size == 0));
-    syms.dedup_by_key(|s| s.0);
+    let name = m.path.to_string_lossy();
+    let id = symbols.dso_table(&m.path, &name, None);
+    let table = symbols.table(id);
+    // perf's answers over the mapping, file offsets to addresses.
+    let len = m.end.saturating_sub(m.start);
+    let mut syms: Vec<(u64, u64, String)> = table
+        .answers(m.file_offset, m.file_offset.saturating_add(len))
+        .into_iter()
+        .map(|(s, e, sym)| (m.start + (s - m.file_offset), e - s, sym.name.clone()))
+        .collect();
     // Stripped files still describe every function's frame: the starts in
     // .eh_frame_hdr's search table mark functions without a symbol, named
     // `FILE+0xOFFSET` (the file offset of their start).
@@ -263,13 +251,14 @@ fn eh_frame_hdr_starts(data: &[u8], addr: u64) -> Vec<u64> {
         .collect()
 }
 
-impl Symbols {
+impl FunctionMap {
     /// Reads the symbols of the files in `maps` (those that are not ELF
     /// files, like code dumps, get one counter per file).
     pub fn load(maps: &[MapLine]) -> Self {
-        let mut t = Symbols::default();
+        let mut t = FunctionMap::default();
         let mut file_slot: HashMap<PathBuf, usize> = HashMap::new();
         let mut elf_cache: HashMap<PathBuf, Option<Vec<u8>>> = HashMap::new();
+        let mut symbols = pt_elf::Symbols::new(pt_elf::SymbolOptions::default());
         for m in maps {
             let label = file_label(&m.path);
             let fs = *file_slot.entry(m.path.clone()).or_insert_with(|| {
@@ -286,7 +275,7 @@ impl Symbols {
                 .entry(m.path.clone())
                 .or_insert_with(|| std::fs::read(&m.path).ok());
             if let Some(data) = data {
-                for (start, end, name) in elf_functions(data, m) {
+                for (start, end, name) in elf_functions(&mut symbols, data, m) {
                     t.slots.push((Some(name), label.clone()));
                     t.syms.push(Range {
                         start,
@@ -362,7 +351,7 @@ fn find(v: &[Range], ip: u64) -> Option<Range> {
 /// Counts the decoded flow.
 #[derive(Debug)]
 pub struct Profiler {
-    symbols: Symbols,
+    symbols: FunctionMap,
     counts: Vec<u64>,
     /// The last range looked up (consecutive instructions mostly share one).
     cur: Range,
@@ -387,10 +376,10 @@ pub struct Profiler {
 impl Profiler {
     /// A profiler with the symbols of `maps`.
     pub fn new(maps: &[MapLine]) -> Self {
-        Self::with_symbols(Symbols::load(maps))
+        Self::with_symbols(FunctionMap::load(maps))
     }
 
-    fn with_symbols(symbols: Symbols) -> Self {
+    fn with_symbols(symbols: FunctionMap) -> Self {
         let counts = vec![0; symbols.slots.len()];
         Profiler {
             symbols,
@@ -680,7 +669,7 @@ mod tests {
             slot,
             file_offset: 0,
         };
-        let symbols = Symbols {
+        let symbols = FunctionMap {
             syms: vec![r(0x1100, 0x1200, 1)],
             maps: vec![r(0x1000, 0x2000, 0)],
             slots: vec![

@@ -129,14 +129,14 @@ impl Recording {
 
 /// The file an MMAP2 names, as the decoder loads it: `[vdso]` through the
 /// build-id cache beside the perf.data.
-fn image_file(name: &str, perf_data: &Path, build_ids: &HashMap<String, String>) -> PathBuf {
+fn image_file(name: &str, perf_data: &Path, build_ids: &HashMap<String, Vec<u8>>) -> PathBuf {
     if name == "[vdso]" {
-        if let Some(h) = build_ids.get(name) {
-            return pt_sim::record::debug_dir(perf_data)
-                .join(".build-id")
-                .join(&h[..2])
-                .join(&h[2..])
-                .join("vdso");
+        let cache = pt_elf::BuildIdCache::new(pt_sim::record::debug_dir(perf_data));
+        if let Some(p) = build_ids
+            .get(name)
+            .and_then(|id| cache.linked(id, pt_elf::EntryKind::Vdso))
+        {
+            return p;
         }
     }
     PathBuf::from(name)
@@ -175,13 +175,8 @@ fn read_recording(path: &Path) -> Result<Recording, String> {
     let mut build_ids = HashMap::new();
     if let Some(Ok(Feature::BuildId(v))) = perf.feature(pt_perf_data::feature_id::BUILD_ID) {
         for b in v {
-            let h: String = b
-                .build_id
-                .as_bytes()
-                .iter()
-                .map(|x| format!("{x:02x}"))
-                .collect();
-            build_ids.insert(String::from_utf8_lossy(&b.filename).into_owned(), h);
+            let name = String::from_utf8_lossy(&b.filename).into_owned();
+            build_ids.insert(name, b.build_id.as_bytes().to_vec());
         }
     }
     // Per process: its executable mappings; per thread: execs, comm, the piece

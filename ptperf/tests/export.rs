@@ -297,6 +297,67 @@ fn same_tables_as_perfs_export_to_sqlite_per_cpu() {
     );
 }
 
+/// A dynamically linked two-thread C program: the dynamic linker, libc and
+/// its debug files (`/usr/lib/debug/.build-id`), ifunc resolvers and `.plt`
+/// entries. The export names every symbol as `ptperf script` and perf do (one
+/// symbol loader): perf's tables row for row, so the same row counts and the
+/// same most-called symbols, which are the C library's and the dynamic
+/// linker's, not "unknown".
+#[test]
+fn same_symbols_as_perfs_export_to_sqlite_dynamic_threads() {
+    let prog = perf_support::program_as(
+        "perf_threads_dynamic",
+        "../../../decoder/tests/programs/perf_threads",
+        &["-O1", "-pthread"],
+    );
+    let dir = scratch("export_dynamic_threads_recording");
+    let layout = Layout {
+        vdso_cache: true,
+        ..Layout::default()
+    };
+    let (file, _) = record(&dir, &prog, &[], layout);
+    let d = scratch("export_vs_perf_dynamic_threads");
+    compare_with_perf_as(&file, &d, &[], "bpw", &["branches", "calls"]);
+    let top = |db: &Path| -> Vec<(String, i64)> {
+        let conn = Connection::open(db).unwrap();
+        let mut st = conn
+            .prepare(
+                "SELECT s.name, COUNT(*) AS n FROM calls c \
+                 JOIN call_paths p ON p.id = c.call_path_id \
+                 JOIN symbols s ON s.id = p.symbol_id \
+                 GROUP BY s.name ORDER BY n DESC, s.name LIMIT 10",
+            )
+            .unwrap();
+        let r = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        r.map(Result::unwrap).collect()
+    };
+    let (theirs, ours) = (top(&d.join("perf.db")), top(&d.join("ours.db")));
+    assert_eq!(ours, theirs);
+    assert!(ours.len() == 10, "{ours:?}");
+    assert!(
+        ours.iter()
+            .any(|(n, _)| n == "_dl_lookup_symbol_x" || n == "do_lookup_x"),
+        "the dynamic linker's symbol lookup among the most called: {ours:?}"
+    );
+    assert!(!ours.iter().any(|(n, _)| n == "unknown"), "{ours:?}");
+    let conn = Connection::open(d.join("ours.db")).unwrap();
+    let unknown: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM calls c JOIN call_paths p ON p.id = c.call_path_id \
+             JOIN symbols s ON s.id = p.symbol_id WHERE s.name = 'unknown'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let all: i64 = conn
+        .query_row("SELECT COUNT(*) FROM calls", [], |r| r.get(0))
+        .unwrap();
+    assert!(
+        unknown * 100 < all,
+        "{unknown} of {all} calls to unknown code"
+    );
+}
+
 /// With call chains (`callchains`, perf's `g`): perf keeps them for its
 /// instructions samples, so both events are exported (`--itrace=bi100ig`), and
 /// each sample's call_path_id names the call path of its chain, numbered with

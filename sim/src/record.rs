@@ -53,7 +53,7 @@ mod filter;
 mod perf;
 pub use filter::{resolve_filters, FilterError, FilterSpec, MAX_FILTERS};
 pub use perf::{
-    build_id_of, debug_dir, sim_pmu_type, PerfDataOptions, PerfDataSink, SnapshotOptions, SIM_CPUID,
+    debug_dir, sim_pmu_type, PerfDataOptions, PerfDataSink, SnapshotOptions, SIM_CPUID,
 };
 
 /// What to record.

@@ -15,6 +15,7 @@
 //! [`MissingCode`] says why.
 
 use crate::image::{Image, Section};
+use pt_elf::{BuildIdCache, EntryKind};
 use pt_perf_data::BuildId;
 use std::collections::HashMap;
 use std::fmt;
@@ -192,32 +193,27 @@ pub(crate) struct Finder {
     pub vdso: Vec<(String, PathBuf)>,
 }
 
-fn hex(id: &BuildId) -> String {
-    id.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Finder {
     /// The candidate files of a mapping, in perf's order: the build-id cache, then
     /// the path (under the sysroot).
     fn candidates(&self, m: &Mapping) -> Vec<(PathBuf, bool)> {
         let mut v = Vec::new();
         if let Some(id) = m.build_id.filter(|b| b.len > 0) {
-            let s = hex(&id);
-            let base = match m.kind {
-                MappingKind::Vdso => "vdso",
-                MappingKind::Kernel => "kallsyms",
-                _ => "elf",
+            let kind = match m.kind {
+                MappingKind::Vdso => EntryKind::Vdso,
+                MappingKind::Kernel => EntryKind::Kallsyms,
+                _ => EntryKind::Elf,
             };
             for dir in &self.buildid_dirs {
-                let link = dir.join(".build-id").join(&s[..2]).join(&s[2..]);
-                if link.is_file() {
-                    v.push((link, true));
-                } else {
-                    v.push((link.join(base), true));
-                }
-                // The cache's own tree, for a cache whose .build-id links were lost.
-                let rel = m.filename.trim_start_matches('/');
-                v.push((dir.join(rel).join(&s).join(base), true));
+                // The link, then the cache's own tree (for a cache whose
+                // .build-id links were lost).
+                let cache = BuildIdCache::new(dir);
+                v.extend(
+                    cache
+                        .lookup(&m.filename, id.as_bytes(), kind)
+                        .into_iter()
+                        .map(|p| (p, true)),
+                );
             }
         }
         match m.kind {
@@ -282,9 +278,7 @@ impl Finder {
 /// The build id in an ELF file's notes (of the file as its section maps it:
 /// only its headers and notes are looked at).
 fn file_build_id(data: &[u8]) -> Option<BuildId> {
-    use object::Object;
-    let obj = object::File::parse(data).ok()?;
-    obj.build_id().ok().flatten().map(BuildId::new)
+    pt_elf::build_id::build_id(data).map(BuildId::new)
 }
 
 /// A process's mappings from one point in time on.

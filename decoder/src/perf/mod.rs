@@ -128,12 +128,7 @@ impl SessionOptions {
 
 /// perf's build-id cache: `$PERF_BUILDID_DIR`, else `~/.debug`.
 pub fn default_buildid_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("PERF_BUILDID_DIR").filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(d));
-    }
-    std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(|h| PathBuf::from(h).join(".debug"))
+    pt_elf::BuildIdCache::user().map(|c| c.dir().to_path_buf())
 }
 
 /// Why a perf.data cannot be decoded at all.

@@ -431,37 +431,17 @@ fn cut_at_psbs(data: &[u8], size: usize) -> Vec<std::ops::Range<usize>> {
 
 /// Our own vdso: its bytes and build id.
 pub fn own_vdso() -> Option<(Vec<u8>, BuildId)> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let range = line.split_whitespace().next()?;
-    let (a, b) = range.split_once('-')?;
-    let (a, b) = (
-        u64::from_str_radix(a, 16).ok()?,
-        u64::from_str_radix(b, 16).ok()?,
-    );
-    // SAFETY: the vdso is mapped readable in this process for its whole range, as
-    // /proc/self/maps says.
-    let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) }.to_vec();
-    use object::Object;
-    let id = object::File::parse(&*bytes)
-        .ok()?
-        .build_id()
-        .ok()??
-        .to_vec();
-    Some((bytes, BuildId::new(&id)))
+    let copy = pt_elf::vdso::OwnVdso::new()?;
+    let bytes = std::fs::read(copy.path()).ok()?;
+    let id = BuildId::new(pt_elf::build_id::build_id(&bytes)?);
+    Some((bytes, id))
 }
 
 /// Writes `vdso` into perf's build-id cache layout under `dir`.
 pub fn cache_vdso(dir: &Path, bytes: &[u8], id: &BuildId) {
-    let hex: String = id.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
-    let d = dir.join("[vdso]").join(&hex);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(d.join("vdso"), bytes).unwrap();
-    let link_dir = dir.join(".build-id").join(&hex[..2]);
-    std::fs::create_dir_all(&link_dir).unwrap();
-    let link = link_dir.join(&hex[2..]);
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(format!("../../[vdso]/{hex}"), &link).unwrap();
+    pt_elf::BuildIdCache::new(dir)
+        .add("[vdso]", id.as_bytes(), pt_elf::EntryKind::Vdso, bytes)
+        .unwrap();
 }
 
 impl PerfSink {

@@ -26,169 +26,14 @@ pub struct FeedStats {
     pub problems: Vec<String>,
 }
 
-/// One symbol of a file, in perf's addresses for the file.
-#[derive(Clone, Debug)]
-struct FileSym {
-    start: u64,
-    end: u64,
-    binding: u8,
-    name: String,
-}
-
-/// A file of code as the export names it, with its function symbols.
+/// A file of code as the export names it, with its symbol table (the one
+/// `ptperf script` names addresses with).
 #[derive(Debug)]
 struct CodeFile {
     short_name: String,
     long_name: String,
     build_id: String,
-    /// Sorted by start; overlaps resolved as perf does (one symbol per start).
-    syms: Vec<FileSym>,
-}
-
-impl CodeFile {
-    /// The symbol covering `addr` (perf's `symbols__find`): the last one
-    /// starting at or below it that covers it.
-    fn sym(&self, addr: u64) -> Option<&FileSym> {
-        let i = self.syms.partition_point(|s| s.start <= addr);
-        let covers = |s: &&FileSym| addr < s.end || (s.start == s.end && addr == s.start);
-        // An earlier symbol may still cover it (an object or label overlap).
-        self.syms[..i].iter().rev().take(8).find(covers)
-    }
-}
-
-/// The symbols of the ELF file `data` as perf loads them (symbol-elf.c's
-/// dso__load_sym, symbol.c's fixups): `.symtab` (else `.dynsym`); named,
-/// defined functions and objects, and labels in text or data sections; in
-/// allocated sections, not absolute; their values made file offsets with their
-/// PT_LOAD segment (else their section); sizes of zero extended to the next
-/// symbol (the last to the next page but one); one symbol per start, chosen
-/// as perf chooses. Also the file's build id.
-fn elf_symbols(data: &[u8]) -> (Vec<FileSym>, Option<String>) {
-    use object::elf;
-    use object::read::elf::{ElfFile64, ProgramHeader, SectionHeader, Sym};
-    use object::Object;
-    let Ok(file) = ElfFile64::<object::Endianness>::parse(data) else {
-        return (Vec::new(), None);
-    };
-    let e = file.endian();
-    let id = file
-        .build_id()
-        .ok()
-        .flatten()
-        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
-    let symtab = if file.elf_symbol_table().is_empty() {
-        file.elf_dynamic_symbol_table()
-    } else {
-        file.elf_symbol_table()
-    };
-    let sections = file.elf_section_table();
-    let loads: Vec<(u64, u64, u64)> = file
-        .elf_program_headers()
-        .iter()
-        .filter(|p| p.p_type(e) == elf::PT_LOAD)
-        .map(|p| {
-            let size = p.p_memsz(e).max(p.p_filesz(e));
-            (p.p_vaddr(e), size, p.p_offset(e))
-        })
-        .filter(|&(_, size, _)| size != 0)
-        .collect();
-    let mut syms: Vec<FileSym> = Vec::new();
-    for sym in symtab.symbols() {
-        let ty = sym.st_type();
-        let shndx = sym.st_shndx(e);
-        let vis = sym.st_other() & 3;
-        let label = ty == elf::STT_NOTYPE && vis != elf::STV_HIDDEN && vis != elf::STV_INTERNAL;
-        let wanted = matches!(ty, elf::STT_FUNC | elf::STT_GNU_IFUNC | elf::STT_OBJECT) || label;
-        if !wanted || sym.st_name(e) == 0 || shndx == elf::SHN_UNDEF || shndx == elf::SHN_ABS {
-            continue;
-        }
-        let Ok(sec) = sections.section(object::SectionIndex(usize::from(shndx))) else {
-            continue;
-        };
-        if sec.sh_flags(e) & u64::from(elf::SHF_ALLOC) == 0 {
-            continue;
-        }
-        if label {
-            let name = sections.section_name(e, sec).unwrap_or_default();
-            let has = |w: &[u8]| name.windows(w.len()).any(|x| x == w);
-            if !has(b"text") && !has(b"data") {
-                continue;
-            }
-        }
-        let Ok(name) = symtab.symbol_name(e, sym) else {
-            continue;
-        };
-        let value = sym.st_value(e);
-        let delta = match loads
-            .iter()
-            .find(|&&(v, size, _)| value >= v && value - v < size)
-        {
-            Some(&(v, _, off)) => v.wrapping_sub(off),
-            None => sec.sh_addr(e).wrapping_sub(sec.sh_offset(e)),
-        };
-        let start = value.wrapping_sub(delta);
-        syms.push(FileSym {
-            start,
-            end: start.wrapping_add(sym.st_size(e)),
-            binding: sym.st_bind(),
-            name: String::from_utf8_lossy(name).into_owned(),
-        });
-    }
-    // Equal starts keep their table order (perf's tree puts them right).
-    syms.sort_by_key(|s| s.start);
-    let n = syms.len();
-    for i in 0..n {
-        if syms[i].end == syms[i].start {
-            syms[i].end = match syms.get(i + 1) {
-                Some(next) => next.start,
-                None => {
-                    (syms[i].start & !4095)
-                        + if syms[i].start & 4095 != 0 {
-                            8192
-                        } else {
-                            4096
-                        }
-                }
-            };
-        }
-    }
-    let mut kept: Vec<FileSym> = Vec::with_capacity(n);
-    for s in syms {
-        match kept.last_mut() {
-            Some(last) if last.start == s.start => {
-                if !first_is_better(last, &s) {
-                    *last = s;
-                }
-            }
-            _ => kept.push(s),
-        }
-    }
-    (kept, id)
-}
-
-/// perf's choice between two symbols at one address (`choose_best_symbol`):
-/// the one with a size, not weak, global, with fewer leading underscores, with
-/// the longer name; else the first.
-fn first_is_better(a: &FileSym, b: &FileSym) -> bool {
-    use object::elf::{STB_GLOBAL, STB_WEAK};
-    let (la, lb) = (a.end != a.start, b.end != b.start);
-    if la != lb {
-        return la;
-    }
-    let (wa, wb) = (a.binding == STB_WEAK, b.binding == STB_WEAK);
-    if wa != wb {
-        return wb;
-    }
-    let (ga, gb) = (a.binding == STB_GLOBAL, b.binding == STB_GLOBAL);
-    if ga != gb {
-        return ga;
-    }
-    let under = |s: &FileSym| s.name.bytes().take_while(|&c| c == b'_').count();
-    let (ua, ub) = (under(a), under(b));
-    if ua != ub {
-        return ua < ub;
-    }
-    a.name.len() >= b.name.len()
+    syms: Option<pt_elf::TableId>,
 }
 
 /// perf's short name of a file: its base name; `[…]` names as they are.
@@ -210,6 +55,7 @@ struct Resolver<'s, 'a> {
     /// Loaded files, by path.
     by_path: HashMap<String, usize>,
     loaded: Vec<CodeFile>,
+    symbols: pt_elf::Symbols,
 }
 
 impl<'s, 'a> Resolver<'s, 'a> {
@@ -219,6 +65,7 @@ impl<'s, 'a> Resolver<'s, 'a> {
             files: HashMap::new(),
             by_path: HashMap::new(),
             loaded: Vec::new(),
+            symbols: pt_elf::Symbols::new(pt_elf::SymbolOptions::default()),
         }
     }
 
@@ -240,18 +87,18 @@ impl<'s, 'a> Resolver<'s, 'a> {
             Some(&f) => Some(f),
             None => {
                 let code = self.session.code_file(m).ok();
-                let data = code.and_then(|c| std::fs::read(&c.path).ok());
-                let (syms, file_id) = data.as_deref().map(elf_symbols).unwrap_or_default();
-                let build_id = m
-                    .build_id
-                    .map(|b| {
-                        b.bytes[..usize::from(b.len).min(20)]
-                            .iter()
-                            .map(|x| format!("{x:02x}"))
-                            .collect()
-                    })
-                    .or(file_id)
-                    .unwrap_or_default();
+                let recorded = m.build_id.filter(|b| b.len > 0);
+                let recorded = recorded.as_ref().map(|b| b.as_bytes());
+                let syms = code.map(|c| self.symbols.dso_table(&c.path, &key, recorded));
+                // perf reads the build id from the file when the recording
+                // names none.
+                let build_id = match recorded {
+                    Some(b) => pt_elf::build_id::hex(b),
+                    None => code
+                        .and_then(|c| std::fs::read(&c.path).ok())
+                        .and_then(|d| pt_elf::build_id::build_id(&d).map(pt_elf::build_id::hex))
+                        .unwrap_or_default(),
+                };
                 let f = self.loaded.len();
                 self.loaded.push(CodeFile {
                     short_name: short_name(&key).to_string(),
@@ -285,12 +132,15 @@ impl<'s, 'a> Resolver<'s, 'a> {
                 long_name: &f.long_name,
                 build_id: &f.build_id,
             }),
-            sym: f.sym(file_addr).map(|s| SymRef {
-                start: s.start,
-                end: s.end,
-                binding: s.binding,
-                name: &s.name,
-            }),
+            sym: f
+                .syms
+                .and_then(|t| self.symbols.table(t).find(file_addr))
+                .map(|s| SymRef {
+                    start: s.start,
+                    end: s.end,
+                    binding: s.binding(),
+                    name: &s.name,
+                }),
         }
     }
 

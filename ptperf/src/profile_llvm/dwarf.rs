@@ -8,6 +8,11 @@
 //! `DW_AT_name` and `DW_AT_decl_line` (through `DW_AT_abstract_origin` and
 //! `DW_AT_specification`), `DW_AT_call_line` and `DW_AT_GNU_discriminator` of
 //! inlined calls, and the line programs.
+//!
+//! Read here with gimli rather than through the `addr2line` crate: its frames
+//! carry neither `DW_AT_decl_line` nor line discriminators, and a sample
+//! profile is keyed on both (line offsets from the function's start,
+//! duplication factors). (Where debug files are found is [`pt_elf`]'s.)
 
 use std::borrow::Cow;
 use std::collections::HashMap;

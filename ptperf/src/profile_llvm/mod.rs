@@ -37,7 +37,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment};
 use pt_decoder::driver::BlockItem;
 use pt_decoder::flow::Block;
 use pt_decoder::image::Image;
@@ -356,46 +355,11 @@ struct AddressSpace {
     infos: Vec<DebugInfo>,
 }
 
-/// The load bias of a mapping: the segment holding its file offset says which
-/// link-time address its start has.
-fn load_bias(obj: &object::File<'_>, start: u64, file_offset: u64) -> Option<u64> {
-    obj.segments().find_map(|s| {
-        let (off, size) = s.file_range();
-        (off <= file_offset && file_offset < off + size.max(1))
-            .then(|| start.wrapping_sub(s.address().wrapping_add(file_offset - off)))
-    })
-}
-
 /// The DWARF of the ELF file `data` (at `path`): its own, else a separate
-/// debug file found by build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`) or
-/// by `.gnu_debuglink` (beside it, in `.debug/` beside it, or under
-/// `/usr/lib/debug`), as gdb looks for them.
+/// debug file's ([`pt_elf::DebugSearch::dwarf`]).
 fn debug_info(path: &Path, data: &[u8]) -> Option<DebugInfo> {
-    if let Some(info) = DebugInfo::parse(data).ok().filter(|i| !i.is_empty()) {
-        return Some(info);
-    }
-    let obj = object::File::parse(data).ok()?;
-    let mut candidates = Vec::new();
-    if let Ok(Some(id)) = obj.build_id() {
-        if let Some((first, rest)) = id.split_first() {
-            let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
-            candidates.push(PathBuf::from(format!(
-                "/usr/lib/debug/.build-id/{first:02x}/{hex}.debug"
-            )));
-        }
-    }
-    if let Ok(Some((name, _crc))) = obj.gnu_debuglink() {
-        let name = Path::new(std::str::from_utf8(name).ok()?);
-        let dir = path.parent().unwrap_or(Path::new("/"));
-        candidates.push(dir.join(name));
-        candidates.push(dir.join(".debug").join(name));
-        if let Ok(rel) = dir.strip_prefix("/") {
-            candidates.push(Path::new("/usr/lib/debug").join(rel).join(name));
-        }
-    }
-    candidates.into_iter().filter(|c| c != path).find_map(|c| {
-        let d = std::fs::read(c).ok()?;
-        DebugInfo::parse(&d).ok().filter(|i| !i.is_empty())
+    pt_elf::DebugSearch::default().dwarf(path, data, |d| {
+        DebugInfo::parse(d).ok().filter(|i| !i.is_empty())
     })
 }
 
@@ -417,7 +381,7 @@ impl AddressSpace {
             let Ok(obj) = object::File::parse(&data[..]) else {
                 continue;
             };
-            if let Some(bias) = load_bias(&obj, m.start, m.file_offset) {
+            if let Some(bias) = pt_elf::bias::load_bias(&obj, m.start, m.file_offset) {
                 s.loaded.push(Loaded {
                     start: m.start,
                     end: m.end,

@@ -30,7 +30,7 @@ use std::rc::Rc;
 use pt_decoder::perf::Session;
 
 use super::hist::{FxMap, Hists, SymKey};
-use crate::srcline::{Answer, SrcLines};
+use pt_elf::srcline::{Answer, SrcLines};
 
 /// No node or frame.
 pub(super) const NONE: u32 = u32::MAX;

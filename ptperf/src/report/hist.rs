@@ -20,7 +20,7 @@ use pt_decoder::perf::Session;
 use crate::code::CodeWalker;
 use crate::decode::PlainInsn;
 use crate::sample::{Kind, Sample};
-use crate::symbols::{Symbols, TableId};
+use pt_elf::{SymbolOptions, Symbols, TableId};
 
 /// A small hasher for the integer keys of the slow paths: Knuth's
 /// multiplicative hashing by the golden ratio, one xor and multiply per word,
@@ -249,8 +249,9 @@ const EMPTY: Span = Span {
 };
 
 impl<'s, 'a> Hists<'s, 'a> {
-    /// Empty histograms over `session`'s samples.
-    pub fn new(session: &'s Session<'a>) -> Self {
+    /// Empty histograms over `session`'s samples, their symbols loaded as
+    /// `symbols` says.
+    pub fn new(session: &'s Session<'a>, symbols: SymbolOptions) -> Self {
         let mut cuts: Vec<u64> = session
             .mappings()
             .iter()
@@ -260,7 +261,7 @@ impl<'s, 'a> Hists<'s, 'a> {
         cuts.dedup();
         Hists {
             session,
-            symbols: Symbols::new(),
+            symbols: Symbols::new(symbols),
             cuts,
             hists: Vec::new(),
             comms: Vec::new(),

@@ -84,6 +84,9 @@ pub struct Args {
     /// Folded stacks (comm;outer;...;inner count), one line each, for flame graphs
     #[arg(long = "folded")]
     pub folded: bool,
+    /// Disable symbol demangling
+    #[arg(long = "no-demangle")]
+    pub no_demangle: bool,
 }
 
 mod callgraph;
@@ -157,9 +160,9 @@ fn run(a: &Args) -> Result<(), String> {
     so.timeless = opts.timeless_decoding;
     // As perf does, this machine's own vdso stands in for a recorded one no
     // build-id cache holds.
-    let vdso = crate::script::OwnVdso::write();
+    let vdso = pt_elf::vdso::OwnVdso::new();
     if let Some(v) = &vdso {
-        so.vdso.push(("[vdso]".into(), v.0.clone()));
+        so.vdso.push(("[vdso]".into(), v.path().to_path_buf()));
     }
     let session =
         Session::new(&perf, so).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
@@ -172,11 +175,15 @@ fn run(a: &Args) -> Result<(), String> {
         cpus: None,
         time: None,
         pad_dso: false,
+        symbols: pt_elf::SymbolOptions {
+            demangle: !a.no_demangle,
+            ..Default::default()
+        },
     };
     let mut synth = Synth::new(&session, opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     let names = printer.event_names();
-    let mut hists = Hists::new(&session);
+    let mut hists = Hists::new(&session, plan.symbols.clone());
     // The last sample's (thread, time) and its command (a time of u64::MAX
     // stands for none: no sample has that time).
     let mut last_comm: ((i32, u64), Option<&str>) = ((i32::MIN, 0), None);

@@ -370,7 +370,7 @@ fn collapse_order(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
 /// transitive, the tree's shape decides, so its balancing is perf's too).
 fn tree_order<T>(items: Vec<T>, cmp: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
     // The symbols' red-black tree, with entry ids for items (insertion order).
-    let mut tree = crate::symbols::tree::Tree::new();
+    let mut tree = pt_elf::symbols::tree::Tree::new();
     for i in 0..items.len() {
         tree.insert_by(0, 0, |at, _| cmp(&items[i], &items[at as usize]).is_lt());
     }

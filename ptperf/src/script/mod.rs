@@ -67,6 +67,9 @@ pub struct Args {
     /// Show full source file name path for source lines
     #[arg(long = "full-source-path")]
     pub full_source_path: bool,
+    /// Disable symbol demangling
+    #[arg(long = "no-demangle")]
+    pub no_demangle: bool,
     /// One JSON object per sample (and per error) instead of perf's text
     #[arg(long = "json")]
     pub json: bool,
@@ -161,6 +164,8 @@ pub struct Plan {
     pub time: Option<TimeRange>,
     /// Pad dso names to 50 columns (`--call-trace`).
     pub pad_dso: bool,
+    /// How symbols are loaded and named (`--no-demangle`, `--symfs`).
+    pub symbols: pt_elf::SymbolOptions,
 }
 
 impl Plan {
@@ -211,7 +216,14 @@ impl Plan {
         let pids = a.pid.as_deref().map(|s| parse_list(s, "pid")).transpose()?;
         let cpus = a.cpu.as_deref().map(|s| parse_list(s, "cpu")).transpose()?;
         let time = a.time.as_deref().map(parse_time).transpose()?;
+        let symbols = pt_elf::SymbolOptions {
+            demangle: !a.no_demangle,
+            search: pt_elf::DebugSearch {
+                symfs: a.symfs.as_ref().map(Into::into),
+            },
+        };
         Ok(Plan {
+            symbols,
             pad_dso: a.call_trace,
             opts,
             sel,
@@ -221,38 +233,6 @@ impl Plan {
             cpus,
             time,
         })
-    }
-}
-
-/// A copy of this process's vdso in a temporary file (removed when dropped), as
-/// perf makes one (`vdso__get_file`).
-pub(crate) struct OwnVdso(pub(crate) std::path::PathBuf);
-
-impl OwnVdso {
-    /// The copy (`None` where this process has no vdso or it cannot be written).
-    pub(crate) fn write() -> Option<Self> {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-        let (a, b) = line.split_whitespace().next()?.split_once('-')?;
-        let (a, b) = (
-            u64::from_str_radix(a, 16).ok()?,
-            u64::from_str_radix(b, 16).ok()?,
-        );
-        if b <= a || b - a > 1 << 20 {
-            return None;
-        }
-        // SAFETY: the kernel maps the vdso readable for the whole range
-        // /proc/self/maps gives, for the life of the process.
-        let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) };
-        let path = std::env::temp_dir().join(format!("ptperf-vdso.so-{}", std::process::id()));
-        std::fs::write(&path, bytes).ok()?;
-        Some(OwnVdso(path))
-    }
-}
-
-impl Drop for OwnVdso {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -372,9 +352,9 @@ fn run(a: &Args) -> Result<(), String> {
     }
     // As perf does, this machine's own vdso stands in for a recorded one no
     // build-id cache holds.
-    let vdso = OwnVdso::write();
+    let vdso = pt_elf::vdso::OwnVdso::new();
     if let Some(v) = &vdso {
-        so.vdso.push(("[vdso]".into(), v.0.clone()));
+        so.vdso.push(("[vdso]".into(), v.path().to_path_buf()));
     }
     let session =
         Session::new(&perf, so).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;

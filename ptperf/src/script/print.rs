@@ -11,8 +11,8 @@ use super::Plan;
 use crate::decode::{PlainInsn, Step};
 use crate::itrace::SynthOpts;
 use crate::sample::{flags, Kind, Sample, TraceError};
-use crate::symbols::Symbols;
 use crate::synth::Stacks;
+use pt_elf::Symbols;
 
 /// Writes numbers and padding into a byte buffer.
 pub(crate) mod w {
@@ -427,7 +427,7 @@ const PAIR_ARENA: usize = 16 << 20;
 /// A mapping's dso name and symbols.
 struct MapSyms {
     dso: std::rc::Rc<str>,
-    table: Option<crate::symbols::TableId>,
+    table: Option<pt_elf::TableId>,
     /// Where other mappings of the process (or the kernel's) overlap it:
     /// between these, every address resolves to it (for one code image).
     holes: Vec<(u64, u64)>,
@@ -524,7 +524,7 @@ pub struct Printer<'s, 'a> {
     head: w::Padded,
     head_key: Option<HeadKey>,
     /// Source lines (`-F srcline,srcfile`), loaded on first use.
-    srclines: Option<crate::srcline::SrcLines>,
+    srclines: Option<pt_elf::srcline::SrcLines>,
     /// srcline texts by (code image, pid, address) (`None`: perf prints none).
     srcline_cache: std::collections::HashMap<(u64, i32, u64), Option<std::rc::Rc<str>>>,
     /// Source files with their directories (`--full-source-path`).
@@ -686,7 +686,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             name_width,
             names,
             hw_type,
-            symbols: Symbols::new(),
+            symbols: Symbols::new(plan.symbols.clone()),
             unknown: "[unknown]".into(),
             dso_names: Default::default(),
             sym_names: Default::default(),
@@ -1027,8 +1027,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             let bid = m.build_id.filter(|b| b.len > 0);
             let addr = ip.wrapping_sub(m.start).wrapping_add(m.pgoff);
             let full = self.full_source_path;
+            let search = self.symbols.options().search.clone();
             self.srclines
-                .get_or_insert_with(|| crate::srcline::SrcLines::new(full))
+                .get_or_insert_with(|| pt_elf::srcline::SrcLines::new(full).with_search(search))
                 .srcline(&m.filename, path, bid.as_ref().map(|b| b.as_bytes()), addr)
         });
         self.srcline_cache.insert((stamp, pid, ip), text.clone());

@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use pt_hal::config::AddrRange;
 use pt_hal::msr::AddrCfg;
 
@@ -187,57 +186,37 @@ struct Sym {
     global: bool,
 }
 
-/// The function symbols of `path` in address order, with perf's adjustment:
-/// in an executable (ET_EXEC) the value becomes a file offset.
+/// The symbols of `path` as perf loads them for a filter ([`pt_elf`]'s table:
+/// file offsets, zero sizes stretched, duplicates dropped, `.plt` entries,
+/// demangled names), in address order.
 fn functions(path: &Path) -> Result<Vec<Sym>, String> {
-    let data = std::fs::read(path).map_err(|_| {
+    let not_found = || {
         format!(
             "File '{}' not found or has no symbols.\nFailed to load symbols from: {}",
             path.display(),
             path.display()
         )
-    })?;
-    let obj = object::File::parse(&*data).map_err(|_| {
-        format!(
-            "File '{}' not found or has no symbols.\nFailed to load symbols from: {}",
-            path.display(),
-            path.display()
-        )
-    })?;
-    let exec = obj.kind() == object::ObjectKind::Executable;
-    let mut syms: Vec<Sym> = obj
-        .symbols()
-        .chain(obj.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
-        .filter_map(|s| {
-            let name = s.name().ok()?.to_string();
-            if name.is_empty() {
-                return None;
-            }
-            let mut start = s.address();
-            if exec {
-                let sec = obj.section_by_index(s.section_index()?).ok()?;
-                let (off, _) = sec.file_range()?;
-                start = start - sec.address() + off;
-            }
-            Some(Sym {
-                name,
-                start,
-                size: s.size(),
-                global: s.is_global(),
-            })
+    };
+    if !path.is_file() {
+        return Err(not_found());
+    }
+    let mut symbols = pt_elf::Symbols::new(pt_elf::SymbolOptions::default());
+    let id = symbols.dso_table(path, &path.to_string_lossy(), None);
+    let table = symbols.table(id);
+    if table.is_empty() {
+        return Err(not_found());
+    }
+    let mut syms: Vec<Sym> = table
+        .iter()
+        .map(|s| Sym {
+            name: s.name.clone(),
+            start: s.start,
+            size: s.end.saturating_sub(s.start),
+            global: s.binding() == object::elf::STB_GLOBAL,
         })
         .collect();
-    syms.sort_by(|a, b| a.start.cmp(&b.start).then(a.name.cmp(&b.name)));
-    syms.dedup_by(|a, b| a.start == b.start && a.name == b.name);
-    // A symbol without a size ends where the next begins (perf's fixup).
-    for i in 0..syms.len() {
-        if syms[i].size == 0 {
-            if let Some(n) = syms[i + 1..].iter().find(|n| n.start > syms[i].start) {
-                syms[i].size = n.start - syms[i].start;
-            }
-        }
-    }
+    // perf walks its tree: by start, equal starts in insertion order.
+    syms.sort_by_key(|s| s.start);
     Ok(syms)
 }
 

@@ -167,76 +167,6 @@ pub fn sim_pmu_type() -> u32 {
     (8..).find(|t| !used.contains(t)).unwrap_or(8)
 }
 
-/// The GNU build id of an ELF file's bytes, if it has one: from its note
-/// sections, or from its PT_NOTE segments (a memory image such as the vDSO
-/// captured page by page may lack the section headers).
-pub fn build_id_of(data: &[u8]) -> Option<BuildId> {
-    use object::Object;
-    if let Some(id) = object::File::parse(data)
-        .ok()
-        .and_then(|obj| obj.build_id().ok().flatten().map(BuildId::new))
-    {
-        return Some(id);
-    }
-    note_build_id(data)
-}
-
-/// The NT_GNU_BUILD_ID note of a 64-bit little-endian ELF image's PT_NOTE
-/// segments.
-fn note_build_id(d: &[u8]) -> Option<BuildId> {
-    let u16_at = |o: usize| Some(u16::from_le_bytes(d.get(o..o + 2)?.try_into().ok()?));
-    let u32_at = |o: usize| Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_le_bytes(d.get(o..o + 8)?.try_into().ok()?));
-    if d.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let phoff = usize::try_from(u64_at(0x20)?).ok()?;
-    let (phentsize, phnum) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
-    for i in 0..phnum {
-        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
-        if u32_at(ph)? != 4 {
-            continue;
-        }
-        let off = usize::try_from(u64_at(ph + 8)?).ok()?;
-        let size = usize::try_from(u64_at(ph + 0x20)?).ok()?;
-        let notes = d.get(off..off.checked_add(size)?)?;
-        let mut at = 0;
-        while at + 12 <= notes.len() {
-            let word = |o: usize| u32::from_le_bytes(notes[o..o + 4].try_into().unwrap_or([0; 4]));
-            let (namesz, descsz, ty) = (word(at) as usize, word(at + 4) as usize, word(at + 8));
-            let name_at = at + 12;
-            let desc_at = name_at + namesz.div_ceil(4) * 4;
-            let end = desc_at + descsz.div_ceil(4) * 4;
-            if end > notes.len() {
-                break;
-            }
-            if ty == 3 && notes.get(name_at..name_at + namesz) == Some(b"GNU\0") {
-                return Some(BuildId::new(&notes[desc_at..desc_at + descsz]));
-            }
-            at = end;
-        }
-    }
-    None
-}
-
-/// A stand-in build id for code without one: 20 bytes hashed from the code.
-fn hashed_build_id(data: &[u8]) -> BuildId {
-    use std::hash::{Hash, Hasher};
-    let mut out = [0u8; 20];
-    for (i, chunk) in out.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (i as u64).hash(&mut h);
-        data.hash(&mut h);
-        let v = h.finish().to_le_bytes();
-        chunk.copy_from_slice(&v[..chunk.len()]);
-    }
-    BuildId::new(&out)
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn io(path: &Path) -> impl Fn(std::io::Error) -> String + '_ {
     move |e| format!("{}: {e}", path.display())
 }
@@ -558,8 +488,9 @@ impl PerfDataSink {
         if m.path.starts_with('/') && Path::new(&m.path).is_file() {
             if !self.looked_up.contains(&m.path) {
                 self.looked_up.insert(m.path.clone());
-                if let Some(b) = std::fs::read(&m.path).ok().and_then(|d| build_id_of(&d)) {
-                    self.build_ids.insert(m.path.clone(), b);
+                let data = std::fs::read(&m.path).ok();
+                if let Some(b) = data.as_deref().and_then(pt_elf::build_id::build_id) {
+                    self.build_ids.insert(m.path.clone(), BuildId::new(b));
                 }
             }
             return Some((m.path.clone(), m.offset));
@@ -617,29 +548,22 @@ impl PerfDataSink {
         if !any {
             return Ok(());
         }
-        let bid = build_id_of(&merged).unwrap_or_else(|| hashed_build_id(&merged));
-        let h = hex(bid.as_bytes());
+        // Its own build id, else a stand-in hashed from the code.
+        let bid = match pt_elf::build_id::build_id(&merged) {
+            Some(b) => BuildId::new(b),
+            None => BuildId::new(&pt_elf::build_id::stand_in(&merged)),
+        };
+        let cache = pt_elf::BuildIdCache::new(&self.debug);
+        let vdso = pt_elf::EntryKind::Vdso;
         if self.build_ids.get("[vdso]") != Some(&bid) {
             if let Some(old) = self.build_ids.insert("[vdso]".into(), bid) {
                 // A fuller merge replaces the entry of an earlier checkpoint.
-                let oh = hex(old.as_bytes());
-                let _ = std::fs::remove_dir_all(self.debug.join("[vdso]").join(&oh));
-                let _ = std::fs::remove_file(
-                    self.debug.join(".build-id").join(&oh[..2]).join(&oh[2..]),
-                );
+                cache.remove("[vdso]", old.as_bytes(), vdso);
             }
         }
-        let dir = self.debug.join("[vdso]").join(&h);
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let file = dir.join("vdso");
-        std::fs::write(&file, &merged).map_err(io(&file))?;
-        let links = self.debug.join(".build-id").join(&h[..2]);
-        std::fs::create_dir_all(&links).map_err(io(&links))?;
-        let link = links.join(&h[2..]);
-        if std::fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(Path::new("../../[vdso]").join(&h), &link)
-                .map_err(io(&link))?;
-        }
+        cache
+            .add("[vdso]", bid.as_bytes(), vdso, &merged)
+            .map_err(|e| e.to_string())?;
         Ok(())
     }
 

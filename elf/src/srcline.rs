@@ -19,7 +19,7 @@
 //!   not print; with no such symbol (and no DWARF function) `??:0` as above.
 //!
 //! Which file addr2line reads is perf's `symsrc_filename`: the first debug file
-//! candidate with a symbol table (as [`crate::symbols`] looks for them), else the
+//! candidate with a symbol table ([`DebugSearch::symbol_file`]), else the
 //! file as recorded. Addresses are perf's "objdump" addresses: the map-relative
 //! address plus the runtime file's `.text` `sh_addr - sh_offset`.
 //!
@@ -29,6 +29,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+
+use crate::debug_file::DebugSearch;
 
 use gimli::Reader as _;
 use object::elf;
@@ -176,6 +178,15 @@ impl FuncSyms {
 
 /// The line rows of one file's DWARF, all units together: sequences sorted by
 /// start, rows sorted by address.
+///
+/// gimli decodes the line programs; the rows and file names are made here as
+/// binutils makes them, not through the `addr2line` crate, because perf prints
+/// binutils' answers and the crate follows DWARF where binutils does not: for
+/// DWARF 5 binutils puts directory entry 0 under `DW_AT_comp_dir`
+/// (`./csu/./csu/init-first.c` for Debian's libc, where the crate says
+/// `./csu/init-first.c`: 586 of 1280 probed addresses of libc's debug file
+/// differed with `--full-source-path` when the crate was tried) and starts each
+/// sequence in file 0, not 1.
 #[derive(Default)]
 struct LineTable {
     /// (start, end, first row, row count).
@@ -455,6 +466,7 @@ struct Dso {
 #[derive(Default)]
 pub struct SrcLines {
     full_path: bool,
+    search: DebugSearch,
     dsos: HashMap<(String, Vec<u8>), Dso>,
 }
 
@@ -482,8 +494,15 @@ impl SrcLines {
     pub fn new(full_path: bool) -> Self {
         SrcLines {
             full_path,
+            search: DebugSearch::default(),
             dsos: HashMap::new(),
         }
+    }
+
+    /// Looks for debug files as `search` says (perf's `--symfs`).
+    pub fn with_search(mut self, search: DebugSearch) -> Self {
+        self.search = search;
+        self
     }
 
     /// perf's srcline text for `addr` (the map-relative address, `ip - start +
@@ -541,9 +560,10 @@ impl SrcLines {
     /// The dso recorded as `name` with `build_id` (loaded on first use).
     fn dso(&mut self, name: &str, path: Option<&Path>, build_id: Option<&[u8]>) -> &mut Dso {
         let key = (name.to_string(), build_id.unwrap_or_default().to_vec());
+        let search = &self.search;
         self.dsos
             .entry(key)
-            .or_insert_with(|| Dso::load(name, path, build_id))
+            .or_insert_with(|| Dso::load(search, name, path, build_id))
     }
 
     /// perf report's `srcfile` of the same address: the srcline's file part
@@ -575,14 +595,15 @@ impl Dso {
         (objdump, answer)
     }
 
-    fn load(name: &str, path: Option<&Path>, build_id: Option<&[u8]>) -> Dso {
+    fn load(search: &DebugSearch, name: &str, path: Option<&Path>, build_id: Option<&[u8]>) -> Dso {
         let short: Rc<str> = basename(name).into();
         let text_offset = path.map_or(0, text_offset);
         // perf's dso__name: no addr2line for `[vdso]`, the kernel, JIT maps.
         let file = if name.starts_with('[') || name.starts_with("/tmp/perf-") {
             None
         } else {
-            symsrc(name, path, build_id)
+            search
+                .symbol_file(path, name, build_id)
                 .or_else(|| Some(PathBuf::from(name)))
                 .and_then(|p| A2lFile::open(&p))
         };
@@ -593,34 +614,6 @@ impl Dso {
             lines: HashMap::new(),
         }
     }
-}
-
-/// Whether an ELF file has a `.symtab` with symbols.
-fn has_symtab(path: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    // SAFETY: read-only mapping, see `A2lFile::open`.
-    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
-        return false;
-    };
-    let Ok(f) = ElfFile64::<Endianness>::parse(&*map) else {
-        return false;
-    };
-    let (hdr, e) = (f.elf_header(), f.endian());
-    hdr.sections(e, &*map).is_ok_and(|secs| {
-        secs.iter()
-            .any(|s| s.sh_type(e) == elf::SHT_SYMTAB && s.sh_size(e) > 0)
-    })
-}
-
-/// perf's `symsrc_filename`: the first file perf tries for symbols
-/// ([`crate::symbols::candidates`]) that has a symbol table.
-fn symsrc(name: &str, path: Option<&Path>, build_id: Option<&[u8]>) -> Option<PathBuf> {
-    let build_id = build_id.filter(|b| !b.is_empty());
-    crate::symbols::candidates(path, name, build_id)
-        .into_iter()
-        .find(|p| p.is_file() && has_symtab(p))
 }
 
 #[cfg(test)]
@@ -761,7 +754,10 @@ mod tests {
     fn answers_are_binutils() {
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("script_demo");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/script_demo.c");
+        let src = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../ptperf/tests/programs/script_demo.c"
+        );
         let st = std::process::Command::new(pt_testkit::tool("cc", "gcc"))
             .args(["-O2", "-g", "-static", "-o"])
             .arg(&exe)
@@ -775,7 +771,7 @@ mod tests {
             "/usr/lib/x86_64-linux-gnu/libc.so.6",
             "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
         ] {
-            if let Some(p) = symsrc(lib, Some(Path::new(lib)), None) {
+            if let Some(p) = DebugSearch::default().symbol_file(Some(Path::new(lib)), lib, None) {
                 same_as_binutils(&p, 400);
             }
         }

@@ -15,16 +15,23 @@
 //! * an address gets the symbol perf's red-black tree search finds (module `tree`):
 //!   where symbols overlap (a stretched `_init` over the `.plt` entries) that is
 //!   not always the symbol that covers it, and sometimes none;
-//! * `.plt` entries are named `name@plt` from `.rela.plt`.
+//! * `.plt` entries are named `name@plt` from `.rela.plt` (an IRELATIVE entry,
+//!   which names no symbol, is perf 6.1's bare `@plt`);
+//! * names are demangled as perf demangles them ([`crate::demangle`]) unless
+//!   [`SymbolOptions::demangle`] is off (perf's `--no-demangle`), before the
+//!   duplicates are chosen (perf compares the demangled names).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use object::elf;
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader, Sym};
+use object::read::elf::{ElfFile64, FileHeader, SectionHeader, Sym};
 use object::{Endianness, ReadRef};
 
-pub(crate) mod tree;
+use crate::bias::LoadSegment;
+use crate::debug_file::DebugSearch;
+
+pub mod tree;
 
 /// One symbol: `[start, end)` in the file's symbol space.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,9 +40,26 @@ pub struct Symbol {
     pub start: u64,
     /// End (exclusive, or equal to `start` for a point).
     pub end: u64,
-    /// The name.
+    /// The name (demangled unless the table was loaded without).
     pub name: String,
     binding: u8,
+}
+
+impl Symbol {
+    /// A symbol of `[start, end)` with ELF binding `binding` (`STB_*`).
+    pub fn new(start: u64, end: u64, name: impl Into<String>, binding: u8) -> Self {
+        Symbol {
+            start,
+            end,
+            name: name.into(),
+            binding,
+        }
+    }
+
+    /// Its ELF binding (`STB_LOCAL`, `STB_GLOBAL`, `STB_WEAK`, …).
+    pub fn binding(&self) -> u8 {
+        self.binding
+    }
 }
 
 /// A symbol's index in its [`SymbolTable`] ([`SymbolTable::symbol`]).
@@ -64,6 +88,8 @@ pub struct SymbolTable {
     syms: Vec<Symbol>,
     /// How many are kept.
     kept: usize,
+    /// Whether each of `syms` is kept.
+    live: Vec<bool>,
     /// perf's lookup result as a step function: from each start (ascending) up to
     /// the next, the symbol perf's tree search finds ([`NO_SYM`]: none).
     spans: Vec<(u64, u32)>,
@@ -147,9 +173,11 @@ impl SymbolTable {
             }
         }
         let kept = all.len() - dropped;
+        let live = (0..all.len()).map(|i| !t.is_erased(i as u32)).collect();
         SymbolTable {
             syms: all,
             kept,
+            live,
             spans,
         }
     }
@@ -177,6 +205,28 @@ impl SymbolTable {
         }
     }
 
+    /// perf's answers over `[lo, hi)`, in address order: each stretch that
+    /// one symbol names, clipped to the range (stretches without a symbol
+    /// left out). The stretches do not overlap, though symbols may.
+    pub fn answers(&self, lo: u64, hi: u64) -> Vec<(u64, u64, &Symbol)> {
+        let mut out = Vec::new();
+        let first = self
+            .spans
+            .partition_point(|&(s, _)| s <= lo)
+            .saturating_sub(1);
+        for (i, &(start, sym)) in self.spans.iter().enumerate().skip(first) {
+            if start >= hi {
+                break;
+            }
+            let end = self.spans.get(i + 1).map_or(u64::MAX, |&(s, _)| s);
+            let (a, b) = (start.max(lo), end.min(hi));
+            if sym != NO_SYM && a < b {
+                out.push((a, b, &self.syms[sym as usize]));
+            }
+        }
+        out
+    }
+
     /// Symbol `id` (of a [`Lookup`]).
     pub fn symbol(&self, id: SymbolId) -> &Symbol {
         &self.syms[id as usize]
@@ -192,13 +242,25 @@ impl SymbolTable {
         self.len() == 0
     }
 
-    /// The symbols of the ELF file `data` (an empty table if it is no ELF file).
-    pub fn from_elf(data: &[u8]) -> Self {
+    /// Every symbol perf keeps, in the order they were read.
+    pub fn iter(&self) -> impl Iterator<Item = &Symbol> + '_ {
+        self.syms
+            .iter()
+            .zip(&self.live)
+            .filter(|(_, &live)| live)
+            .map(|(s, _)| s)
+    }
+
+    /// The symbols of the ELF file `data` (an empty table if it is no ELF
+    /// file), named as `demangle` says.
+    pub fn from_elf(data: &[u8], demangle: bool) -> Self {
         match ElfFile64::<Endianness>::parse(data) {
             Ok(f) => {
-                let phdrs = program_headers(data);
-                let syms = load_syms(f.elf_header(), f.endian(), data, &phdrs).unwrap_or_default();
-                let plt = plt_symbols(f.elf_header(), f.endian(), data).unwrap_or_default();
+                let segs = LoadSegment::of(data);
+                let syms = load_syms(f.elf_header(), f.endian(), data, &segs, demangle)
+                    .unwrap_or_default();
+                let plt =
+                    plt_symbols(f.elf_header(), f.endian(), data, demangle).unwrap_or_default();
                 Self::build(syms, plt)
             }
             Err(_) => SymbolTable::default(),
@@ -209,13 +271,14 @@ impl SymbolTable {
 /// The symbols of a file as perf's `dso__load_sym` reads them, in table order:
 /// functions, objects and labels (untyped, visible symbols in a section whose
 /// name has `text` or `data`), of allocated sections, moved to file offsets by
-/// the `PT_LOAD` segment of the runtime file (`phdrs`: its program headers)
-/// holding them, else by their section.
+/// the `PT_LOAD` segment of the runtime file (`segs`: its segments) holding
+/// them, else by their section; demangled if `demangle`.
 fn load_syms(
     hdr: &elf::FileHeader64<Endianness>,
     e: Endianness,
     data: &[u8],
-    phdrs: &[elf::ProgramHeader64<Endianness>],
+    segs: &[LoadSegment],
+    demangle: bool,
 ) -> Option<Vec<Symbol>> {
     let sections = hdr.sections(e, data).ok()?;
     let mut symtab = sections.symbols(e, data, elf::SHT_SYMTAB).ok()?;
@@ -249,16 +312,9 @@ fn load_syms(
                 continue;
             }
         }
-        let mut value = sym.st_value(e);
-        let ph = phdrs.iter().find(|p| {
-            let sz = p.p_memsz(e).max(p.p_filesz(e));
-            p.p_type(e) == elf::PT_LOAD
-                && sz != 0
-                && value >= p.p_vaddr(e)
-                && value < p.p_vaddr(e).wrapping_add(sz)
-        });
-        value = match ph {
-            Some(ph) => value.wrapping_sub(ph.p_vaddr(e).wrapping_sub(ph.p_offset(e))),
+        let value = sym.st_value(e);
+        let value = match LoadSegment::holding(segs, value) {
+            Some(seg) => seg.file_offset(value),
             None => value.wrapping_sub(sec.sh_addr(e).wrapping_sub(sec.sh_offset(e))),
         };
         let Ok(name) = symtab.symbol_name(e, sym) else {
@@ -268,20 +324,21 @@ fn load_syms(
         syms.push(Symbol {
             start: value,
             end: value.wrapping_add(size),
-            name: String::from_utf8_lossy(name).into_owned(),
+            name: name_of(name, demangle),
             binding: sym.st_bind(),
         });
     }
     Some(syms)
 }
 
-/// The program headers of an ELF file (none if it has none or is no ELF file).
-fn program_headers(data: &[u8]) -> Vec<elf::ProgramHeader64<Endianness>> {
-    ElfFile64::<Endianness>::parse(data)
-        .ok()
-        .and_then(|f| f.elf_header().program_headers(f.endian(), data).ok())
-        .map(<[_]>::to_vec)
-        .unwrap_or_default()
+/// A symbol's name as perf keeps it: demangled if `demangle` and the name is
+/// mangled.
+fn name_of(raw: &[u8], demangle: bool) -> String {
+    let name = String::from_utf8_lossy(raw);
+    match demangle.then(|| crate::demangle::demangle(&name)).flatten() {
+        Some(d) => d,
+        None => name.into_owned(),
+    }
 }
 
 fn underscores(s: &str) -> usize {
@@ -325,11 +382,12 @@ fn a_is_best(a: &Symbol, b: &Symbol) -> bool {
 }
 
 /// perf's `dso__synthesize_plt_symbols`: `name@plt` for each `.rela.plt` entry, at
-/// `.plt`'s file offset past its header.
+/// `.plt`'s file offset past its header (the name demangled if `demangle`).
 fn plt_symbols(
     hdr: &elf::FileHeader64<Endianness>,
     e: Endianness,
     data: &[u8],
+    demangle: bool,
 ) -> Option<Vec<Symbol>> {
     let sections = hdr.sections(e, data).ok()?;
     let by_name = |n: &[u8]| {
@@ -363,7 +421,7 @@ fn plt_symbols(
         out.push(Symbol {
             start: off,
             end: off.wrapping_add(entsize),
-            name: format!("{}@plt", String::from_utf8_lossy(name)),
+            name: format!("{}@plt", name_of(name, demangle)),
             binding: elf::STB_GLOBAL,
         });
         off = off.wrapping_add(entsize);
@@ -371,19 +429,8 @@ fn plt_symbols(
     Some(out)
 }
 
-/// A file's bytes, mapped.
-fn map(path: &Path) -> Option<memmap2::Mmap> {
-    let f = std::fs::File::open(path).ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    // SAFETY: the file is only read; a file changed under us gives wrong symbols,
-    // and `object` checks every offset it reads.
-    unsafe { memmap2::Mmap::map(&f) }.ok()
-}
-
 /// Whether an ELF file has a `.symtab` with contents (not a stripped one's).
-fn has_symtab(data: &[u8]) -> bool {
+pub(crate) fn has_symtab(data: &[u8]) -> bool {
     let Ok(f) = ElfFile64::<Endianness>::parse(data) else {
         return false;
     };
@@ -394,75 +441,28 @@ fn has_symtab(data: &[u8]) -> bool {
     })
 }
 
-/// The `.gnu_debuglink` file name of an ELF file.
-fn debuglink(data: &[u8]) -> Option<String> {
-    let f = ElfFile64::<Endianness>::parse(data).ok()?;
-    let (hdr, e) = (f.elf_header(), f.endian());
-    let secs = hdr.sections(e, data).ok()?;
-    let s = secs
-        .iter()
-        .find(|s| secs.section_name(e, s).ok() == Some(b".gnu_debuglink"))?;
-    let bytes = s.data(e, data).ok()?;
-    let n = bytes.iter().position(|&b| b == 0)?;
-    Some(String::from_utf8_lossy(&bytes[..n]).into_owned())
+/// How [`Symbols`] loads tables.
+#[derive(Clone, Debug)]
+pub struct SymbolOptions {
+    /// Demangle names as perf does (perf's default; `--no-demangle` turns it off).
+    pub demangle: bool,
+    /// Where debug files are looked for (perf's `--symfs`).
+    pub search: DebugSearch,
 }
 
-/// Where perf looks for the symbols of the file recorded as `name` (found at
-/// `path`), in perf's order (`dso__load`'s binary types): the debuglink file, the
-/// build-id cache's debug file, Fedora's and Ubuntu's debug directories, the
-/// build-id debug directory, and the file itself (when there is one).
-pub(crate) fn candidates(path: Option<&Path>, name: &str, build_id: Option<&[u8]>) -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    let data = path.and_then(map);
-    // perf reads the build id from the file when the recording names none.
-    let own_id: Option<Vec<u8>> = data.as_deref().and_then(|d| {
-        use object::Object;
-        object::File::parse(d)
-            .ok()?
-            .build_id()
-            .ok()?
-            .map(<[u8]>::to_vec)
-    });
-    let build_id = build_id.or(own_id.as_deref());
-    if let Some(link) = data.as_deref().and_then(debuglink) {
-        let dir = Path::new(name).parent().unwrap_or(Path::new("/"));
-        v.push(PathBuf::from(&link));
-        v.push(dir.join(&link));
-        v.push(dir.join(".debug").join(&link));
-        v.push(PathBuf::from(format!(
-            "/usr/lib/debug{}/{link}",
-            dir.display()
-        )));
-    }
-    let hex: Option<String> =
-        build_id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>());
-    if let Some(h) = hex.as_deref().filter(|h| h.len() > 2) {
-        if let Some(home) = std::env::var_os("HOME") {
-            v.push(
-                Path::new(&home)
-                    .join(".debug/.build-id")
-                    .join(&h[..2])
-                    .join(&h[2..])
-                    .join("debug"),
-            );
+impl Default for SymbolOptions {
+    fn default() -> Self {
+        SymbolOptions {
+            demangle: true,
+            search: DebugSearch::default(),
         }
     }
-    v.push(PathBuf::from(format!("/usr/lib/debug{name}.debug")));
-    v.push(PathBuf::from(format!("/usr/lib/debug{name}")));
-    if let Some(h) = hex.as_deref().filter(|h| h.len() > 2) {
-        v.push(PathBuf::from(format!(
-            "/usr/lib/debug/.build-id/{}/{}.debug",
-            &h[..2],
-            &h[2..]
-        )));
-    }
-    v.extend(path.map(Path::to_path_buf));
-    v
 }
 
 /// Symbol tables by file, loaded once.
 #[derive(Default)]
 pub struct Symbols {
+    options: SymbolOptions,
     files: HashMap<PathBuf, usize>,
     tables: Vec<SymbolTable>,
 }
@@ -471,9 +471,17 @@ pub struct Symbols {
 pub type TableId = usize;
 
 impl Symbols {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty cache that loads tables as `options` say.
+    pub fn new(options: SymbolOptions) -> Self {
+        Symbols {
+            options,
+            ..Default::default()
+        }
+    }
+
+    /// The options tables are loaded with.
+    pub fn options(&self) -> &SymbolOptions {
+        &self.options
     }
 
     fn load(&mut self, path: &Path, make: impl FnOnce() -> SymbolTable) -> TableId {
@@ -487,16 +495,17 @@ impl Symbols {
 
     /// The symbols of the file at `path` only (empty if it cannot be read).
     pub fn of(&mut self, path: &Path) -> &SymbolTable {
+        let demangle = self.options.demangle;
         let i = self.load(path, || {
-            map(path)
-                .map(|m| SymbolTable::from_elf(&m))
+            crate::map_file(path)
+                .map(|m| SymbolTable::from_elf(&m, demangle))
                 .unwrap_or_default()
         });
         &self.tables[i]
     }
 
     /// The symbols of the code recorded as `name` and found at `path`, from the
-    /// first file perf would take them from (see `candidates`), with `.plt`
+    /// first file perf would take them from ([`DebugSearch::candidates`]), with `.plt`
     /// entries named from the file itself.
     pub fn of_dso(&mut self, path: &Path, name: &str, build_id: Option<&[u8]>) -> &SymbolTable {
         let i = self.dso_table(path, name, build_id);
@@ -506,30 +515,35 @@ impl Symbols {
     /// [`Self::of_dso`]'s table, by number (to be kept and looked up with
     /// [`Self::table`]).
     pub fn dso_table(&mut self, path: &Path, name: &str, build_id: Option<&[u8]>) -> TableId {
+        let demangle = self.options.demangle;
+        let search = self.options.search.clone();
         self.load(path, || {
-            let runtime = map(path);
+            let runtime = crate::map_file(path);
             // perf moves symbols by the runtime file's segments.
-            let phdrs = runtime.as_deref().map(program_headers).unwrap_or_default();
-            for c in candidates(Some(path), name, build_id) {
-                let Some(m) = map(&c) else { continue };
+            let segs = runtime.as_deref().map(LoadSegment::of).unwrap_or_default();
+            for c in search.candidates(Some(path), name, build_id) {
+                let Some(m) = crate::map_file(&c) else {
+                    continue;
+                };
                 if !has_symtab(&m) {
                     continue;
                 }
                 let syms = match ElfFile64::<Endianness>::parse(&*m) {
-                    Ok(f) => load_syms(f.elf_header(), f.endian(), &m, &phdrs).unwrap_or_default(),
+                    Ok(f) => load_syms(f.elf_header(), f.endian(), &m, &segs, demangle)
+                        .unwrap_or_default(),
                     Err(_) => continue,
                 };
                 let plt = runtime
                     .as_deref()
                     .and_then(|r| {
                         let f = ElfFile64::<Endianness>::parse(r).ok()?;
-                        plt_symbols(f.elf_header(), f.endian(), r)
+                        plt_symbols(f.elf_header(), f.endian(), r, demangle)
                     })
                     .unwrap_or_default();
                 return SymbolTable::build(syms, plt);
             }
             runtime
-                .map(|m| SymbolTable::from_elf(&m))
+                .map(|m| SymbolTable::from_elf(&m, demangle))
                 .unwrap_or_default()
         })
     }
@@ -574,6 +588,16 @@ mod tests {
         assert_eq!(t.symbol(l.sym.unwrap()).name, "bb");
         let l = t.lookup(0x35);
         assert_eq!((l.sym, l.start, l.end), (None, 0x30, 0x40));
+        let a: Vec<(u64, u64, &str)> = t
+            .answers(0x14, 0x45)
+            .into_iter()
+            .map(|(s, e, sym)| (s, e, sym.name.as_str()))
+            .collect();
+        assert_eq!(
+            a,
+            [(0x14, 0x20, "a"), (0x20, 0x30, "bb"), (0x40, 0x45, "c")]
+        );
+        assert_eq!(t.iter().count(), 3);
     }
 
     /// libm.so.6 (Debian 12): `_init` (size 0, at .init) is stretched over .plt
@@ -607,6 +631,50 @@ mod tests {
         assert!(t.find(0x10220).is_none());
         assert!(t.find(0x10228).is_none());
         assert_eq!(t.find(0x10240).unwrap().name, "deregister_tm_clones");
+    }
+
+    /// The system's C++ library as perf 6.1 names it: `.plt` entries
+    /// demangled then suffixed (`std::error_category::error_category@plt`);
+    /// with demangling off, the mangled names.
+    #[test]
+    fn libstdcxx_plt_names_as_perf() {
+        let lib = Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
+        let data = std::fs::read(lib).expect("libstdc++ (Debian package libstdc++6)");
+        let t = SymbolTable::from_elf(&data, true);
+        let names: std::collections::HashSet<&str> = t.iter().map(|s| s.name.as_str()).collect();
+        assert!(names.contains("std::error_category::error_category@plt"));
+        assert!(names.contains("operator new"));
+        let raw = SymbolTable::from_elf(&data, false);
+        assert!(raw
+            .iter()
+            .any(|s| s.name == "_ZNSt14error_categoryC2Ev@plt"));
+        assert_eq!(raw.len(), t.len());
+    }
+
+    /// The C library's `strcmp` is an ifunc: perf names its resolver
+    /// `strcmp`, as the C library's symbol table does; its IRELATIVE `.plt`
+    /// entries (no symbol) are perf 6.1's bare `@plt`.
+    #[test]
+    fn ifunc_resolver_keeps_its_symbol_name() {
+        let lib = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let data = std::fs::read(lib).expect("the C library");
+        let f = ElfFile64::<Endianness>::parse(&*data).unwrap();
+        let (hdr, e) = (f.elf_header(), f.endian());
+        let secs = hdr.sections(e, &*data).unwrap();
+        let dynsym = secs.symbols(e, &*data, elf::SHT_DYNSYM).unwrap();
+        let strcmp = dynsym
+            .iter()
+            .find(|s| dynsym.symbol_name(e, s) == Ok(b"strcmp"))
+            .unwrap();
+        assert_eq!(strcmp.st_type(), elf::STT_GNU_IFUNC);
+        let t = SymbolTable::from_elf(&data, true);
+        let at = t
+            .iter()
+            .find(|s| s.name == "strcmp")
+            .expect("strcmp kept")
+            .start;
+        assert_eq!(t.find(at).unwrap().name, "strcmp");
+        assert!(t.iter().any(|s| s.name == "@plt"));
     }
 
     /// A small xorshift generator for the randomized tests.
