@@ -8,8 +8,9 @@
 //! - `errors`: OVF, bad packets, code that does not match, the loop guard.
 //! - `timing`: TSC, TMA, MTC, CYC, CBR.
 //! - `sampling`: instruction periods.
-//! - `events`: PTWRITE and the power events.
+//! - `events`: PTWRITE, power events, MODE.Exec and MODE.TSX.
 //! - `buffers`: a trace over more than one buffer.
+//! - `hop`: the quick modes.
 
 use super::*;
 use pt_encoder::{IpCompression, IpPacketKind, IpPayload, Packet};
@@ -20,6 +21,7 @@ mod buffers;
 mod errors;
 mod events;
 mod flow;
+mod hop;
 mod sampling;
 mod sync;
 mod timing;

@@ -114,3 +114,47 @@ fn a_psb_split_over_a_gap_is_lost() {
         ]
     );
 }
+
+/// A buffer that does not continue the last one gives its TSCs the upper
+/// byte of its own AUXTRACE reference (the time is dropped at the gap).
+#[test]
+fn a_new_buffer_times_its_tsc_from_its_reference() {
+    let psb = |tsc, ip| {
+        trace::encode(&[
+            Packet::Psb,
+            Packet::Tsc { tsc },
+            trace::mode64(),
+            fup(ip),
+            Packet::Psbend,
+        ])
+    };
+    let first = psb(0x00ff_ffff_ffff_fff0, 0x1000);
+    let second = psb(0x10, 0x2000);
+    let bufs = vec![
+        Buffer {
+            data: &first,
+            consecutive: false,
+            reference: 0x00ff_ffff_ffff_fff0,
+            trace_nr: 1,
+        },
+        Buffer {
+            data: &second,
+            consecutive: false,
+            reference: 0x0100_0000_0000_0000,
+            trace_nr: 2,
+        },
+    ];
+    let mut d = Decoder::new(params(), bufs);
+    let mut code = two_loops();
+    let got: Vec<_> = all_states(&mut d, &mut code)
+        .iter()
+        .map(|s| (brief(s), s.timestamp))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ok(ty::PSB_EVT, 0x1000, 0), 0x00ff_ffff_ffff_fff0),
+            (ok(ty::PSB_EVT, 0x2000, 0), 0x0100_0000_0000_0010),
+        ]
+    );
+}

@@ -180,3 +180,48 @@ fn mode_exec_with_fup_is_an_iflag_change() {
         ]
     );
 }
+
+fn mode_tsx(intx: bool, abrt: bool) -> Packet {
+    Packet::ModeTsx(pt_encoder::ModeTsx { intx, abrt })
+}
+
+/// TSX: MODE.TSX with a FUP is a `TRANSACTION` state at the FUP's IP (a
+/// begin: flag `IN_TX`); branches inside the transaction carry `IN_TX`; an
+/// abort (MODE.TSX with TXAbort, FUP, TIP) is one transaction state that is
+/// also a branch, from the FUP to the TIP, flagged `ABORT_TX` (not `ASYNC`,
+/// not `IN_TX`).
+#[test]
+fn tsx_begin_and_abort() {
+    let mut code = Code::new();
+    code.at(0x1000).nops(2).jz(0x1000); // 0x1002: jz
+    let data = after_psb(
+        0x1000,
+        &[
+            mode_tsx(true, false),
+            fup(0x1001),
+            trace::tnt_str("!"),
+            mode_tsx(false, true),
+            fup(0x1001),
+            tip(0x2000),
+        ],
+    );
+    let mut d = Decoder::new(params(), one_buffer(&data));
+    let tx = sflags::IN_TX | sflags::ABORT_TX | sflags::ASYNC;
+    let got: Vec<_> = all_states(&mut d, &mut code)
+        .iter()
+        .map(|s| (brief(s), s.flags & tx, s.tot_insn_cnt))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ok(ty::PSB_EVT, 0x1000, 0), 0, 0),
+            (ok(ty::TRANSACTION, 0x1001, 0), sflags::IN_TX, 1),
+            (ok(ty::BRANCH, 0x1002, 0x1000), sflags::IN_TX, 3),
+            (
+                ok(ty::TRANSACTION | ty::BRANCH, 0x1001, 0x2000),
+                sflags::ABORT_TX,
+                4
+            ),
+        ]
+    );
+}

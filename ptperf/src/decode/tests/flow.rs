@@ -253,3 +253,23 @@ fn fup_then_tip_pgd_ends_the_trace_asynchronously() {
         ]
     );
 }
+
+/// A call to the next instruction (a zero-length call, which code uses to
+/// read its own address) pushes nothing on perf's return stack: a compressed
+/// RET after it returns to the call before.
+#[test]
+fn a_zero_length_call_pushes_no_return_address() {
+    let mut code = Code::new();
+    code.at(0x1000).call(0x1100); // returns to 0x1005
+    code.at(0x1100).call(0x1105).ret(); // 0x1100: call +0, 0x1105: ret
+    let data = after_psb(0x1000, &[trace::tnt_str("!")]);
+    assert_eq!(
+        briefs(params(), &data, &mut code),
+        [
+            ok(ty::PSB_EVT, 0x1000, 0),
+            ok(ty::BRANCH, 0x1000, 0x1100),
+            ok(ty::BRANCH, 0x1100, 0x1105),
+            ok(ty::BRANCH, 0x1105, 0x1005),
+        ]
+    );
+}

@@ -194,3 +194,37 @@ fn a_cbr_change_is_a_state_of_its_own() {
         ]
     );
 }
+
+/// When a TNT packet's walk first meets a direct call (a state before any of
+/// its bits is taken), perf does not take the time anew for that state
+/// (`intel_pt_sample_time` is false in the TNT state): the call has the time
+/// of the state before; the conditional branch after it has the MTC's.
+#[test]
+fn a_direct_call_before_the_tnt_bits_keeps_the_time_before() {
+    let p = Params {
+        tsc_ctc_ratio_n: 3,
+        tsc_ctc_ratio_d: 1,
+        mtc_period: 3,
+        ..params()
+    };
+    let data = timed_psb(
+        &[Packet::Tma { ctc: 0x0123, fc: 2 }],
+        &[Packet::Mtc { ctc: 0x25 }, trace::tnt_str("!")],
+    );
+    let mut code = Code::new();
+    code.at(0x1000).call(0x1100);
+    code.at(0x1100).nop().jz(0x1100);
+    let mut d = Decoder::new(p, buffer_at(&data, 0x10_0000));
+    let got: Vec<_> = all_states(&mut d, &mut code)
+        .iter()
+        .map(|s| (brief(s), s.timestamp))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ok(ty::PSB_EVT, 0x1000, 0), 0x10_0000),
+            (ok(ty::BRANCH, 0x1000, 0x1100), 0x10_0000),
+            (ok(ty::BRANCH, 0x1101, 0x1100), 0xffff5 + 8 * 3),
+        ]
+    );
+}
