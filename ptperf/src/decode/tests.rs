@@ -11,6 +11,7 @@
 //! - `events`: PTWRITE, power events, MODE.Exec and MODE.TSX.
 //! - `buffers`: a trace over more than one buffer.
 //! - `hop`: the quick modes.
+//! - `fast_path`: `Decoder::take_run` against `decode`, state by state.
 
 use super::*;
 use pt_encoder::{IpCompression, IpPacketKind, IpPayload, Packet};
@@ -20,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 mod buffers;
 mod errors;
 mod events;
+mod fast_path;
 mod flow;
 mod hop;
 mod sampling;
@@ -32,6 +34,8 @@ mod timing;
 #[derive(Default)]
 struct Code {
     insns: BTreeMap<u64, Insn>,
+    /// Each instruction's bytes, for an image of the same code.
+    bytes: BTreeMap<u64, Vec<u8>>,
     /// Where the next instruction goes.
     at: u64,
     /// Addresses whose walk fails as one perf reported before (`-ENOENT`).
@@ -59,6 +63,7 @@ impl Code {
             .expect("the test's instruction decodes");
         assert_eq!(usize::from(i.size), bytes.len(), "one instruction");
         self.insns.insert(self.at, Insn::from_pt(&i, bytes));
+        self.bytes.insert(self.at, bytes.to_vec());
         self.at += u64::from(i.size);
         self
     }
@@ -132,10 +137,33 @@ impl Code {
         self.put(&[0x0f, 0x01, 0xc9])
     }
 
+    /// The same code as an image (a section per run of adjacent
+    /// instructions), for the crate's own walker.
+    fn image(&self) -> pt_decoder::image::Image {
+        let mut im = pt_decoder::image::Image::new();
+        let mut run: Option<(u64, Vec<u8>)> = None;
+        for (&ip, b) in &self.bytes {
+            match &mut run {
+                Some((at, v)) if *at + v.len() as u64 == ip => v.extend_from_slice(b),
+                _ => {
+                    if let Some((at, v)) = run.take() {
+                        im.add_bytes(at, v, "test").expect("a section");
+                    }
+                    run = Some((ip, b.clone()));
+                }
+            }
+        }
+        if let Some((at, v)) = run {
+            im.add_bytes(at, v, "test").expect("a section");
+        }
+        im
+    }
+
     /// A copy of the code so far (to hand to a decode while building on).
-    fn done(&mut self) -> Code {
+    fn done(&self) -> Code {
         Code {
             insns: self.insns.clone(),
+            bytes: self.bytes.clone(),
             at: self.at,
             known_bad: self.known_bad.clone(),
             filter: self.filter.clone(),
