@@ -273,3 +273,58 @@ fn a_zero_length_call_pushes_no_return_address() {
         ]
     );
 }
+
+/// TraceStop (a stop region or ToPA stop) ends tracing without a state of
+/// its own; the trace begins again at the next TIP.PGE.
+#[test]
+fn trace_stop_is_no_state() {
+    let mut code = Code::new();
+    code.at(0x1000).nop().jz(0x1000);
+    let data = after_psb(0x1000, &[Packet::Stop, pge(0x1000), trace::tnt_str("!")]);
+    assert_eq!(
+        briefs(params(), &data, &mut code),
+        [
+            ok(ty::PSB_EVT, 0x1000, 0),
+            ok(ty::BRANCH | ty::TRACE_BEGIN, 0, 0x1000),
+            ok(ty::BRANCH, 0x1001, 0x1000),
+        ]
+    );
+}
+
+/// A PIP with NR (VMX non-root) before a TIP: the branch goes from root to
+/// non-root (`from_nr` false, `to_nr` true) and later states are in
+/// non-root; a PIP in PSB+ sets the mode at once.
+#[test]
+fn pip_nr_changes_the_mode_at_the_next_branch() {
+    let mut code = Code::new();
+    code.at(0x1000).nop().jmp_rax(); // 0x1001: jmp rax
+    code.at(0x2000).nop().jz(0x2000);
+    let pip = |nr| Packet::Pip { cr3: 0x1000, nr };
+    let data = after_psb(0x1000, &[pip(true), tip(0x2000), trace::tnt_str("!")]);
+    let mut d = Decoder::new(params(), one_buffer(&data));
+    let got: Vec<_> = all_states(&mut d, &mut code)
+        .iter()
+        .map(|s| (brief(s), s.from_nr, s.to_nr))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ok(ty::PSB_EVT, 0x1000, 0), false, false),
+            (ok(ty::BRANCH, 0x1001, 0x2000), false, true),
+            (ok(ty::BRANCH, 0x2001, 0x2000), true, true),
+        ]
+    );
+    // In PSB+ the PIP is the mode there and then.
+    let mut all = vec![Packet::Psb, pip(true)];
+    all.extend([
+        trace::mode64(),
+        fup(0x2000),
+        Packet::Psbend,
+        trace::tnt_str("!"),
+    ]);
+    let data = trace::encode(&all);
+    let mut d = Decoder::new(params(), one_buffer(&data));
+    let s = all_states(&mut d, &mut code);
+    assert_eq!((s[0].from_nr, s[0].to_nr), (true, true));
+    assert_eq!((s[1].from_nr, s[1].to_nr), (true, true));
+}
