@@ -152,4 +152,74 @@ mod tests {
         assert_eq!(perf(&[0xf1]).branch, Branch::None);
         assert_eq!(perf(&[0x90]).op, Op::Other);
     }
+
+    /// Every kind of branch as intel-pt-insn-decoder.c classifies it by its
+    /// opcode: far transfers are indirect (the trace has their target), LOOP
+    /// and JRCXZ take TNT bits, and INT1, VMCALL and PTWRITE are no branches.
+    #[test]
+    fn branches_as_perf_classifies_them() {
+        use Branch::*;
+        let class = |bytes: &[u8]| {
+            let i = perf(bytes);
+            (i.op, i.branch)
+        };
+        let cases: &[(&[u8], Op, Branch)] = &[
+            (&[0xc2, 0x08, 0x00], Op::Ret, Indirect),
+            (&[0xcb], Op::Ret, Indirect),
+            (&[0xca, 0x08, 0x00], Op::Ret, Indirect),
+            (&[0x48, 0xcf], Op::Iret, Indirect),
+            (&[0xcc], Op::Int, Indirect),
+            (&[0xcd, 0x80], Op::Int, Indirect),
+            (&[0xf1], Op::Other, None),
+            (&[0x0f, 0x05], Op::Syscall, Indirect),
+            (&[0x0f, 0x34], Op::Syscall, Indirect),
+            (&[0x48, 0x0f, 0x07], Op::Sysret, Indirect),
+            (&[0x0f, 0x35], Op::Sysret, Indirect),
+            (&[0x0f, 0x01, 0xc2], Op::Vmentry, Indirect),
+            (&[0x0f, 0x01, 0xc3], Op::Vmentry, Indirect),
+            (&[0x0f, 0x01, 0xc1], Op::Other, None),
+            (&[0xe2, 0xfe], Op::Loop, Conditional),
+            (&[0xe1, 0xfe], Op::Loop, Conditional),
+            (&[0xe0, 0xfe], Op::Loop, Conditional),
+            (&[0xe3, 0xfe], Op::Jcc, Conditional),
+            (&[0x0f, 0x85, 0, 1, 0, 0], Op::Jcc, Conditional),
+            (&[0xe9, 0, 1, 0, 0], Op::Jmp, Unconditional),
+            (&[0xeb, 0x10], Op::Jmp, Unconditional),
+            (&[0xff, 0x20], Op::Jmp, Indirect),
+            (&[0xff, 0x28], Op::Jmp, Indirect),
+            (&[0xff, 0x10], Op::Call, Indirect),
+            (&[0xff, 0x18], Op::Call, Indirect),
+            (&[0xe8, 0, 0, 0, 0], Op::Call, Unconditional),
+            (&[0xf3, 0x0f, 0xae, 0xe0], Op::Other, None),
+            (&[0x48, 0x83, 0xc0, 0x01], Op::Other, None),
+        ];
+        for &(bytes, op, branch) in cases {
+            assert_eq!(class(bytes), (op, branch), "{bytes:02x?}");
+        }
+        // The displacement of a direct branch, its bytes and length.
+        let j = perf(&[0x0f, 0x85, 0x00, 0x01, 0x00, 0x00]);
+        assert_eq!((j.rel, j.length), (0x100, 6));
+        assert_eq!(&j.buf[..7], &[0x0f, 0x85, 0x00, 0x01, 0x00, 0x00, 0x00]);
+        assert_eq!(perf(&[0xe8, 0, 0, 0, 0]).rel, 0);
+        assert_eq!(perf(&[0xeb, 0x80]).rel, -128);
+        // Indirect branches have none.
+        assert_eq!(perf(&[0xff, 0x20]).rel, 0);
+    }
+
+    /// The sample flags of each operation (perf's `intel_pt_insn_type`).
+    #[test]
+    fn sample_flags_of_each_operation() {
+        use crate::sample::flags::*;
+        assert_eq!(op_flags(Op::Other), 0);
+        assert_eq!(op_flags(Op::Call), BRANCH | CALL);
+        assert_eq!(op_flags(Op::Ret), BRANCH | RETURN);
+        assert_eq!(op_flags(Op::Jcc), BRANCH | CONDITIONAL);
+        assert_eq!(op_flags(Op::Loop), BRANCH | CONDITIONAL);
+        assert_eq!(op_flags(Op::Jmp), BRANCH);
+        assert_eq!(op_flags(Op::Iret), BRANCH | RETURN | INTERRUPT);
+        assert_eq!(op_flags(Op::Int), BRANCH | CALL | INTERRUPT);
+        assert_eq!(op_flags(Op::Syscall), BRANCH | CALL | SYSCALLRET);
+        assert_eq!(op_flags(Op::Sysret), BRANCH | RETURN | SYSCALLRET);
+        assert_eq!(op_flags(Op::Vmentry), BRANCH | CALL | VMENTRY);
+    }
 }

@@ -136,12 +136,71 @@ pub fn tip_at(buf: &[u8], at: usize) -> Option<(Pkt, usize)> {
 /// The next packet of `dec` (positioned in `buf`) in perf's terms, with its size.
 #[inline]
 pub fn next(dec: &mut PacketDecoder<'_>, buf: &[u8]) -> Option<(Pkt, usize)> {
-    let (off, p) = dec.next_packet().ok()?;
+    let at = dec.offset().ok()? as usize;
+    let (off, p) = match dec.next_packet() {
+        Ok(next) => next,
+        Err(_) => return perf_only(buf.get(at..)?),
+    };
     let start = off as usize;
     let end = dec.offset().ok()? as usize;
     let raw = buf.get(start..end)?;
     let pkt = convert(&p, raw)?;
     Some((pkt, end - start))
+}
+
+/// The packet at the start of `raw` where pt-decoder's packet decoder (which
+/// keeps libipt's rules) refuses it but perf's reads it (intel-pt-pkt-decoder.c
+/// checks fewer bits): a TMA with reserved bits set (perf reads the CTC and the
+/// fast counter's nine bits), a CYC of ten bytes (its count wider than 64 bits:
+/// perf keeps the low 64), and a long TNT without a stop bit (no results, which
+/// perf's walk skips). `None`: perf calls it bad too, or it does not end in
+/// `raw`.
+fn perf_only(raw: &[u8]) -> Option<(Pkt, usize)> {
+    let pkt = |kind, count, payload, n| {
+        Some((
+            Pkt {
+                kind,
+                count,
+                payload,
+            },
+            n,
+        ))
+    };
+    match *raw {
+        [0x02, 0x73, ..] => {
+            let r = raw.get(..7)?;
+            let fc = u32::from(r[5]) | (u32::from(r[6]) & 1) << 8;
+            pkt(Kind::Tma, fc, le(&r[2..4]), 7)
+        }
+        [0x02, 0xa3, ..] => {
+            let mut payload = le(raw.get(..8)?);
+            let mut count = 47;
+            while count != 0 && payload & 1 << 63 == 0 {
+                payload <<= 1;
+                count -= 1;
+            }
+            pkt(Kind::Tnt, count, payload << 1, 8)
+        }
+        [b0, ..] if b0 & 3 == 3 => {
+            // CYC: seven more bits a byte while bit 0 says more, ten bytes at most.
+            let mut payload = u64::from(b0 >> 3);
+            let mut more = b0 & 4 != 0;
+            let mut n = 1;
+            let mut shift = 5;
+            while more {
+                if n > 9 {
+                    return None;
+                }
+                let b = *raw.get(n)?;
+                n += 1;
+                more = b & 1 != 0;
+                payload |= u64::from(b >> 1) << shift;
+                shift += 7;
+            }
+            pkt(Kind::Cyc, 0, payload, n)
+        }
+        _ => None,
+    }
 }
 
 /// `p`, whose bytes are `raw`, in perf's terms.
@@ -185,6 +244,8 @@ fn convert(p: &Packet, raw: &[u8]) -> Option<Pkt> {
             };
             pkt(Kind::ModeExec, byte, bits)
         }
+        // InTX and TXAbort both set: perf calls the packet bad.
+        Packet::ModeTsx(m) if m.intx && m.abrt => None,
         Packet::ModeTsx(m) => pkt(Kind::ModeTsx, 0, u64::from(m.intx) | u64::from(m.abrt) << 1),
         Packet::Pip { .. } => pkt(Kind::Pip, 0, le(raw.get(2..8)?)),
         Packet::Vmcs { .. } => pkt(Kind::Vmcs, 5, le(raw.get(2..7)?)),
@@ -217,7 +278,8 @@ fn convert(p: &Packet, raw: &[u8]) -> Option<Pkt> {
             u32::from(ty),
             u64::from(vector),
         ),
-        Packet::Evd { ty, payload } => pkt(Kind::Evd, u32::from(ty) & 0x3f, payload),
+        // perf's type is six bits of the byte (the SDM's five and one reserved).
+        Packet::Evd { payload, .. } => pkt(Kind::Evd, u32::from(*raw.get(2)?) & 0x3f, payload),
         Packet::Bbp { sz4, ty } => pkt(Kind::Bbp, u32::from(sz4), u64::from(ty)),
         Packet::Bip { id, payload, .. } => pkt(Kind::Bip, u32::from(id), payload),
         Packet::Bep { ip } => pkt(if ip { Kind::BepIp } else { Kind::Bep }, 0, 0),
@@ -273,6 +335,131 @@ mod tests {
             iflag: true,
         }));
         assert_eq!((p.kind, p.payload, p.count & 4), (Kind::ModeExec, 64, 4));
+    }
+
+    /// The packet of `bytes` (and the bytes it takes), as the decoder reads it.
+    fn raw(bytes: &[u8]) -> Option<(Pkt, usize)> {
+        let mut d = decoder(bytes);
+        decode(&mut d, bytes, 0)
+    }
+
+    /// Where perf's packet decoder and libipt's rules part ways, perf's
+    /// reading (intel-pt-pkt-decoder.c): it checks fewer reserved bits, takes
+    /// CYCs of up to ten bytes, a long TNT without a stop bit as a TNT of no
+    /// results, and refuses a MODE.TSX with both InTX and TXAbort set.
+    #[test]
+    fn packets_as_perf_reads_them() {
+        let tma = |count, payload| Pkt {
+            kind: Kind::Tma,
+            count,
+            payload,
+        };
+        // TMA: reserved byte 4 and bits 7:1 of byte 6 set.
+        assert_eq!(
+            raw(&[0x02, 0x73, 0x01, 0x02, 0xff, 0x03, 0xff]),
+            Some((tma(0x103, 0x0201), 7))
+        );
+        assert_eq!(
+            raw(&[0x02, 0x73, 0x01, 0x02, 0x00, 0x03, 0x01]),
+            Some((tma(0x103, 0x0201), 7))
+        );
+        // A TMA cut short is bad.
+        assert_eq!(raw(&[0x02, 0x73, 0x01, 0x02, 0xff, 0x03]), None);
+        // CYC of ten bytes: nine of seven bits after five; bits past 63 dropped.
+        let mut cyc = vec![0x0f];
+        cyc.extend([0x03; 8]);
+        cyc.push(0xfe);
+        let low: u64 = 1 + (0..8).map(|k| 1u64 << (5 + 7 * k)).sum::<u64>();
+        let cyc_pkt = |payload| Pkt {
+            kind: Kind::Cyc,
+            count: 0,
+            payload,
+        };
+        assert_eq!(raw(&cyc), Some((cyc_pkt(low | 0x7f << 61), 10)));
+        // Eleven bytes: bad to perf too.
+        let mut long = cyc.clone();
+        long[9] = 0x03;
+        long.push(0x00);
+        assert_eq!(raw(&long), None);
+        // Short CYCs as before.
+        assert_eq!(raw(&[0x07, 0x02]), Some((cyc_pkt(32), 2)));
+        // A long TNT whose payload has no stop bit: no results.
+        let (t, n) = raw(&[0x02, 0xa3, 0, 0, 0, 0, 0, 0]).unwrap();
+        assert_eq!((t.kind, t.count, n), (Kind::Tnt, 0, 8));
+        // MODE.TSX: InTX and TXAbort both set is bad; each alone is not.
+        assert_eq!(raw(&[0x99, 0x23]), None);
+        assert_eq!(raw(&[0x99, 0x21]).map(|(p, _)| p.payload), Some(1));
+        assert_eq!(raw(&[0x99, 0x22]).map(|(p, _)| p.payload), Some(2));
+        // EVD's type: six bits.
+        let evd = [0x02, 0x53, 0xff, 8, 7, 6, 5, 4, 3, 2, 1];
+        let (e, n) = raw(&evd).unwrap();
+        assert_eq!(
+            (e.kind, e.count, e.payload, n),
+            (Kind::Evd, 0x3f, 0x0102_0304_0506_0708, 11)
+        );
+    }
+
+    /// Packets whose fields perf reads whole, reserved bits included.
+    #[test]
+    fn payloads_as_perf_reads_them() {
+        let p = |bytes: &[u8]| raw(bytes).map(|(p, n)| (p.kind, p.count, p.payload, n));
+        // CBR: two bytes (the ratio is the low one).
+        assert_eq!(
+            p(&[0x02, 0x03, 0x12, 0xff]),
+            Some((Kind::Cbr, 0, 0xff12, 4))
+        );
+        // PIP: six bytes, NR in bit 0.
+        assert_eq!(
+            p(&[0x02, 0x43, 0x01, 0x20, 0x30, 0x40, 0x50, 0x60]),
+            Some((Kind::Pip, 0, 0x6050_4030_2001, 8))
+        );
+        // VMCS: five bytes, count 5.
+        assert_eq!(
+            p(&[0x02, 0xc8, 1, 2, 3, 4, 5]),
+            Some((Kind::Vmcs, 5, 0x05_0403_0201, 7))
+        );
+        // TSC: seven bytes.
+        assert_eq!(
+            p(&[0x19, 1, 2, 3, 4, 5, 6, 7]),
+            Some((Kind::Tsc, 0, 0x07_0605_0403_0201, 8))
+        );
+        // MTC: one byte.
+        assert_eq!(p(&[0x59, 0xab]), Some((Kind::Mtc, 0, 0xab, 2)));
+        // MODE.Exec: the byte in count (IF in bit 2), the bitness in payload.
+        assert_eq!(p(&[0x99, 0x06]), Some((Kind::ModeExec, 6, 32, 2)));
+        assert_eq!(p(&[0x99, 0x00]), Some((Kind::ModeExec, 0, 16, 2)));
+        // PWRE, PWRX, MWAIT: two, five and eight bytes.
+        assert_eq!(
+            p(&[0x02, 0x22, 0x80, 0x21]),
+            Some((Kind::Pwre, 0, 0x2180, 4))
+        );
+        assert_eq!(
+            p(&[0x02, 0xa2, 0x25, 0x01, 0, 0, 0]),
+            Some((Kind::Pwrx, 0, 0x0125, 7))
+        );
+        assert_eq!(
+            p(&[0x02, 0xc2, 1, 0, 0, 0, 2, 0, 0, 0]),
+            Some((Kind::Mwait, 0, 0x2_0000_0001, 10))
+        );
+        // CFE: type in count, vector in payload; the IP bit picks the kind.
+        assert_eq!(
+            p(&[0x02, 0x13, 0x81, 0x20]),
+            Some((Kind::CfeIp, 1, 0x20, 4))
+        );
+        assert_eq!(p(&[0x02, 0x13, 0x01, 0x20]), Some((Kind::Cfe, 1, 0x20, 4)));
+        // PTWRITE: 4 or 8 bytes (count 0 or 1); sizes 2 and 3 are bad.
+        assert_eq!(
+            p(&[0x02, 0x32, 1, 2, 3, 4, 5, 6, 7, 8]),
+            Some((Kind::Ptwrite, 1, 0x0807_0605_0403_0201, 10))
+        );
+        assert_eq!(
+            p(&[0x02, 0x92, 1, 2, 3, 4]),
+            Some((Kind::PtwriteIp, 0, 0x0403_0201, 6))
+        );
+        assert_eq!(p(&[0x02, 0x52, 1, 2, 3, 4, 5, 6, 7, 8]), None);
+        // IPBytes 5 and 7 are reserved: bad.
+        assert_eq!(p(&[0xad, 1, 2, 3, 4, 5, 6, 7, 8]), None);
+        assert_eq!(p(&[0xed, 1, 2, 3, 4, 5, 6, 7, 8]), None);
     }
 
     #[test]
