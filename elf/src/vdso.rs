@@ -14,6 +14,24 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
+/// This process's vDSO image, as the kernel maps it (the same image it maps into
+/// every process of this ABI on this kernel); `None` where there is none.
+pub fn own_vdso() -> Option<&'static [u8]> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (a, b) = line.split_whitespace().next()?.split_once('-')?;
+    let (a, b) = (
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    );
+    if b <= a || b - a > 1 << 20 {
+        return None;
+    }
+    // SAFETY: the kernel maps the vDSO readable over the whole range
+    // /proc/self/maps gives, for the life of the process, and never changes it.
+    Some(unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) })
+}
+
 /// A copy of this process's vDSO, open for as long as the value lives.
 #[derive(Debug)]
 pub struct OwnVdso {
@@ -24,20 +42,7 @@ pub struct OwnVdso {
 impl OwnVdso {
     /// The copy (`None` where this process has no vDSO or no copy can be made).
     pub fn new() -> Option<Self> {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-        let (a, b) = line.split_whitespace().next()?.split_once('-')?;
-        let (a, b) = (
-            u64::from_str_radix(a, 16).ok()?,
-            u64::from_str_radix(b, 16).ok()?,
-        );
-        if b <= a || b - a > 1 << 20 {
-            return None;
-        }
-        // SAFETY: the kernel maps the vDSO readable over the whole range
-        // /proc/self/maps gives, for the life of the process.
-        let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) };
-        Self::of_bytes(bytes)
+        Self::of_bytes(own_vdso()?)
     }
 
     /// A file of `bytes` that disappears with the value (or the process).

@@ -499,6 +499,33 @@ fn call_chains_across_exec() {
     same_report(&data, &["--itrace=i100ig", "-g"]);
 }
 
+/// Code run in the vDSO, recorded single-stepping (the source that sees the
+/// vDSO): the recording keeps the whole image, section headers and symbols
+/// included, so perf and ptperf name its functions alike.
+#[test]
+fn vdso_functions_named() {
+    let d = common::dir("s_vdso_names");
+    let data = common::record(
+        &d,
+        "clock",
+        &["--source", "ptrace"],
+        &[common::clock().as_os_str()],
+    );
+    same(&data, &["--itrace=b", "-F", "ip,sym,dso"]);
+    let out = run_on(
+        &ptperf(),
+        "script",
+        &data,
+        &["--itrace=b", "-F", "ip,sym,dso"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("__vdso_clock_gettime") && l.contains("[vdso]")),
+        "no vDSO function named"
+    );
+}
+
 /// `--json`: one object per sample, as many as perf has lines.
 #[test]
 fn json_lines() {

@@ -532,7 +532,7 @@ impl PerfDataSink {
             .unwrap_or(0)
             .min(1 << 20);
         let mut merged = vec![0u8; size as usize];
-        let mut any = false;
+        let mut read = vec![false; size.div_ceil(4096) as usize];
         for &(pid, start, end) in &self.vdsos {
             let Some(mem) = memory(pid) else { continue };
             let mut page = [0u8; 4096];
@@ -540,14 +540,15 @@ impl PerfDataSink {
             while off < (end - start).min(size) {
                 if mem.read(start + off, &mut page) == page.len() {
                     merged[off as usize..off as usize + 4096].copy_from_slice(&page);
-                    any = true;
+                    read[(off / 4096) as usize] = true;
                 }
                 off += 4096;
             }
         }
-        if !any {
+        if !read.contains(&true) {
             return Ok(());
         }
+        complete_vdso(&mut merged, &read, pt_elf::vdso::own_vdso());
         // Its own build id, else a stand-in hashed from the code.
         let bid = match pt_elf::build_id::build_id(&merged) {
             Some(b) => BuildId::new(b),
@@ -851,9 +852,55 @@ impl RecordSink for PerfDataSink {
     }
 }
 
+/// Fills the pages of a recorded vDSO image that the program never ran (its
+/// section headers and symbol table lie after the code, in pages no instruction
+/// reads) from `own`, this process's vDSO, when it is the same image: as large,
+/// and equal in every page that was read. The kernel maps one vDSO into every
+/// process, so a recording made on this machine gets it whole, and perf and our
+/// loaders can name its functions (`__vdso_clock_gettime`). An image from
+/// elsewhere (a replayed log) keeps its unread pages zeroed.
+fn complete_vdso(merged: &mut [u8], read: &[bool], own: Option<&[u8]>) {
+    let Some(own) = own.filter(|o| o.len() == merged.len()) else {
+        return;
+    };
+    let same = merged
+        .chunks(4096)
+        .zip(own.chunks(4096))
+        .zip(read)
+        .all(|((m, o), &r)| !r || m == o);
+    if same {
+        merged.copy_from_slice(own);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A recorded vDSO gets this process's pages where it matches them, and
+    /// only then.
+    #[test]
+    fn vdso_completed_from_the_same_image() {
+        let own: Vec<u8> = (0..3 * 4096).map(|i| (i % 251) as u8).collect();
+        let mut rec = vec![0u8; own.len()];
+        rec[..4096].copy_from_slice(&own[..4096]);
+        let read = [true, false, false];
+        complete_vdso(&mut rec, &read, Some(&own));
+        assert_eq!(rec, own);
+        // A page that differs: another kernel's image stays as recorded.
+        let mut rec = vec![0u8; own.len()];
+        rec[..4096].copy_from_slice(&own[..4096]);
+        rec[7] ^= 1;
+        let before = rec.clone();
+        complete_vdso(&mut rec, &read, Some(&own));
+        assert_eq!(rec, before);
+        // Another size, or no vDSO here: unchanged.
+        let mut short = own[..4096].to_vec();
+        complete_vdso(&mut short, &[true], Some(&own));
+        assert_eq!(short, own[..4096]);
+        complete_vdso(&mut rec, &read, None);
+        assert_eq!(rec, before);
+    }
 
     #[test]
     fn snapshots_follow_perfs_reader() {
