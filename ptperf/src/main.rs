@@ -13,6 +13,7 @@ const USAGE: &str = "\
    report          Read perf.data and display its profile as perf report --stdio does
    inject          Write a perf.data with the trace's samples, as perf inject --itrace does
    export          Export an Intel PT perf.data into SQLite or PostgreSQL with perf's schema
+   timeline        Write every thread's calls over time for trace viewers (Chrome JSON, Perfetto)
 
  See 'ptperf COMMAND -h' for the options of a command.
 ";
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
         "report" => ptperf::report::main(&args[1..]),
         "inject" => ptperf::inject::main(&args[1..]),
         "export" => ptperf::export::cli::main(&args[1..]),
+        "timeline" => ptperf::timeline::main(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

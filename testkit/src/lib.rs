@@ -6,12 +6,18 @@
 //! skipping its work. What no machine of ours can be given (PT hardware, a reference build
 //! of libipt) belongs in tests marked `#[ignore = "needs …"]`, which ask for it here too.
 //!
+//! Tools that `.ci/run` installs but a developer may not have yet (headless Chromium,
+//! speedscope's web app from npm) go through [`needed`]: required under `CI=true`,
+//! elsewhere the test says on stderr what it needs and does nothing more.
+//!
 //! It also holds what tests and fuzz targets would otherwise each copy: a seeded RNG
-//! ([`Rng`]) and trace builders ([`trace`]).
+//! ([`Rng`]), trace builders ([`trace`]), and a loopback file server for pages a
+//! browser opens ([`serve`]).
 #![deny(missing_docs)]
 
 use std::ffi::OsStr;
 
+pub mod serve;
 pub mod trace;
 
 /// xorshift64*: a small deterministic generator, so that a failing test reproduces
@@ -89,6 +95,110 @@ pub fn tool(name: &str, package: &str) -> PathBuf {
         None => panic!(
             "this test needs `{name}` on PATH (Debian package `{package}`; .ci/run installs it)"
         ),
+    }
+}
+
+/// What a test needs (`found`), where `.ci/run` installs it: under CI a missing one
+/// fails the test with `what` (what to install); elsewhere the test is skipped with a
+/// line on stderr saying why (`None`).
+#[track_caller]
+pub fn needed<T>(found: Option<T>, what: &str) -> Option<T> {
+    match found {
+        Some(v) => Some(v),
+        None if in_ci() => panic!("this test needs {what} (.ci/run installs it)"),
+        None => {
+            eprintln!("skipped: this test needs {what} (.ci/run installs it)");
+            None
+        }
+    }
+}
+
+/// Debian's `chromium` (headless, for the tests that look at pages), by [`needed`].
+#[track_caller]
+pub fn chromium() -> Option<PathBuf> {
+    needed(
+        find_tool("chromium").or_else(|| find_tool("chromium-browser")),
+        "`chromium` on PATH (Debian package `chromium`)",
+    )
+}
+
+/// speedscope's built web app (the npm package `speedscope`'s `dist/release`, with its
+/// `index.html`), by [`needed`]: `PT_SPEEDSCOPE_DIR`, else where `.ci/run` installs it,
+/// `target/speedscope/node_modules/speedscope/dist/release` in the workspace.
+#[track_caller]
+pub fn speedscope() -> Option<PathBuf> {
+    let dir = match std::env::var_os("PT_SPEEDSCOPE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => workspace_root().join("target/speedscope/node_modules/speedscope/dist/release"),
+    };
+    needed(
+        dir.join("index.html").is_file().then_some(dir),
+        "speedscope's web app (`npm install --prefix target/speedscope speedscope`, or PT_SPEEDSCOPE_DIR)",
+    )
+}
+
+/// Runs headless `chromium` on `url` with `args` (e.g. `--dump-dom`,
+/// `--screenshot=FILE`) in a fresh profile, the page's own time limited to
+/// `virtual_ms`; killed after two minutes. Returns its output.
+pub fn headless(
+    chromium: &Path,
+    args: &[&str],
+    url: &str,
+    virtual_ms: u32,
+) -> std::process::Output {
+    use std::process::{Command, Stdio};
+    let profile = std::env::temp_dir().join(format!(
+        "pt-testkit-chromium-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let mut child = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .args(["--enable-unsafe-swiftshader", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--virtual-time-budget={virtual_ms}"))
+        .args(args)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", chromium.display()));
+    // Read both pipes while it runs (a full pipe would stall it).
+    let mut out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    let o = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut v);
+        v
+    });
+    let e = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut v);
+        v
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("chromium") {
+            break st;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            break child.wait().expect("chromium");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = std::fs::remove_dir_all(&profile);
+    std::process::Output {
+        status,
+        stdout: o.join().unwrap_or_default(),
+        stderr: e.join().unwrap_or_default(),
     }
 }
 
