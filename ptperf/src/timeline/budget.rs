@@ -10,11 +10,13 @@ use std::io::{BufReader, BufWriter, Read, Seek, Write};
 
 use super::stacks::Slice;
 
-/// Buckets of durations: exact below 8 ns, then 8 a power of two (within 1/8).
-const SUB: u32 = 8;
-const BUCKETS: usize = (SUB as usize) * 62;
+/// Buckets of durations: exact below 64 ns, then 64 a power of two (within
+/// 1/64, so that the threshold chosen fills the budget to within a few percent).
+const SUB_BITS: u32 = 6;
+const SUB: u32 = 1 << SUB_BITS;
+const BUCKETS: usize = (SUB as usize) * (65 - SUB_BITS as usize);
 
-/// How many calls last how long (in buckets of an eighth of a power of two).
+/// How many calls last how long (in buckets of a 64th of a power of two).
 #[derive(Clone, Debug)]
 pub struct Histogram {
     counts: Vec<u64>,
@@ -35,9 +37,9 @@ fn bucket(d: u64) -> usize {
     if d < u64::from(SUB) {
         return d as usize;
     }
-    let e = 63 - d.leading_zeros(); // >= 3
-    let m = (d >> (e - 3)) & u64::from(SUB - 1);
-    (SUB * (e - 2) + m as u32) as usize
+    let e = 63 - d.leading_zeros(); // >= SUB_BITS
+    let m = (d >> (e - SUB_BITS)) & u64::from(SUB - 1);
+    (SUB * (e - SUB_BITS + 1) + m as u32) as usize
 }
 
 /// The shortest duration of a bucket.
@@ -46,9 +48,9 @@ fn bucket_start(b: usize) -> u64 {
     if b < SUB {
         return u64::from(b);
     }
-    let e = b / SUB + 2;
+    let e = b / SUB + SUB_BITS - 1;
     let m = u64::from(b % SUB);
-    (u64::from(SUB) + m) << (e - 3)
+    (u64::from(SUB) + m) << (e - SUB_BITS)
 }
 
 impl Histogram {
@@ -259,7 +261,7 @@ mod tests {
             assert_eq!(real, kept, "budget {budget}");
             assert!(kept <= budget, "budget {budget}: {kept}");
             // Within an eighth: a lower threshold would not fit by much.
-            if budget >= 10 && budget < 1000 {
+            if (10..1000).contains(&budget) {
                 assert!(kept * 2 >= budget, "budget {budget}: only {kept}");
             }
         }

@@ -407,3 +407,169 @@ fn write_out(path: &str, format: Format, tl: &Timeline) -> Result<(), String> {
     let mut out = std::io::BufWriter::with_capacity(1 << 16, f);
     write(&mut out).and_then(|()| out.flush()).map_err(err)
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn slice(track: u32, depth: u32, frame: u32, begin: u64, end: u64, seq: u64) -> Slice {
+        Slice {
+            track,
+            depth,
+            frame,
+            flags: 0,
+            begin,
+            end,
+            id: seq,
+            parent: 0,
+            dropped: 0,
+            seq,
+        }
+    }
+
+    /// Two threads: main [100,200] calls f (no time, at its start) and g
+    /// [100,150], which calls f at its end; the other thread runs g alone.
+    /// The slices come as the builder gives them: callees first.
+    pub(crate) fn sample() -> Timeline {
+        let frame = |n: &str| Frame {
+            name: n.into(),
+            dso: "/bin/prog".into(),
+        };
+        let mut tl = Timeline {
+            input: "perf.data".into(),
+            tracks: vec![
+                Track {
+                    pid: 10,
+                    tid: 10,
+                    comm: "prog".into(),
+                },
+                Track {
+                    pid: 10,
+                    tid: 11,
+                    comm: "prog".into(),
+                },
+            ],
+            frames: vec![frame("main"), frame("f"), frame("g")],
+            slices: vec![
+                slice(0, 1, 1, 100, 100, 2),
+                slice(1, 0, 2, 120, 130, 5),
+                slice(0, 2, 1, 150, 150, 4),
+                slice(0, 1, 2, 100, 150, 3),
+                slice(0, 0, 0, 100, 200, 1),
+            ],
+            instants: vec![Instant {
+                track: Some(0),
+                time: 100,
+                name: "trace begin".into(),
+                cat: "trace",
+            }],
+            cbr: vec![Cbr {
+                cpu: 0,
+                time: 90,
+                ratio: 32,
+                mhz: 3200,
+            }],
+            ..Default::default()
+        };
+        tl.slices[4].dropped = 7;
+        tl.slices[4].flags = crate::export::calls::NO_RETURN;
+        tl.sort();
+        tl
+    }
+
+    #[test]
+    fn sorted_threads_in_the_order_calls_began() {
+        let tl = sample();
+        let order: Vec<(u32, u64)> = tl.slices.iter().map(|s| (s.track, s.seq)).collect();
+        assert_eq!(order, [(0, 1), (0, 2), (0, 3), (0, 4), (1, 5)]);
+    }
+
+    #[test]
+    fn formats_by_flag_then_extension() {
+        assert_eq!(Format::choose(None, "t.json"), Format::Chrome);
+        assert_eq!(Format::choose(None, "-"), Format::Chrome);
+        assert_eq!(Format::choose(None, "t.pftrace"), Format::Perfetto);
+        assert_eq!(Format::choose(Some("perfetto"), "t.json"), Format::Perfetto);
+        assert_eq!(Format::choose(Some("chrome"), "t.pftrace"), Format::Chrome);
+    }
+
+    #[test]
+    fn chrome_json_events() {
+        let tl = sample();
+        let mut out = Vec::new();
+        chrome::write(&mut out, &tl).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let evs = v["traceEvents"].as_array().unwrap();
+        let x: Vec<_> = evs.iter().filter(|e| e["ph"] == "X").collect();
+        let names: Vec<&str> = x.iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["main", "f", "g", "f", "g"]);
+        let main = x[0];
+        assert_eq!(main["ts"], 0.1);
+        assert_eq!(main["dur"], 0.1);
+        assert_eq!(
+            (main["pid"].as_i64(), main["tid"].as_i64()),
+            (Some(10), Some(10))
+        );
+        assert_eq!(main["args"]["dso"], "/bin/prog");
+        assert_eq!(main["args"]["dropped_calls"], 7);
+        assert_eq!(main["args"]["no_return"], true);
+        assert!(x[1]["args"].get("no_return").is_none());
+        assert_eq!(x[4]["tid"], 11);
+        let meta = evs.iter().filter(|e| e["ph"] == "M").count();
+        assert_eq!(meta, 3, "one process, two threads");
+        assert!(evs
+            .iter()
+            .any(|e| e["ph"] == "i" && e["name"] == "trace begin" && e["s"] == "t"));
+        assert!(evs
+            .iter()
+            .any(|e| e["ph"] == "C" && e["name"] == "CBR cpu0" && e["args"]["MHz"] == 3200));
+    }
+
+    #[test]
+    fn perfetto_slices_begin_and_end_in_order() {
+        use prost::Message;
+        let tl = sample();
+        let mut out = Vec::new();
+        perfetto::write(&mut out, &tl).unwrap();
+        let t = perfetto::Trace::decode(out.as_slice()).unwrap();
+        let mut names = std::collections::HashMap::new();
+        let mut seq = Vec::new();
+        for p in &t.packet {
+            if let Some(i) = &p.interned_data {
+                for n in &i.event_names {
+                    names.insert(n.iid.unwrap(), n.name.clone().unwrap());
+                }
+            }
+            let Some(e) = &p.track_event else { continue };
+            let what = match e.r#type {
+                Some(1) => format!("B {}", names[&e.name_iid.unwrap()]),
+                Some(2) => "E".to_string(),
+                Some(3) => format!("I {}", e.name.clone().unwrap()),
+                Some(4) => format!("C {}", e.counter_value.unwrap()),
+                _ => "?".into(),
+            };
+            seq.push(format!(
+                "{} {what}@{}",
+                e.track_uuid.unwrap() & 0xff,
+                p.timestamp.unwrap()
+            ));
+        }
+        assert_eq!(
+            seq,
+            [
+                "0 B main@100",
+                "0 B f@100",
+                "0 E@100",
+                "0 B g@100",
+                "0 B f@150",
+                "0 E@150",
+                "0 E@150",
+                "0 E@200",
+                "1 B g@120",
+                "1 E@130",
+                "0 I trace begin@100",
+                "0 C 3200@90",
+            ]
+        );
+    }
+}
