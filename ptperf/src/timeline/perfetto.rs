@@ -200,17 +200,18 @@ pub struct ThreadDescriptor {
 #[derive(Clone, PartialEq, Message)]
 pub struct CounterDescriptor {}
 
-/// Track uuids: processes, threads, counters and the trace's own.
-fn process_uuid(pid: i32) -> u64 {
-    (1 << 40) | u64::from(pid as u32)
-}
+/// Track uuids: threads small (they are on every event, as varints), then
+/// processes, counters and the trace's own.
 fn thread_uuid(track: u32) -> u64 {
-    (2 << 40) | u64::from(track)
+    u64::from(track) + 1
+}
+fn process_uuid(pid: i32) -> u64 {
+    (1 << 33) | u64::from(pid as u32)
 }
 fn counter_uuid(cpu: i32) -> u64 {
-    (3 << 40) | u64::from(cpu as u32)
+    (2 << 33) | u64::from(cpu as u32)
 }
-const TRACE_UUID: u64 = 4 << 40;
+const TRACE_UUID: u64 = 3 << 33;
 
 /// Argument names (interned as these iids).
 const ARG_DSO: u64 = 1;
@@ -225,11 +226,14 @@ struct Writer<'w> {
 }
 
 impl Writer<'_> {
-    /// Writes `p` as one `Trace.packet`.
+    /// Writes `p` as one `Trace.packet`. The first clears the interning
+    /// state; those that refer to interned names say that they need it.
     fn packet(&mut self, mut p: TracePacket) -> io::Result<()> {
         p.trusted_packet_sequence_id = Some(SEQUENCE);
-        if p.sequence_flags.is_none() {
-            p.sequence_flags = Some(if self.first { SEQ_CLEARED } else { SEQ_NEEDS });
+        if self.first {
+            p.sequence_flags = Some(SEQ_CLEARED);
+        } else if p.track_event.as_ref().is_some_and(|e| e.name_iid.is_some()) {
+            p.sequence_flags = Some(SEQ_NEEDS);
         }
         self.first = false;
         self.buf.clear();
@@ -249,7 +253,6 @@ pub fn write(out: &mut dyn Write, tl: &Timeline) -> io::Result<()> {
     };
     // The first packet clears the interning state and names the arguments.
     w.packet(TracePacket {
-        sequence_flags: Some(SEQ_CLEARED),
         interned_data: Some(InternedData {
             debug_annotation_names: [
                 (ARG_DSO, "dso"),
