@@ -25,7 +25,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_decoder::perf::Session;
 use pt_perf_data::MappedFile;
 
 use crate::script::{self, Plan, Printer, TimeRange};
@@ -228,16 +228,7 @@ fn run(a: &Args) -> Result<(), String> {
     let what = |e: &dyn std::fmt::Display| format!("ptperf timeline: {}: {e}", a.input);
     let file = MappedFile::open(&a.input).map_err(|e| what(&e))?;
     let perf = file.parse().map_err(|e| what(&e))?;
-    let mut so = SessionOptions::for_file(&a.input);
-    so.timeless = plan.opts.timeless_decoding;
-    so.cpus = plan.cpus.clone();
-    if let Some(s) = &a.symfs {
-        so.sysroot = Some(s.into());
-    }
-    let vdso = script::OwnVdso::write();
-    if let Some(v) = &vdso {
-        so.vdso.push(("[vdso]".into(), v.0.clone()));
-    }
+    let (so, _vdso) = script::session_options(&a.input, &plan, a.symfs.as_deref());
     let session = Session::new(&perf, so).map_err(|e| what(&e))?;
     let mut synth = Synth::new(&session, plan.opts);
     let printer = Printer::new(&session, &perf, &plan, synth.opts())?;
