@@ -18,6 +18,7 @@
 //!   perf gives addresses, [`srcline`] their source lines.
 //! - [`export`]: samples into SQLite or PostgreSQL with perf's schema.
 //! - [`profile_llvm`]: LLVM sample profiles (AutoFDO) of a decoded flow.
+//! - [`timeline`]: every thread's calls over time for trace viewers (Chrome JSON, Perfetto).
 //!
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
@@ -38,6 +39,7 @@ pub mod report;
 pub mod sample;
 pub mod script;
 pub mod synth;
+pub mod timeline;
 pub mod verify;
 
 /// A subcommand's `main` on its clap arguments: help and usage errors as clap prints

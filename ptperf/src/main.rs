@@ -14,6 +14,7 @@ const USAGE: &str = "\
    inject          Write a perf.data with the trace's samples, as perf inject --itrace does
    export          Export an Intel PT perf.data into SQLite or PostgreSQL with perf's schema
    profile         Write the LLVM sample profile (AutoFDO) of an Intel PT perf.data (--llvm)
+   timeline        Write every thread's calls over time for trace viewers (Chrome JSON, Perfetto)
 
  See 'ptperf COMMAND -h' for the options of a command.
 ";
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
         "inject" => ptperf::inject::main(&args[1..]),
         "export" => ptperf::export::cli::main(&args[1..]),
         "profile" => ptperf::profile_llvm::cli::main(&args[1..]),
+        "timeline" => ptperf::timeline::main(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

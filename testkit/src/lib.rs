@@ -6,12 +6,17 @@
 //! skipping its work. What no machine of ours can be given (PT hardware, a reference build
 //! of libipt) belongs in tests marked `#[ignore = "needs …"]`, which ask for it here too.
 //!
+//! Headless Chromium ([`chromium`]) and speedscope's web app from npm ([`speedscope`])
+//! are required the same way.
+//!
 //! It also holds what tests and fuzz targets would otherwise each copy: a seeded RNG
-//! ([`Rng`]) and trace builders ([`trace`]).
+//! ([`Rng`]), trace builders ([`trace`]), and a loopback file server for pages a
+//! browser opens ([`serve`]).
 #![deny(missing_docs)]
 
 use std::ffi::OsStr;
 
+pub mod serve;
 pub mod trace;
 
 /// xorshift64*: a small deterministic generator, so that a failing test reproduces
@@ -116,6 +121,101 @@ pub fn postgres_bin() -> PathBuf {
     find_postgres_bin().unwrap_or_else(|| {
         panic!("this test needs PostgreSQL's initdb and pg_ctl (Debian package `postgresql`; .ci/run installs it)")
     })
+}
+
+/// Debian's `chromium` (headless, for the tests that look at pages); panics naming the
+/// package when it is missing (`.ci/run` installs it), as [`tool`] does.
+#[track_caller]
+pub fn chromium() -> PathBuf {
+    find_tool("chromium")
+        .or_else(|| find_tool("chromium-browser"))
+        .unwrap_or_else(|| {
+            panic!("this test needs `chromium` on PATH (Debian package `chromium`; .ci/run installs it)")
+        })
+}
+
+/// speedscope's built web app (the npm package `speedscope`'s `dist/release`, with its
+/// `index.html`): `PT_SPEEDSCOPE_DIR`, else where `.ci/run` installs it,
+/// `target/speedscope/node_modules/speedscope/dist/release` in the workspace. Panics
+/// saying how to install it when it is not there.
+#[track_caller]
+pub fn speedscope() -> PathBuf {
+    let dir = match std::env::var_os("PT_SPEEDSCOPE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => workspace_root().join("target/speedscope/node_modules/speedscope/dist/release"),
+    };
+    if !dir.join("index.html").is_file() {
+        panic!(
+            "this test needs speedscope's web app at {} (`npm install --prefix target/speedscope speedscope@1.25.0`, as .ci/run does, or set PT_SPEEDSCOPE_DIR)",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// Runs headless `chromium` on `url` with `args` (e.g. `--dump-dom`,
+/// `--screenshot=FILE`) in a fresh profile, the page's own time limited to
+/// `virtual_ms`; killed after two minutes. Returns its output.
+pub fn headless(
+    chromium: &Path,
+    args: &[&str],
+    url: &str,
+    virtual_ms: u32,
+) -> std::process::Output {
+    use std::process::{Command, Stdio};
+    let profile = std::env::temp_dir().join(format!(
+        "pt-testkit-chromium-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let mut child = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .args(["--enable-unsafe-swiftshader", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--virtual-time-budget={virtual_ms}"))
+        .args(args)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", chromium.display()));
+    // Read both pipes while it runs (a full pipe would stall it).
+    let mut out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    let o = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut v);
+        v
+    });
+    let e = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut v);
+        v
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("chromium") {
+            break st;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            break child.wait().expect("chromium");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = std::fs::remove_dir_all(&profile);
+    std::process::Output {
+        status,
+        stdout: o.join().unwrap_or_default(),
+        stderr: e.join().unwrap_or_default(),
+    }
 }
 
 /// A path given by the environment variable `var` that must exist (for the ignored

@@ -1,6 +1,7 @@
 //! `ptperf report`: perf report's `--stdio` table of an Intel PT recording
 //! (overhead by command, shared object and symbol) from the samples
-//! [`crate::synth`] synthesizes, and `--folded` stacks for flame graphs.
+//! [`crate::synth`] synthesizes, and `--folded` stacks for flame graphs, drawn
+//! as SVG by `--flamegraph` (module `flame`, through the `inferno` crate).
 //!
 //! As perf 6.1 does it:
 //! - without `--itrace`, perf report's own defaults: instructions every 100us
@@ -87,10 +88,17 @@ pub struct Args {
     /// Disable symbol demangling
     #[arg(long = "no-demangle")]
     pub no_demangle: bool,
+    /// Write the folded stacks as a flame graph (SVG) to this file ('-': stdout)
+    #[arg(long = "flamegraph", value_name = "FILE")]
+    pub flamegraph: Option<String>,
+    /// Draw the flame graph top down (an icicle graph)
+    #[arg(long = "icicle", requires = "flamegraph")]
+    pub icicle: bool,
 }
 
 mod callgraph;
 mod children;
+mod flame;
 mod hist;
 mod table;
 
@@ -135,13 +143,14 @@ fn run(a: &Args) -> Result<(), String> {
         let _ = out.write_all(HEADER.as_bytes());
         return Ok(());
     }
-    if a.folded && !opts.callchain {
+    let folded_only = a.folded || a.flamegraph.is_some();
+    if folded_only && !opts.callchain {
         opts.callchain = true;
         opts.callchain_sz = crate::itrace::DEFAULT_CALLCHAIN_SZ;
     }
-    let children = opts.callchain && !a.no_children && !a.folded;
+    let children = opts.callchain && !a.no_children && !folded_only;
     // Call graphs below the entries.
-    let trees = opts.callchain && graph && !a.folded;
+    let trees = opts.callchain && graph && !folded_only;
     let mut params = cg.params;
     if a.inverted || (!a.no_children && !cg.params.order_set) {
         params.order = callgraph::Order::Caller;
@@ -204,11 +213,15 @@ fn run(a: &Args) -> Result<(), String> {
         }
         last_comm.1
     };
-    if a.folded {
+    let mut kinds: Vec<crate::sample::Kind> = Vec::new();
+    if folded_only {
         let _ = synth.run(&mut |e: Event<'_>| -> Flow {
             let Event::Sample(s, st) = e else {
                 return Flow::Continue(());
             };
+            if !kinds.contains(&s.kind) {
+                kinds.push(s.kind);
+            }
             let mut line = String::from(comm_of(s).unwrap_or(":-1"));
             let chain: &[u64] = if st.callchain.is_empty() {
                 std::slice::from_ref(&s.ip)
@@ -253,11 +266,29 @@ fn run(a: &Args) -> Result<(), String> {
     hists.finish();
 
     let mut out = std::io::BufWriter::new(pt_cli::stdout());
-    if a.folded {
+    if folded_only {
         let mut lines: Vec<(String, u64)> = folded.into_iter().collect();
         lines.sort();
-        for (l, n) in lines {
-            let _ = writeln!(out, "{l} {n}");
+        if a.folded {
+            for (l, n) in &lines {
+                let _ = writeln!(out, "{l} {n}");
+            }
+            let _ = out.flush();
+        }
+        if let Some(path) = &a.flamegraph {
+            let count_name = match kinds.as_slice() {
+                [k] => names
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map_or_else(|| k.name().to_string(), |(_, n)| n.clone()),
+                _ => "period".to_string(),
+            };
+            let graph = flame::Graph {
+                title: format!("ptperf report: {}", a.input),
+                count_name,
+                icicle: a.icicle,
+            };
+            graph.write(path, &lines)?;
         }
         return Ok(());
     }

@@ -236,6 +236,28 @@ impl Plan {
     }
 }
 
+/// The decoding options of `plan` for `input` (with `--symfs`), and this
+/// machine's vdso copy they name (keep it while decoding).
+pub(crate) fn session_options(
+    input: &str,
+    plan: &Plan,
+    symfs: Option<&str>,
+) -> (SessionOptions, Option<pt_elf::vdso::OwnVdso>) {
+    let mut so = SessionOptions::for_file(input);
+    so.timeless = plan.opts.timeless_decoding;
+    so.cpus = plan.cpus.clone();
+    if let Some(s) = symfs {
+        so.sysroot = Some(s.into());
+    }
+    // As perf does, this machine's own vdso stands in for a recorded one no
+    // build-id cache holds.
+    let vdso = pt_elf::vdso::OwnVdso::new();
+    if let Some(v) = &vdso {
+        so.vdso.push(("[vdso]".into(), v.path().to_path_buf()));
+    }
+    (so, vdso)
+}
+
 /// A sample that is filtered or printed as JSON, or an error.
 #[inline(never)]
 fn other_event(
@@ -344,18 +366,7 @@ fn run(a: &Args) -> Result<(), String> {
     let perf = file
         .parse()
         .map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
-    let mut so = SessionOptions::for_file(&a.input);
-    so.timeless = plan.opts.timeless_decoding;
-    so.cpus = plan.cpus.clone();
-    if let Some(s) = &a.symfs {
-        so.sysroot = Some(s.into());
-    }
-    // As perf does, this machine's own vdso stands in for a recorded one no
-    // build-id cache holds.
-    let vdso = pt_elf::vdso::OwnVdso::new();
-    if let Some(v) = &vdso {
-        so.vdso.push(("[vdso]".into(), v.path().to_path_buf()));
-    }
+    let (so, _vdso) = session_options(&a.input, &plan, a.symfs.as_deref());
     let session =
         Session::new(&perf, so).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
     let mut synth = Synth::new(&session, plan.opts);
