@@ -77,6 +77,9 @@ pub struct Args {
     /// look for files under this directory
     #[arg(long = "symfs")]
     pub symfs: Option<String>,
+    /// Disable symbol demangling
+    #[arg(long = "no-demangle")]
+    pub no_demangle: bool,
 }
 
 /// What a timeline file holds.
@@ -216,6 +219,7 @@ fn run(a: &Args) -> Result<(), String> {
         symfs: a.symfs.clone(),
         full_source_path: false,
         json: false,
+        no_demangle: a.no_demangle,
     };
     let plan = Plan::new(&sargs)?;
     let min = match &a.min_duration {
