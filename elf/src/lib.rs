@@ -38,9 +38,9 @@
 //! let table = symbols.dso_table(&exe, &name, None);
 //! let t = symbols.table(table);
 //! // `main`'s file offset, and what perf would print there.
-//! let main = t.iter().find(|s| s.name == "main").expect("a main symbol");
+//! let main = t.iter().find(|s| s.name() == "main").expect("a main symbol");
 //! let found = t.find(main.start + 1).expect("a symbol");
-//! assert_eq!(found.name, "main");
+//! assert_eq!(found.name(), "main");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]

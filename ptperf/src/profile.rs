@@ -176,7 +176,7 @@ fn elf_functions(
     let mut syms: Vec<(u64, u64, String)> = table
         .answers(m.file_offset, m.file_offset.saturating_add(len))
         .into_iter()
-        .map(|(s, e, sym)| (m.start + (s - m.file_offset), e - s, sym.name.clone()))
+        .map(|(s, e, sym)| (m.start + (s - m.file_offset), e - s, sym.name().to_string()))
         .collect();
     // Stripped files still describe every function's frame: the starts in
     // .eh_frame_hdr's search table mark functions without a symbol, named

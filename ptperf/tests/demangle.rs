@@ -1,7 +1,8 @@
-//! C++ names as perf 6.1 prints them: a C++ program with templates, a
-//! namespace, an exception and `.cold` parts (built here with g++, recorded on
-//! the simulator), then `perf script`/`report` and ours on the same file, with
-//! and without `--no-demangle`: the output must be byte for byte the same.
+//! C++ and Rust names as perf 6.1 prints them: a C++ program with templates,
+//! a namespace, an exception and `.cold` parts (built here with g++) and a
+//! Rust program (rustc), recorded on the simulator, then `perf script`/`report`
+//! and ours on the same file, with and without `--no-demangle`: the output
+//! must be byte for byte the same.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 mod common;
@@ -54,7 +55,11 @@ fn run(tool: &Path, cmd: &str, file: &Path, args: &[&str]) -> Output {
 
 /// perf's and our stdout for `cmd args` (both must succeed).
 fn both(cmd: &str, args: &[&str]) -> (String, String) {
-    let file = recording();
+    both_on(recording(), cmd, args)
+}
+
+/// [`both`] on `file`.
+fn both_on(file: &Path, cmd: &str, args: &[&str]) -> (String, String) {
     let perf = pt_testkit::tool("perf", "linux-perf");
     let theirs = run(&perf, cmd, file, args);
     let ours = run(Path::new(env!("CARGO_BIN_EXE_ptperf")), cmd, file, args);
@@ -158,5 +163,48 @@ fn report_names_cxx_symbols_as_perf() {
         let (theirs, ours) = both("report", args);
         assert_same(&format!("report {args:?}"), &without_tip(&theirs), &ours);
         assert!(ours.lines().count() > 20, "{args:?}");
+    }
+}
+
+/// The Rust program, built with rustc -O (its own functions, std's generic
+/// and closure names).
+fn rust_recording() -> &'static PathBuf {
+    static F: OnceLock<PathBuf> = OnceLock::new();
+    F.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/rust_names.rs");
+        let d = common::dir("demangle-rust");
+        let prog = d.join("rust_names");
+        let st = Command::new(pt_testkit::tool("rustc", "rustc"))
+            .args(["-O", "-g", "-o"])
+            .arg(&prog)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(st.success(), "rustc failed");
+        common::record(&d, "rust", &[], &[prog.as_os_str()])
+    })
+}
+
+#[test]
+fn script_names_rust_symbols_as_perf() {
+    for args in [
+        &["--itrace=b", "-F", "ip,sym,symoff,dso"][..],
+        &["--itrace=b", "-F", "ip,sym", "--no-demangle"],
+    ] {
+        let (theirs, ours) = both_on(rust_recording(), "script", args);
+        assert_same(&format!("script {args:?}"), &theirs, &ours);
+        if args.contains(&"--no-demangle") {
+            assert!(ours.contains("_ZN") || ours.contains(" _R"), "{args:?}");
+        } else {
+            for name in [
+                "rust_names::count",
+                "rust_names::Pt::norm",
+                "std::rt::lang_start_internal",
+            ] {
+                assert!(ours.contains(name), "{args:?}: {name} missing");
+            }
+            // No legacy hash is left.
+            assert!(!ours.contains("::h0") && !ours.contains("17h"), "{args:?}");
+        }
     }
 }

@@ -34,26 +34,85 @@ use crate::debug_file::DebugSearch;
 pub mod tree;
 
 /// One symbol: `[start, end)` in the file's symbol space.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its name is demangled on first use ([`Symbol::name`]): a library has
+/// thousands of mangled names and a trace meets few of them, and demangling
+/// them all when the table loads cost more than decoding a small trace.
+#[derive(Clone, Debug)]
 pub struct Symbol {
     /// Start (see the module docs for the address space).
     pub start: u64,
     /// End (exclusive, or equal to `start` for a point).
     pub end: u64,
-    /// The name (demangled unless the table was loaded without).
-    pub name: String,
+    /// The name as the file has it (a `.plt` entry's with `@plt`).
+    raw: Box<str>,
+    /// How [`Self::name`] makes the name (demangle: `Some(suffix)`, the
+    /// suffix, `@plt` or none, kept after the demangled part).
+    demangle: Option<&'static str>,
+    /// The demangled name, once made.
+    demangled: std::cell::OnceCell<Box<str>>,
     binding: u8,
 }
 
+impl PartialEq for Symbol {
+    fn eq(&self, o: &Self) -> bool {
+        (self.start, self.end, self.name(), self.binding) == (o.start, o.end, o.name(), o.binding)
+    }
+}
+
+impl Eq for Symbol {}
+
 impl Symbol {
-    /// A symbol of `[start, end)` with ELF binding `binding` (`STB_*`).
+    /// A symbol of `[start, end)` named `name` as it is, with ELF binding
+    /// `binding` (`STB_*`).
     pub fn new(start: u64, end: u64, name: impl Into<String>, binding: u8) -> Self {
         Symbol {
             start,
             end,
-            name: name.into(),
+            raw: name.into().into_boxed_str(),
+            demangle: None,
+            demangled: std::cell::OnceCell::new(),
             binding,
         }
+    }
+
+    /// A symbol of the file's name `raw` (with `suffix` after it, `@plt` or
+    /// ""), demangled on first use if `demangle`.
+    fn of_file(
+        start: u64,
+        end: u64,
+        raw: &[u8],
+        suffix: &'static str,
+        demangle: bool,
+        binding: u8,
+    ) -> Self {
+        let base = String::from_utf8_lossy(raw);
+        let mangled = demangle && (base.starts_with("_Z") || base.starts_with("_R"));
+        let mut name = base.into_owned();
+        name.push_str(suffix);
+        Symbol {
+            start,
+            end,
+            raw: name.into_boxed_str(),
+            demangle: mangled.then_some(suffix),
+            demangled: std::cell::OnceCell::new(),
+            binding,
+        }
+    }
+
+    /// The name perf prints: demangled (unless the table was loaded without),
+    /// `@plt` after a `.plt` entry's.
+    pub fn name(&self) -> &str {
+        let Some(suffix) = self.demangle else {
+            return &self.raw;
+        };
+        self.demangled.get_or_init(|| {
+            let base = &self.raw[..self.raw.len() - suffix.len()];
+            match crate::demangle::demangle(base) {
+                Some(d) => format!("{d}{suffix}").into_boxed_str(),
+                None => self.raw.clone(),
+            }
+        })
     }
 
     /// Its ELF binding (`STB_LOCAL`, `STB_GLOBAL`, `STB_WEAK`, …).
@@ -321,24 +380,45 @@ fn load_syms(
             continue;
         };
         let size = sym.st_size(e);
-        syms.push(Symbol {
-            start: value,
-            end: value.wrapping_add(size),
-            name: name_of(name, demangle),
-            binding: sym.st_bind(),
-        });
+        let end = value.wrapping_add(size);
+        syms.push(Symbol::of_file(
+            value,
+            end,
+            name,
+            "",
+            demangle,
+            sym.st_bind(),
+        ));
     }
     Some(syms)
 }
 
-/// A symbol's name as perf keeps it: demangled if `demangle` and the name is
-/// mangled.
-fn name_of(raw: &[u8], demangle: bool) -> String {
-    let name = String::from_utf8_lossy(raw);
-    match demangle.then(|| crate::demangle::demangle(&name)).flatten() {
-        Some(d) => d,
-        None => name.into_owned(),
+/// Whether two symbols' names demangle alike without demangling them (which
+/// costs more than loading the table: a C++ library has thousands of aliases
+/// at one address): the same raw name, or two Itanium names that differ only
+/// in a constructor's or destructor's variant (`C1`/`C2`, `D1`/`D2`), which
+/// the demangled name does not show. Names with `SyS` in them are left to the
+/// full comparison.
+fn same_demangled(a: &Symbol, b: &Symbol) -> bool {
+    let (ra, rb) = (a.raw.as_bytes(), b.raw.as_bytes());
+    if a.demangle != b.demangle || ra.len() != rb.len() || a.raw.contains("SyS") {
+        return false;
     }
+    if ra == rb {
+        return true;
+    }
+    if a.demangle.is_none() || !a.raw.starts_with("_Z") {
+        return false;
+    }
+    let mut diffs = (0..ra.len()).filter(|&i| ra[i] != rb[i]);
+    let (Some(i), None) = (diffs.next(), diffs.next()) else {
+        return false;
+    };
+    i > 0
+        && matches!(ra[i - 1], b'C' | b'D')
+        && matches!(ra[i], b'0'..=b'4')
+        && matches!(rb[i], b'0'..=b'4')
+        && matches!(ra.get(i + 1), Some(b'E' | b'I' | b'B'))
 }
 
 fn underscores(s: &str) -> usize {
@@ -370,15 +450,21 @@ fn a_is_best(a: &Symbol, b: &Symbol) -> bool {
     if gb && !ga {
         return false;
     }
-    let (ua, ub) = (underscores(&a.name), underscores(&b.name));
+    if same_demangled(a, b) {
+        // Equal names: the rules below end in the syscall-alias test, which
+        // no such name meets (`same_demangled` leaves those out).
+        return true;
+    }
+    let (na, nb) = (a.name(), b.name());
+    let (ua, ub) = (underscores(na), underscores(nb));
     if ua != ub {
         return ua < ub;
     }
-    if a.name.len() != b.name.len() {
-        return a.name.len() > b.name.len();
+    if na.len() != nb.len() {
+        return na.len() > nb.len();
     }
     // perf's x86 tie-break: not a kernel syscall alias.
-    !(a.name.starts_with("SyS") || a.name.starts_with("compat_SyS"))
+    !(na.starts_with("SyS") || na.starts_with("compat_SyS"))
 }
 
 /// perf's `dso__synthesize_plt_symbols`: `name@plt` for each `.rela.plt` entry, at
@@ -418,12 +504,15 @@ fn plt_symbols(
             .ok()
             .and_then(|s| dynsyms.symbol_name(e, s).ok())
             .unwrap_or(b"");
-        out.push(Symbol {
-            start: off,
-            end: off.wrapping_add(entsize),
-            name: format!("{}@plt", name_of(name, demangle)),
-            binding: elf::STB_GLOBAL,
-        });
+        let end = off.wrapping_add(entsize);
+        out.push(Symbol::of_file(
+            off,
+            end,
+            name,
+            "@plt",
+            demangle,
+            elf::STB_GLOBAL,
+        ));
         off = off.wrapping_add(entsize);
     }
     Some(out)
@@ -559,12 +648,21 @@ mod tests {
     use super::*;
 
     fn sym(start: u64, end: u64, name: &str, binding: u8) -> Symbol {
-        Symbol {
-            start,
-            end,
-            name: name.into(),
-            binding,
-        }
+        Symbol::new(start, end, name, binding)
+    }
+
+    #[test]
+    fn ctor_variants_are_alike_without_demangling() {
+        let of = |n: &str| Symbol::of_file(0, 8, n.as_bytes(), "", true, elf::STB_GLOBAL);
+        let (c1, c2) = (
+            of("_ZNSt14error_categoryC1Ev"),
+            of("_ZNSt14error_categoryC2Ev"),
+        );
+        assert!(same_demangled(&c1, &c2));
+        assert_eq!(c1.name(), c2.name());
+        assert!(same_demangled(&of("_ZN1AD0Ev"), &of("_ZN1AD1Ev")));
+        assert!(!same_demangled(&of("_Z4lvl1i"), &of("_Z4lvl2i")));
+        assert!(!same_demangled(&of("_ZN3SySC1Ev"), &of("_ZN3SySC2Ev")));
     }
 
     #[test]
@@ -578,20 +676,20 @@ mod tests {
         ];
         let t = SymbolTable::build(v, Vec::new());
         assert_eq!(t.len(), 3);
-        assert_eq!(t.find(0x18).unwrap().name, "a");
-        assert_eq!(t.find(0x25).unwrap().name, "bb");
+        assert_eq!(t.find(0x18).unwrap().name(), "a");
+        assert_eq!(t.find(0x25).unwrap().name(), "bb");
         assert!(t.find(0x35).is_none());
-        assert_eq!(t.find(0x1fff).unwrap().name, "c");
+        assert_eq!(t.find(0x1fff).unwrap().name(), "c");
         assert!(t.find(0x2000).is_none());
         let l = t.lookup(0x25);
         assert_eq!((l.start, l.end), (0x20, 0x30));
-        assert_eq!(t.symbol(l.sym.unwrap()).name, "bb");
+        assert_eq!(t.symbol(l.sym.unwrap()).name(), "bb");
         let l = t.lookup(0x35);
         assert_eq!((l.sym, l.start, l.end), (None, 0x30, 0x40));
         let a: Vec<(u64, u64, &str)> = t
             .answers(0x14, 0x45)
             .into_iter()
-            .map(|(s, e, sym)| (s, e, sym.name.as_str()))
+            .map(|(s, e, sym)| (s, e, sym.name()))
             .collect();
         assert_eq!(
             a,
@@ -625,12 +723,12 @@ mod tests {
             })
             .collect();
         let t = SymbolTable::build(syms, plt);
-        assert_eq!(t.find(0x10010).unwrap().name, "_init");
-        assert_eq!(t.find(0x10035).unwrap().name, "f0@plt");
-        assert_eq!(t.find(0x10215).unwrap().name, "f30@plt");
+        assert_eq!(t.find(0x10010).unwrap().name(), "_init");
+        assert_eq!(t.find(0x10035).unwrap().name(), "f0@plt");
+        assert_eq!(t.find(0x10215).unwrap().name(), "f30@plt");
         assert!(t.find(0x10220).is_none());
         assert!(t.find(0x10228).is_none());
-        assert_eq!(t.find(0x10240).unwrap().name, "deregister_tm_clones");
+        assert_eq!(t.find(0x10240).unwrap().name(), "deregister_tm_clones");
     }
 
     /// The system's C++ library as perf 6.1 names it: `.plt` entries
@@ -641,13 +739,13 @@ mod tests {
         let lib = Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
         let data = std::fs::read(lib).expect("libstdc++ (Debian package libstdc++6)");
         let t = SymbolTable::from_elf(&data, true);
-        let names: std::collections::HashSet<&str> = t.iter().map(|s| s.name.as_str()).collect();
+        let names: std::collections::HashSet<&str> = t.iter().map(|s| s.name()).collect();
         assert!(names.contains("std::error_category::error_category@plt"));
         assert!(names.contains("operator new"));
         let raw = SymbolTable::from_elf(&data, false);
         assert!(raw
             .iter()
-            .any(|s| s.name == "_ZNSt14error_categoryC2Ev@plt"));
+            .any(|s| s.name() == "_ZNSt14error_categoryC2Ev@plt"));
         assert_eq!(raw.len(), t.len());
     }
 
@@ -670,11 +768,11 @@ mod tests {
         let t = SymbolTable::from_elf(&data, true);
         let at = t
             .iter()
-            .find(|s| s.name == "strcmp")
+            .find(|s| s.name() == "strcmp")
             .expect("strcmp kept")
             .start;
-        assert_eq!(t.find(at).unwrap().name, "strcmp");
-        assert!(t.iter().any(|s| s.name == "@plt"));
+        assert_eq!(t.find(at).unwrap().name(), "strcmp");
+        assert!(t.iter().any(|s| s.name() == "@plt"));
     }
 
     /// A small xorshift generator for the randomized tests.

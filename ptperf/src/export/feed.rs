@@ -139,7 +139,7 @@ impl<'s, 'a> Resolver<'s, 'a> {
                     start: s.start,
                     end: s.end,
                     binding: s.binding(),
-                    name: &s.name,
+                    name: s.name(),
                 }),
         }
     }

@@ -699,7 +699,7 @@ impl<'s, 'a> Hists<'s, 'a> {
         let name = match self.sym_names.get(&(key, id)) {
             Some(n) => n.clone(),
             None => {
-                let n: Rc<str> = sy.name.as_str().into();
+                let n: Rc<str> = sy.name().into();
                 self.sym_names.insert((key, id), n.clone());
                 n
             }

@@ -832,7 +832,7 @@ impl<'s, 'a> Printer<'s, 'a> {
                         let n = match self.sym_names.get(&(tkey, start)) {
                             Some(n) => n.clone(),
                             None => {
-                                let n: std::rc::Rc<str> = sy.name.as_str().into();
+                                let n: std::rc::Rc<str> = sy.name().into();
                                 self.sym_names.insert((tkey, start), n.clone());
                                 n
                             }
@@ -950,7 +950,7 @@ impl<'s, 'a> Printer<'s, 'a> {
                 match l.sym {
                     Some(id) => {
                         let sy = table.symbol(id);
-                        ((l.start, l.end), Some(sy.name.as_str()), sy.start)
+                        ((l.start, l.end), Some(sy.name()), sy.start)
                     }
                     None => ((l.start, l.end), None, 0),
                 }

@@ -209,7 +209,7 @@ fn functions(path: &Path) -> Result<Vec<Sym>, String> {
     let mut syms: Vec<Sym> = table
         .iter()
         .map(|s| Sym {
-            name: s.name.clone(),
+            name: s.name().to_string(),
             start: s.start,
             size: s.end.saturating_sub(s.start),
             global: s.binding() == object::elf::STB_GLOBAL,
