@@ -46,9 +46,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use pt_encoder::packet::ExecMode;
 
 use crate::error::ErrorCode;
@@ -186,30 +183,7 @@ pub struct CacheStats {
     pub flushes: u64,
 }
 
-/// A multiplicative hash for code addresses (keys are already well spread in the low
-/// bits; SipHash would cost more than the lookup).
-#[derive(Default)]
-struct IpHasher(u64);
-
-impl Hasher for IpHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, ip: u64) {
-        let h = (self.0 ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        // Fold the well-mixed high half into the low bits the table indexes with.
-        self.0 = h ^ (h >> 32);
-    }
-}
-
-type IpMap = HashMap<u64, u32, BuildHasherDefault<IpHasher>>;
+type IpMap = crate::hash::IpMap<u32>;
 
 /// Decoded blocks keyed by (IP, execution mode).
 pub struct BlockCache {

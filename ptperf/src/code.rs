@@ -9,35 +9,13 @@
 //! sample every N instructions, a FUP's IP) steps through them without decoding
 //! again, and [`CodeWalker::block_insns`] hands out a block's instruction IPs.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use pt_decoder::image::Image;
 use pt_encoder::ExecMode;
 
 use crate::decode::insn::{Branch, Insn, Op, INSN_BUF};
 use crate::decode::{PlainInsn, RunBlock, Step, TntWalk, WalkError, Walker};
 
-/// A multiplicative hash for code addresses.
-#[derive(Default)]
-struct IpHasher(u64);
-
-impl Hasher for IpHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        let h = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = h ^ (h >> 32);
-    }
-}
-
-type IpMap<V> = HashMap<u64, V, BuildHasherDefault<IpHasher>>;
+use pt_decoder::hash::IpMap;
 
 /// Why a block ends where it ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

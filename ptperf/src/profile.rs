@@ -116,27 +116,7 @@ struct Range {
     file_offset: u64,
 }
 
-/// Hashes code addresses (already well spread) cheaply.
-#[derive(Clone, Copy, Debug, Default)]
-struct AddrHasher(u64);
-
-impl std::hash::Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(29);
-    }
-}
-
-type AddrMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<AddrHasher>>;
+use pt_decoder::hash::IpMap as AddrMap;
 
 /// Address → function table built from the side-band mappings.
 #[derive(Debug, Default)]

@@ -11,8 +11,6 @@
 //! of spans by 64-byte line, and only then resolved through the mappings and the
 //! symbol tables. Nothing is allocated per sample.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 use pt_decoder::perf::Session;
@@ -22,43 +20,7 @@ use crate::decode::PlainInsn;
 use crate::sample::{Kind, Sample};
 use pt_elf::{SymbolOptions, Symbols, TableId};
 
-/// A small hasher for the integer keys of the slow paths: Knuth's
-/// multiplicative hashing by the golden ratio, one xor and multiply per word,
-/// the high half folded into the low one at the end (hash tables index by the
-/// low bits, which a product alone mixes poorly).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(u64::from(i));
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(u64::from(i));
-    }
-    fn write_i32(&mut self, i: i32) {
-        self.write_u64(i as u32 as u64);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0 ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 32)
-    }
-}
-
-/// A map with [`FxHasher`].
-pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub(crate) use pt_decoder::hash::{IntMap as FxMap, IpHasher as FxHasher};
 
 /// What a row's symbol column is: a symbol (its name and start), or an address
 /// perf has no symbol for (in the dso's address space when mapped, else the IP).

@@ -34,9 +34,8 @@ use super::{next_ip, BlockDecoder, Link, MAX_BLOCK_INSNS};
 use crate::block_cache::BlockId;
 use crate::event::EventKind;
 use crate::flow::retstack::RETSTACK_SIZE;
+use crate::hash::IntMap;
 use crate::insn::InsnClass;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// The fast path's own state: what it memoized about the code and the trace.
 #[derive(Default)]
@@ -50,7 +49,7 @@ pub(super) struct Skip {
     /// Return addresses pushed by the calls of chains.
     chain_pushes: Vec<u64>,
     /// Memoized runs of TNT bits: (start block, bit pattern) → where they lead.
-    runs: HashMap<(u32, u64), TntRun, BuildHasherDefault<KeyHasher>>,
+    runs: IntMap<(u32, u64), TntRun>,
 }
 
 /// Where a run of conditional branches leads, for [`BlockDecoder::skip_blocks`].
@@ -122,31 +121,6 @@ const NO_LINK: u32 = u32::MAX;
 
 /// Most memoized TNT runs before the memo starts anew.
 const MAX_RUNS: usize = 1 << 20;
-
-/// A cheap hash for the run memo's keys.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        let h = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = h ^ (h >> 29);
-    }
-}
 
 impl BlockDecoder<'_> {
     /// Skips whole blocks whose only trace is a bit of the current TNT event, as many
