@@ -147,7 +147,8 @@ fn wrong_magic() {
 #[test]
 fn truncated_header_and_empty_file() {
     let (b, _) = file();
-    for n in [0, 4, 8, 15, 16, 60, 103] {
+    assert_eq!(PerfFile::parse(&[]).unwrap_err().kind, ErrorKind::Empty);
+    for n in [4, 8, 15, 16, 60, 103] {
         let e = PerfFile::parse(&b[..n]).unwrap_err();
         one_line(&e);
         assert!(e.offset <= n as u64, "{e}");
