@@ -120,6 +120,20 @@ enum Held {
     Read(Vec<u8>),
 }
 
+impl std::fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.bytes {
+            Held::Empty => "empty",
+            Held::Map(_) => "mapped",
+            Held::Read(_) => "read",
+        };
+        f.debug_struct("MappedFile")
+            .field("bytes", &self.bytes().len())
+            .field("held", &how)
+            .finish()
+    }
+}
+
 /// What a path names, in the words of an error message.
 fn kind_of(t: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;

@@ -573,3 +573,80 @@ fn damaged_recordings_and_special_files() {
     );
     let _ = OsStr::new("");
 }
+
+/// inject takes what script takes (a file whose trace event lost its type, one whose
+/// sample_type asks for fields a synthesized sample has no value for), writes a file
+/// that reads back whole, and on failure leaves no file and an existing one as it was.
+#[test]
+fn inject_writes_whole_files_or_none() {
+    let d = dir("damaged-inject");
+    let data = record(&d, "whole", &[], &[tiny().as_os_str()]);
+    let b = std::fs::read(&data).unwrap();
+    let l = layout(&b);
+    let attr = l.attrs.0;
+    let mut no_type = b.clone();
+    no_type[attr..attr + 4].copy_from_slice(&99u32.to_le_bytes());
+    let mut read_bit = b.clone();
+    let st = u64::from_le_bytes(b[attr + 24..attr + 32].try_into().unwrap()) | 1 << 4;
+    put_u64(&mut read_bit, attr + 24, st);
+    for (name, bytes) in [("no-type", no_type), ("read-bit", read_bit)] {
+        let input = d.join(format!("{name}.data"));
+        std::fs::write(&input, bytes).unwrap();
+        let script = ptperf()
+            .args(["script", "--itrace=i1i", "-i"])
+            .arg(&input)
+            .output()
+            .unwrap();
+        let out = d.join(format!("{name}.injected"));
+        let o = ptperf()
+            .args(["inject", "--itrace=i1i", "-i"])
+            .arg(&input)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code().map(|c| c != 1),
+            script.status.code().map(|c| c != 1),
+            "{name}: script {:?}, inject {:?}: {}",
+            script.status,
+            o.status,
+            stderr(&o)
+        );
+        let back = std::fs::read(&out).unwrap();
+        let f = PerfFile::parse(&back).unwrap();
+        let samples = f
+            .records()
+            .map(|r| r.unwrap())
+            .filter(|(_, r)| matches!(r, Record::Sample(_)))
+            .count();
+        assert!(samples > 900, "{name}: {samples} samples");
+    }
+    // Failures: nothing written, an existing file untouched, nothing beside it.
+    let keep = d.join("out").join("keep.data");
+    std::fs::create_dir_all(keep.parent().unwrap()).unwrap();
+    std::fs::write(&keep, b"old").unwrap();
+    for input in ["/dev/zero", "/no/such/file"] {
+        let o = ptperf()
+            .args(["inject", "-i", input, "-o"])
+            .arg(&keep)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert_eq!(std::fs::read(&keep).unwrap(), b"old");
+    }
+    let o = ptperf()
+        .args(["inject", "--itrace=i1i", "-i"])
+        .arg(&data)
+        .arg("-o")
+        .arg(d.join("no-such-dir").join("x.data"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let mut left: Vec<_> = std::fs::read_dir(keep.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["keep.data"]);
+}
