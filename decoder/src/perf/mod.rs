@@ -64,7 +64,9 @@
 //! before it synthesizes samples.
 //!
 //! Bad input never panics: what cannot be read is a [`Warning`] naming its file
-//! offset, and decoding goes on with what can be.
+//! offset, and decoding goes on with what can be. [`Session::skipped`] counts what
+//! the damage took away ([`Skipped`]: records, bytes after a broken record, AUX
+//! bytes per queue): the one tally every tool sums up at its end.
 
 use crate::config::{Config, Cpu, Errata};
 use crate::image::Image;
