@@ -1608,7 +1608,9 @@ fn encode_body(r: &Record<'_>, events: &EventTable, out: &mut Vec<u8>, start: us
     let mut misc = r.misc();
     // The trailer of kernel records.
     let trailer = |out: &mut Vec<u8>, sid: &SampleId| -> Result<()> {
-        let attr = attr_for(events, sid.id)?;
+        // The event a reader finds: by the identifier where it differs from the id
+        // (the trailer's last word, where perf looks first).
+        let attr = attr_for(events, sid.identifier.or(sid.id))?;
         if attr.sample_id_all() {
             sid.encode(attr.sample_type, name, out)?;
         }
