@@ -16,6 +16,8 @@
 //!   byte for byte as perf prints and writes them; [`symbols`] finds the names
 //!   perf gives addresses, [`srcline`] their source lines.
 //! - [`export`]: samples into SQLite or PostgreSQL with perf's schema.
+//! - [`input`]: how every reading subcommand opens its perf.data, reports what
+//!   the reader found wrong and sums up what it skipped (exit status 2).
 //! - [`profile_llvm`]: LLVM sample profiles (AutoFDO) of a decoded flow.
 //!
 //! The `ptperf` binary dispatches its subcommands to these modules.
