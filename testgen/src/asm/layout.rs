@@ -213,12 +213,8 @@ struct Assembler<'a> {
     /// The encoding of each instruction line whose bytes cannot change with the
     /// layout (no label, `$`, memory operand or `times` count: `nop`, `mov eax,
     /// 1`), keyed by what it does depend on: encoded once, not once per pass.
-    fixed_bytes: Vec<Option<FixedBytes>>,
+    fixed_bytes: Vec<Option<(FixedKey, Vec<u8>, Option<usize>)>>,
 }
-
-/// A layout-independent line's encoding: for what, its bytes, its branch
-/// displacement size.
-type FixedBytes = (FixedKey, Vec<u8>, Option<usize>);
 
 /// What the encoding of a layout-independent line depends on: bits, `default
 /// rel` and the floor length.
