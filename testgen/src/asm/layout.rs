@@ -210,29 +210,6 @@ struct Assembler<'a> {
     /// While measuring for the minimal layout: every label reads as the
     /// referencing line's own address.
     minimal: bool,
-    /// The encoding of each instruction line whose bytes cannot change with the
-    /// layout (no label, `$`, memory operand or `times` count: `nop`, `mov eax,
-    /// 1`), keyed by what it does depend on: encoded once, not once per pass.
-    fixed_bytes: Vec<Option<(FixedKey, Vec<u8>, Option<usize>)>>,
-}
-
-/// What the encoding of a layout-independent line depends on: bits, `default
-/// rel` and the floor length.
-type FixedKey = (u32, bool, usize);
-
-/// Whether line `line`'s bytes are the same wherever it is placed.
-fn layout_independent(line: &Line) -> bool {
-    match &line.stmt {
-        Stmt::Emit {
-            times: None,
-            body: Body::Insn(insn),
-        } => insn.operands.iter().all(|o| match o {
-            super::parse::Operand::Reg(_) => true,
-            super::parse::Operand::Imm(i) => !i.expr.depends_on_layout(),
-            _ => false,
-        }),
-        _ => false,
-    }
 }
 
 fn err(file: &str, line: usize, message: impl Into<String>) -> AsmError {
@@ -506,19 +483,12 @@ impl<'a> Assembler<'a> {
                         (Some(f), Body::Insn(_)) => f.get(idx).copied(),
                         _ => None,
                     };
-                    let key: FixedKey = (bits, default_rel, floor);
-                    let known = match self.fixed_bytes.get(idx) {
-                        Some(Some((k, b, d))) if *k == key => Some((b.clone(), b.len(), *d)),
-                        _ => None,
-                    };
                     let result = if let Some(len) = fixed {
                         let total = (len as u64).saturating_mul(count);
                         if total > MAX_OUTPUT {
                             return Err(err(file, number, "output too large"));
                         }
                         Ok((vec![0; total as usize], len, None))
-                    } else if let Some(k) = known {
-                        Ok(k)
                     } else if self.minimal {
                         // Every label at distance zero: the shortest forms.
                         let near = MinimalScope {
@@ -538,13 +508,6 @@ impl<'a> Assembler<'a> {
                             final_pass,
                         )
                     };
-                    if let (Ok((bytes, _, d)), true) = (&result, fixed.is_none()) {
-                        if let Some(slot @ None) = self.fixed_bytes.get_mut(idx) {
-                            if layout_independent(line) {
-                                *slot = Some((key, bytes.clone(), *d));
-                            }
-                        }
-                    }
                     match result {
                         Ok((bytes, unit, branch_disp)) => {
                             if let Some(f) = self.floors.get_mut(idx) {
@@ -851,7 +814,6 @@ pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
         fixed: None,
         label_sections: label_sections(lines),
         minimal: false,
-        fixed_bytes: vec![None; lines.len()],
     };
     let initial = PassResult {
         symbols: Symbols::new(),
