@@ -119,3 +119,30 @@ fn help_and_version() {
     assert_eq!(code, 0);
     assert!(out.contains("pt-decoder"));
 }
+
+/// Devices that never end are refused at once, by ptdump and ptxed alike, as
+/// libipt's tools refuse them (they need a file's size).
+#[test]
+fn devices_are_refused_at_once() {
+    for dev in ["/dev/zero", "/dev/urandom"] {
+        let (code, out, err) = ptdump(&[dev]);
+        assert_eq!(code, 1, "{err}");
+        assert!(out.is_empty());
+        assert!(
+            err.ends_with(&format!(
+                "failed to open {dev}: it is a character device, not a trace file.\n"
+            )),
+            "{err}"
+        );
+        let o = Command::new(env!("CARGO_BIN_EXE_ptxed"))
+            .args(["--pt", dev])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("it is a character device, not a trace file"),
+            "{err}"
+        );
+    }
+}

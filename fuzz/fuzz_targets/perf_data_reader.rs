@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use pt_perf_data::records::{encode_record, parse_record};
-use pt_perf_data::{EventTable, PerfFile, PipeReader, Record};
+use pt_perf_data::{EventTable, MappedFile, PerfFile, PipeReader, Record};
 
 /// Encodes `r` and parses it back with the same events.
 fn round_trip(r: &Record<'_>, events: &EventTable) {
@@ -28,6 +28,11 @@ fn round_trip(r: &Record<'_>, events: &EventTable) {
 
 fuzz_target!(|data: &[u8]| {
     let len = data.len() as u64;
+    // As a stream (a pipe): all of it if it starts with the magic, else refused.
+    match MappedFile::read_stream(data, "a pipe") {
+        Ok(m) => assert_eq!(m.bytes(), data),
+        Err(_) => assert!(data.len() < 8 || !data.starts_with(b"PERFILE2")),
+    }
     match PerfFile::parse(data) {
         Ok(f) => {
             let _ = f.features();

@@ -68,6 +68,14 @@ fuzz_target!(|data: &[u8]| {
     for w in session.warnings() {
         let _ = w.to_string();
     }
+    // What the damage took away lies inside the input and says so in a line.
+    let skipped = session.skipped();
+    if let Some((at, unread)) = skipped.stopped {
+        assert!(at < len && unread <= len - at, "{skipped}");
+    }
+    assert!(skipped.no_psb.iter().all(|&(_, n)| n <= len), "{skipped}");
+    assert_eq!(skipped.is_empty(), *skipped == Default::default());
+    let _ = skipped.to_string();
     for queue in session.queues() {
         for p in &queue.pieces {
             assert!(p.record_offset < len && p.data_offset <= len);

@@ -24,6 +24,9 @@ impl Error {
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ErrorKind {
+    /// The file is empty.
+    #[error("empty file: no perf.data header")]
+    Empty,
     /// The first eight bytes are not `PERFILE2`.
     #[error("bad magic {0:#018x}: not a perf.data file")]
     BadMagic(u64),

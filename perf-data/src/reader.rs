@@ -107,27 +107,111 @@ pub(crate) fn check_magic(first16: &[u8]) -> Result<u64> {
     c.u64()
 }
 
-/// A perf.data file mapped into memory; [`MappedFile::parse`] reads it.
+/// A perf.data file in memory, mapped (a regular file) or read whole (a pipe, a
+/// terminal, a device: what cannot be mapped); [`MappedFile::parse`] reads it.
 pub struct MappedFile {
-    map: Option<memmap2::Mmap>,
+    bytes: Held,
+}
+
+/// How a [`MappedFile`] holds its bytes.
+enum Held {
+    Empty,
+    Map(memmap2::Mmap),
+    Read(Vec<u8>),
+}
+
+impl std::fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.bytes {
+            Held::Empty => "empty",
+            Held::Map(_) => "mapped",
+            Held::Read(_) => "read",
+        };
+        f.debug_struct("MappedFile")
+            .field("bytes", &self.bytes().len())
+            .field("held", &how)
+            .finish()
+    }
+}
+
+/// What a path names, in the words of an error message.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a pipe (FIFO)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
 }
 
 impl MappedFile {
-    /// Maps the file at `path` (read-only).
+    /// Opens the file at `path`: a regular file is mapped (read-only); a directory is
+    /// refused; anything else (a FIFO, a device) is read as a stream, see
+    /// [`MappedFile::read_stream`]. The error says what `path` is.
     pub fn open(path: impl AsRef<Path>) -> std::io::Result<MappedFile> {
         let f = std::fs::File::open(path)?;
-        if f.metadata()?.len() == 0 {
-            return Ok(MappedFile { map: None });
+        let meta = f.metadata()?;
+        let t = meta.file_type();
+        if t.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "is a directory, not a perf.data file",
+            ));
+        }
+        if !t.is_file() {
+            return Self::read_stream(f, kind_of(t));
+        }
+        if meta.len() == 0 {
+            return Ok(MappedFile { bytes: Held::Empty });
         }
         // SAFETY: the map is read-only; like every reader of perf.data (perf included) we
         // assume the file is not truncated while it is mapped.
         let map = unsafe { memmap2::Mmap::map(&f)? };
-        Ok(MappedFile { map: Some(map) })
+        Ok(MappedFile {
+            bytes: Held::Map(map),
+        })
+    }
+
+    /// Reads a perf.data from a stream (`what` names it in errors: "standard input",
+    /// "a pipe (FIFO)"): its first eight bytes must be perf.data's magic, so that a
+    /// stream of something else (`/dev/zero`, `/dev/urandom`) is refused at once
+    /// instead of being read forever; then the whole stream (pipe mode, or a file-mode
+    /// perf.data sent through a pipe, which perf itself cannot read) is read into
+    /// memory.
+    pub fn read_stream(mut input: impl std::io::Read, what: &str) -> std::io::Result<MappedFile> {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        (&mut input).take(8).read_to_end(&mut bytes)?;
+        let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+        if bytes.is_empty() {
+            return Err(refuse(format!("{what} that gave no data, not a perf.data")));
+        }
+        if bytes.len() < 8 || check_magic(&[&bytes[..], &[0; 8]].concat()).is_err() {
+            return Err(refuse(format!(
+                "{what} whose data does not start with perf.data's magic (PERFILE2)"
+            )));
+        }
+        input.read_to_end(&mut bytes)?;
+        Ok(MappedFile {
+            bytes: Held::Read(bytes),
+        })
     }
 
     /// The file's bytes.
     pub fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
+        match &self.bytes {
+            Held::Empty => &[],
+            Held::Map(m) => m,
+            Held::Read(v) => v,
+        }
     }
 
     /// Reads the header, events and feature table.
@@ -152,6 +236,9 @@ impl<'a> PerfFile<'a> {
     /// Reads the header, the events (attrs and ids, or a pipe file's HEADER_ATTR
     /// records) and the feature table. Records are read by [`PerfFile::records`].
     pub fn parse(bytes: &'a [u8]) -> Result<PerfFile<'a>> {
+        if bytes.is_empty() {
+            return Err(Error::new(0, ErrorKind::Empty));
+        }
         let size = check_magic(bytes)?;
         match size {
             PIPE_HEADER_SIZE => Self::parse_pipe(bytes),

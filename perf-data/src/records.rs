@@ -1575,13 +1575,42 @@ fn put_header(
 }
 
 /// The attr a record to be written belongs to: by its id, else the first event.
-fn attr_for(events: &EventTable, id: Option<u64>) -> Result<&EventAttr> {
+/// The attr a record of id `id` is written with: the event a reader finds, which
+/// looks for the id where the first event's sample_type puts it (`sample`: in a
+/// SAMPLE, else in the sample_id trailer) and takes the first event when that
+/// layout has no id.
+fn attr_for(events: &EventTable, id: Option<u64>, sample: bool) -> Result<&EventAttr> {
+    let first = events.events().first().map(|e| &e.attr);
+    let located = first.is_some_and(|a| {
+        if sample {
+            a.sample_type.id_pos().is_some()
+        } else {
+            a.sample_id_all() && a.sample_type.is_pos().is_some()
+        }
+    });
     let i = match id {
-        Some(id) if id != 0 && events.events().len() > 1 => events
+        Some(id) if id != 0 && located && events.events().len() > 1 => events
             .index_of_id(id)
             .ok_or(Error::new(0, ErrorKind::UnknownId { id }))?,
         _ => 0,
     };
+    // A record a reader would refuse (or find under another event) is not written.
+    if let (Some(f), Some(e)) = (first, events.events().get(i)) {
+        let (a, b) = (f.sample_type, e.attr.sample_type);
+        let same = if sample {
+            a.id_pos() == b.id_pos()
+        } else {
+            a.is_pos() == b.is_pos() && f.sample_id_all() == e.attr.sample_id_all()
+        };
+        if !same {
+            return Err(Error::new(
+                0,
+                ErrorKind::Invalid(
+                    "the events disagree on where records carry their id (non matching sample_type)",
+                ),
+            ));
+        }
+    }
     events
         .events()
         .get(i)
@@ -1608,7 +1637,9 @@ fn encode_body(r: &Record<'_>, events: &EventTable, out: &mut Vec<u8>, start: us
     let mut misc = r.misc();
     // The trailer of kernel records.
     let trailer = |out: &mut Vec<u8>, sid: &SampleId| -> Result<()> {
-        let attr = attr_for(events, sid.id)?;
+        // The event a reader finds: by the identifier where it differs from the id
+        // (the trailer's last word, where perf looks first).
+        let attr = attr_for(events, sid.identifier.or(sid.id), false)?;
         if attr.sample_id_all() {
             sid.encode(attr.sample_type, name, out)?;
         }
@@ -1705,7 +1736,7 @@ fn encode_body(r: &Record<'_>, events: &EventTable, out: &mut Vec<u8>, start: us
             out.put_u64(m.hw_id);
             trailer(out, &m.sample_id)?;
         }
-        Record::Sample(s) => encode_sample(s, attr_for(events, s.id)?, out)?,
+        Record::Sample(s) => encode_sample(s, attr_for(events, s.id, true)?, out)?,
         Record::HeaderAttr { attr, ids } => {
             out.extend_from_slice(&attr.to_bytes());
             out.extend_from_slice(ids.as_bytes());

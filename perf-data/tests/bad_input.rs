@@ -147,7 +147,8 @@ fn wrong_magic() {
 #[test]
 fn truncated_header_and_empty_file() {
     let (b, _) = file();
-    for n in [0, 4, 8, 15, 16, 60, 103] {
+    assert_eq!(PerfFile::parse(&[]).unwrap_err().kind, ErrorKind::Empty);
+    for n in [4, 8, 15, 16, 60, 103] {
         let e = PerfFile::parse(&b[..n]).unwrap_err();
         one_line(&e);
         assert!(e.offset <= n as u64, "{e}");
@@ -404,4 +405,46 @@ fn writer_errors_name_what_is_missing() {
         .unwrap_err();
     assert!(matches!(e.kind, ErrorKind::TooLarge { record: "COMM", .. }));
     assert_eq!(w.data_size(), 0, "nothing half-written");
+}
+
+/// What is not a regular file: a directory is refused, a device or a pipe is read
+/// as a stream only if it starts with perf.data's magic (so /dev/zero is refused at
+/// once), and a pipe fed a whole file reads as the file does.
+#[test]
+fn special_files_say_what_they_are() {
+    let dir = std::env::temp_dir().join(format!("perf-data-special-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = MappedFile::open(&dir).unwrap_err().to_string();
+    assert_eq!(e, "is a directory, not a perf.data file");
+    let e = MappedFile::open("/dev/zero").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "a character device whose data does not start with perf.data's magic (PERFILE2)"
+    );
+    let e = MappedFile::open("/dev/null").unwrap_err().to_string();
+    assert_eq!(e, "a character device that gave no data, not a perf.data");
+    let empty = dir.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let m = MappedFile::open(&empty).unwrap();
+    assert_eq!(m.parse().unwrap_err().kind, ErrorKind::Empty);
+
+    let (b, _) = file();
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    let writer = {
+        let (fifo, b) = (fifo.clone(), b.clone());
+        std::thread::spawn(move || {
+            let mut w = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+            std::io::Write::write_all(&mut w, &b).unwrap();
+        })
+    };
+    let m = MappedFile::open(&fifo).unwrap();
+    writer.join().unwrap();
+    assert_eq!(m.bytes(), &b[..]);
+    let whole = PerfFile::parse(&b).unwrap();
+    let piped = m.parse().unwrap();
+    assert_eq!(piped.records().count(), whole.records().count());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -606,3 +606,61 @@ proptest! {
         }
     }
 }
+
+/// A trailer whose identifier differs from its id (libipt's side-band tests write
+/// such): the writer picks the event a reader finds, by the identifier, so that the
+/// record reads back (found by the perf_data_reader fuzz target).
+#[test]
+fn the_identifier_names_the_event_when_it_differs_from_the_id() {
+    let st = SampleType(
+        SampleType::TID
+            | SampleType::TIME
+            | SampleType::ID
+            | SampleType::STREAM_ID
+            | SampleType::CPU
+            | SampleType::IDENTIFIER,
+    );
+    let first = EventAttr {
+        size: ATTR_SIZE,
+        sample_type: st,
+        flags: AttrFlags(AttrFlags::SAMPLE_ID_ALL),
+        ..Default::default()
+    };
+    let second = EventAttr {
+        size: ATTR_SIZE,
+        sample_type: SampleType(SampleType::TID),
+        ..Default::default()
+    };
+    let events = EventTable::new(vec![
+        EventDesc {
+            attr: first,
+            ids: vec![1],
+            name: None,
+        },
+        EventDesc {
+            attr: second,
+            ids: vec![7],
+            name: None,
+        },
+    ]);
+    let r = Record::Comm(Comm {
+        misc: 0,
+        pid: 1,
+        tid: 1,
+        comm: CStr(b"x"),
+        sample_id: SampleId {
+            pid: Some(1),
+            tid: Some(1),
+            time: Some(5),
+            id: Some(7),
+            stream_id: Some(0),
+            cpu: Some(0),
+            identifier: Some(1),
+        },
+    });
+    let mut buf = Vec::new();
+    records::encode_record(&r, &events, &mut buf).unwrap();
+    let size = u16::from_le_bytes([buf[6], buf[7]]) as usize;
+    let back = records::parse_record(3, 0, &buf[8..size], &[], 0, &events).unwrap();
+    assert_eq!(back, r);
+}

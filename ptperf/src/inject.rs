@@ -5,17 +5,24 @@
 //! stacks for `l`, call chains for `g`) follow the side-band, and the AUX data and
 //! its AUXTRACE_INFO are left out. perf script and report read the result without
 //! decoding anything.
+//!
+//! It reads what `ptperf script` reads (a damaged recording too: what could be
+//! read is injected, exit status 2). The output is written beside its name and
+//! renamed only once it is complete and reads back whole: a failure leaves no file
+//! behind and an existing file as it was.
 
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_decoder::perf::SessionOptions;
 use pt_perf_data::{
-    feature_id, AttrFlags, BranchStack, EventAttr, EventDesc, MappedFile, PerfFileWriter, Record,
-    SampleType, U64s,
+    attr_type, feature_id, AttrFlags, BranchStack, ErrorKind, EventAttr, EventDesc, MappedFile,
+    PerfFileWriter, Record, SampleType, U64s, ATTR_SIZE,
 };
 
+use crate::input::{self, Outcome};
 use crate::itrace::{PeriodType, SynthOpts};
 use crate::sample::{Kind, Sample};
 use crate::synth::{Event, Flow, Stacks, Synth};
@@ -24,7 +31,8 @@ use crate::synth::{Event, Flow, Stacks, Synth};
 #[derive(Parser, Debug)]
 #[command(
     name = "ptperf inject",
-    about = "Write a perf.data with the samples of its Intel PT trace, as perf inject --itrace does"
+    about = "Write a perf.data with the samples of its Intel PT trace, as perf inject --itrace does",
+    after_help = crate::input::EXIT_STATUS
 )]
 pub struct Args {
     /// input file name
@@ -54,7 +62,9 @@ mod st {
     pub const CALLCHAIN: u64 = 1 << 5;
     pub const BRANCH_STACK: u64 = 1 << 11;
     pub const IDENTIFIER: u64 = 1 << 16;
-    pub const MASK: u64 = (1 << 20) - 1;
+    /// What a synthesized sample keeps of the trace event's sample_type (perf's
+    /// PERF_SAMPLE_MASK of intel-pt.c): the fields it has values for.
+    pub const MASK: u64 = IP | TID | TIME | ADDR | ID | CPU | PERIOD | STREAM_ID | IDENTIFIER;
 }
 
 /// `PERF_COUNT_HW_*` of the synthesized hardware events.
@@ -65,7 +75,7 @@ const CONTEXT_USER: u64 = (-512i64) as u64;
 
 /// Runs `ptperf inject ARGS`.
 pub fn main(args: &[OsString]) -> ExitCode {
-    crate::command::<Args>("ptperf inject", args, |a| run(&a))
+    crate::reading::<Args>("ptperf inject", args, |a| run(&a))
 }
 
 /// One synthesized event: its kind, attr and id.
@@ -75,7 +85,85 @@ struct Synthesized {
     id: u64,
 }
 
-fn run(a: &Args) -> Result<(), String> {
+/// The output while it is written: a file beside its name, removed unless
+/// [`Output::commit`] renames it.
+struct Output {
+    tmp: PathBuf,
+    path: PathBuf,
+    done: bool,
+}
+
+impl Output {
+    fn create(path: &Path) -> Result<(Output, std::fs::File), String> {
+        let name = path
+            .file_name()
+            .ok_or_else(|| format!("ptperf inject: {}: not a file name", path.display()))?;
+        let mut tmp_name = OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}.tmp", std::process::id()));
+        let tmp = path.with_file_name(tmp_name);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .read(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| format!("ptperf inject: {}: {e}", tmp.display()))?;
+        let out = Output {
+            tmp,
+            path: path.to_path_buf(),
+            done: false,
+        };
+        Ok((out, file))
+    }
+
+    /// Reads the written file back (every record), then renames it to its name.
+    fn commit(mut self) -> Result<(), String> {
+        let bad = |e: String| format!("ptperf inject: {}: written, but {e}", self.path.display());
+        let file = MappedFile::open(&self.tmp).map_err(|e| bad(e.to_string()))?;
+        let perf = file
+            .parse()
+            .map_err(|e| bad(format!("it does not read back: {e}")))?;
+        if let Some(Err(e)) = perf.records().find(Result::is_err) {
+            return Err(bad(format!("it does not read back: {e}")));
+        }
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| {
+            format!(
+                "ptperf inject: {}: cannot rename {} to it: {e}",
+                self.path.display(),
+                self.tmp.display()
+            )
+        })?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// The attr the synthesized events start from when the file has no intel_pt
+/// event (a damaged attrs section): the first event's, else perf's usual one.
+fn fallback_event(events: &[EventDesc]) -> EventDesc {
+    events.first().cloned().unwrap_or_else(|| EventDesc {
+        attr: EventAttr {
+            type_: attr_type::HARDWARE,
+            size: ATTR_SIZE,
+            sample_type: SampleType(st::IP | st::TID | st::TIME | st::CPU | st::IDENTIFIER),
+            flags: AttrFlags(AttrFlags::SAMPLE_ID_ALL),
+            ..Default::default()
+        },
+        ids: Vec::new(),
+        name: None,
+    })
+}
+
+fn run(a: &Args) -> Result<Outcome, String> {
+    const CMD: &str = "ptperf inject";
     let mut opts = SynthOpts::default();
     match a.itrace.as_deref() {
         // perf inject's default: instructions every 100 us, no branches.
@@ -86,15 +174,11 @@ fn run(a: &Args) -> Result<(), String> {
         }
         Some(s) => opts.parse_into(s).map_err(|e| e.to_string())?,
     }
-    let file =
-        MappedFile::open(&a.input).map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
-    let perf = file
-        .parse()
-        .map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
+    let file = input::open(CMD, &a.input)?;
+    let perf = input::parse(CMD, &a.input, &file)?;
     let mut so = SessionOptions::for_file(&a.input);
     so.timeless = opts.timeless_decoding;
-    let session =
-        Session::new(&perf, so).map_err(|e| format!("ptperf inject: {}: {e}", a.input))?;
+    let session = input::session(CMD, &a.input, &perf, so)?;
     let timeless = !session.is_timed() || opts.timeless_decoding;
 
     // The synthesized events' attrs, as intel-pt.c makes them.
@@ -104,7 +188,8 @@ fn run(a: &Args) -> Result<(), String> {
         .iter()
         .find(|e| u64::from(e.attr.type_) == pmu)
         .cloned()
-        .ok_or_else(|| format!("ptperf inject: {}: no intel_pt event", a.input))?;
+        // The session warned: the samples still have a place to go.
+        .unwrap_or_else(|| fallback_event(perf.events()));
     let mut base = EventAttr {
         size: pt.attr.size,
         sample_type: SampleType(pt.attr.sample_type.0 & st::MASK | st::IP | st::TID | st::PERIOD),
@@ -188,8 +273,7 @@ fn run(a: &Args) -> Result<(), String> {
             name: Some(name),
         });
     }
-    let out = std::fs::File::create(&a.output)
-        .map_err(|e| format!("ptperf inject: {}: {e}", a.output))?;
+    let (output, out) = Output::create(Path::new(&a.output))?;
     let mut w = PerfFileWriter::new(std::io::BufWriter::new(out), events)
         .map_err(|e| format!("ptperf inject: {}: {e}", a.output))?;
     for id in 1..feature_id::LAST {
@@ -200,10 +284,13 @@ fn run(a: &Args) -> Result<(), String> {
             w.set_feature(f);
         }
     }
-    // The side-band, without the trace.
+    // The side-band, without the trace. Records the session could not read are in
+    // its tally; one that reads but does not write (a damaged file's fields that
+    // contradict its attr) is left out and named.
     let mut err = None;
+    let mut not_copied = 0u64;
     for r in perf.records() {
-        let Ok((_, r)) = r else { continue };
+        let Ok((at, r)) = r else { continue };
         match r {
             Record::Auxtrace(_)
             | Record::AuxtraceInfo(_)
@@ -212,8 +299,21 @@ fn run(a: &Args) -> Result<(), String> {
             Record::Sample(_) if a.strip => continue,
             _ => {}
         }
-        if let Err(e) = w.write(&r) {
-            err.get_or_insert(e.to_string());
+        match w.write(&r) {
+            Err(e) if matches!(e.kind, ErrorKind::Io(_)) => {
+                err.get_or_insert(e.to_string());
+                break;
+            }
+            Err(e) => {
+                not_copied += 1;
+                eprintln!(
+                    "{CMD}: {}: warning: the {} record at file offset {at:#x} is not copied: {}",
+                    a.input,
+                    r.name(),
+                    e.kind
+                );
+            }
+            Ok(_) => {}
         }
     }
     // The samples.
@@ -239,15 +339,28 @@ fn run(a: &Args) -> Result<(), String> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
+    input::trace_warnings(CMD, &a.input, &synth);
     if let Err(e) = w.write(&Record::FinishedRound) {
         err.get_or_insert(e.to_string());
     }
-    w.finish()
+    let mut written = w
+        .finish()
         .map_err(|e| format!("ptperf inject: {}: {e}", a.output))?;
-    match err {
-        Some(e) => Err(format!("ptperf inject: {}: {e}", a.output)),
-        None => Ok(()),
+    std::io::Write::flush(&mut written).map_err(|e| format!("ptperf inject: {}: {e}", a.output))?;
+    drop(written);
+    if let Some(e) = err {
+        return Err(format!("ptperf inject: {}: {e}", a.output));
     }
+    output.commit()?;
+    let outcome = input::finish(CMD, &a.input, &session);
+    if not_copied > 0 {
+        eprintln!(
+            "{CMD}: {}: {not_copied} side-band records not copied",
+            a.input
+        );
+        return Ok(Outcome::Damaged);
+    }
+    Ok(outcome)
 }
 
 /// The SAMPLE record of a synthesized sample (its event's sample_type decides which

@@ -17,6 +17,8 @@
 //!   byte for byte as perf prints and writes them; [`symbols`] finds the names
 //!   perf gives addresses, [`srcline`] their source lines.
 //! - [`export`]: samples into SQLite or PostgreSQL with perf's schema.
+//! - [`input`]: how every reading subcommand opens its perf.data, reports what
+//!   the reader found wrong and sums up what it skipped (exit status 2).
 //! - [`profile_llvm`]: LLVM sample profiles (AutoFDO) of a decoded flow.
 //! - [`timeline`]: every thread's calls over time for trace viewers (Chrome JSON, Perfetto).
 //!
@@ -29,6 +31,7 @@ pub mod damage;
 pub mod decode;
 pub mod export;
 pub mod inject;
+pub mod input;
 pub mod itrace;
 pub mod profile;
 pub mod profile_llvm;
@@ -45,12 +48,24 @@ pub mod verify;
 /// A subcommand's `main` on its clap arguments: help and usage errors as clap prints
 /// them (exit 0, or 129 as perf exits on bad options), then `run`'s error as one line
 /// on stderr with exit status 1.
+#[allow(dead_code)] // For subcommands that read no perf.data; those that do use `reading`.
 pub(crate) fn command<A: clap::Parser>(
     name: &str,
     args: &[std::ffi::OsString],
     run: impl FnOnce(A) -> Result<(), String>,
 ) -> std::process::ExitCode {
+    reading::<A>(name, args, |a| run(a).map(|()| input::Outcome::Whole))
+}
+
+/// [`command`] for a subcommand that reads a perf.data: its exit status is its
+/// [`input::Outcome`]'s (2 for a damaged recording).
+pub(crate) fn reading<A: clap::Parser>(
+    name: &str,
+    args: &[std::ffi::OsString],
+    run: impl FnOnce(A) -> Result<input::Outcome, String>,
+) -> std::process::ExitCode {
     use std::process::ExitCode;
+    use std::process::Termination;
     let argv = std::iter::once(std::ffi::OsString::from(name)).chain(args.iter().cloned());
     let a = match A::try_parse_from(argv) {
         Ok(a) => a,
@@ -60,7 +75,7 @@ pub(crate) fn command<A: clap::Parser>(
         }
     };
     match run(a) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(r) => r.report(),
         Err(msg) => {
             eprintln!("{msg}");
             ExitCode::from(1)

@@ -345,6 +345,7 @@ struct PtQueue<'s> {
     /// The session's queue index.
     idx: usize,
     dec: Decoder<'s>,
+
     have_sample: bool,
     timestamp: u64,
     flags: u32,
@@ -404,6 +405,8 @@ pub struct Synth<'s, 'a> {
     counting: bool,
     /// Spans of counted instruction samples, reused from run to run.
     spans: Vec<[u32; 3]>,
+    /// Decoder states with an error (whether `--itrace` shows them or not).
+    trace_errors: u64,
 }
 
 /// Nanoseconds to TSC ticks with the session's conversion (perf's
@@ -508,6 +511,7 @@ impl<'s, 'a> Synth<'s, 'a> {
             fast_states: 0,
             counting: false,
             spans: Vec::new(),
+            trace_errors: 0,
             progress: None,
             total_bytes: session
                 .queues()
@@ -715,6 +719,16 @@ impl<'s, 'a> Synth<'s, 'a> {
         let q = &mut self.queues[qi];
         let mut code = ImageWalker::new(&mut self.walker, q.image);
         q.dec.decode(&mut code);
+        match q.dec.state().err {
+            None | Some(decode::Error::NoData) => {}
+            Some(_) => self.trace_errors += 1,
+        }
+    }
+
+    /// The decoder's errors so far, those `--itrace` leaves out too (perf shows
+    /// them only with `e`; a tool says how many there were).
+    pub fn trace_errors(&self) -> u64 {
+        self.trace_errors
     }
 
     /// The walker of the code (whose caches [`SampleSink::insn_counts`] names).

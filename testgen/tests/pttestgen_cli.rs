@@ -303,3 +303,25 @@ fn sideband_streams_are_written_and_listed() {
         "0000000000000000 psb\n0000000000000000 comm\n"
     );
 }
+
+#[test]
+fn devices_and_directories_are_refused_at_once() {
+    let tmp = TempDir::new("devices");
+    let dir = tmp.0.to_str().unwrap().to_string();
+    for (path, what) in [
+        ("/dev/zero", "a character device"),
+        ("/dev/urandom", "a character device"),
+        (dir.as_str(), "a directory"),
+    ] {
+        let t = std::time::Instant::now();
+        let out = run(&tmp.0, &[path]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{path}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("{path}: cannot read: it is {what}, not a .ptt file")
+        );
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "{path}");
+    }
+    assert!(tmp.entries().is_empty());
+}

@@ -126,6 +126,23 @@ pub enum FileError {
         /// The file.
         path: String,
     },
+    /// The file is a device (`/dev/zero`, `/dev/urandom`): it has no size and may
+    /// never end, so it is refused as libipt's tools refuse it.
+    #[error("failed to open {path}: it is {what}, not a trace file.")]
+    Device {
+        /// The file.
+        path: String,
+        /// What it is ("a character device").
+        what: &'static str,
+    },
+    /// A pipe gave more than [`STREAM_LIMIT`] bytes.
+    #[error("failed to read {path}: the pipe gave more than {limit:#x} bytes; give the trace as a file.")]
+    TooLong {
+        /// The file.
+        path: String,
+        /// The limit.
+        limit: u64,
+    },
     /// The `:<from>[-<to>]` suffix is no byte range.
     #[error("bad range in {arg}: {why}.")]
     BadRange {
@@ -216,15 +233,7 @@ impl TraceFile {
     /// against the file.
     pub fn open(arg: &str) -> Result<Self, FileError> {
         let (path, from, to) = split_range(arg)?;
-        let trace = load(path).map_err(|e| match e.kind() {
-            _ if Path::new(path).is_dir() => FileError::Directory {
-                path: path.to_string(),
-            },
-            _ => FileError::Open {
-                path: path.to_string(),
-                reason: os_reason(&e),
-            },
-        })?;
+        let trace = load(path)?;
         let size = trace.bytes().len() as u64;
         if from >= size {
             return Err(FileError::BadOffset {
@@ -437,10 +446,42 @@ impl Trace {
     }
 }
 
-/// Open `path`; map it if it is a regular non-empty file, else read it.
-pub fn load(path: &str) -> io::Result<Trace> {
-    let mut f = File::open(path)?;
-    let meta = f.metadata()?;
+/// The most a trace read from a pipe (or socket) may hold: such a stream has no size,
+/// and one that never ends must not take all memory.
+pub const STREAM_LIMIT: u64 = 1 << 30;
+
+/// Open `path`; map it if it is a regular non-empty file, read it (at most
+/// [`STREAM_LIMIT`] bytes) if it is a pipe or socket; refuse a directory or a device.
+fn load(path: &str) -> Result<Trace, FileError> {
+    load_within(path, STREAM_LIMIT)
+}
+
+/// [`load`] with a stream read up to `limit` bytes.
+fn load_within(path: &str, limit: u64) -> Result<Trace, FileError> {
+    use std::os::unix::fs::FileTypeExt;
+    let open = |e: io::Error| FileError::Open {
+        path: path.to_string(),
+        reason: os_reason(&e),
+    };
+    let mut f = File::open(path).map_err(open)?;
+    let meta = f.metadata().map_err(open)?;
+    let t = meta.file_type();
+    if t.is_dir() {
+        return Err(FileError::Directory {
+            path: path.to_string(),
+        });
+    }
+    if t.is_char_device() || t.is_block_device() {
+        let what = if t.is_char_device() {
+            "a character device"
+        } else {
+            "a block device"
+        };
+        return Err(FileError::Device {
+            path: path.to_string(),
+            what,
+        });
+    }
     if meta.is_file() && meta.len() > 0 {
         // SAFETY: the map is read-only and private to this process; like every reader
         // of a trace file we assume nobody truncates the file while we decode it.
@@ -449,7 +490,13 @@ pub fn load(path: &str) -> io::Result<Trace> {
         }
     }
     let mut v = Vec::new();
-    f.read_to_end(&mut v)?;
+    (&mut f).take(limit + 1).read_to_end(&mut v).map_err(open)?;
+    if v.len() as u64 > limit {
+        return Err(FileError::TooLong {
+            path: path.to_string(),
+            limit,
+        });
+    }
     Ok(Trace::Read(v))
 }
 
@@ -632,5 +679,36 @@ mod tests {
         assert_eq!(e, format!("failed to open {d}: it is a directory."));
         let e = TraceFile::open("/no/such").err().unwrap().to_string();
         assert_eq!(e, "failed to open /no/such: No such file or directory.");
+        // A pipe is read, up to a bound.
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let feed = |n: usize| {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut w = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+                let _ = w.write_all(&vec![0x55; n]);
+            })
+        };
+        let fifo_s = fifo.to_str().unwrap();
+        let t = feed(16);
+        assert_eq!(load_within(fifo_s, 16).unwrap().bytes(), &[0x55; 16]);
+        t.join().unwrap();
+        let t = feed(17);
+        let e = load_within(fifo_s, 16).err().unwrap().to_string();
+        t.join().unwrap();
+        assert!(
+            e.ends_with("the pipe gave more than 0x10 bytes; give the trace as a file."),
+            "{e}"
+        );
+        // Devices that never end are refused at once.
+        for dev in ["/dev/zero", "/dev/urandom"] {
+            let e = TraceFile::open(dev).err().unwrap().to_string();
+            assert_eq!(
+                e,
+                format!("failed to open {dev}: it is a character device, not a trace file.")
+            );
+        }
     }
 }

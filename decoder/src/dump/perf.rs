@@ -173,6 +173,13 @@ pub fn run_perf<O: Write, E: Write>(
         }
         out.flush()
     })();
+    if !session.skipped().is_empty() {
+        let _ = writeln!(
+            err,
+            "{prog}: {path}: warning: damaged recording: {}.",
+            session.skipped()
+        );
+    }
     match result {
         Ok(()) => 0,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,

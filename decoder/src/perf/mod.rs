@@ -64,7 +64,9 @@
 //! before it synthesizes samples.
 //!
 //! Bad input never panics: what cannot be read is a [`Warning`] naming its file
-//! offset, and decoding goes on with what can be.
+//! offset, and decoding goes on with what can be. [`Session::skipped`] counts what
+//! the damage took away ([`Skipped`]: records, bytes after a broken record, AUX
+//! bytes per queue): the one tally every tool sums up at its end.
 
 use crate::config::{Config, Cpu, Errata};
 use crate::image::Image;
@@ -80,12 +82,14 @@ mod decode;
 pub mod maps;
 pub mod overlap;
 pub mod queues;
+mod skipped;
 pub mod tasks;
 
 pub use decode::{NoCode, PerfItem, QueueDecoder, TimedDecoder};
 pub use maps::{CodeFile, Mapping, MappingKind, MissingCode};
 pub use overlap::{find_overlap, Overlap};
 pub use queues::{AuxPiece, Lost, LostKind, Part, Queue, Segment};
+pub use skipped::Skipped;
 pub use tasks::{CommChange, Context, Thread};
 
 /// How to open a session.
@@ -138,6 +142,14 @@ pub enum SessionError {
     /// The file has no intel_pt AUXTRACE_INFO: it was not recorded with `intel_pt//`.
     #[error("no intel_pt AUXTRACE_INFO record: not an Intel PT recording")]
     NotIntelPt,
+    /// The header's data size is 0 (perf record was killed before it finished the
+    /// file) and the records there hold no intel_pt AUXTRACE_INFO.
+    #[error("unfinished recording: the header's data size is 0 (was perf record properly terminated?) and no intel_pt AUXTRACE_INFO was found")]
+    Unfinished,
+    /// Reading the records stopped at a broken one (perf's "failed to process type")
+    /// before any intel_pt AUXTRACE_INFO.
+    #[error("no intel_pt AUXTRACE_INFO record before a broken record where reading stops: {0}")]
+    Broken(pt_perf_data::Error),
     /// The AUXTRACE_INFO record cannot be read.
     #[error("{0}")]
     BadInfo(pt_perf_data::Error),
@@ -192,6 +204,13 @@ pub enum Warning {
     OutOfOrder(u64),
     /// Samples with AUX data (sampling mode) are not decoded.
     AuxSamples,
+    /// Trace bytes of a queue in which no PSB was found: nothing of them decodes.
+    NoPsb {
+        /// The queue.
+        idx: u32,
+        /// Its trace bytes without a PSB.
+        bytes: u64,
+    },
     /// The kernel lost samples (LOST_SAMPLES).
     LostSamples {
         /// The record's file offset.
@@ -232,6 +251,10 @@ impl fmt::Display for Warning {
             }
             Warning::OutOfOrder(n) => write!(f, "{n} records out of time order"),
             Warning::AuxSamples => f.write_str("samples with AUX data (sampling mode) are not decoded"),
+            Warning::NoPsb { idx, bytes } => write!(
+                f,
+                "queue {idx}: {bytes:#x} bytes of trace hold no PSB: they cannot be decoded"
+            ),
             Warning::LostSamples { offset, count } => {
                 write!(f, "file offset {offset:#x}: {count} samples lost")
             }
@@ -254,6 +277,7 @@ pub struct Session<'a> {
     tasks: tasks::Tasks,
     maps: maps::Maps,
     warnings: Vec<Warning>,
+    skipped: Skipped,
     /// The order perf's timeless decoding takes the queues in.
     timeless_order: Vec<usize>,
     /// The timed records perf's decoder is shown, in its order.
@@ -332,12 +356,46 @@ impl<'a> Session<'a> {
     /// file is not an Intel PT recording; everything else wrong is a [`Warning`].
     pub fn new(perf: &PerfFile<'a>, options: SessionOptions) -> Result<Self, SessionError> {
         let mut info = match perf.intel_pt_info() {
-            None => return Err(SessionError::NotIntelPt),
+            None if perf
+                .warnings()
+                .iter()
+                .any(|w| matches!(w, pt_perf_data::Warning::DataSizeZero { .. })) =>
+            {
+                return Err(SessionError::Unfinished)
+            }
+            None => {
+                let mut records = perf.records();
+                while let Some(r) = records.next() {
+                    if let Err(e) = r {
+                        if records.offset() == e.offset {
+                            return Err(SessionError::Broken(e));
+                        }
+                    }
+                }
+                return Err(SessionError::NotIntelPt);
+            }
             Some(Err(e)) => return Err(SessionError::BadInfo(e)),
             Some(Ok(i)) => i,
         };
         let mut warnings: Vec<Warning> =
             perf.warnings().iter().copied().map(Warning::File).collect();
+        let mut skipped = Skipped::default();
+        for w in perf.warnings() {
+            match *w {
+                pt_perf_data::Warning::DataSizeZero { .. } => skipped.unfinished = true,
+                pt_perf_data::Warning::DataPastEnd {
+                    claimed_end,
+                    file_size,
+                } => {
+                    skipped.past_end = match claimed_end {
+                        u64::MAX => u64::MAX,
+                        end => end.saturating_sub(file_size),
+                    }
+                }
+                pt_perf_data::Warning::BadFeature { .. } => skipped.features += 1,
+                _ => {}
+            }
+        }
         let events = perf.events();
         let pt_events: Vec<_> = events
             .iter()
@@ -382,7 +440,10 @@ impl<'a> Session<'a> {
                 }
                 None => warnings.push(Warning::Cpuid(format!("cannot read {s:?}"))),
             },
-            Some(Err(e)) => warnings.push(Warning::Record(e)),
+            Some(Err(e)) => {
+                skipped.features += 1;
+                warnings.push(Warning::Record(e));
+            }
             _ => {}
         }
         if let Some(m) = info.mtc {
@@ -416,19 +477,54 @@ impl<'a> Session<'a> {
             tasks: tasks::Tasks::default(),
             maps: maps::Maps::new(finder),
             warnings,
+            skipped,
             timeless_order: Vec::new(),
             event_times: Vec::new(),
         };
         s.read_queues(perf, &options);
-        let build_ids = read_build_ids(perf);
+        let build_ids = s.read_build_ids(perf);
         s.read_side_band(perf, &build_ids);
         let snapshot = s.info.snapshot_mode != 0;
         let have_tsc = s.have_tsc;
         for q in &mut s.queues {
             q.build_segments(snapshot, have_tsc);
             q.lost.sort_by_key(|l| l.time.unwrap_or(0));
+            let missing = q
+                .pieces
+                .iter()
+                .fold(0u64, |n, p| n.saturating_add(p.cut_off));
+            if missing > 0 {
+                s.skipped.aux.push((q.idx, missing));
+            }
         }
+        s.find_unsynced();
         Ok(s)
+    }
+
+    /// The segments whose trace holds no PSB: a decoder cannot start anywhere in
+    /// them, so their bytes are lost (a zeroed or overwritten trace).
+    fn find_unsynced(&mut self) {
+        use crate::packet::find_psb_forward;
+        for q in &self.queues {
+            let mut lost = 0u64;
+            for (i, seg) in q.segments.iter().enumerate() {
+                let in_a_part = seg.parts.iter().any(|p| {
+                    let data = q.pieces.get(p.piece).map_or(&[][..], |pc| pc.data);
+                    data.get(p.skip..p.skip + p.len)
+                        .is_some_and(|b| find_psb_forward(b, 0).is_some())
+                });
+                if !in_a_part && find_psb_forward(q.segment_bytes(i), 0).is_none() {
+                    lost += seg.len() as u64;
+                }
+            }
+            if lost > 0 {
+                self.skipped.no_psb.push((q.idx, lost));
+                self.warnings.push(Warning::NoPsb {
+                    idx: q.idx,
+                    bytes: lost,
+                });
+            }
+        }
     }
 
     fn queue_index(&self, idx: u32) -> Option<usize> {
@@ -471,7 +567,8 @@ impl<'a> Session<'a> {
                 cut_off,
             });
         };
-        for r in perf.records() {
+        let mut records = perf.records();
+        while let Some(r) = records.next() {
             match r {
                 Ok((at, Record::Auxtrace(a))) => add(self, a, at, 0),
                 Ok((at, Record::AuxtraceError(e))) => self.warnings.push(Warning::AuxtraceError {
@@ -496,6 +593,13 @@ impl<'a> Session<'a> {
                                 continue;
                             }
                         }
+                    }
+                    if records.offset() == e.offset {
+                        // A broken frame: the records after it cannot be found.
+                        let unread = (data_end as u64).saturating_sub(e.offset);
+                        self.skipped.stopped = Some((e.offset, unread));
+                    } else {
+                        self.skipped.records += 1;
                     }
                     self.warnings.push(Warning::Record(e));
                 }
@@ -805,6 +909,12 @@ impl<'a> Session<'a> {
         &self.warnings
     }
 
+    /// What the recording's damage took away, counted (empty for a whole file): what
+    /// a tool sums up at its end.
+    pub fn skipped(&self) -> &Skipped {
+        &self.skipped
+    }
+
     /// Thread `tid` at `time` (`None`: its last lifetime).
     pub fn thread(&self, tid: u32, time: Option<u64>) -> Option<&Thread> {
         self.tasks.thread(tid, time)
@@ -978,24 +1088,33 @@ impl<'a> Session<'a> {
     }
 }
 
-/// Build ids of the BUILD_ID feature (and pipe mode's HEADER_BUILD_ID records), by
-/// file name.
-fn read_build_ids(perf: &PerfFile<'_>) -> HashMap<String, pt_perf_data::BuildId> {
-    let mut ids = HashMap::new();
-    if let Some(Ok(Feature::BuildId(v))) = perf.feature(feature_id::BUILD_ID) {
-        for e in v {
-            let name = String::from_utf8_lossy(&e.filename).into_owned();
-            ids.insert(name, e.build_id);
+impl Session<'_> {
+    /// Build ids of the BUILD_ID feature (and pipe mode's HEADER_BUILD_ID records), by
+    /// file name.
+    fn read_build_ids(&mut self, perf: &PerfFile<'_>) -> HashMap<String, pt_perf_data::BuildId> {
+        let mut ids = HashMap::new();
+        match perf.feature(feature_id::BUILD_ID) {
+            Some(Ok(Feature::BuildId(v))) => {
+                for e in v {
+                    let name = String::from_utf8_lossy(&e.filename).into_owned();
+                    ids.insert(name, e.build_id);
+                }
+            }
+            Some(Err(e)) => {
+                self.skipped.features += 1;
+                self.warnings.push(Warning::Record(e));
+            }
+            _ => {}
         }
-    }
-    if perf.is_pipe() {
-        for r in perf.records().map_while(Result::ok) {
-            if let (_, Record::HeaderBuildId(b)) = r {
-                ids.insert(b.filename.to_str_lossy().into_owned(), b.build_id);
+        if perf.is_pipe() {
+            for r in perf.records().map_while(Result::ok) {
+                if let (_, Record::HeaderBuildId(b)) = r {
+                    ids.insert(b.filename.to_str_lossy().into_owned(), b.build_id);
+                }
             }
         }
+        ids
     }
-    ids
 }
 
 /// The AUXTRACE record at `at` whose data runs past `end`: its fields and the data

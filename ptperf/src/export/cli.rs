@@ -6,14 +6,14 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pt_decoder::perf::{Session, SessionOptions};
-use pt_perf_data::MappedFile;
+use pt_decoder::perf::{Session, SessionOptions, Skipped};
 
 use super::feed::{default_itrace, export_session_with, FeedStats};
 use super::postgres::PostgresSink;
 use super::sqlite::SqliteSink;
 use super::tables::Table;
 use super::{ExportError, ExportOptions, Exporter, Sink, Summary};
+use crate::input;
 use crate::itrace::SynthOpts;
 
 const USAGE: &str = "\
@@ -43,6 +43,9 @@ schema (that of perf's export-to-sqlite.py and export-to-postgresql.py).
       --buildid-dir DIR a build-id cache to search first
   -q, --quiet           no summary
 ";
+
+/// The command's name in messages.
+const CMD: &str = "ptperf export";
 
 /// What the command line asked for.
 #[derive(Debug)]
@@ -151,17 +154,17 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let args = match parse(args) {
         Ok(Some(a)) => a,
         Ok(None) => {
-            print!("{USAGE}");
+            print!("{USAGE}\n{}\n", input::EXIT_STATUS);
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            // As perf and the other subcommands exit on bad options.
             eprintln!("ptperf export: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
+            return ExitCode::from(129);
         }
     };
     match run(&args) {
-        Ok((summary, stats)) => {
-            report_problems(&stats);
+        Ok((summary, stats, skipped)) => {
             if !args.quiet {
                 let mut line = format!(
                     "ptperf export: {} samples of {} instructions",
@@ -180,7 +183,8 @@ pub fn main(args: &[OsString]) -> ExitCode {
                 }
                 eprintln!("{line}");
             }
-            ExitCode::SUCCESS
+            let outcome = input::end(CMD, &args.input.to_string_lossy(), &skipped);
+            std::process::Termination::report(outcome)
         }
         Err(e) => {
             eprintln!("ptperf export: {e}");
@@ -202,23 +206,28 @@ fn report_problems(stats: &FeedStats) {
     }
 }
 
-fn run(args: &Args) -> Result<(Summary, FeedStats), ExportError> {
+fn run(args: &Args) -> Result<(Summary, FeedStats, Skipped), ExportError> {
     let input = &args.input;
-    let file = MappedFile::open(input)
-        .map_err(|e| ExportError::Io(format!("{}: {e}", input.display())))?;
-    let perf = file
-        .parse()
-        .map_err(|e| ExportError::Io(format!("{}: {e}", input.display())))?;
+    let name = input.to_string_lossy();
+    // The messages of `input` start with the command's name, which main adds.
+    let err = |e: String| {
+        ExportError::Io(
+            e.strip_prefix(CMD)
+                .map_or(&*e, |s| s.trim_start_matches(": "))
+                .to_string(),
+        )
+    };
+    let file = input::open(CMD, &name).map_err(err)?;
+    let perf = input::parse(CMD, &name, &file).map_err(err)?;
     let mut so = SessionOptions::for_file(input);
     so.sysroot = args.symfs.clone();
     for (i, d) in args.buildid_dirs.iter().enumerate() {
         so.buildid_dirs.insert(i, d.clone());
     }
-    let session = Session::new(&perf, so)
-        .map_err(|e| ExportError::Io(format!("{}: {e}", input.display())))?;
+    let session = input::session(CMD, &name, &perf, so).map_err(err)?;
     let layout = args.opts.layout();
     // The database is made only once the input is known to be good.
-    match &args.target {
+    let (summary, stats) = match &args.target {
         Target::Sqlite(path) => {
             let sink = SqliteSink::create(path, args.force, &layout)?;
             export(&perf, &session, sink, args)
@@ -227,7 +236,19 @@ fn run(args: &Args) -> Result<(Summary, FeedStats), ExportError> {
             let sink = PostgresSink::create(conninfo, &layout)?;
             export(&perf, &session, sink, args)
         }
+    }?;
+    report_problems(&stats);
+    let trace: usize = session
+        .queues()
+        .iter()
+        .flat_map(|q| &q.segments)
+        .map(|s| s.len())
+        .sum();
+    if stats.insns == 0 && trace > 0 {
+        // The feed's errors are those --itrace shows: say that the trace gave nothing.
+        eprintln!("{CMD}: {name}: warning: no instruction decoded from {trace:#x} bytes of trace");
     }
+    Ok((summary, stats, session.skipped().clone()))
 }
 
 fn export<S: Sink>(

@@ -25,10 +25,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use pt_decoder::perf::{Session, SessionOptions};
-use pt_perf_data::MappedFile;
 
 use crate::code::CodeWalker;
 use crate::decode::PlainInsn;
+use crate::input::{self, Outcome};
 use crate::itrace::SynthOpts;
 use crate::sample::Sample;
 use crate::script::{Plan, Printer};
@@ -39,7 +39,8 @@ use hist::{FxMap, Hists, SymKey};
 #[derive(Parser, Debug)]
 #[command(
     name = "ptperf report",
-    about = "Read perf.data and display the profile of its Intel PT trace as perf report --stdio does"
+    about = "Read perf.data and display the profile of its Intel PT trace as perf report --stdio does",
+    after_help = crate::input::EXIT_STATUS
 )]
 pub struct Args {
     /// input file name
@@ -112,10 +113,11 @@ enum SortKey {
 
 /// Runs `ptperf report ARGS`.
 pub fn main(args: &[OsString]) -> ExitCode {
-    crate::command::<Args>("ptperf report", args, |a| run(&a))
+    crate::reading::<Args>("ptperf report", args, |a| run(&a))
 }
 
-fn run(a: &Args) -> Result<(), String> {
+fn run(a: &Args) -> Result<Outcome, String> {
+    const CMD: &str = "ptperf report";
     let mut keys = Vec::new();
     for k in a.sort.split(',').filter(|k| !k.is_empty()) {
         keys.push(match k {
@@ -141,7 +143,7 @@ fn run(a: &Args) -> Result<(), String> {
         eprintln!("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?");
         let mut out = pt_cli::stdout();
         let _ = out.write_all(HEADER.as_bytes());
-        return Ok(());
+        return Ok(Outcome::Whole);
     }
     let folded_only = a.folded || a.flamegraph.is_some();
     if folded_only && !opts.callchain {
@@ -160,11 +162,8 @@ fn run(a: &Args) -> Result<(), String> {
         graph,
         caller: params.order == callgraph::Order::Caller,
     };
-    let file =
-        MappedFile::open(&a.input).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
-    let perf = file
-        .parse()
-        .map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
+    let file = input::open(CMD, &a.input)?;
+    let perf = input::parse(CMD, &a.input, &file)?;
     let mut so = SessionOptions::for_file(&a.input);
     so.timeless = opts.timeless_decoding;
     // As perf does, this machine's own vdso stands in for a recorded one no
@@ -173,8 +172,7 @@ fn run(a: &Args) -> Result<(), String> {
     if let Some(v) = &vdso {
         so.vdso.push(("[vdso]".into(), v.path().to_path_buf()));
     }
-    let session =
-        Session::new(&perf, so).map_err(|e| format!("ptperf report: {}: {e}", a.input))?;
+    let session = input::session(CMD, &a.input, &perf, so)?;
     let plan = Plan {
         opts,
         sel: Default::default(),
@@ -263,6 +261,7 @@ fn run(a: &Args) -> Result<(), String> {
         b.finish_and_clear();
     }
     hists.add_tallies(synth.walker());
+    input::trace_warnings(CMD, &a.input, &synth);
     hists.finish();
 
     let mut out = std::io::BufWriter::new(pt_cli::stdout());
@@ -290,7 +289,8 @@ fn run(a: &Args) -> Result<(), String> {
             };
             graph.write(path, &lines)?;
         }
-        return Ok(());
+        drop(out);
+        return Ok(input::finish(CMD, &a.input, &session));
     }
     let tables = if children || trees {
         acc.tables(&hists)
@@ -304,7 +304,8 @@ fn run(a: &Args) -> Result<(), String> {
         skip_first: a.sort.starts_with("sym"),
     });
     table::write(&mut out, tables, &names, &keys, layout, printer.as_ref());
-    Ok(())
+    drop(out);
+    Ok(input::finish(CMD, &a.input, &session))
 }
 
 /// The overhead table's sink: samples into [`Hists`], runs of instruction

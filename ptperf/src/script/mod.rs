@@ -10,11 +10,11 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::{Session, SessionOptions};
-use pt_perf_data::MappedFile;
+use pt_decoder::perf::SessionOptions;
 
 use crate::code::CodeWalker;
 use crate::decode::{PlainInsn, Step};
+use crate::input::{self, Outcome};
 use crate::itrace::SynthOpts;
 use crate::sample::Sample;
 use crate::synth::{each_branch, each_insn, Event, Flow, SampleSink, Stacks, Synth};
@@ -25,7 +25,8 @@ pub use print::Printer;
 #[derive(Parser, Debug)]
 #[command(
     name = "ptperf script",
-    about = "Read perf.data and display its Intel PT trace as perf script does"
+    about = "Read perf.data and display its Intel PT trace as perf script does",
+    after_help = crate::input::EXIT_STATUS
 )]
 pub struct Args {
     /// input file name
@@ -143,7 +144,7 @@ pub fn parse_time(s: &str) -> Result<TimeRange, String> {
 
 /// Runs `ptperf script ARGS` (the arguments after `script`).
 pub fn main(args: &[OsString]) -> ExitCode {
-    crate::command::<Args>("ptperf script", args, |a| run(&a))
+    crate::reading::<Args>("ptperf script", args, |a| run(&a))
 }
 
 /// What `ptperf script` was asked for, checked.
@@ -359,16 +360,13 @@ fn flush(out: &mut impl Write, buf: &mut Vec<u8>) {
     buf.clear();
 }
 
-fn run(a: &Args) -> Result<(), String> {
+fn run(a: &Args) -> Result<Outcome, String> {
+    const CMD: &str = "ptperf script";
     let plan = Plan::new(a)?;
-    let file =
-        MappedFile::open(&a.input).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
-    let perf = file
-        .parse()
-        .map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
+    let file = input::open(CMD, &a.input)?;
+    let perf = input::parse(CMD, &a.input, &file)?;
     let (so, _vdso) = session_options(&a.input, &plan, a.symfs.as_deref());
-    let session =
-        Session::new(&perf, so).map_err(|e| format!("ptperf script: {}: {e}", a.input))?;
+    let session = input::session(CMD, &a.input, &perf, so)?;
     let mut synth = Synth::new(&session, plan.opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     printer.cbr2khz = synth.cbr2khz();
@@ -406,5 +404,6 @@ fn run(a: &Args) -> Result<(), String> {
     if errors > 0 {
         eprintln!("Warning:\n{errors} instruction trace errors");
     }
-    Ok(())
+    input::trace_warnings(CMD, &a.input, &synth);
+    Ok(input::finish(CMD, &a.input, &session))
 }

@@ -686,8 +686,11 @@ fn event_msg(tid: libc::pid_t) -> Option<u64> {
         .then_some(msg)
 }
 
-/// A directory of our own for valgrind's logs, removed when dropped.
-struct TempDir(PathBuf);
+/// A directory of our own for valgrind's logs, removed when dropped, and by a
+/// watchdog if this process dies first (SIGKILL runs no destructor): valgrind
+/// writes one log file per process there, which no open-and-unlink trick can
+/// give it.
+struct TempDir(PathBuf, Option<std::process::Child>);
 
 impl TempDir {
     fn new() -> Result<Self, ExecError> {
@@ -696,13 +699,38 @@ impl TempDir {
         let dir = std::env::temp_dir().join(format!("ptsim-vg-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
-        Ok(TempDir(dir))
+        let watchdog = Self::watchdog(&dir);
+        Ok(TempDir(dir, watchdog))
+    }
+
+    /// A shell that removes `dir` once its standard input closes: when this
+    /// process ends, however it ends. It ignores the terminal's signals and has
+    /// its own process group, so that Ctrl-C or a group kill does not end it
+    /// before it has cleaned up. (`None` where no shell can be started: then only
+    /// the destructor cleans up.)
+    fn watchdog(dir: &Path) -> Option<std::process::Child> {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg("trap '' INT TERM HUP QUIT PIPE; read -r _; rm -rf -- \"$0\"")
+            .arg(dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .ok()
     }
 }
 
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        if let Some(mut w) = self.1.take() {
+            // Its input closes: it removes what is left (nothing) and ends.
+            drop(w.stdin.take());
+            let _ = w.wait();
+        }
     }
 }
 
@@ -787,6 +815,9 @@ impl ValgrindSource {
             "--trace-signals=yes",
             "--trace-sched=yes",
             "--trace-children=yes",
+            // No gdbserver: its FIFOs (vgdb-pipe-*) would stay in the temporary
+            // folder whenever valgrind is killed.
+            "--vgdb=no",
         ]
         .iter()
         .map(OsString::from)

@@ -91,6 +91,13 @@ impl Expr {
         }
     }
 
+    /// The location terms (labels, `$`, `$$`) with their coefficients, if the
+    /// expression is a sum of such terms and numbers.
+    pub fn location_terms(&self) -> Option<std::collections::BTreeMap<String, i64>> {
+        let mut terms = std::collections::BTreeMap::new();
+        self.linear_terms(1, &mut terms).then_some(terms)
+    }
+
     /// Adds `sign` times each location term to `terms`; false if the
     /// expression is not a sum of such terms and numbers.
     fn linear_terms(&self, sign: i64, terms: &mut std::collections::BTreeMap<String, i64>) -> bool {

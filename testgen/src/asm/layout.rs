@@ -806,6 +806,7 @@ fn repeat(
 
 /// Lays out parsed lines into a flat binary.
 pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
+    super::cycles::check(lines, file)?;
     let mut asm = Assembler {
         lines,
         file,

@@ -18,6 +18,7 @@
 //! relaxation, sections, the binary), [`listing`] (yasm's listing) and
 //! [`pttc`] (label addresses read from the listing the way pttc reads them).
 
+mod cycles;
 pub mod expr;
 pub mod insn;
 pub mod layout;

@@ -70,14 +70,8 @@ fn tokens(line: &str) -> impl Iterator<Item = &str> {
 /// pttc would stop.
 pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
     let lines: Vec<&str> = listing.lines().collect();
-    let mut labels: Vec<(String, u64)> = Vec::new();
-    let append = |labels: &mut Vec<(String, u64)>, name: &str, v: u64| -> Result<usize, String> {
-        if labels.iter().any(|(n, _)| n == name) {
-            return Err(format!("label `{name}' is not unique"));
-        }
-        labels.push((name.to_string(), v));
-        Ok(labels.len() - 1)
-    };
+    let mut labels = List::default();
+    let append = |labels: &mut List, name: &str, v: u64| labels.append(name, v);
     let mut base = 0u64;
     let mut have_org = false;
     let mut length: Option<usize> = None;
@@ -138,11 +132,7 @@ pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
             let rest = line.get(p + "[section".len()..).unwrap_or("");
             let name = tokens(rest).next().ok_or("section without a name")?;
             let key = format!("section_{name}_vstart");
-            base = labels
-                .iter()
-                .find(|(n, _)| *n == key)
-                .map(|(_, v)| *v)
-                .ok_or(format!("no label `{key}'"))?;
+            base = labels.value(&key).ok_or(format!("no label `{key}'"))?;
             continue;
         }
         let mut t = tokens(line);
@@ -184,7 +174,35 @@ pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
         let v = addr.checked_add(base).ok_or("label address overflows")?;
         append(&mut labels, name, v)?;
     }
-    Ok(labels)
+    Ok(labels.list)
+}
+
+/// pttc's label list, in its order, with an index by name (pttc searches its list
+/// from the start for each label: a big source would take quadratic time).
+#[derive(Default)]
+struct List {
+    list: Vec<(String, u64)>,
+    index: std::collections::HashMap<String, usize>,
+}
+
+impl List {
+    /// Appends a label; a name already there is an error, as in pttc.
+    fn append(&mut self, name: &str, v: u64) -> Result<usize, String> {
+        if self.index.contains_key(name) {
+            return Err(format!("label `{name}' is not unique"));
+        }
+        self.index.insert(name.to_string(), self.list.len());
+        self.list.push((name.to_string(), v));
+        Ok(self.list.len() - 1)
+    }
+
+    fn value(&self, name: &str) -> Option<u64> {
+        self.list.get(*self.index.get(name)?).map(|l| l.1)
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut (String, u64)> {
+        self.list.get_mut(i)
+    }
 }
 
 #[cfg(test)]

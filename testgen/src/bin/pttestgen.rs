@@ -46,14 +46,53 @@ fn parse_cpu(s: &str) -> Result<CpuArg, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The largest source read (a .ptt of libipt's suite is a few KiB; a pipe or a
+/// device that never ends must not take all memory).
+const SOURCE_LIMIT: u64 = 64 << 20;
+
+/// The source at `path`: a regular file or a pipe, at most [`SOURCE_LIMIT`] bytes; a
+/// directory or a device is refused (the error says what it is).
+fn read_source(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let t = f
+        .metadata()
+        .map_err(|e| format!("cannot read: {e}"))?
+        .file_type();
+    let what = if t.is_dir() {
+        Some("a directory")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else {
+        None
+    };
+    if let Some(what) = what {
+        return Err(format!("cannot read: it is {what}, not a .ptt file"));
+    }
+    let mut bytes = Vec::new();
+    f.take(SOURCE_LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > SOURCE_LIMIT {
+        return Err(format!(
+            "cannot read: more than {} MiB, too large for a .ptt file",
+            SOURCE_LIMIT >> 20
+        ));
+    }
+    Ok(String::from_utf8(bytes)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
 fn main() -> ExitCode {
     let args: Args = pt_cli::parse();
     let path = &args.pttfile;
-    let source = match std::fs::read(path) {
-        Ok(bytes) => String::from_utf8(bytes)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    let source = match read_source(path) {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("{}: cannot read: {e}", path.display());
+            eprintln!("{}: {e}", path.display());
             return ExitCode::FAILURE;
         }
     };

@@ -326,7 +326,15 @@ pub(super) fn run<W: Write>(prog: &str, setup: &Setup, perf: &PerfArgs, out: W) 
             }
         }
     }
-    match p.out.flush() {
+    let flushed = p.out.flush();
+    if !session.skipped().is_empty() {
+        let _ = writeln!(
+            err,
+            "{prog}: {path}: warning: damaged recording: {}.",
+            session.skipped()
+        );
+    }
+    match flushed {
         Ok(()) => 0,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => {

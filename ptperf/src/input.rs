@@ -1,0 +1,139 @@
+//! The perf.data a subcommand reads (script, report, inject, export): opening it,
+//! what the reader found wrong in it, and the closing summary of what it skipped.
+//!
+//! Every subcommand goes through here so that they all say the same thing about the
+//! same file: the session's warnings ([`pt_decoder::perf::Warning`]) when it opens,
+//! one line summing up what the damage took away ([`pt_decoder::perf::Skipped`]) at
+//! the end, and the exit status [`EXIT_STATUS`] documents.
+
+use std::process::{ExitCode, Termination};
+
+use pt_decoder::perf::{Session, SessionOptions, Skipped};
+use pt_perf_data::{MappedFile, PerfFile};
+
+use crate::synth::Synth;
+
+/// The exit status convention of the subcommands that read a perf.data, for their help.
+pub const EXIT_STATUS: &str = "\
+Exit status:
+  0    the whole recording was read
+  1    nothing was done: the input is not a readable Intel PT perf.data, or the
+       output cannot be written (one line on stderr says why)
+  2    the recording is damaged: what could be read was processed, the warnings
+       say where, and the last line on stderr sums up what was skipped
+  129  bad options
+Reports go to stderr. A file of '-' is standard input (perf's pipe mode, or a
+whole perf.data sent through a pipe).";
+
+/// Warnings shown before the rest are counted in one line.
+const SHOWN: usize = 20;
+
+/// How a subcommand's run over a perf.data ended (its exit status, see
+/// [`EXIT_STATUS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The whole recording was read.
+    Whole,
+    /// The recording is damaged; what could be read was.
+    Damaged,
+}
+
+impl Termination for Outcome {
+    fn report(self) -> ExitCode {
+        match self {
+            Outcome::Whole => ExitCode::SUCCESS,
+            Outcome::Damaged => ExitCode::from(2),
+        }
+    }
+}
+
+/// Opens the perf.data at `path` (`-`: standard input) for subcommand `cmd` (e.g.
+/// `ptperf script`); the error is the line to print, naming the file and what it is.
+pub fn open(cmd: &str, path: &str) -> Result<MappedFile, String> {
+    let file = if path == "-" {
+        MappedFile::read_stream(std::io::stdin().lock(), "standard input")
+    } else {
+        MappedFile::open(path)
+    };
+    file.map_err(|e| format!("{cmd}: {path}: {e}"))
+}
+
+/// Reads the header of `file` (see [`open`]).
+pub fn parse<'a>(cmd: &str, path: &str, file: &'a MappedFile) -> Result<PerfFile<'a>, String> {
+    file.parse().map_err(|e| format!("{cmd}: {path}: {e}"))
+}
+
+/// The decoding session of `perf`; its warnings go to stderr (the first [`SHOWN`],
+/// then their count).
+pub fn session<'a>(
+    cmd: &str,
+    path: &str,
+    perf: &PerfFile<'a>,
+    options: SessionOptions,
+) -> Result<Session<'a>, String> {
+    let session = Session::new(perf, options).map_err(|e| format!("{cmd}: {path}: {e}"))?;
+    let warnings = session.warnings();
+    for w in warnings.iter().take(SHOWN) {
+        eprintln!("{cmd}: {path}: warning: {w}");
+    }
+    if warnings.len() > SHOWN {
+        eprintln!(
+            "{cmd}: {path}: warning: … and {} more warnings",
+            warnings.len() - SHOWN
+        );
+    }
+    Ok(session)
+}
+
+/// What the trace's decoding lost that the output does not show: decoder errors
+/// `--itrace` leaves out (perf shows them only with `e`).
+pub fn trace_warnings(cmd: &str, path: &str, synth: &Synth<'_, '_>) {
+    let n = synth.trace_errors();
+    if n > 0 && !synth.opts().errors {
+        let s = if n == 1 { "" } else { "s" };
+        eprintln!(
+            "{cmd}: {path}: warning: {n} trace decode error{s} (not shown: add 'e' to --itrace)"
+        );
+    }
+}
+
+/// The end of a run over `session`: a last stderr line summing up what the
+/// recording's damage took away, if anything, and the outcome.
+pub fn finish(cmd: &str, path: &str, session: &Session<'_>) -> Outcome {
+    end(cmd, path, session.skipped())
+}
+
+/// [`finish`] with the session's tally taken before.
+pub fn end(cmd: &str, path: &str, skipped: &Skipped) -> Outcome {
+    if skipped.is_empty() {
+        return Outcome::Whole;
+    }
+    eprintln!("{cmd}: {path}: damaged recording: {skipped}; the output covers the rest");
+    Outcome::Damaged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_are_exit_statuses() {
+        assert_eq!(Outcome::Whole.report(), ExitCode::SUCCESS);
+        assert_eq!(Outcome::Damaged.report(), ExitCode::from(2));
+        assert!(EXIT_STATUS.contains("  2 "));
+    }
+
+    #[test]
+    fn what_the_input_is() {
+        let dir = std::env::temp_dir();
+        let e = open("ptperf script", dir.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        let e = open("ptperf script", "/dev/zero").unwrap_err();
+        assert!(
+            e.contains("a character device") && e.contains("magic"),
+            "{e}"
+        );
+        let e = open("ptperf script", "/dev/null").unwrap_err();
+        assert!(e.contains("gave no data"), "{e}");
+    }
+}
