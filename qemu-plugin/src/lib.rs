@@ -145,6 +145,8 @@ const RUN_WORDS: usize = 1 << 16;
 /// vCPUs (guest threads alive at once) the plugin follows.
 const MAX_VCPUS: usize = 4096;
 const PAGE: u64 = 4096;
+/// A vCPU hands its words over at a system call once this long passed.
+const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// What one vCPU (one guest thread) gathers.
 struct Vcpu {
@@ -152,6 +154,8 @@ struct Vcpu {
     /// mode); 0 until its first block.
     tid: u32,
     words: Vec<u32>,
+    /// When the words were last handed over.
+    flushed: Option<std::time::Instant>,
 }
 
 /// Per-vCPU state. A slot is only touched by the host thread running that
@@ -370,6 +374,7 @@ fn vcpu(index: c_uint) -> Option<&'static mut Vcpu> {
         p = Box::into_raw(Box::new(Vcpu {
             tid: 0,
             words: Vec::with_capacity(RUN_WORDS),
+            flushed: None,
         }));
         slot.store(p, Ordering::Relaxed);
     }
@@ -392,6 +397,7 @@ fn flush(v: &mut Vcpu) {
     let tid = v.tid.to_le_bytes();
     with_conn(|c| c.send(TAG_RUN, &[&tid, bytes]));
     v.words.clear();
+    v.flushed = Some(std::time::Instant::now());
 }
 
 #[inline]
@@ -535,6 +541,11 @@ extern "C" fn on_syscall(
             *EXIT_STATUS.lock().unwrap_or_else(|e| e.into_inner()) = Some(a1 as i32);
             flush(v);
         }
+        // What ran before a system call reaches the recorder within a few
+        // milliseconds: what the program shows (a line on a terminal, a
+        // signal it raises) has its trace there when someone reacts to it
+        // (a snapshot on SIGUSR2, Ctrl-C).
+        _ if v.flushed.map_or(true, |t| t.elapsed() > FLUSH_EVERY) => flush(v),
         _ => {}
     }
 }

@@ -1,6 +1,7 @@
 //! `ptperf record` on the simulated PT CPU.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use pt_hal::perf::attr::trace_config_of;
@@ -87,8 +88,18 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     let log = log_path(&out);
     let mut rec = SimRecording::new(cfg);
     rec.filters = o.filters.clone();
+    let mut signalled = None;
     if o.snapshot.is_some() {
-        rec.snapshot_requests = Some(catch_snapshot_signal());
+        let signal = catch_snapshot_signal();
+        if kind == Source::Qemu && !replay {
+            // The source hands requests on where its items reach the
+            // moment they came (QEMU runs ahead of the recorder).
+            let to_recorder = Arc::new(AtomicBool::new(false));
+            rec.snapshot_requests = Some(to_recorder.clone());
+            signalled = Some((signal, to_recorder));
+        } else {
+            rec.snapshot_requests = Some(signal);
+        }
     }
     let flag = catch_interrupts();
     // The QEMU plugin lives as long as the recording.
@@ -111,6 +122,7 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
                 qemu: qemu_program(),
                 plugin: plugin.as_ref().map(|p| p.path.clone()).unwrap_or_default(),
                 stop_flag: Some(flag.clone()),
+                snapshots: signalled.take(),
             };
             pt_sim::exec::qemu::probe(&opts.qemu, &opts.plugin).map_err(|e| e.to_string())?;
             match QemuSource::spawn(prog, args, opts) {

@@ -62,6 +62,8 @@ const NR_EXECVE: u64 = 59;
 const NR_EXECVEAT: u64 = 322;
 const NR_CLONE3: u64 = 435;
 const CLONE_THREAD: u64 = 0x1_0000;
+/// Bytes read from a connection beyond those handled.
+const READ_AHEAD: usize = 1 << 20;
 
 /// One instruction of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,6 +230,12 @@ pub struct QemuOptions {
     /// When this becomes true (Ctrl-C), the programs are killed and what
     /// they did so far is kept; the items end with [`Event::Stopped`].
     pub stop_flag: Option<Arc<AtomicBool>>,
+    /// Snapshot requests (SIGUSR2): `.0` is set when one comes; the source
+    /// sets `.1` (the recorder's [`crate::record::SimRecording::snapshot_requests`])
+    /// when its items reach what QEMU had reported by then. QEMU runs ahead
+    /// of the recorder, so a request taken at once would miss the
+    /// execution before it.
+    pub snapshots: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
 }
 
 /// Why QEMU cannot record a program.
@@ -428,6 +436,9 @@ pub struct QemuSource {
     cur_pid: u32,
     empty: CodeMemory,
     stop_flag: Option<Arc<AtomicBool>>,
+    snapshots: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+    /// A snapshot waits until each connection was handled up to here.
+    snapshot_marks: Option<Vec<usize>>,
     stopping: bool,
     finished: bool,
     ended_at: Option<Instant>,
@@ -517,6 +528,8 @@ impl QemuSource {
             cur_pid: main_pid,
             empty: CodeMemory::new(),
             stop_flag: opts.stop_flag,
+            snapshots: opts.snapshots,
+            snapshot_marks: None,
             stopping: false,
             finished: false,
             ended_at: None,
@@ -555,12 +568,44 @@ impl QemuSource {
             .is_some_and(|f| f.load(Ordering::Relaxed))
     }
 
+    /// A snapshot request: it applies to what QEMU reported up to now.
+    fn take_snapshot_request(&mut self) {
+        let Some((signal, _)) = &self.snapshots else {
+            return;
+        };
+        if !signal.load(Ordering::Relaxed) || !signal.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        // What the sockets hold now is before the request.
+        let _ = self.read_available();
+        self.snapshot_marks = Some(self.conns.iter().map(|c| c.buf.len()).collect());
+    }
+
+    /// Hands a snapshot request on once every connection was handled up to its mark.
+    fn due_snapshot(&mut self) {
+        let Some(marks) = &self.snapshot_marks else {
+            return;
+        };
+        let reached = marks
+            .iter()
+            .zip(&self.conns)
+            .all(|(&m, c)| c.done || c.pos >= m || self.conns.is_empty());
+        if reached {
+            self.snapshot_marks = None;
+            if let Some((_, to_recorder)) = &self.snapshots {
+                to_recorder.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Reads and handles more of the connections; false when everything ended.
     fn pump(&mut self) -> Result<bool, ExecError> {
         loop {
             if self.finished {
                 return Ok(false);
             }
+            self.take_snapshot_request();
+            self.due_snapshot();
             if !self.stopping && self.stop_requested() {
                 self.stopping = true;
                 // Kill every process recorded (the children too).
@@ -625,6 +670,11 @@ impl QemuSource {
         }
         // SAFETY: a valid array of pollfds.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20) };
+        self.read_available()
+    }
+
+    /// Accepts new connections and reads what the open ones hold.
+    fn read_available(&mut self) -> Result<(), ExecError> {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
@@ -649,7 +699,9 @@ impl QemuSource {
             }
         }
         for c in self.conns.iter_mut().filter(|c| !c.eof) {
-            if c.pos > 0 && c.pos == c.buf.len() {
+            if self.snapshot_marks.is_some() {
+                // Positions stay put while a snapshot waits for them.
+            } else if c.pos > 0 && c.pos == c.buf.len() {
                 c.buf.clear();
                 c.pos = 0;
             } else if c.pos > (1 << 20) {
@@ -671,7 +723,9 @@ impl QemuSource {
                         break;
                     }
                 }
-                if c.buf.len() - c.pos > (8 << 20) {
+                // Little read ahead: QEMU waits while the recorder is
+                // behind (a snapshot or Ctrl-C applies to what was read).
+                if c.buf.len() - c.pos > READ_AHEAD {
                     break;
                 }
             }
@@ -1224,6 +1278,9 @@ fn new_thread(id: ThreadId) -> Thread {
 
 impl ExecutionSource for QemuSource {
     fn next_item(&mut self) -> Result<Option<ExecItem>, ExecError> {
+        if self.snapshots.is_some() {
+            self.take_snapshot_request();
+        }
         loop {
             match self.queue.front_mut() {
                 Some(Emit::Block {
