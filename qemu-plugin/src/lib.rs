@@ -106,7 +106,7 @@ mod api {
 
 /// The host C library functions std does not wrap.
 mod sys {
-    use std::ffi::{c_char, c_int};
+    use std::ffi::{c_char, c_int, c_void};
     extern "C" {
         pub fn gettid() -> c_int;
         pub fn fcntl(fd: c_int, cmd: c_int, arg: c_int) -> c_int;
@@ -118,6 +118,22 @@ mod sys {
         pub fn access(path: *const c_char, mode: c_int) -> c_int;
         pub fn _exit(status: c_int) -> !;
     }
+    extern "C" {
+        pub fn mmap(
+            addr: *mut c_void,
+            len: usize,
+            prot: c_int,
+            flags: c_int,
+            fd: c_int,
+            off: i64,
+        ) -> *mut c_void;
+        pub fn munmap(addr: *mut c_void, len: usize) -> c_int;
+    }
+    pub const PROT_READ: c_int = 1;
+    pub const PROT_WRITE: c_int = 2;
+    pub const MAP_SHARED: c_int = 1;
+    pub const MAP_PRIVATE: c_int = 2;
+    pub const MAP_ANONYMOUS: c_int = 0x20;
     pub const F_DUPFD_CLOEXEC: c_int = 1030;
     pub const X_OK: c_int = 1;
 }
@@ -153,9 +169,109 @@ struct Vcpu {
     /// The guest thread's id (host and guest ids are the same in user
     /// mode); 0 until its first block.
     tid: u32,
-    words: Vec<u32>,
+    /// Its words not handed over yet (from its first block on).
+    ring: Option<Ring>,
     /// When the words were last handed over.
     flushed: Option<std::time::Instant>,
+}
+
+/// A vCPU's words not handed over yet, in a file of the recorder's
+/// directory mapped shared: when QEMU dies of a signal (a guest crash ends
+/// in QEMU killing itself, without its exit callbacks), the recorder still
+/// reads them there. Word 0 counts the words that follow.
+struct Ring {
+    base: *mut u32,
+}
+
+impl Ring {
+    const BYTES: usize = (RUN_WORDS + 1) * 4;
+
+    /// A ring for thread `tid` (a file named to the recorder), or a
+    /// private one if there is no directory.
+    fn create(tid: u32) -> Ring {
+        let dir = ARGS.get().map(|a| a.dir.as_str()).unwrap_or("");
+        if !dir.is_empty() {
+            static N: AtomicU32 = AtomicU32::new(0);
+            let name = format!(
+                "{dir}/{}-{tid}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            );
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&name);
+            if let Ok(f) = file {
+                if f.set_len(Self::BYTES as u64).is_ok() {
+                    // SAFETY: a shared mapping of a file we just sized.
+                    let p = unsafe {
+                        sys::mmap(
+                            std::ptr::null_mut(),
+                            Self::BYTES,
+                            sys::PROT_READ | sys::PROT_WRITE,
+                            sys::MAP_SHARED,
+                            f.as_raw_fd(),
+                            0,
+                        )
+                    };
+                    if p as isize != -1 {
+                        with_conn(|c| c.send(TAG_RING, &[&tid.to_le_bytes(), name.as_bytes()]));
+                        return Ring { base: p.cast() };
+                    }
+                }
+            }
+        }
+        // SAFETY: an anonymous private mapping.
+        let p = unsafe {
+            sys::mmap(
+                std::ptr::null_mut(),
+                Self::BYTES,
+                sys::PROT_READ | sys::PROT_WRITE,
+                sys::MAP_PRIVATE | sys::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(p as isize != -1, "pt-qemu-plugin: out of memory");
+        Ring { base: p.cast() }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        // SAFETY: word 0 of the mapping.
+        unsafe { self.base.read_volatile() as usize }
+    }
+
+    #[inline]
+    fn push(&mut self, w: u32) -> usize {
+        let n = self.len();
+        // SAFETY: n < RUN_WORDS (the owner flushes before), inside the mapping;
+        // the count is stored after the word, so a reader after a crash
+        // never counts a word not written.
+        unsafe {
+            self.base.add(1 + n).write_volatile(w);
+            self.base.write_volatile(n as u32 + 1);
+        }
+        n + 1
+    }
+
+    fn words(&self) -> &[u32] {
+        // SAFETY: the first len() words after the count were written.
+        unsafe { std::slice::from_raw_parts(self.base.add(1), self.len()) }
+    }
+
+    fn clear(&mut self) {
+        // SAFETY: word 0 of the mapping.
+        unsafe { self.base.write_volatile(0) };
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping.
+        unsafe { sys::munmap(self.base.cast(), Self::BYTES) };
+    }
 }
 
 /// Per-vCPU state. A slot is only touched by the host thread running that
@@ -181,6 +297,8 @@ static EXIT_STATUS: Mutex<Option<i32>> = Mutex::new(None);
 struct Args {
     sock: String,
     so: String,
+    /// The recorder's directory for the rings (empty: none).
+    dir: String,
 }
 
 static ARGS: OnceLock<Args> = OnceLock::new();
@@ -373,7 +491,7 @@ fn vcpu(index: c_uint) -> Option<&'static mut Vcpu> {
     if p.is_null() {
         p = Box::into_raw(Box::new(Vcpu {
             tid: 0,
-            words: Vec::with_capacity(RUN_WORDS),
+            ring: None,
             flushed: None,
         }));
         slot.store(p, Ordering::Relaxed);
@@ -384,26 +502,32 @@ fn vcpu(index: c_uint) -> Option<&'static mut Vcpu> {
 
 /// Hands a vCPU's words to the recorder.
 fn flush(v: &mut Vcpu) {
-    if v.words.is_empty() {
+    let Some(ring) = v.ring.as_mut() else { return };
+    if ring.len() == 0 {
         return;
     }
-    if v.tid == 0 {
-        // SAFETY: gettid has no preconditions.
-        v.tid = unsafe { sys::gettid() } as u32;
-    }
+    let words = ring.words();
     // SAFETY: u32 words as their little-endian bytes (x86-64 only).
-    let bytes =
-        unsafe { std::slice::from_raw_parts(v.words.as_ptr().cast::<u8>(), v.words.len() * 4) };
+    let bytes = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 4) };
     let tid = v.tid.to_le_bytes();
     with_conn(|c| c.send(TAG_RUN, &[&tid, bytes]));
-    v.words.clear();
+    ring.clear();
     v.flushed = Some(std::time::Instant::now());
 }
 
 #[inline]
 fn push(v: &mut Vcpu, word: u32) {
-    v.words.push(word);
-    if v.words.len() >= RUN_WORDS - 16 {
+    let ring = match v.ring.as_mut() {
+        Some(r) => r,
+        None => {
+            if v.tid == 0 {
+                // SAFETY: gettid has no preconditions.
+                v.tid = unsafe { sys::gettid() } as u32;
+            }
+            v.ring.insert(Ring::create(v.tid))
+        }
+    };
+    if ring.push(word) >= RUN_WORDS - 16 {
         flush(v);
     }
 }
@@ -415,10 +539,6 @@ fn push_u64(v: &mut Vcpu, x: u64) {
 
 extern "C" fn on_block(vcpu_index: c_uint, udata: *mut c_void) {
     let Some(v) = vcpu(vcpu_index) else { return };
-    if v.tid == 0 {
-        // SAFETY: gettid has no preconditions.
-        v.tid = unsafe { sys::gettid() } as u32;
-    }
     push(v, udata as usize as u32);
 }
 
@@ -427,7 +547,7 @@ extern "C" fn on_vcpu_init(_: api::PluginId, vcpu_index: c_uint) {
     // in the creating thread, before the new one starts.
     if let Some(v) = vcpu(vcpu_index) {
         v.tid = 0;
-        v.words.clear();
+        v.ring = None;
     }
 }
 
@@ -536,6 +656,7 @@ extern "C" fn on_syscall(
             flush(v);
             // The slot may serve another thread next.
             v.tid = 0;
+            v.ring = None;
         }
         NR_EXIT_GROUP => {
             *EXIT_STATUS.lock().unwrap_or_else(|e| e.into_inner()) = Some(a1 as i32);
@@ -570,7 +691,8 @@ fn forked_child(keep: c_uint) {
         if !p.is_null() {
             // SAFETY: the forking thread is the only thread of the child.
             let v = unsafe { &mut *p };
-            v.words.clear();
+            // The rings are the parent's files: the child makes its own.
+            v.ring = None;
             if i != keep as usize {
                 v.tid = 0;
             }
@@ -693,8 +815,9 @@ fn reexec(path: u64, argv: u64, envp: u64) {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
+    let dir: String = args.dir.bytes().map(|b| format!("{b:02x}")).collect();
     let plugin = format!(
-        "{},sock={},so={},exe={hex},exec=1",
+        "{},sock={},so={},dir={dir},exe={hex},exec=1",
         args.so, args.sock, args.so
     );
     let argv0 = if program.len() > 1 {
@@ -779,6 +902,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     let mut sock = None;
     let mut so = String::new();
     let mut exe = String::new();
+    let mut dir = String::new();
     let mut exec = false;
     let mut probe = false;
     for i in 0..argc.max(0) as usize {
@@ -787,6 +911,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
             Some(("sock", v)) => sock = Some(v.to_string()),
             Some(("so", v)) => so = v.to_string(),
             Some(("exe", v)) => exe = unhex(v).unwrap_or_default(),
+            Some(("dir", v)) => dir = unhex(v).unwrap_or_default(),
             Some(("exec", v)) => exec = v == "1" || v == "on",
             Some(("probe", v)) => probe = v == "1" || v == "on",
             _ => {}
@@ -819,7 +944,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     };
     c.hello(min, cur, 0, if exec { HELLO_EXEC } else { 0 }, &exe);
     *CONN.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-    let _ = ARGS.set(Args { sock, so });
+    let _ = ARGS.set(Args { sock, so, dir });
     api::qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);
     api::qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
     api::qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);

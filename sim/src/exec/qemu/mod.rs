@@ -40,6 +40,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -377,6 +378,8 @@ struct Conn {
     end: Option<Option<i32>>,
     /// An exec QEMU ran natively.
     native_exec: Option<(u32, String)>,
+    /// The threads' ring files (read when the process died without its end record).
+    rings: Vec<(u32, PathBuf)>,
     done: bool,
 }
 
@@ -441,6 +444,8 @@ pub struct QemuSource {
     snapshot_marks: Option<Vec<usize>>,
     stopping: bool,
     finished: bool,
+    /// A private directory for the plugin's ring files, removed at the end.
+    dir: PathBuf,
     ended_at: Option<Instant>,
     blocks_run: u64,
     /// QEMU translated a block: the program runs.
@@ -496,8 +501,22 @@ impl QemuSource {
             .map(|b| format!("{b:02x}"))
             .collect();
         let so = opts.plugin.display().to_string();
+        let dir = std::env::temp_dir().join(&name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| ExecError::Os {
+                what: "creating a directory for the plugin",
+                source: e,
+            })?;
+        let dir_hex: String = dir
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         let mut plugin = opts.plugin.as_os_str().to_owned();
-        plugin.push(format!(",sock={name},so={so},exe={hex}"));
+        plugin.push(format!(",sock={name},so={so},dir={dir_hex},exe={hex}"));
         let child = Command::new(&qemu_path)
             .arg("-plugin")
             .arg(&plugin)
@@ -506,9 +525,12 @@ impl QemuSource {
             .arg(&path)
             .args(args)
             .spawn()
-            .map_err(|e| ExecError::ExecFailed {
-                command: qemu_path.display().to_string(),
-                source: e,
+            .map_err(|e| {
+                let _ = std::fs::remove_dir_all(&dir);
+                ExecError::ExecFailed {
+                    command: qemu_path.display().to_string(),
+                    source: e,
+                }
             })?;
         let main_pid = child.id();
         let mut s = QemuSource {
@@ -530,6 +552,7 @@ impl QemuSource {
             stop_flag: opts.stop_flag,
             snapshots: opts.snapshots,
             snapshot_marks: None,
+            dir: dir.clone(),
             stopping: false,
             finished: false,
             ended_at: None,
@@ -692,6 +715,7 @@ impl QemuSource {
                         deferred: Vec::new(),
                         end: None,
                         native_exec: None,
+                        rings: Vec::new(),
                         done: false,
                     });
                 }
@@ -879,6 +903,13 @@ impl QemuSource {
                     _ => None,
                 };
                 self.conns[i].end = Some(status);
+            }
+            TAG_RING => {
+                let tid = p.u32().unwrap_or(0);
+                let path = PathBuf::from(String::from_utf8_lossy(p.rest()).into_owned());
+                if path.starts_with(&self.dir) {
+                    self.conns[i].rings.push((tid, path));
+                }
             }
             TAG_WARN => {
                 let why = String::from_utf8_lossy(p.rest()).into_owned();
@@ -1169,6 +1200,17 @@ impl QemuSource {
             let _ = self.run(pid, tid, &words);
         }
         let end = self.conns[i].end;
+        if end.is_none() {
+            // Died without its exit callbacks (killed by a signal): the
+            // words its threads had not handed over are in their rings.
+            for (tid, path) in std::mem::take(&mut self.conns[i].rings) {
+                let words = read_ring(&path);
+                if words.is_empty() || !self.threads.contains_key(&tid) {
+                    continue;
+                }
+                let _ = self.run(pid, tid, &words);
+            }
+        }
         let native = self.conns[i].native_exec.take();
         let mut tids: Vec<u32> = self
             .threads
@@ -1266,6 +1308,19 @@ impl QemuSource {
     }
 }
 
+/// The words left in a ring file (see [`wire`]).
+fn read_ring(path: &std::path::Path) -> Vec<u32> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let words: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    let n = words.first().map_or(0, |&n| n as usize);
+    words.get(1..1 + n).map(<[u32]>::to_vec).unwrap_or_default()
+}
+
 fn new_thread(id: ThreadId) -> Thread {
     Thread {
         id,
@@ -1350,6 +1405,7 @@ impl Drop for QemuSource {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

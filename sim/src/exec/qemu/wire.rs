@@ -19,6 +19,7 @@
 //! | 6 | native exec | u32 tid, path: an exec QEMU runs natively (not recorded) |
 //! | 7 | end    | u8 1 if an exit call ended the process (then i32 status), else 0 |
 //! | 8 | warn   | text: something the plugin could not follow |
+//! | 9 | ring   | u32 tid, path: the file where the thread's words wait before a run record takes them (u32 count, the words): read after a process died without its end record |
 //!
 //! A run's words: a block id (below [`MARK`]) for each block executed, or
 //! [`MARK`] `|` a kind, followed by its arguments (u64 as two words, low first):
@@ -48,6 +49,8 @@ pub const TAG_NATIVE_EXEC: u8 = 6;
 pub const TAG_END: u8 = 7;
 /// A warning.
 pub const TAG_WARN: u8 = 8;
+/// A thread's ring file.
+pub const TAG_RING: u8 = 9;
 
 /// Hello flag: this QEMU was started by an exec of the process it names.
 pub const HELLO_EXEC: u8 = 1;
