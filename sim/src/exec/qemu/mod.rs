@@ -698,29 +698,24 @@ impl QemuSource {
 
     /// Accepts new connections and reads what the open ones hold.
     fn read_available(&mut self) -> Result<(), ExecError> {
-        loop {
-            match self.listener.accept() {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nonblocking(true);
-                    self.conns.push(Conn {
-                        stream,
-                        buf: Vec::with_capacity(1 << 20),
-                        pos: 0,
-                        eof: false,
-                        pid: None,
-                        held: false,
-                        parent: 0,
-                        exec: false,
-                        path: String::new(),
-                        deferred: Vec::new(),
-                        end: None,
-                        native_exec: None,
-                        rings: Vec::new(),
-                        done: false,
-                    });
-                }
-                Err(_) => break,
-            }
+        while let Ok((stream, _)) = self.listener.accept() {
+            let _ = stream.set_nonblocking(true);
+            self.conns.push(Conn {
+                stream,
+                buf: Vec::with_capacity(1 << 20),
+                pos: 0,
+                eof: false,
+                pid: None,
+                held: false,
+                parent: 0,
+                exec: false,
+                path: String::new(),
+                deferred: Vec::new(),
+                end: None,
+                native_exec: None,
+                rings: Vec::new(),
+                done: false,
+            });
         }
         for c in self.conns.iter_mut().filter(|c| !c.eof) {
             if self.snapshot_marks.is_some() {
