@@ -319,10 +319,25 @@ fn bad_input_one_line_no_perf_data() {
     h[16] = 2;
     h[18] = 62;
     std::fs::write(&broken, &h).unwrap();
-    use std::os::unix::fs::PermissionsExt;
     for f in [&elf32, &broken] {
         std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+    // A QEMU whose plugin loader refuses our API version (as a newer
+    // QEMU's minimum would): its reason, and our version, in one line.
+    let old_qemu = d.join("qemu-x86_64");
+    std::fs::write(
+        &old_qemu,
+        "#!/bin/sh\necho 'qemu-x86_64: Could not load plugin: plugin needs API version 1, but this QEMU supports only 2 to 3' >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&old_qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
+    refused(
+        "refused",
+        Some(("PT_QEMU", old_qemu.to_str().unwrap())),
+        tiny().as_os_str(),
+        "refused the plugin, which speaks QEMU plugin API version 1: qemu-x86_64: Could not load plugin",
+    );
     refused("elf32", None, elf32.as_os_str(), "a 32-bit program");
     refused("broken", None, broken.as_os_str(), "could not run");
 }

@@ -315,17 +315,17 @@ impl Recorder<'_> {
         if !self.threads.contains_key(&id) {
             self.order.push(id);
         }
-        let comm = self
-            .procs
-            .get(&id.pid)
-            .map(|p| comm_of(&p.path))
-            .unwrap_or_default();
+        let procs = &self.procs;
+        // The name is made only for a new thread (this runs per instruction).
         self.threads.entry(id).or_insert_with(|| Tracked {
             summary: ThreadSummary {
                 id,
                 parent: None,
                 kind: None,
-                comm,
+                comm: procs
+                    .get(&id.pid)
+                    .map(|p| comm_of(&p.path))
+                    .unwrap_or_default(),
                 instructions: 0,
                 exit: None,
             },
