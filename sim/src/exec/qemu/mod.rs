@@ -36,7 +36,7 @@
 
 pub mod wire;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -53,6 +53,7 @@ use super::{
     CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
     InsnClass, Mapping, Perms, Retired, StopReason, ThreadId,
 };
+use crate::hash::IntMap;
 use wire::*;
 
 const NR_RT_SIGRETURN: u64 = 15;
@@ -359,6 +360,23 @@ pub fn check_program(path: &std::path::Path) -> Result<(), QemuError> {
     Err(not("not an ELF program"))
 }
 
+/// The interpreter (and its argument) of a `#!` script.
+fn shebang(path: &std::path::Path) -> Option<(String, Option<String>)> {
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    let text = String::from_utf8_lossy(&line[..end]).trim().to_string();
+    let (interp, arg) = match text.split_once([' ', '\t']) {
+        Some((i, a)) => (
+            i.to_string(),
+            Some(a.trim().to_string()).filter(|a| !a.is_empty()),
+        ),
+        None => (text, None),
+    };
+    Some((interp, arg))
+}
+
 /// A connection from one QEMU process.
 struct Conn {
     stream: UnixStream,
@@ -426,10 +444,10 @@ pub struct QemuSource {
     main_pid: u32,
     main_status: Option<ExitKind>,
     conns: Vec<Conn>,
-    procs: HashMap<u32, Proc>,
+    procs: IntMap<u32, Proc>,
     /// Code of a process as it was before its exec, until the exec is given.
-    pre_exec: HashMap<u32, CodeMemory>,
-    threads: HashMap<u32, Thread>,
+    pre_exec: IntMap<u32, CodeMemory>,
+    threads: IntMap<u32, Thread>,
     /// Threads (tid) whose clone was given.
     known: HashSet<u32>,
     /// Processes a fork created whose connection has not come yet.
@@ -474,6 +492,19 @@ impl QemuSource {
             .map_err(|_| QemuError::NoQemu(opts.qemu.to_string_lossy().into_owned()))?;
         let path = super::ptrace::resolve_program(program)?;
         check_program(&path)?;
+        // QEMU runs ELF programs only: a script runs as its interpreter
+        // would (interpreter, its argument, the script, the arguments).
+        let mut argv0 = program.to_owned();
+        let mut path = path;
+        let mut args: Vec<OsString> = args.iter().map(|a| a.as_ref().to_owned()).collect();
+        if let Some((interp, arg)) = shebang(&path) {
+            let mut v: Vec<OsString> = arg.into_iter().map(OsString::from).collect();
+            v.push(path.clone().into_os_string());
+            v.append(&mut args);
+            args = v;
+            argv0 = interp.clone().into();
+            path = PathBuf::from(interp);
+        }
         use std::os::linux::net::SocketAddrExt;
         let name = format!(
             "ptperf-qemu-{}-{:x}",
@@ -521,9 +552,9 @@ impl QemuSource {
             .arg("-plugin")
             .arg(&plugin)
             .arg("-0")
-            .arg(program)
+            .arg(&argv0)
             .arg(&path)
-            .args(args)
+            .args(&args)
             .spawn()
             .map_err(|e| {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -540,9 +571,9 @@ impl QemuSource {
             main_pid,
             main_status: None,
             conns: Vec::new(),
-            procs: HashMap::new(),
-            pre_exec: HashMap::new(),
-            threads: HashMap::new(),
+            procs: IntMap::default(),
+            pre_exec: IntMap::default(),
+            threads: IntMap::default(),
             known: HashSet::new(),
             expected: HashSet::new(),
             queue: VecDeque::new(),
