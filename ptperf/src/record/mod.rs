@@ -22,8 +22,7 @@
 //!   `perf.data.old`, as perf does).
 //! - `--backend`: `auto` uses perf where Intel PT works, else the simulator.
 //! - `--source` (simulator): `qemu` runs the program in QEMU's user-mode
-//!   emulator with our TCG plugin (tens of millions of instructions per
-//!   second), `valgrind` runs it under valgrind, `ptrace` single-steps it,
+//!   emulator with our TCG plugin (the fastest), `valgrind` runs it under valgrind, `ptrace` single-steps it,
 //!   `log` replays an execution log (the `OUT.log` of an earlier recording)
 //!   with this recording's configuration: the one argument is the log.
 //!   Without `--source` the first of qemu, valgrind and ptrace that is

@@ -24,8 +24,8 @@
 //!   children too) run under valgrind, some forty times faster than
 //!   single-stepping on long programs.
 //! - [`qemu::QemuSource`] (Linux x86-64): a program run in QEMU's user-mode
-//!   emulator with our TCG plugin, which reports blocks, not instructions:
-//!   tens of millions of instructions per second.
+//!   emulator with our TCG plugin, which reports blocks, not instructions
+//!   (QEMU runs at near its own speed; the recorder sets the pace).
 //!
 //! # Ordering contract
 //! - A [`Retired`]'s `next_ip` is where the instruction sent user-mode control:

@@ -2,7 +2,9 @@
 //! emulator (`qemu-x86_64`) with the `pt-qemu-plugin` TCG plugin, which
 //! reports every translation block once (address and code) and then one
 //! word per block executed, plus system calls, threads, forks and execs
-//! ([`wire`] is the format). Some hundred times faster than valgrind's.
+//! ([`wire`] is the format). QEMU with the plugin runs at close to its own
+//! speed; the recorder (one item per retired instruction into the PT logic
+//! and the execution log) sets the pace of a recording.
 //!
 //! # From blocks to retired instructions
 //! Each block's instructions are decoded once, when it is reported
