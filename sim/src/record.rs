@@ -30,7 +30,6 @@
 //! perf's SIGUSR2 in `-S` mode) stops tracing for a moment, as perf disables
 //! the event, and has the sink copy its AUX areas out ([`RecordSink::snapshot`]).
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -47,6 +46,7 @@ use crate::exec::{
     CloneKind, CodeMemory, Event, ExecItem, ExecutionSource, ExitKind, Mapping, StopReason,
     ThreadCursor, ThreadId,
 };
+use crate::hash::IntMap;
 use crate::pt::{PtError, SimParams};
 
 mod filter;
@@ -299,9 +299,9 @@ struct Proc {
 struct Recorder<'r> {
     rec: &'r SimRecording,
     sink: &'r mut dyn RecordSink,
-    threads: HashMap<ThreadId, Tracked>,
+    threads: IntMap<ThreadId, Tracked>,
     order: Vec<ThreadId>,
-    procs: HashMap<u32, Proc>,
+    procs: IntMap<u32, Proc>,
     /// The thread whose trace unit is on (TraceEn = 1).
     on: Option<ThreadId>,
     /// Core cycles of the shared clock when no trace unit is on.
@@ -315,17 +315,17 @@ impl Recorder<'_> {
         if !self.threads.contains_key(&id) {
             self.order.push(id);
         }
-        let comm = self
-            .procs
-            .get(&id.pid)
-            .map(|p| comm_of(&p.path))
-            .unwrap_or_default();
+        let procs = &self.procs;
+        // The name is made only for a new thread (this runs per instruction).
         self.threads.entry(id).or_insert_with(|| Tracked {
             summary: ThreadSummary {
                 id,
                 parent: None,
                 kind: None,
-                comm,
+                comm: procs
+                    .get(&id.pid)
+                    .map(|p| comm_of(&p.path))
+                    .unwrap_or_default(),
                 instructions: 0,
                 exit: None,
             },
@@ -669,9 +669,9 @@ pub fn record_into(
     let mut r = Recorder {
         rec,
         sink,
-        threads: HashMap::new(),
+        threads: IntMap::default(),
         order: Vec::new(),
-        procs: HashMap::new(),
+        procs: IntMap::default(),
         on: None,
         now: 0,
         items: Vec::new(),
@@ -765,7 +765,7 @@ mod sink_tests {
     //! The recorder's output as a sink sees it: one stream per thread, each
     //! starting with a PSB, and task events in time order, consistent with
     //! the TSC of the streams.
-    use std::collections::VecDeque;
+    use std::collections::{HashMap, VecDeque};
 
     use super::*;
     use crate::exec::{ExecError, ExecMode, InsnClass, Retired};

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! ptperf record [-e intel_pt/TERMS/[u|k|uk]] [-S[e][SIZE]] [--filter FILTER] [-o FILE]
-//!               [--backend auto|perf|sim] [--source ptrace|valgrind|log] [--limit N]
+//!               [--backend auto|perf|sim] [--source qemu|valgrind|ptrace|log] [--limit N]
 //!               [--decode [--top N]] [-q] [-p PID | [--] CMD ARGS... | --source log LOG]
 //! ```
 //!
@@ -21,10 +21,12 @@
 //! - `-o`: the output, `perf.data` by default (an existing one becomes
 //!   `perf.data.old`, as perf does).
 //! - `--backend`: `auto` uses perf where Intel PT works, else the simulator.
-//! - `--source` (simulator): `ptrace` single-steps the program (default),
-//!   `valgrind` runs it under valgrind (faster on long programs), `log`
-//!   replays an execution log (the `OUT.log` of an earlier recording) with
-//!   this recording's configuration: the one argument is the log.
+//! - `--source` (simulator): `qemu` runs the program in QEMU's user-mode
+//!   emulator with our TCG plugin (the fastest), `valgrind` runs it under valgrind, `ptrace` single-steps it,
+//!   `log` replays an execution log (the `OUT.log` of an earlier recording)
+//!   with this recording's configuration: the one argument is the log.
+//!   Without `--source` the first of qemu, valgrind and ptrace that is
+//!   installed records (ptrace with `--limit`), and the summary line says which.
 //! - `--decode`: decodes every thread's trace back and compares it with its
 //!   recorded execution (exit status 1 on a difference), then prints branch
 //!   counts and the `--top N` hottest functions.
@@ -41,6 +43,7 @@
 
 pub mod event;
 mod hw;
+mod qemu_plugin;
 mod sim;
 
 use std::ffi::OsString;
@@ -67,8 +70,9 @@ pub const USAGE: &str = "\
     -p, --pid <pid>       record an existing process (perf backend)
         --backend <auto|perf|sim>
                           Intel PT hardware through perf, or the simulated PT CPU
-        --source <ptrace|valgrind|log>
-                          simulator: single-step, valgrind, or replay an execution log
+        --source <qemu|valgrind|ptrace|log>
+                          simulator: QEMU with our plugin, valgrind, single-step, or replay
+                          an execution log (default: the first of qemu, valgrind, ptrace installed)
         --limit <n>       simulator (ptrace): stop after n instructions
         --decode          decode every thread and compare it with its recorded execution
         --top <n>         with --decode: the n hottest functions (default 10)
@@ -89,6 +93,10 @@ pub enum Backend {
 /// The simulator's execution source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
+    /// The first of qemu, valgrind and ptrace that is installed.
+    Auto,
+    /// QEMU user mode with the plugin.
+    Qemu,
     /// Single-stepping with ptrace.
     Ptrace,
     /// valgrind.
@@ -178,7 +186,7 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
         output: PathBuf::from("perf.data"),
         pid: None,
         backend: Backend::Auto,
-        source: Source::Ptrace,
+        source: Source::Auto,
         limit: None,
         decode: false,
         top: 10,
@@ -249,13 +257,14 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
                 }
             }
             "source" => {
-                o.source = match value("ptrace|valgrind|log")?.as_str() {
+                o.source = match value("qemu|valgrind|ptrace|log")?.as_str() {
+                    "qemu" => Source::Qemu,
                     "ptrace" => Source::Ptrace,
                     "valgrind" => Source::Valgrind,
                     "log" => Source::Log,
                     s => {
                         return Err(bad(format!(
-                            "unknown source `{s}' (ptrace, valgrind or log)"
+                            "unknown source `{s}' (qemu, valgrind, ptrace or log)"
                         )))
                     }
                 }

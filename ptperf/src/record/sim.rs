@@ -1,11 +1,13 @@
 //! `ptperf record` on the simulated PT CPU.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use pt_hal::perf::attr::trace_config_of;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::ptrace::{TraceOptions, Tracer};
+use pt_sim::exec::qemu::{QemuError, QemuOptions, QemuSource};
 use pt_sim::exec::valgrind::{ValgrindOptions, ValgrindSource};
 use pt_sim::exec::{ExecError, ExecutionSource, ExitKind, StopReason};
 use pt_sim::record::{record_perf_data, PerfDataOptions, RecordSummary, SimRecording};
@@ -57,6 +59,7 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         );
     }
     let replay = o.source == Source::Log;
+    let kind = chosen_source(o);
     let mut event = o.event.clone();
     // The ptrace and valgrind sources see user mode only: as perf falls back
     // to `u` where the kernel is out of reach, so does the simulator.
@@ -66,11 +69,7 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         }
         eprintln!(
             "ptperf record: the {} source sees user mode only: tracing user space ({}u)",
-            if o.source == Source::Valgrind {
-                "valgrind"
-            } else {
-                "ptrace"
-            },
+            source_name(kind),
             event.name.trim_end_matches(['u', 'k'])
         );
         event.exclude_kernel = true;
@@ -89,10 +88,22 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     let log = log_path(&out);
     let mut rec = SimRecording::new(cfg);
     rec.filters = o.filters.clone();
+    let mut signalled = None;
     if o.snapshot.is_some() {
-        rec.snapshot_requests = Some(catch_snapshot_signal());
+        let signal = catch_snapshot_signal();
+        if kind == Source::Qemu && !replay {
+            // The source hands requests on where its items reach the
+            // moment they came (QEMU runs ahead of the recorder).
+            let to_recorder = Arc::new(AtomicBool::new(false));
+            rec.snapshot_requests = Some(to_recorder.clone());
+            signalled = Some((signal, to_recorder));
+        } else {
+            rec.snapshot_requests = Some(signal);
+        }
     }
     let flag = catch_interrupts();
+    // The QEMU plugin lives as long as the recording.
+    let mut plugin = None;
     let mut source: Box<dyn ExecutionSource> = if replay {
         let path = &o.command[0];
         if !o.quiet {
@@ -105,7 +116,21 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     } else {
         rec.log = Some(log.clone());
         let (prog, args) = o.command.split_first().ok_or("no command")?;
-        let res: Result<Box<dyn ExecutionSource>, ExecError> = if o.source == Source::Valgrind {
+        let res: Result<Box<dyn ExecutionSource>, ExecError> = if kind == Source::Qemu {
+            plugin = Some(super::qemu_plugin::materialize()?);
+            let opts = QemuOptions {
+                qemu: qemu_program(),
+                plugin: plugin.as_ref().map(|p| p.path.clone()).unwrap_or_default(),
+                stop_flag: Some(flag.clone()),
+                snapshots: signalled.take(),
+            };
+            pt_sim::exec::qemu::probe(&opts.qemu, &opts.plugin).map_err(|e| e.to_string())?;
+            match QemuSource::spawn(prog, args, opts) {
+                Ok(s) => Ok(Box::new(s) as Box<dyn ExecutionSource>),
+                Err(QemuError::Exec(e)) => Err(e),
+                Err(e) => return Err(e.to_string()),
+            }
+        } else if kind == Source::Valgrind {
             let opts = ValgrindOptions {
                 stop_flag: Some(flag.clone()),
                 ..ValgrindOptions::default()
@@ -157,8 +182,9 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         progress.show("recorded", n)
     })?;
     progress.done();
+    drop(plugin);
     if !o.quiet {
-        summary_line(&s, progress.t0.elapsed().as_secs_f64());
+        summary_line(&s, progress.t0.elapsed().as_secs_f64(), kind);
     }
     for w in &s.warnings {
         eprintln!("ptperf record: warning: not recorded: {w}");
@@ -211,8 +237,43 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     })
 }
 
+/// The emulator `--source qemu` runs (`PT_QEMU` overrides it).
+fn qemu_program() -> std::ffi::OsString {
+    std::env::var_os("PT_QEMU").unwrap_or_else(|| "qemu-x86_64".into())
+}
+
+fn on_path(program: &std::ffi::OsStr) -> bool {
+    let p = std::path::Path::new(program);
+    if p.components().count() > 1 {
+        return p.is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+}
+
+/// The source that records: `--source`, else the fastest installed
+/// (`--limit` counts single steps: ptrace).
+fn chosen_source(o: &Options) -> Source {
+    match o.source {
+        Source::Auto if o.limit.is_some() => Source::Ptrace,
+        Source::Auto if on_path(&qemu_program()) => Source::Qemu,
+        Source::Auto if on_path("valgrind".as_ref()) => Source::Valgrind,
+        Source::Auto => Source::Ptrace,
+        s => s,
+    }
+}
+
+fn source_name(s: Source) -> &'static str {
+    match s {
+        Source::Qemu => "qemu",
+        Source::Valgrind => "valgrind",
+        Source::Log => "log",
+        Source::Ptrace | Source::Auto => "ptrace",
+    }
+}
+
 /// What the simulator did, in one line.
-fn summary_line(s: &RecordSummary, seconds: f64) {
+fn summary_line(s: &RecordSummary, seconds: f64, source: Source) {
     let threads = s.threads.len();
     let processes = {
         let mut p: Vec<u32> = s.threads.iter().map(|t| t.id.pid).collect();
@@ -221,7 +282,7 @@ fn summary_line(s: &RecordSummary, seconds: f64) {
         p.len()
     };
     eprintln!(
-        "ptperf record: simulated {} instructions ({} traced) in {} thread{} of {} process{}, {} trace bytes, {} PSB{}{}{} in {:.2} s ({:.2} M instructions/s)",
+        "ptperf record: simulated {} instructions ({} traced) in {} thread{} of {} process{}, {} trace bytes, {} PSB{}{}{} in {:.2} s ({:.2} M instructions/s, {} source)",
         s.instructions,
         s.traced,
         threads,
@@ -238,6 +299,7 @@ fn summary_line(s: &RecordSummary, seconds: f64) {
         },
         if s.lost_bytes > 0 { format!(", {} bytes lost", s.lost_bytes) } else { String::new() },
         seconds,
-        s.instructions as f64 / seconds.max(1e-9) / 1e6
+        s.instructions as f64 / seconds.max(1e-9) / 1e6,
+        source_name(source)
     );
 }

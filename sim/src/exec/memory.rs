@@ -1,6 +1,6 @@
 //! Code bytes of an execution, kept per 4 KiB page.
 
-use std::collections::HashMap;
+use crate::hash::IntMap;
 use std::sync::Arc;
 
 /// Granularity at which code bytes are captured and logged.
@@ -18,7 +18,7 @@ struct Page {
 /// Code bytes by page, as executed. Pages are whole (`PAGE_SIZE` bytes).
 #[derive(Clone, Debug, Default)]
 pub struct CodeMemory {
-    pages: HashMap<u64, Page>,
+    pages: IntMap<u64, Page>,
     next_generation: u64,
 }
 

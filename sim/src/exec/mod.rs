@@ -13,7 +13,7 @@
 //! CR3 writes there ([`Event::MovCr3`]) and the interrupts and exceptions
 //! that enter it ([`Event::Interrupt`]).
 //!
-//! Four sources exist:
+//! Five sources exist:
 //! - [`ptrace::Tracer`] (Linux x86-64): single-steps a real program, its
 //!   threads and the processes it forks.
 //! - [`log::LogReader`]: replays a compact execution log written by
@@ -23,6 +23,9 @@
 //! - [`valgrind::ValgrindSource`] (Linux x86-64): a program (threads and
 //!   children too) run under valgrind, some forty times faster than
 //!   single-stepping on long programs.
+//! - [`qemu::QemuSource`] (Linux x86-64): a program run in QEMU's user-mode
+//!   emulator with our TCG plugin, which reports blocks, not instructions
+//!   (QEMU runs at near its own speed; the recorder sets the pace).
 //!
 //! # Ordering contract
 //! - A [`Retired`]'s `next_ip` is where the instruction sent user-mode control:
@@ -80,6 +83,8 @@ pub mod maps;
 pub mod memory;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod ptrace;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod qemu;
 pub mod script;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod valgrind;

@@ -1,0 +1,1441 @@
+//! The fastest execution source: the program runs in QEMU's user-mode
+//! emulator (`qemu-x86_64`) with the `pt-qemu-plugin` TCG plugin, which
+//! reports every translation block once (address and code) and then one
+//! word per block executed, plus system calls, threads, forks and execs
+//! ([`wire`] is the format). QEMU with the plugin runs at close to its own
+//! speed; the recorder (one item per retired instruction into the PT logic
+//! and the execution log) sets the pace of a recording.
+//!
+//! # From blocks to retired instructions
+//! Each block's instructions are decoded once, when it is reported
+//! ([`Block`]). QEMU ends a block at every branch, system call and
+//! exception, so only a block's last instruction can send control anywhere
+//! but the next one; where it went is the start of the thread's next block
+//! ([`resolve`]): the fall-through or target of a conditional branch (its
+//! TNT bit), the target of an indirect branch or return (TIP, or a
+//! compressed return), the system call's return address. A next block that
+//! is no successor of the last instruction is an asynchronous transfer, a
+//! signal: the kernel took user mode away after the block (or at its last
+//! instruction, for instructions that always fault) and resumed in the
+//! handler, which the PT logic writes as FUP + TIP.PGD, TIP.PGE (user-mode
+//! tracing). A memory fault in the middle of a block is seen at the block's
+//! end (the plugin has no per-instruction callback, which would cost its
+//! speed): the instructions after the fault are reported as retired.
+//! A REP string instruction that QEMU re-enters per iteration is one
+//! instruction.
+//!
+//! # Threads and processes
+//! Each guest process has a connection of its own; each thread's blocks
+//! come in runs. A thread's runs are held until the [`Event::Clone`] that
+//! created it was given, a forked child's connection until its fork was,
+//! and an exec'd program's connection until the old one ended, so the
+//! items keep the order [`crate::exec`] promises. Mappings are those that
+//! hold code that ran (from the host's `/proc/self/maps`, shifted by QEMU's
+//! guest base).
+//!
+//! Signals' numbers are not known (plugin API 1 has no signal callback):
+//! [`Event::Signal`] carries 0.
+
+pub mod wire;
+
+use std::collections::{HashSet, VecDeque};
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::insn::decode_bytes;
+use super::{
+    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
+    InsnClass, Mapping, Perms, Retired, StopReason, ThreadId,
+};
+use crate::hash::IntMap;
+use wire::*;
+
+const NR_RT_SIGRETURN: u64 = 15;
+const NR_CLONE: u64 = 56;
+const NR_FORK: u64 = 57;
+const NR_VFORK: u64 = 58;
+const NR_EXECVE: u64 = 59;
+const NR_EXECVEAT: u64 = 322;
+const NR_CLONE3: u64 = 435;
+const CLONE_THREAD: u64 = 0x1_0000;
+/// Bytes read from a connection beyond those handled.
+const READ_AHEAD: usize = 1 << 20;
+
+/// One instruction of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockInsn {
+    /// Its address.
+    pub ip: u64,
+    /// Its length.
+    pub len: u8,
+    /// Its class.
+    pub class: InsnClass,
+    /// The target of a direct branch (0 for others).
+    pub target: u64,
+    /// A REP-prefixed string instruction (QEMU runs each iteration as a block of its own).
+    pub rep: bool,
+    /// An instruction that always faults (UD2, HLT): it never retires.
+    pub faults: bool,
+}
+
+impl BlockInsn {
+    /// The next sequential address.
+    pub fn fall_through(&self) -> u64 {
+        self.ip.wrapping_add(u64::from(self.len))
+    }
+}
+
+/// A translation block's instructions, decoded once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Its instructions (at least one).
+    pub insns: Box<[BlockInsn]>,
+}
+
+impl Block {
+    /// Decodes the block at `start` from its code bytes.
+    pub fn decode(start: u64, code: &[u8]) -> Result<Block, ExecError> {
+        let mut insns = Vec::new();
+        let mut off = 0usize;
+        while off < code.len() {
+            let ip = start.wrapping_add(off as u64);
+            let bytes = &code[off..];
+            let d = match decode_bytes(bytes, ip, ExecMode::Bit64) {
+                Ok(d) => d,
+                // QEMU 7.2 lists an instruction that crosses into the next
+                // page, with the bytes of the first page only, when it ends
+                // the block before it (the next block starts there).
+                Err(_) if !insns.is_empty() && bytes.len() < 15 => break,
+                Err(e) => return Err(e),
+            };
+            insns.push(BlockInsn {
+                ip,
+                len: d.len,
+                class: d.class,
+                target: d.target.unwrap_or(0),
+                rep: d.rep_string,
+                faults: always_faults(bytes),
+            });
+            off += usize::from(d.len.max(1));
+        }
+        if insns.is_empty() {
+            return Err(ExecError::NoCode { ip: start });
+        }
+        Ok(Block {
+            insns: insns.into(),
+        })
+    }
+
+    /// The first address.
+    pub fn start(&self) -> u64 {
+        self.insns[0].ip
+    }
+
+    fn last(&self) -> &BlockInsn {
+        &self.insns[self.insns.len() - 1]
+    }
+}
+
+/// UD2, UD1, UD0, HLT (after legacy prefixes): they raise an exception
+/// every time and never retire.
+fn always_faults(bytes: &[u8]) -> bool {
+    let b = bytes
+        .iter()
+        .position(|&b| {
+            !matches!(
+                b,
+                0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3
+            ) && !(0x40..=0x4f).contains(&b)
+        })
+        .map_or(&[][..], |i| &bytes[i..]);
+    matches!(b, [0xf4, ..] | [0x0f, 0x0b | 0xb9 | 0xff, ..])
+}
+
+/// Where a block's last instruction sent control, given where the thread
+/// went on (`next`) and the system call it made, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resolution {
+    /// The last instruction's `next_ip`.
+    pub next_ip: u64,
+    /// Whether the last instruction retired (not when it faulted).
+    pub retired: bool,
+    /// An asynchronous transfer to `next`: where the interrupted context
+    /// resumes.
+    pub signal_from: Option<u64>,
+}
+
+/// Resolves the end of a block (see the module docs).
+pub fn resolve(last: &BlockInsn, next: u64, syscall: Option<u64>) -> Resolution {
+    let ft = last.fall_through();
+    let plain = |next_ip| Resolution {
+        next_ip,
+        retired: true,
+        signal_from: None,
+    };
+    let signal = |next_ip| Resolution {
+        next_ip,
+        retired: true,
+        signal_from: Some(next_ip),
+    };
+    match last.class {
+        InsnClass::KernelEntry => match syscall {
+            _ if next == ft => plain(ft),
+            Some(NR_RT_SIGRETURN | NR_EXECVE | NR_EXECVEAT) => plain(next),
+            _ => signal(ft),
+        },
+        InsnClass::Other if last.faults => Resolution {
+            next_ip: last.ip,
+            retired: false,
+            signal_from: Some(last.ip),
+        },
+        InsnClass::Other => {
+            if next == ft {
+                plain(ft)
+            } else {
+                signal(ft)
+            }
+        }
+        InsnClass::CondBranch => {
+            if next == ft || next == last.target {
+                plain(next)
+            } else {
+                signal(ft)
+            }
+        }
+        InsnClass::DirectJump | InsnClass::DirectCall => {
+            if next == last.target {
+                plain(next)
+            } else {
+                signal(last.target)
+            }
+        }
+        InsnClass::IndirectJump
+        | InsnClass::IndirectCall
+        | InsnClass::Return
+        | InsnClass::FarBranch => plain(next),
+    }
+}
+
+/// How to run QEMU.
+#[derive(Clone, Debug)]
+pub struct QemuOptions {
+    /// The emulator (searched on `PATH`).
+    pub qemu: OsString,
+    /// The plugin (`libpt_qemu_plugin.so`, or a `/proc/PID/fd/N` of it).
+    pub plugin: PathBuf,
+    /// When this becomes true (Ctrl-C), the programs are killed and what
+    /// they did so far is kept; the items end with [`Event::Stopped`].
+    pub stop_flag: Option<Arc<AtomicBool>>,
+    /// Snapshot requests (SIGUSR2): `.0` is set when one comes; the source
+    /// sets `.1` (the recorder's [`crate::record::SimRecording::snapshot_requests`])
+    /// when its items reach what QEMU had reported by then. QEMU runs ahead
+    /// of the recorder, so a request taken at once would miss the
+    /// execution before it.
+    pub snapshots: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+}
+
+/// Why QEMU cannot record a program.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QemuError {
+    /// `qemu-x86_64` is not installed.
+    #[error("{0} not found: the qemu source needs QEMU's user-mode emulator (Debian: apt install qemu-user)")]
+    NoQemu(String),
+    /// QEMU did not load the plugin.
+    #[error("{qemu} refused the plugin, which speaks QEMU plugin API version {ours}: {said}")]
+    Refused {
+        /// The emulator.
+        qemu: String,
+        /// The plugin's API version.
+        ours: i32,
+        /// What QEMU said.
+        said: String,
+    },
+    /// The program is not one QEMU's x86-64 emulator runs.
+    #[error("{path}: {what}: the qemu source records x86-64 Linux programs")]
+    NotX86_64 {
+        /// The program.
+        path: String,
+        /// What it is.
+        what: &'static str,
+    },
+    /// QEMU ended before the program ran.
+    #[error("{qemu} could not run {path} ({status})")]
+    DidNotRun {
+        /// The emulator.
+        qemu: String,
+        /// The program.
+        path: String,
+        /// QEMU's exit status.
+        status: String,
+    },
+    /// An execution source error (command not found, system calls).
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// What QEMU's plugin loader accepts: runs the emulator with the plugin in
+/// its probe mode. Returns QEMU's (minimum, current) plugin API versions.
+pub fn probe(qemu: &OsStr, plugin: &std::path::Path) -> Result<(i32, i32), QemuError> {
+    let qemu_path = super::ptrace::resolve_program(qemu)
+        .map_err(|_| QemuError::NoQemu(qemu.to_string_lossy().into_owned()))?;
+    let mut arg = plugin.as_os_str().to_owned();
+    arg.push(",probe=1");
+    let o = Command::new(&qemu_path)
+        .arg("-plugin")
+        .arg(&arg)
+        .arg(&qemu_path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|_| QemuError::NoQemu(qemu.to_string_lossy().into_owned()))?;
+    let out = String::from_utf8_lossy(&o.stdout);
+    if let Some(rest) = out.trim().strip_prefix("pt-qemu-plugin api ") {
+        let v: Vec<i32> = rest
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        if let [_, min, cur] = v[..] {
+            return Ok((min, cur));
+        }
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    let said = err
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no reason given")
+        .trim()
+        .to_string();
+    Err(QemuError::Refused {
+        qemu: qemu_path.display().to_string(),
+        ours: PLUGIN_API_VERSION,
+        said,
+    })
+}
+
+/// Checks that `path` is a program QEMU's x86-64 emulator runs (an x86-64
+/// ELF, or a script whose interpreter is one).
+pub fn check_program(path: &std::path::Path) -> Result<(), QemuError> {
+    let shown = path.display().to_string();
+    let not = |what| QemuError::NotX86_64 {
+        path: shown.clone(),
+        what,
+    };
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| {
+            QemuError::Exec(ExecError::ExecFailed {
+                command: shown.clone(),
+                source: e,
+            })
+        })?;
+    let head = &head[..n];
+    if head.starts_with(b"\x7fELF") {
+        if head.len() < 20 {
+            return Err(not("a truncated ELF file"));
+        }
+        if head[4] == 1 {
+            return Err(not("a 32-bit program"));
+        }
+        if head[18] != 62 || head[19] != 0 {
+            return Err(not("a program for another architecture"));
+        }
+        return Ok(());
+    }
+    if let Some(line) = head.strip_prefix(b"#!") {
+        let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+        let text = String::from_utf8_lossy(&line[..end]);
+        let interp = text.split_whitespace().next().unwrap_or("");
+        if interp.is_empty() {
+            return Err(not("a script without an interpreter"));
+        }
+        return check_program(std::path::Path::new(interp));
+    }
+    Err(not("not an ELF program"))
+}
+
+/// The interpreter (and its argument) of a `#!` script.
+fn shebang(path: &std::path::Path) -> Option<(String, Option<String>)> {
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    let text = String::from_utf8_lossy(&line[..end]).trim().to_string();
+    let (interp, arg) = match text.split_once([' ', '\t']) {
+        Some((i, a)) => (
+            i.to_string(),
+            Some(a.trim().to_string()).filter(|a| !a.is_empty()),
+        ),
+        None => (text, None),
+    };
+    Some((interp, arg))
+}
+
+/// A connection from one QEMU process.
+struct Conn {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    pos: usize,
+    eof: bool,
+    /// The process (from its hello).
+    pid: Option<u32>,
+    /// Waiting for: the fork that created it, or the end of the program it replaces.
+    held: bool,
+    parent: u32,
+    exec: bool,
+    path: String,
+    /// Runs of threads not created yet (held until their clone is given).
+    deferred: Vec<(u32, Vec<u32>)>,
+    /// The end record came (an exit call's status, if any).
+    end: Option<Option<i32>>,
+    /// An exec QEMU ran natively.
+    native_exec: Option<(u32, String)>,
+    /// The threads' ring files (read when the process died without its end record).
+    rings: Vec<(u32, PathBuf)>,
+    done: bool,
+}
+
+/// A process.
+#[derive(Clone, Default)]
+struct Proc {
+    blocks: Vec<Option<Arc<Block>>>,
+    mem: CodeMemory,
+    maps: Vec<Mapping>,
+    maps_dirty: bool,
+}
+
+/// A thread.
+struct Thread {
+    id: ThreadId,
+    /// The block it runs (its end is resolved by the next one).
+    prev: Option<Arc<Block>>,
+    /// The system call the previous block ended in: nr, arguments, result.
+    syscall: Option<(u64, [u64; 6], Option<i64>)>,
+    /// A clone to report with that call.
+    clone: Option<(ThreadId, CloneKind)>,
+    /// The program its exec started (reported at its first block).
+    exec: Option<String>,
+}
+
+/// What comes out next.
+enum Emit {
+    /// A block's instructions from `idx`; the last goes to `next_ip` (and
+    /// is left out unless `retire_last`).
+    Block {
+        block: Arc<Block>,
+        idx: usize,
+        next_ip: u64,
+        retire_last: bool,
+    },
+    Item(ExecItem),
+}
+
+/// A program run under QEMU with the plugin; see the module docs.
+pub struct QemuSource {
+    listener: UnixListener,
+    child: Child,
+    qemu: String,
+    main_pid: u32,
+    main_status: Option<ExitKind>,
+    conns: Vec<Conn>,
+    procs: IntMap<u32, Proc>,
+    /// Code of a process as it was before its exec, until the exec is given.
+    pre_exec: IntMap<u32, CodeMemory>,
+    threads: IntMap<u32, Thread>,
+    /// Threads (tid) whose clone was given.
+    known: HashSet<u32>,
+    /// Processes a fork created whose connection has not come yet.
+    expected: HashSet<u32>,
+    queue: VecDeque<Emit>,
+    current: Option<ThreadId>,
+    cur_pid: u32,
+    empty: CodeMemory,
+    stop_flag: Option<Arc<AtomicBool>>,
+    snapshots: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+    /// A snapshot waits until each connection was handled up to here.
+    snapshot_marks: Option<Vec<usize>>,
+    stopping: bool,
+    finished: bool,
+    /// A private directory for the plugin's ring files, removed at the end.
+    dir: PathBuf,
+    ended_at: Option<Instant>,
+    blocks_run: u64,
+    /// QEMU translated a block: the program runs.
+    translated: bool,
+}
+
+fn exit_of(status: std::process::ExitStatus) -> ExitKind {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => ExitKind::Exited(c),
+        (None, Some(s)) => ExitKind::Killed(s),
+        _ => ExitKind::Exited(0),
+    }
+}
+
+impl QemuSource {
+    /// Starts `program` with `args` under QEMU with the plugin, and waits
+    /// until it runs (a program QEMU cannot load is an error here, before
+    /// anything is recorded).
+    pub fn spawn<S: AsRef<OsStr>>(
+        program: &OsStr,
+        args: &[S],
+        opts: QemuOptions,
+    ) -> Result<QemuSource, QemuError> {
+        let qemu_path = super::ptrace::resolve_program(&opts.qemu)
+            .map_err(|_| QemuError::NoQemu(opts.qemu.to_string_lossy().into_owned()))?;
+        let path = super::ptrace::resolve_program(program)?;
+        check_program(&path)?;
+        // QEMU runs ELF programs only: a script runs as its interpreter
+        // would (interpreter, its argument, the script, the arguments).
+        let mut argv0 = program.to_owned();
+        let mut path = path;
+        let mut args: Vec<OsString> = args.iter().map(|a| a.as_ref().to_owned()).collect();
+        if let Some((interp, arg)) = shebang(&path) {
+            let mut v: Vec<OsString> = arg.into_iter().map(OsString::from).collect();
+            v.push(path.clone().into_os_string());
+            v.append(&mut args);
+            args = v;
+            argv0 = interp.clone().into();
+            path = PathBuf::from(interp);
+        }
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!(
+            "ptperf-qemu-{}-{:x}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ (&opts as *const _ as u128)
+        );
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).map_err(|e| {
+            ExecError::Os {
+                what: "socket address",
+                source: e,
+            }
+        })?;
+        let listener = UnixListener::bind_addr(&addr).map_err(|e| ExecError::Os {
+            what: "listening for the plugin",
+            source: e,
+        })?;
+        listener.set_nonblocking(true).map_err(|e| ExecError::Os {
+            what: "listening for the plugin",
+            source: e,
+        })?;
+        let hex: String = path
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let so = opts.plugin.display().to_string();
+        let dir = std::env::temp_dir().join(&name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| ExecError::Os {
+                what: "creating a directory for the plugin",
+                source: e,
+            })?;
+        let dir_hex: String = dir
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mut plugin = opts.plugin.as_os_str().to_owned();
+        plugin.push(format!(",sock={name},so={so},dir={dir_hex},exe={hex}"));
+        let child = Command::new(&qemu_path)
+            .arg("-plugin")
+            .arg(&plugin)
+            .arg("-0")
+            .arg(&argv0)
+            .arg(&path)
+            .args(&args)
+            .spawn()
+            .map_err(|e| {
+                let _ = std::fs::remove_dir_all(&dir);
+                ExecError::ExecFailed {
+                    command: qemu_path.display().to_string(),
+                    source: e,
+                }
+            })?;
+        let main_pid = child.id();
+        let mut s = QemuSource {
+            listener,
+            child,
+            qemu: qemu_path.display().to_string(),
+            main_pid,
+            main_status: None,
+            conns: Vec::new(),
+            procs: IntMap::default(),
+            pre_exec: IntMap::default(),
+            threads: IntMap::default(),
+            known: HashSet::new(),
+            expected: HashSet::new(),
+            queue: VecDeque::new(),
+            current: None,
+            cur_pid: main_pid,
+            empty: CodeMemory::new(),
+            stop_flag: opts.stop_flag,
+            snapshots: opts.snapshots,
+            snapshot_marks: None,
+            dir: dir.clone(),
+            stopping: false,
+            finished: false,
+            ended_at: None,
+            blocks_run: 0,
+            translated: false,
+        };
+        // Until QEMU translates the program's first block, it may still
+        // refuse the program: nothing is recorded then.
+        while !s.translated {
+            if s.step()? {
+                continue;
+            }
+            if let Ok(Some(st)) = s.child.try_wait() {
+                s.main_status = Some(exit_of(st));
+                if !s.translated {
+                    return Err(QemuError::DidNotRun {
+                        qemu: s.qemu.clone(),
+                        path: path.display().to_string(),
+                        status: st.to_string(),
+                    });
+                }
+            }
+            s.wait_io()?;
+        }
+        Ok(s)
+    }
+
+    /// Blocks executed so far (all threads).
+    pub fn blocks(&self) -> u64 {
+        self.blocks_run
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop_flag
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+    }
+
+    /// A snapshot request: it applies to what QEMU reported up to now.
+    fn take_snapshot_request(&mut self) {
+        let Some((signal, _)) = &self.snapshots else {
+            return;
+        };
+        if !signal.load(Ordering::Relaxed) || !signal.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        // What the sockets hold now is before the request.
+        let _ = self.read_available();
+        self.snapshot_marks = Some(self.conns.iter().map(|c| c.buf.len()).collect());
+    }
+
+    /// Hands a snapshot request on once every connection was handled up to its mark.
+    fn due_snapshot(&mut self) {
+        let Some(marks) = &self.snapshot_marks else {
+            return;
+        };
+        let reached = marks
+            .iter()
+            .zip(&self.conns)
+            .all(|(&m, c)| c.done || c.pos >= m || self.conns.is_empty());
+        if reached {
+            self.snapshot_marks = None;
+            if let Some((_, to_recorder)) = &self.snapshots {
+                to_recorder.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Reads and handles more of the connections; false when everything ended.
+    fn pump(&mut self) -> Result<bool, ExecError> {
+        loop {
+            if self.finished {
+                return Ok(false);
+            }
+            self.take_snapshot_request();
+            self.due_snapshot();
+            if !self.stopping && self.stop_requested() {
+                self.stopping = true;
+                // Kill every process recorded (the children too).
+                let pids: HashSet<u32> = self
+                    .conns
+                    .iter()
+                    .filter(|c| !c.eof)
+                    .filter_map(|c| c.pid)
+                    .chain([self.main_pid])
+                    .collect();
+                for p in pids {
+                    // SAFETY: signalling a process of the recording.
+                    unsafe { libc::kill(p as i32, libc::SIGKILL) };
+                }
+            }
+            // Handle one record of some connection that is ready.
+            if self.step()? {
+                if !self.queue.is_empty() {
+                    return Ok(true);
+                }
+                continue;
+            }
+            if self.all_done() {
+                self.finish_all();
+                return Ok(!self.queue.is_empty());
+            }
+            self.wait_io()?;
+        }
+    }
+
+    fn all_done(&mut self) -> bool {
+        if self.main_status.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.main_status = Some(exit_of(st));
+            }
+        }
+        if self.main_status.is_none() || self.conns.iter().any(|c| !c.done) {
+            self.ended_at = None;
+            return false;
+        }
+        if self.expected.is_empty() {
+            return true;
+        }
+        // A fork's child may still be connecting: give it a moment.
+        let t = *self.ended_at.get_or_insert_with(Instant::now);
+        t.elapsed() > Duration::from_secs(2)
+    }
+
+    /// Waits for data or a new connection (or a tick, to see the exit).
+    fn wait_io(&mut self) -> Result<(), ExecError> {
+        let mut fds: Vec<libc::pollfd> = vec![libc::pollfd {
+            fd: self.listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        for c in self.conns.iter().filter(|c| !c.eof) {
+            fds.push(libc::pollfd {
+                fd: c.stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // SAFETY: a valid array of pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20) };
+        self.read_available()
+    }
+
+    /// Accepts new connections and reads what the open ones hold.
+    fn read_available(&mut self) -> Result<(), ExecError> {
+        while let Ok((stream, _)) = self.listener.accept() {
+            let _ = stream.set_nonblocking(true);
+            self.conns.push(Conn {
+                stream,
+                buf: Vec::with_capacity(1 << 20),
+                pos: 0,
+                eof: false,
+                pid: None,
+                held: false,
+                parent: 0,
+                exec: false,
+                path: String::new(),
+                deferred: Vec::new(),
+                end: None,
+                native_exec: None,
+                rings: Vec::new(),
+                done: false,
+            });
+        }
+        for c in self.conns.iter_mut().filter(|c| !c.eof) {
+            if self.snapshot_marks.is_some() {
+                // Positions stay put while a snapshot waits for them.
+            } else if c.pos > 0 && c.pos == c.buf.len() {
+                c.buf.clear();
+                c.pos = 0;
+            } else if c.pos > (1 << 20) {
+                c.buf.drain(..c.pos);
+                c.pos = 0;
+            }
+            let mut chunk = [0u8; 1 << 16];
+            loop {
+                match c.stream.read(&mut chunk) {
+                    Ok(0) => {
+                        c.eof = true;
+                        break;
+                    }
+                    Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        c.eof = true;
+                        break;
+                    }
+                }
+                // Little read ahead: QEMU waits while the recorder is
+                // behind (a snapshot or Ctrl-C applies to what was read).
+                if c.buf.len() - c.pos > READ_AHEAD {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles one record of a connection that has one; false if none has.
+    fn step(&mut self) -> Result<bool, ExecError> {
+        for i in 0..self.conns.len() {
+            if self.conns[i].done || self.held(i) {
+                continue;
+            }
+            let c = &mut self.conns[i];
+            let avail = &c.buf[c.pos..];
+            if avail.len() >= HEADER {
+                let len = u32::from_le_bytes([avail[1], avail[2], avail[3], avail[4]]) as usize;
+                if avail.len() >= HEADER + len {
+                    let tag = avail[0];
+                    let payload = avail[HEADER..HEADER + len].to_vec();
+                    c.pos += HEADER + len;
+                    self.record(i, tag, &payload)?;
+                    return Ok(true);
+                }
+            }
+            if c.eof {
+                self.conn_ended(i);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether connection `i` waits for something another gives first.
+    fn held(&mut self, i: usize) -> bool {
+        let c = &self.conns[i];
+        if !c.held {
+            return false;
+        }
+        let Some(pid) = c.pid else { return false };
+        let release = if c.exec {
+            // The program it replaces has ended.
+            !self
+                .conns
+                .iter()
+                .enumerate()
+                .any(|(j, o)| j != i && o.pid == Some(pid) && !o.done)
+        } else {
+            self.known.contains(&pid)
+        };
+        if release {
+            self.conns[i].held = false;
+            self.start_process(i);
+        }
+        !release
+    }
+
+    fn process(&mut self, pid: u32) -> &mut Proc {
+        self.procs.entry(pid).or_default()
+    }
+
+    fn record(&mut self, i: usize, tag: u8, payload: &[u8]) -> Result<(), ExecError> {
+        let corrupt = |what| ExecError::CorruptLog { offset: 0, what };
+        let mut p = Payload(payload);
+        if tag == TAG_HELLO {
+            let (Some(_version), Some(_min), Some(_cur), Some(pid), Some(parent), Some(flags)) =
+                (p.u32(), p.u32(), p.u32(), p.u32(), p.u32(), p.u8())
+            else {
+                return Err(corrupt("short hello from the QEMU plugin"));
+            };
+            let path = String::from_utf8_lossy(p.rest()).into_owned();
+            let c = &mut self.conns[i];
+            c.pid = Some(pid);
+            c.parent = parent;
+            c.exec = flags & HELLO_EXEC != 0;
+            c.path = path;
+            c.held = c.exec || parent != 0;
+            if !c.held {
+                self.start_process(i);
+            }
+            return Ok(());
+        }
+        let Some(pid) = self.conns[i].pid else {
+            return Err(corrupt("a record before the plugin's hello"));
+        };
+        match tag {
+            TAG_BLOCK => {
+                let (Some(id), Some(addr)) = (p.u32(), p.u64()) else {
+                    return Err(corrupt("short block record"));
+                };
+                let block = Block::decode(addr, p.rest())?;
+                self.translated = true;
+                let proc = self.process(pid);
+                let id = id as usize;
+                if proc.blocks.len() <= id {
+                    proc.blocks.resize(id + 1, None);
+                }
+                proc.blocks[id] = Some(Arc::new(block));
+            }
+            TAG_PAGE => {
+                let Some(addr) = p.u64() else {
+                    return Err(corrupt("short page record"));
+                };
+                let bytes = p.rest();
+                self.process(pid).mem.set_page(addr, bytes);
+            }
+            TAG_MAP => {
+                let (Some(start), Some(end), Some(offset), Some(perms)) =
+                    (p.u64(), p.u64(), p.u64(), p.u8())
+                else {
+                    return Err(corrupt("short map record"));
+                };
+                let path = String::from_utf8_lossy(p.rest()).into_owned();
+                let m = Mapping {
+                    start,
+                    end,
+                    offset,
+                    perms: Perms::from_bits(perms).unwrap_or_default(),
+                    path,
+                };
+                let proc = self.process(pid);
+                // A mapping replaces the ones it overlaps (unmapped since).
+                proc.maps.retain(|o| o.end <= m.start || m.end <= o.start);
+                proc.maps.push(m);
+                proc.maps.sort_by_key(|m| m.start);
+                proc.maps_dirty = true;
+            }
+            TAG_RUN => {
+                let Some(tid) = p.u32() else {
+                    return Err(corrupt("short run record"));
+                };
+                let words: Vec<u32> = p
+                    .rest()
+                    .chunks_exact(4)
+                    .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                    .collect();
+                if !self.known.contains(&tid) {
+                    self.conns[i].deferred.push((tid, words));
+                } else {
+                    self.run(pid, tid, &words)?;
+                }
+            }
+            TAG_NATIVE_EXEC => {
+                let tid = p.u32().unwrap_or(0);
+                let path = String::from_utf8_lossy(p.rest()).into_owned();
+                self.conns[i].native_exec = Some((tid, path));
+            }
+            TAG_END => {
+                let status = match p.u8() {
+                    Some(1) => p.u32().map(|s| s as i32),
+                    _ => None,
+                };
+                self.conns[i].end = Some(status);
+            }
+            TAG_RING => {
+                let tid = p.u32().unwrap_or(0);
+                let path = PathBuf::from(String::from_utf8_lossy(p.rest()).into_owned());
+                if path.starts_with(&self.dir) {
+                    self.conns[i].rings.push((tid, path));
+                }
+            }
+            TAG_WARN => {
+                let why = String::from_utf8_lossy(p.rest()).into_owned();
+                self.queue
+                    .push_back(Emit::Item(ExecItem::Event(Event::Untraced {
+                        thread: ThreadId { pid, tid: 0 },
+                        why,
+                    })));
+            }
+            _ => return Err(corrupt("unknown record from the QEMU plugin")),
+        }
+        Ok(())
+    }
+
+    /// A connection's process starts (its hello was released).
+    fn start_process(&mut self, i: usize) {
+        let c = &self.conns[i];
+        let Some(pid) = c.pid else { return };
+        let (exec, path, parent) = (c.exec, c.path.clone(), c.parent);
+        self.expected.remove(&pid);
+        if exec {
+            // The program before the exec keeps its code until the exec is given.
+            let old = self.procs.remove(&pid).unwrap_or_default();
+            self.pre_exec.insert(pid, old.mem);
+            self.procs.insert(pid, Proc::default());
+            match self.threads.get_mut(&pid) {
+                Some(t) => t.exec = Some(path),
+                None => {
+                    self.known.insert(pid);
+                    self.threads.insert(pid, new_thread(ThreadId::main_of(pid)));
+                    self.queue
+                        .push_back(Emit::Item(ExecItem::Event(Event::Exec { pid, path })));
+                }
+            }
+            return;
+        }
+        if parent != 0 {
+            // A fork's child: a copy of its parent (already reported by the parent).
+            let copy = self.procs.get(&parent).cloned().unwrap_or_default();
+            let maps = copy.maps.clone();
+            self.procs.insert(
+                pid,
+                Proc {
+                    maps_dirty: false,
+                    ..copy
+                },
+            );
+            let id = ThreadId::main_of(pid);
+            self.threads.insert(pid, new_thread(id));
+            self.switch_to(id);
+            self.queue
+                .push_back(Emit::Item(ExecItem::Event(Event::Mappings(maps))));
+            return;
+        }
+        // The first program.
+        self.known.insert(pid);
+        self.procs.insert(pid, Proc::default());
+        self.threads.insert(pid, new_thread(ThreadId::main_of(pid)));
+        self.queue
+            .push_back(Emit::Item(ExecItem::Event(Event::Exec { pid, path })));
+        self.current = Some(ThreadId::main_of(pid));
+    }
+
+    fn switch_to(&mut self, id: ThreadId) {
+        if self.current != Some(id) {
+            self.current = Some(id);
+            self.queue
+                .push_back(Emit::Item(ExecItem::Event(Event::Switch(id))));
+        }
+    }
+
+    fn push_event(&mut self, e: Event) {
+        self.queue.push_back(Emit::Item(ExecItem::Event(e)));
+    }
+
+    /// A run of thread `tid` of process `pid`.
+    fn run(&mut self, pid: u32, tid: u32, words: &[u32]) -> Result<(), ExecError> {
+        let id = ThreadId { pid, tid };
+        self.switch_to(id);
+        let mut k = 0;
+        while k < words.len() {
+            let w = words[k];
+            k += 1;
+            if w < MARK {
+                let Some(block) = self
+                    .procs
+                    .get(&pid)
+                    .and_then(|p| p.blocks.get(w as usize).cloned().flatten())
+                else {
+                    return Err(ExecError::CorruptLog {
+                        offset: 0,
+                        what: "a block the QEMU plugin did not describe",
+                    });
+                };
+                self.blocks_run += 1;
+                self.block(pid, tid, block);
+                continue;
+            }
+            let n = mark_words(w);
+            let Some(args) = words.get(k..k + n) else {
+                return Err(ExecError::CorruptLog {
+                    offset: 0,
+                    what: "a cut marker from the QEMU plugin",
+                });
+            };
+            k += n;
+            let u = |j: usize| u64::from(args[2 * j]) | u64::from(args[2 * j + 1]) << 32;
+            match w {
+                MARK_SYSCALL => {
+                    let nr = u(0);
+                    let a = [u(1), u(2), u(3), u(4), u(5), u(6)];
+                    if let Some(t) = self.threads.get_mut(&tid) {
+                        t.syscall = Some((nr, a, None));
+                    }
+                }
+                MARK_SYSRET => {
+                    let (nr, ret) = (u(0), u(1) as i64);
+                    let Some(t) = self.threads.get_mut(&tid) else {
+                        continue;
+                    };
+                    match &mut t.syscall {
+                        Some((n, a, r)) if *n == nr => {
+                            *r = Some(ret);
+                            if ret > 0 && matches!(nr, NR_CLONE | NR_FORK | NR_VFORK | NR_CLONE3) {
+                                let flags = match nr {
+                                    NR_CLONE => a[0],
+                                    NR_CLONE3 => a[5],
+                                    _ => 0,
+                                };
+                                let child = ret as u32;
+                                t.clone = Some(if flags & CLONE_THREAD != 0 {
+                                    (ThreadId { pid, tid: child }, CloneKind::Thread)
+                                } else {
+                                    (ThreadId::main_of(child), CloneKind::Fork)
+                                });
+                            }
+                        }
+                        // A fork's child returns from the call its parent made.
+                        _ => {}
+                    }
+                }
+                MARK_EXIT => {
+                    let status = args[0] as i32;
+                    self.end_thread(tid, Some(ExitKind::Exited(status)));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Thread `tid` runs `block`: the previous block's end is resolved.
+    fn block(&mut self, pid: u32, tid: u32, block: Arc<Block>) {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let Some(prev) = t.prev.take() else {
+            t.prev = Some(block);
+            t.syscall = None;
+            self.maps_event(pid);
+            return;
+        };
+        let last = *prev.last();
+        let start = block.start();
+        if last.rep && start == last.ip && block.insns.len() == 1 && t.syscall.is_none() {
+            // The next iteration of the same REP instruction.
+            t.prev = Some(prev);
+            return;
+        }
+        let syscall = t.syscall.take();
+        let clone = t.clone.take();
+        let exec = t.exec.take();
+        t.prev = Some(block);
+        let r = resolve(&last, start, syscall.map(|s| s.0));
+        self.queue.push_back(Emit::Block {
+            block: prev,
+            idx: 0,
+            next_ip: r.next_ip,
+            retire_last: r.retired,
+        });
+        if let Some((nr, args, ret)) = syscall {
+            self.push_event(Event::SyscallEnter { nr, args });
+            if let Some((child, kind)) = clone {
+                self.push_event(Event::Clone { child, kind });
+                self.known.insert(child.tid);
+                if kind == CloneKind::Fork {
+                    self.expected.insert(child.pid);
+                } else {
+                    self.threads.insert(child.tid, new_thread(child));
+                }
+                self.release_deferred(child.tid);
+                self.switch_to(ThreadId { pid, tid });
+            }
+            if let Some(path) = exec {
+                self.push_event(Event::Exec { pid, path });
+                self.push_event(Event::SyscallExit { nr, ret: 0 });
+                let maps = self
+                    .procs
+                    .get(&pid)
+                    .map(|p| p.maps.clone())
+                    .unwrap_or_default();
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.maps_dirty = false;
+                }
+                self.push_event(Event::Mappings(maps));
+            } else if let Some(ret) = ret {
+                self.push_event(Event::SyscallExit { nr, ret });
+            }
+        }
+        if let Some(from_ip) = r.signal_from {
+            self.push_event(Event::Signal {
+                signo: 0,
+                from_ip,
+                handler: Some(start),
+            });
+        }
+        self.maps_event(pid);
+    }
+
+    fn maps_event(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if p.maps_dirty {
+                p.maps_dirty = false;
+                let maps = p.maps.clone();
+                self.push_event(Event::Mappings(maps));
+            }
+        }
+    }
+
+    /// Runs of `tid` held until its clone was given.
+    fn release_deferred(&mut self, tid: u32) {
+        for i in 0..self.conns.len() {
+            if !self.conns[i].deferred.iter().any(|(t, _)| *t == tid) {
+                continue;
+            }
+            let Some(pid) = self.conns[i].pid else {
+                continue;
+            };
+            let runs: Vec<(u32, Vec<u32>)> = std::mem::take(&mut self.conns[i].deferred);
+            let (mine, rest): (Vec<_>, Vec<_>) = runs.into_iter().partition(|(t, _)| *t == tid);
+            self.conns[i].deferred = rest;
+            self.threads
+                .entry(tid)
+                .or_insert_with(|| new_thread(ThreadId { pid, tid }));
+            for (_, words) in mine {
+                // A run that cannot be read ends the recording at the next call.
+                let _ = self.run(pid, tid, &words);
+            }
+        }
+    }
+
+    /// Ends thread `tid`: its last block, the exit call, the exit.
+    fn end_thread(&mut self, tid: u32, how: Option<ExitKind>) {
+        let Some(mut t) = self.threads.remove(&tid) else {
+            return;
+        };
+        self.switch_to(t.id);
+        if let Some(prev) = t.prev.take() {
+            let last = *prev.last();
+            let r = resolve(&last, last.fall_through(), None);
+            self.queue.push_back(Emit::Block {
+                block: prev,
+                idx: 0,
+                next_ip: r.next_ip,
+                retire_last: r.retired,
+            });
+            if let Some((nr, args, _)) = t.syscall.take() {
+                self.push_event(Event::SyscallEnter { nr, args });
+            }
+        }
+        if let Some(how) = how {
+            self.push_event(Event::Exit(how));
+        }
+    }
+
+    /// Connection `i` ended: its process's threads end (or wait for the
+    /// program their exec started).
+    fn conn_ended(&mut self, i: usize) {
+        self.conns[i].done = true;
+        let Some(pid) = self.conns[i].pid else { return };
+        // Runs whose clone never came: given as they are.
+        let deferred = std::mem::take(&mut self.conns[i].deferred);
+        for (tid, words) in deferred {
+            self.known.insert(tid);
+            self.threads
+                .entry(tid)
+                .or_insert_with(|| new_thread(ThreadId { pid, tid }));
+            let _ = self.run(pid, tid, &words);
+        }
+        let end = self.conns[i].end;
+        if end.is_none() {
+            // Died without its exit callbacks (killed by a signal): the
+            // words its threads had not handed over are in their rings.
+            for (tid, path) in std::mem::take(&mut self.conns[i].rings) {
+                let words = read_ring(&path);
+                if words.is_empty() || !self.threads.contains_key(&tid) {
+                    continue;
+                }
+                let _ = self.run(pid, tid, &words);
+            }
+        }
+        let native = self.conns[i].native_exec.take();
+        let mut tids: Vec<u32> = self
+            .threads
+            .values()
+            .filter(|t| t.id.pid == pid)
+            .map(|t| t.id.tid)
+            .collect();
+        tids.sort_unstable();
+        let execs = tids.iter().any(|tid| {
+            self.threads
+                .get(tid)
+                .and_then(|t| t.syscall)
+                .is_some_and(|s| matches!(s.0, NR_EXECVE | NR_EXECVEAT) && s.2.is_none())
+        });
+        // The process is gone (unless it exec'd a program QEMU runs again):
+        // its status, for the first process.
+        let main_status = if pid == self.main_pid && (native.is_some() || !execs || end.is_some()) {
+            self.child.wait().ok().map(exit_of)
+        } else {
+            None
+        };
+        if pid == self.main_pid {
+            self.main_status = main_status;
+        }
+        for tid in tids {
+            let execing = self
+                .threads
+                .get(&tid)
+                .and_then(|t| t.syscall)
+                .is_some_and(|s| matches!(s.0, NR_EXECVE | NR_EXECVEAT) && s.2.is_none());
+            if execing && end.is_none() && !self.stopping {
+                if let Some((_, path)) = native.as_ref() {
+                    self.end_thread(tid, None);
+                    self.push_event(Event::Untraced {
+                        thread: ThreadId { pid, tid: 0 },
+                        why: format!("exec'd {path}, which QEMU ran natively (not recorded)"),
+                    });
+                    self.push_event(Event::Exit(main_status.unwrap_or(ExitKind::Exited(0))));
+                } else {
+                    // The exec'd program's QEMU connects next.
+                    self.expected.insert(pid);
+                }
+                continue;
+            }
+            if self.stopping {
+                self.end_thread(tid, None);
+                continue;
+            }
+            let how = match end {
+                Some(Some(status)) => ExitKind::Exited(status),
+                // No exit call: a signal ended the process.
+                _ => main_status.unwrap_or(ExitKind::Killed(libc::SIGKILL)),
+            };
+            let how = match (how, main_status) {
+                (ExitKind::Exited(_), Some(k @ ExitKind::Killed(_))) => k,
+                (h, _) => h,
+            };
+            self.end_thread(tid, Some(how));
+        }
+    }
+
+    /// Everything ended: what is left is given.
+    fn finish_all(&mut self) {
+        self.finished = true;
+        let mut tids: Vec<u32> = self.threads.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let id = self.threads[&tid].id;
+            self.end_thread(tid, None);
+            if !self.stopping {
+                self.push_event(Event::Untraced {
+                    thread: ThreadId {
+                        pid: id.pid,
+                        tid: 0,
+                    },
+                    why: "its exec'd program did not report (QEMU could not run it)".into(),
+                });
+                self.push_event(Event::Exit(ExitKind::Killed(libc::SIGKILL)));
+            }
+        }
+        for pid in std::mem::take(&mut self.expected) {
+            self.push_event(Event::Untraced {
+                thread: ThreadId { pid, tid: 0 },
+                why: "a child process that did not report".into(),
+            });
+        }
+        if self.stopping {
+            self.push_event(Event::Stopped(StopReason::Interrupted));
+        }
+    }
+
+    /// How the program (the first process) ended.
+    pub fn exit(&self) -> Option<ExitKind> {
+        self.main_status
+    }
+}
+
+/// The words left in a ring file (see [`wire`]).
+fn read_ring(path: &std::path::Path) -> Vec<u32> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let words: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    let n = words.first().map_or(0, |&n| n as usize);
+    words.get(1..1 + n).map(<[u32]>::to_vec).unwrap_or_default()
+}
+
+fn new_thread(id: ThreadId) -> Thread {
+    Thread {
+        id,
+        prev: None,
+        syscall: None,
+        clone: None,
+        exec: None,
+    }
+}
+
+impl ExecutionSource for QemuSource {
+    fn next_item(&mut self) -> Result<Option<ExecItem>, ExecError> {
+        if self.snapshots.is_some() {
+            self.take_snapshot_request();
+        }
+        loop {
+            match self.queue.front_mut() {
+                Some(Emit::Block {
+                    block,
+                    idx,
+                    next_ip,
+                    retire_last,
+                }) => {
+                    let i = *idx;
+                    let n = block.insns.len();
+                    if i + 1 < n || (i + 1 == n && *retire_last) {
+                        *idx += 1;
+                        let ins = &block.insns[i];
+                        let next = if i + 1 == n {
+                            *next_ip
+                        } else {
+                            ins.fall_through()
+                        };
+                        return Ok(Some(ExecItem::Insn(Retired {
+                            ip: ins.ip,
+                            next_ip: next,
+                            len: ins.len,
+                            class: ins.class,
+                            mode: ExecMode::Bit64,
+                            kernel: false,
+                        })));
+                    }
+                    self.queue.pop_front();
+                }
+                Some(Emit::Item(_)) => {
+                    let Some(Emit::Item(item)) = self.queue.pop_front() else {
+                        unreachable!()
+                    };
+                    match &item {
+                        ExecItem::Event(Event::Switch(t)) => self.cur_pid = t.pid,
+                        ExecItem::Event(Event::Exec { pid, .. }) => {
+                            self.cur_pid = *pid;
+                            self.pre_exec.remove(pid);
+                        }
+                        _ => {}
+                    }
+                    return Ok(Some(item));
+                }
+                None => {
+                    if !self.pump()? {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    fn memory(&self) -> &CodeMemory {
+        self.process_memory(self.cur_pid).unwrap_or(&self.empty)
+    }
+
+    fn process_memory(&self, pid: u32) -> Option<&CodeMemory> {
+        self.pre_exec
+            .get(&pid)
+            .or_else(|| self.procs.get(&pid).map(|p| &p.mem))
+    }
+}
+
+impl Drop for QemuSource {
+    fn drop(&mut self) {
+        if self.main_status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,142 @@
+//! Block decoding and the resolution of a block's end.
+
+use super::*;
+
+fn insn(ip: u64, len: u8, class: InsnClass, target: u64) -> BlockInsn {
+    BlockInsn {
+        ip,
+        len,
+        class,
+        target,
+        rep: false,
+        faults: false,
+    }
+}
+
+#[test]
+fn decodes_a_block_once() {
+    // mov eax, 1; rep movsb; ud2; jz +0x10
+    let code = [0xb8, 1, 0, 0, 0, 0xf3, 0xa4, 0x0f, 0x0b, 0x74, 0x10];
+    let b = Block::decode(0x1000, &code).unwrap();
+    let got: Vec<(u64, u8, InsnClass, bool, bool)> = b
+        .insns
+        .iter()
+        .map(|i| (i.ip, i.len, i.class, i.rep, i.faults))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0x1000, 5, InsnClass::Other, false, false),
+            (0x1005, 2, InsnClass::Other, true, false),
+            (0x1007, 2, InsnClass::Other, false, true),
+            (0x1009, 2, InsnClass::CondBranch, false, false),
+        ]
+    );
+    assert_eq!(b.insns[3].target, 0x101b);
+    assert_eq!(b.start(), 0x1000);
+    assert!(Block::decode(0x1000, &[]).is_err());
+    assert!(Block::decode(0x1000, &[0x06]).is_err()); // push es: invalid in 64-bit mode
+}
+
+#[test]
+fn faulting_instructions() {
+    assert!(always_faults(&[0xf4]));
+    assert!(always_faults(&[0x66, 0x0f, 0x0b]));
+    assert!(always_faults(&[0x0f, 0xb9, 0xc0]));
+    assert!(!always_faults(&[0x0f, 0x05]));
+    assert!(!always_faults(&[0x90]));
+}
+
+#[test]
+fn branches_resolve_to_the_next_block() {
+    let jcc = insn(0x1000, 2, InsnClass::CondBranch, 0x2000);
+    let plain = |next_ip| Resolution {
+        next_ip,
+        retired: true,
+        signal_from: None,
+    };
+    assert_eq!(resolve(&jcc, 0x1002, None), plain(0x1002));
+    assert_eq!(resolve(&jcc, 0x2000, None), plain(0x2000));
+    let ret = insn(0x1000, 1, InsnClass::Return, 0);
+    assert_eq!(resolve(&ret, 0x5555, None), plain(0x5555));
+    let call = insn(0x1000, 5, InsnClass::DirectCall, 0x3000);
+    assert_eq!(resolve(&call, 0x3000, None), plain(0x3000));
+    let other = insn(0x1000, 3, InsnClass::Other, 0);
+    assert_eq!(resolve(&other, 0x1003, None), plain(0x1003));
+}
+
+#[test]
+fn elsewhere_is_a_signal() {
+    // A block cut by its size, then a handler: the block ran to its end.
+    let other = insn(0x1000, 3, InsnClass::Other, 0);
+    assert_eq!(
+        resolve(&other, 0x9000, None),
+        Resolution {
+            next_ip: 0x1003,
+            retired: true,
+            signal_from: Some(0x1003)
+        }
+    );
+    // UD2 never retires: the handler interrupts it.
+    let mut ud2 = insn(0x1000, 2, InsnClass::Other, 0);
+    ud2.faults = true;
+    assert_eq!(
+        resolve(&ud2, 0x9000, None),
+        Resolution {
+            next_ip: 0x1000,
+            retired: false,
+            signal_from: Some(0x1000)
+        }
+    );
+    let jcc = insn(0x1000, 2, InsnClass::CondBranch, 0x2000);
+    assert_eq!(resolve(&jcc, 0x9000, None).signal_from, Some(0x1002));
+    let jmp = insn(0x1000, 2, InsnClass::DirectJump, 0x2000);
+    assert_eq!(resolve(&jmp, 0x9000, None).signal_from, Some(0x2000));
+}
+
+#[test]
+fn system_calls() {
+    let sc = insn(0x1000, 2, InsnClass::KernelEntry, 0);
+    // Back where it was called.
+    assert_eq!(resolve(&sc, 0x1002, Some(1)).signal_from, None);
+    // rt_sigreturn and execve go elsewhere by themselves.
+    assert_eq!(
+        resolve(&sc, 0x7000, Some(NR_RT_SIGRETURN)),
+        Resolution {
+            next_ip: 0x7000,
+            retired: true,
+            signal_from: None
+        }
+    );
+    assert_eq!(resolve(&sc, 0x7000, Some(NR_EXECVE)).next_ip, 0x7000);
+    // Any other call that comes back elsewhere met a signal on its way out.
+    assert_eq!(
+        resolve(&sc, 0x7000, Some(39)),
+        Resolution {
+            next_ip: 0x1002,
+            retired: true,
+            signal_from: Some(0x1002)
+        }
+    );
+}
+
+#[test]
+fn programs_qemu_cannot_run() {
+    let d = std::env::temp_dir().join(format!("pt-qemu-check-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("elf32");
+    let mut h = vec![0u8; 64];
+    h[..4].copy_from_slice(b"\x7fELF");
+    h[4] = 1;
+    h[18] = 3;
+    std::fs::write(&f, &h).unwrap();
+    let e = check_program(&f).unwrap_err().to_string();
+    assert!(e.contains("a 32-bit program"), "{e}");
+    std::fs::write(&f, b"hello").unwrap();
+    let e = check_program(&f).unwrap_err().to_string();
+    assert!(e.contains("not an ELF program"), "{e}");
+    std::fs::write(&f, b"#!/bin/sh\necho\n").unwrap();
+    check_program(&f).unwrap();
+    check_program(std::path::Path::new("/bin/sh")).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}
