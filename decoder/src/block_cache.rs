@@ -183,7 +183,7 @@ pub struct CacheStats {
     pub flushes: u64,
 }
 
-type IpMap = crate::hash::IpMap<u32>;
+type IpMap = pt_encoder::hash::IpMap<u32>;
 
 /// Decoded blocks keyed by (IP, execution mode).
 pub struct BlockCache {

@@ -122,7 +122,6 @@ pub mod dump;
 pub mod error;
 pub mod event;
 pub mod flow;
-pub mod hash;
 pub mod image;
 pub mod insn;
 pub mod listing;

@@ -2,9 +2,11 @@
 //!
 //! [`packet`] holds the typed model of every packet; [`encode`] writes one packet into a
 //! caller's buffer; [`Encoder`] writes a stream and keeps the last-IP state so that IPs
-//! can be compressed the way hardware does.
+//! can be compressed the way hardware does. [`hash`] is the workspace's one hasher for
+//! integer keys (code addresses above all), here because every layer builds on this crate.
 #![deny(missing_docs)]
 
+pub mod hash;
 pub mod packet;
 
 pub use packet::{

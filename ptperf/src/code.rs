@@ -15,7 +15,7 @@ use pt_encoder::ExecMode;
 use crate::decode::insn::{Branch, Insn, Op, INSN_BUF};
 use crate::decode::{PlainInsn, RunBlock, Step, TntWalk, WalkError, Walker};
 
-use pt_decoder::hash::IpMap;
+use pt_encoder::hash::IpMap;
 
 /// Why a block ends where it ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -116,7 +116,7 @@ struct Range {
     file_offset: u64,
 }
 
-use pt_decoder::hash::IpMap as AddrMap;
+use pt_encoder::hash::IpMap as AddrMap;
 
 /// Address → function table built from the side-band mappings.
 #[derive(Debug, Default)]

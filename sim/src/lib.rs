@@ -13,7 +13,6 @@
 //!   simulator): one trace stream per thread and the task events between
 //!   them ([`record::TaskEvent`]) into a [`record::RecordSink`], such as
 //!   [`record::PerfDataSink`], which writes the perf.data file perf reads.
-//! - [`hash`]: the hasher of the per-instruction maps.
 //! - [`traced`]: which recorded instructions a configuration traces (the
 //!   ground truth a decoded flow is compared with).
 //!
@@ -25,7 +24,6 @@
 pub mod backend;
 pub mod clock;
 pub mod exec;
-pub mod hash;
 pub mod pt;
 pub mod record;
 pub mod traced;

@@ -46,8 +46,8 @@ use crate::exec::{
     CloneKind, CodeMemory, Event, ExecItem, ExecutionSource, ExitKind, Mapping, StopReason,
     ThreadCursor, ThreadId,
 };
-use crate::hash::IntMap;
 use crate::pt::{PtError, SimParams};
+use pt_encoder::hash::IntMap;
 
 mod filter;
 mod perf;

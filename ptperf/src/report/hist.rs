@@ -20,7 +20,7 @@ use crate::decode::PlainInsn;
 use crate::sample::{Kind, Sample};
 use pt_elf::{SymbolOptions, Symbols, TableId};
 
-pub(crate) use pt_decoder::hash::{IntMap as FxMap, IpHasher as FxHasher};
+pub(crate) use pt_encoder::hash::{IntMap as FxMap, IpHasher as FxHasher};
 
 /// What a row's symbol column is: a symbol (its name and start), or an address
 /// perf has no symbol for (in the dso's address space when mapped, else the IP).

@@ -1,6 +1,6 @@
 //! Code bytes of an execution, kept per 4 KiB page.
 
-use crate::hash::IntMap;
+use pt_encoder::hash::IntMap;
 use std::sync::Arc;
 
 /// Granularity at which code bytes are captured and logged.

@@ -34,8 +34,8 @@ use super::{next_ip, BlockDecoder, Link, MAX_BLOCK_INSNS};
 use crate::block_cache::BlockId;
 use crate::event::EventKind;
 use crate::flow::retstack::RETSTACK_SIZE;
-use crate::hash::IntMap;
 use crate::insn::InsnClass;
+use pt_encoder::hash::IntMap;
 
 /// The fast path's own state: what it memoized about the code and the trace.
 #[derive(Default)]

@@ -55,7 +55,7 @@ use super::{
     CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
     InsnClass, Mapping, Perms, Retired, StopReason, ThreadId,
 };
-use crate::hash::IntMap;
+use pt_encoder::hash::IntMap;
 use wire::*;
 
 const NR_RT_SIGRETURN: u64 = 15;

@@ -1,6 +1,8 @@
 //! The hasher of every integer-keyed table of the workspace: code addresses (the
-//! block caches of both decoders, the perf walker's, profiles), and tuples and
-//! small records of integers (TNT-run memos, report tallies).
+//! block caches of both decoders, the perf walker's, the simulator's code pages,
+//! profiles), and tuples and small records of integers (thread ids, TNT-run
+//! memos, report tallies). It lives in this crate, the one every layer builds
+//! on, so that there is one.
 //!
 //! Such keys are already well spread; SipHash, std's default, would cost more
 //! than the lookup. This is Knuth's multiplicative hashing by the golden ratio:
@@ -9,7 +11,7 @@
 //! mixes poorly. Not for keys an adversary chooses.
 //!
 //! ```
-//! use pt_decoder::hash::IpMap;
+//! use pt_encoder::hash::IpMap;
 //! let mut blocks: IpMap<u32> = IpMap::default();
 //! blocks.insert(0x401000, 7);
 //! assert_eq!(blocks.get(&0x401000), Some(&7));
