@@ -60,7 +60,15 @@ fn llvm_profile_of_a_recorded_clang_program() {
     // 0 rather than its executable segment, where llvm-profgen looks for it.
     let data = dir.join("perf.data");
     let out = Command::new(env!("CARGO_BIN_EXE_ptperf"))
-        .args(["record", "--backend", "sim", "--source", "ptrace", "-q", "-o"])
+        .args([
+            "record",
+            "--backend",
+            "sim",
+            "--source",
+            "ptrace",
+            "-q",
+            "-o",
+        ])
         .arg(&data)
         .arg("--")
         .arg(&bin)
