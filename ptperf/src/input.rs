@@ -88,8 +88,21 @@ pub fn session<'a>(
 /// What the trace's decoding lost that the output does not show: decoder errors
 /// `--itrace` leaves out (perf shows them only with `e`).
 pub fn trace_warnings(cmd: &str, path: &str, synth: &Synth<'_, '_>) {
-    let n = synth.trace_errors();
-    if n > 0 && !synth.opts().errors {
+    hidden_errors_warning(cmd, path, hidden_errors(synth));
+}
+
+/// How many of `synth`'s decoder errors its `--itrace` options leave out.
+pub fn hidden_errors(synth: &Synth<'_, '_>) -> u64 {
+    if synth.opts().errors {
+        0
+    } else {
+        synth.trace_errors()
+    }
+}
+
+/// The warning for `n` decoder errors the output does not show.
+pub fn hidden_errors_warning(cmd: &str, path: &str, n: u64) {
+    if n > 0 {
         let s = if n == 1 { "" } else { "s" };
         eprintln!(
             "{cmd}: {path}: warning: {n} trace decode error{s} (not shown: add 'e' to --itrace)"

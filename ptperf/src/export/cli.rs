@@ -238,6 +238,7 @@ fn run(args: &Args) -> Result<(Summary, FeedStats, Skipped), ExportError> {
         }
     }?;
     report_problems(&stats);
+    input::hidden_errors_warning(CMD, &name, stats.hidden_errors);
     let trace: usize = session
         .queues()
         .iter()

@@ -24,6 +24,8 @@ pub struct FeedStats {
     pub insns: u64,
     /// Decode errors, lost data and missing code, one line each.
     pub problems: Vec<String>,
+    /// Decoder errors the `--itrace` options leave out (no `e`).
+    pub hidden_errors: u64,
 }
 
 /// A file of code as the export names it, with its symbol table (the one
@@ -602,5 +604,6 @@ pub fn export_session_with<S: Sink>(
     }
     feed.switches_until(ex, u64::MAX)?;
     feed.stats.insns = synth.walked();
+    feed.stats.hidden_errors = crate::input::hidden_errors(&synth);
     Ok(feed.stats)
 }
