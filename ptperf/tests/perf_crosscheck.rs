@@ -91,23 +91,7 @@ fn snapshot_at_exit() {
         &["-e", "intel_pt/psb_period=0/u", "-Se4096"],
         &log,
     );
-    let got = perf_instructions(&out);
-    let want = truth(&out, &log);
-    assert_eq!(got.len(), 1);
-    let (tid, g) = got.iter().next().unwrap();
-    let w = &want[tid];
-    assert!(
-        g.len() > 1000 && g.len() < w.len() / 2,
-        "{} of {}",
-        g.len(),
-        w.len()
-    );
-    assert_eq!(
-        g[..],
-        w[w.len() - g.len()..],
-        "not the end of the execution"
-    );
-    assert_same_threads("snapshot, our decoder", &our_instructions(&out), &got);
+    assert_snapshot_is_the_end(&out, &log);
     perf_report_quiet(&out);
 }
 

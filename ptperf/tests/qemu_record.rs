@@ -194,23 +194,7 @@ fn snapshot_at_exit() {
         &["-e", "intel_pt/psb_period=0/u", "-Se4096"],
         &[sample().as_os_str()],
     );
-    let got = perf_instructions(&data);
-    let want = truth(&data, &log_of(&data));
-    assert_eq!(got.len(), 1);
-    let (tid, g) = got.iter().next().unwrap();
-    let w = &want[tid];
-    assert!(
-        g.len() > 1000 && g.len() < w.len() / 2,
-        "{} of {}",
-        g.len(),
-        w.len()
-    );
-    assert_eq!(
-        g[..],
-        w[w.len() - g.len()..],
-        "not the end of the execution"
-    );
-    assert_same_threads("snapshot, our decoder", &our_instructions(&data), &got);
+    assert_snapshot_is_the_end(&data, &log_of(&data));
 }
 
 #[test]

@@ -470,3 +470,26 @@ pub fn aux_by_thread(data: &Path) -> BTreeMap<u32, Vec<u8>> {
 pub fn valgrind_installed() {
     pt_testkit::tool("valgrind", "valgrind");
 }
+
+/// A snapshot taken at the program's exit (`-Se`, a ring that wraps) holds the
+/// end of its one thread's execution: more than 1000 instructions, fewer than
+/// half of them, the last ones; perf and our decoder agree on them.
+pub fn assert_snapshot_is_the_end(data: &Path, log: &Path) {
+    let got = perf_instructions(data);
+    let want = truth(data, log);
+    assert_eq!(got.len(), 1);
+    let (tid, g) = got.iter().next().unwrap();
+    let w = &want[tid];
+    assert!(
+        g.len() > 1000 && g.len() < w.len() / 2,
+        "{} of {}",
+        g.len(),
+        w.len()
+    );
+    assert_eq!(
+        g[..],
+        w[w.len() - g.len()..],
+        "not the end of the execution"
+    );
+    assert_same_threads("snapshot, our decoder", &our_instructions(data), &got);
+}
