@@ -17,9 +17,8 @@ use super::expr::{EvalError, Expr, Value};
 use super::parse::{Insn, JumpKind, Mem, Operand, Prefix};
 use iced_x86::{
     Code, Encoder, EncodingKind, Instruction, MandatoryPrefix, MemorySize, Mnemonic,
-    OpCodeOperandKind as K, OpKind, Register,
+    OpCodeOperandKind as K, OpCodeTableKind, OpKind, Register,
 };
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// Condition-code spellings nasm accepts beside iced's canonical ones.
@@ -40,10 +39,10 @@ const CC_ALIASES: [(&str, &str); 14] = [
     ("nle", "g"),
 ];
 
-fn table() -> &'static HashMap<String, Vec<Code>> {
-    static TABLE: OnceLock<HashMap<String, Vec<Code>>> = OnceLock::new();
+fn table() -> &'static super::NameMap<Vec<Code>> {
+    static TABLE: OnceLock<super::NameMap<Vec<Code>>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut map: HashMap<String, Vec<Code>> = HashMap::new();
+        let mut map: super::NameMap<Vec<Code>> = super::NameMap::default();
         for code in Code::values() {
             let info = code.op_code();
             // Encodings that only decode under a special option (486
@@ -58,7 +57,7 @@ fn table() -> &'static HashMap<String, Vec<Code>> {
             map.entry(name).or_default().push(code);
         }
         let get =
-            |map: &HashMap<String, Vec<Code>>, n: &str| map.get(n).cloned().unwrap_or_default();
+            |map: &super::NameMap<Vec<Code>>, n: &str| map.get(n).cloned().unwrap_or_default();
         // nasm's `iret`, `pushf`, ... take the mode's operand size; the
         // suffixed forms pin it. iced names the 16-bit forms without suffix.
         for (plain, w, d, q) in [
@@ -374,6 +373,84 @@ pub fn encode_detailed(
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
 ) -> Result<Encoded, String> {
+    encode_remembered(insn, ctx, eval, None)
+}
+
+/// What an instruction's encoding depends on besides its text: the values
+/// of its operands, the mode, the floor and (when an operand could be
+/// relative to it) its address.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct MemoKey {
+    bits: u32,
+    default_rel: bool,
+    floor: usize,
+    ip: u64,
+    values: [Option<Value>; 4],
+}
+
+/// Encodings already made, one per instruction line. Layout passes encode
+/// every line again; a line whose [`MemoKey`] did not change since the last
+/// pass encodes the same, and matching it against every form of its
+/// mnemonic again is most of an assembler's time.
+#[derive(Default)]
+pub struct EncodeMemo(pt_encoder::hash::IntMap<usize, (MemoKey, Encoded)>);
+
+/// [`encode_detailed`], remembering the result for line `line` in `memo`.
+pub fn encode_memo(
+    insn: &Insn,
+    ctx: &Context,
+    eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
+    memo: &mut EncodeMemo,
+    line: usize,
+) -> Result<Encoded, String> {
+    encode_remembered(insn, ctx, eval, Some((memo, line)))
+}
+
+fn memo_key(ops: &[Resolved<'_>], ctx: &Context) -> Option<MemoKey> {
+    let mut key = MemoKey {
+        bits: ctx.bits,
+        default_rel: ctx.default_rel,
+        floor: ctx.floor,
+        ip: 0,
+        values: [None; 4],
+    };
+    let mut n = 0;
+    let mut push = |v: Value| -> Option<()> {
+        *key.values.get_mut(n)? = Some(v);
+        n += 1;
+        Some(())
+    };
+    let mut relative = false;
+    for op in ops {
+        match op {
+            Resolved::Reg(_) => {}
+            Resolved::Mem { disp, rel, .. } => {
+                relative |= *rel;
+                push(*disp)?;
+            }
+            Resolved::Imm { value, .. } => {
+                // A branch target is relative to the address.
+                relative = true;
+                push(*value)?;
+            }
+            Resolved::Far { seg, off } => {
+                push(*seg)?;
+                push(*off)?;
+            }
+        }
+    }
+    if relative {
+        key.ip = ctx.ip;
+    }
+    Some(key)
+}
+
+fn encode_remembered(
+    insn: &Insn,
+    ctx: &Context,
+    eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
+    memo: Option<(&mut EncodeMemo, usize)>,
+) -> Result<Encoded, String> {
     let codes = table()
         .get(&insn.mnemonic)
         .ok_or_else(|| format!("unknown instruction `{}'", insn.mnemonic))?;
@@ -445,12 +522,35 @@ pub fn encode_detailed(
     if let (Some(64), 16 | 32) = (opsize_prefix, ctx.bits) {
         return Err(format!("o64 not valid in {}-bit mode", ctx.bits));
     }
+    let key = memo.as_ref().and_then(|_| memo_key(&ops, ctx));
+    if let (Some((memo, line)), Some(key)) = (&memo, key) {
+        if let Some((k, e)) = memo.0.get(line) {
+            if *k == key {
+                return Ok(e.clone());
+            }
+        }
+    }
+    let encoded = choose(insn, ctx, &ops, codes, opsize_prefix, addr_prefix)?;
+    if let (Some((memo, line)), Some(key)) = (memo, key) {
+        memo.0.insert(line, (key, encoded.clone()));
+    }
+    Ok(encoded)
+}
 
+/// The encoding yasm picks among the forms of `codes` that take `ops`.
+fn choose(
+    insn: &Insn,
+    ctx: &Context,
+    ops: &[Resolved<'_>],
+    codes: &[Code],
+    opsize_prefix: Option<u32>,
+    addr_prefix: Option<u32>,
+) -> Result<Encoded, String> {
     let mut found = Vec::new();
     let mut last_error = None;
     collect(
         codes,
-        &ops,
+        ops,
         insn,
         ctx,
         addr_prefix,
@@ -866,7 +966,11 @@ fn build(
     ) {
         order_prefixes(&mut bytes);
     }
-    if format!("{:?}", code.mnemonic()).starts_with("Set") && info.op_code() & 0xfff0 == 0x90 {
+    // SETcc is 0F 90-9F in the legacy map (VEX's 0F 90-93 are kmov).
+    if info.encoding() == EncodingKind::Legacy
+        && info.table() == OpCodeTableKind::T0F
+        && info.op_code() & 0xfff0 == 0x90
+    {
         setcc_reg_field(&mut bytes);
     }
     // System instructions that always work on 16 bits: yasm writes no

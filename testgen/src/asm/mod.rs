@@ -28,6 +28,11 @@ pub mod pttc;
 
 use std::collections::BTreeMap;
 
+/// A table keyed by names (labels, mnemonics, registers). The assembler looks
+/// names up on every line of every pass; SipHash would be most of that cost,
+/// and a source file is not an adversary of the machine it is assembled on.
+type NameMap<V> = std::collections::HashMap<String, V, pt_encoder::hash::IpBuildHasher>;
+
 /// The result of assembling one source file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assembly {
