@@ -186,6 +186,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
             demangle: !a.no_demangle,
             ..Default::default()
         },
+        xed: false,
     };
     let mut synth = Synth::new(&session, opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;

@@ -209,6 +209,7 @@ fn run(a: &Args) -> Result<(), String> {
         itrace: a.itrace.clone(),
         fields: Vec::new(),
         insn_trace: None,
+        xed: false,
         call_trace: false,
         call_ret_trace: true,
         ns: true,
