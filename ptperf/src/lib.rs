@@ -45,9 +45,9 @@ pub mod synth;
 pub mod timeline;
 pub mod verify;
 
-/// A subcommand's `main` on its clap arguments: help and usage errors as clap prints
-/// them (exit 0, or 129 as perf exits on bad options), then `run`'s error as one line
-/// on stderr with exit status 1.
+/// A subcommand's `main` on its clap arguments: help and usage errors on stderr with
+/// exit status 129 (as perf's `-h` and bad options), `--version` alone on stdout, then
+/// `run`'s error as one line on stderr with exit status 1.
 #[allow(dead_code)] // For subcommands that read no perf.data; those that do use `reading`.
 pub(crate) fn command<A: clap::Parser>(
     name: &str,
@@ -55,6 +55,11 @@ pub(crate) fn command<A: clap::Parser>(
     run: impl FnOnce(A) -> Result<(), String>,
 ) -> std::process::ExitCode {
     reading::<A>(name, args, |a| run(a).map(|()| input::Outcome::Whole))
+}
+
+/// `ptperf version 0.1.0`, as `perf --version` prints perf's.
+pub fn print_version() {
+    println!("ptperf version {}", env!("CARGO_PKG_VERSION"));
 }
 
 /// [`command`] for a subcommand that reads a perf.data: its exit status is its
@@ -66,12 +71,19 @@ pub(crate) fn reading<A: clap::Parser>(
 ) -> std::process::ExitCode {
     use std::process::ExitCode;
     use std::process::Termination;
+    if let [only] = args {
+        if only == "--version" {
+            print_version();
+            return ExitCode::SUCCESS;
+        }
+    }
     let argv = std::iter::once(std::ffi::OsString::from(name)).chain(args.iter().cloned());
     let a = match A::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 129 } else { 0 });
+            // perf's habit: usage and help on stderr, exit status 129.
+            eprint!("{}", e.render());
+            return ExitCode::from(129);
         }
     };
     match run(a) {

@@ -34,6 +34,10 @@ fn main() -> ExitCode {
         "export" => ptperf::export::cli::main(&args[1..]),
         "profile" => ptperf::profile_llvm::cli::main(&args[1..]),
         "timeline" => ptperf::timeline::main(&args[1..]),
+        "--version" | "-v" | "version" => {
+            ptperf::print_version();
+            ExitCode::SUCCESS
+        }
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

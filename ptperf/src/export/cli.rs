@@ -151,11 +151,18 @@ fn parse(args: &[OsString]) -> Result<Option<Args>, String> {
 
 /// Runs `ptperf export ARGS`.
 pub fn main(args: &[OsString]) -> ExitCode {
+    if let [only] = args {
+        if only == "--version" {
+            crate::print_version();
+            return ExitCode::SUCCESS;
+        }
+    }
     let args = match parse(args) {
         Ok(Some(a)) => a,
+        // perf's `-h`: usage on stderr, exit status 129.
         Ok(None) => {
-            print!("{USAGE}\n{}\n", input::EXIT_STATUS);
-            return ExitCode::SUCCESS;
+            eprint!("{USAGE}\n{}\n", input::EXIT_STATUS);
+            return ExitCode::from(129);
         }
         Err(e) => {
             // As perf and the other subcommands exit on bad options.

@@ -451,6 +451,12 @@ fn die_of(sig: i32) -> ExitCode {
 
 /// Runs `ptperf record` with the arguments after `record`.
 pub fn main(args: &[OsString]) -> ExitCode {
+    if let [only] = args {
+        if only == "--version" {
+            crate::print_version();
+            return ExitCode::SUCCESS;
+        }
+    }
     let o = match parse_args(args) {
         Ok(o) => o,
         Err(ArgError(msg, usage)) => {
@@ -473,10 +479,13 @@ pub fn main(args: &[OsString]) -> ExitCode {
             if ready.can_trace() {
                 Backend::Perf
             } else {
-                eprintln!(
-                    "ptperf record: {}; recording on the simulated PT CPU",
-                    ready.summary()
-                );
+                // Informational: where PT cannot work, the simulator is the normal case.
+                if !o.quiet {
+                    eprintln!(
+                        "ptperf record: {}; recording on the simulated PT CPU",
+                        ready.summary()
+                    );
+                }
                 Backend::Sim
             }
         }
