@@ -338,7 +338,7 @@ fn implicit_kind(k: K, addr_bits: u32) -> Option<OpKind> {
 /// One successful encoding.
 struct Candidate {
     code: Code,
-    bytes: Vec<u8>,
+    bytes: InsnBytes,
     branch_disp: Option<usize>,
     op_size: u32,
     mem_size: usize,
@@ -346,6 +346,79 @@ struct Candidate {
     /// Uses a sign-extended imm8: yasm prefers it over an equally long
     /// accumulator form (`66 83 D0 02` rather than `66 15 02 00`).
     imm8_sex: bool,
+}
+
+/// An encoding, held inline: an assembler tries several forms of every
+/// instruction on every pass, and a heap allocation for each would cost more
+/// than the encoding.
+#[derive(Clone, Copy)]
+struct InsnBytes {
+    buf: [u8; 16],
+    len: u8,
+}
+
+impl From<&[u8]> for InsnBytes {
+    fn from(b: &[u8]) -> Self {
+        let mut buf = [0u8; 16];
+        let len = b.len().min(buf.len());
+        buf[..len].copy_from_slice(&b[..len]);
+        InsnBytes {
+            buf,
+            len: len as u8,
+        }
+    }
+}
+
+impl std::ops::Deref for InsnBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+impl std::ops::DerefMut for InsnBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..usize::from(self.len)]
+    }
+}
+
+impl InsnBytes {
+    fn remove(&mut self, i: usize) {
+        let len = usize::from(self.len);
+        if i < len {
+            self.buf.copy_within(i + 1..len, i);
+            self.len -= 1;
+        }
+    }
+
+    fn insert(&mut self, i: usize, b: u8) {
+        let len = usize::from(self.len);
+        if i <= len && len < self.buf.len() {
+            self.buf.copy_within(i..len, i + 1);
+            self.buf[i] = b;
+            self.len += 1;
+        }
+    }
+}
+
+/// One iced encoder per mode and its output buffer, reused by every encoding
+/// of this thread.
+fn with_encoder<R>(bits: u32, f: impl FnOnce(&mut (Encoder, Vec<u8>)) -> R) -> R {
+    thread_local! {
+        static ENCODERS: std::cell::RefCell<Vec<(u32, (Encoder, Vec<u8>))>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    ENCODERS.with(|e| {
+        let mut e = e.borrow_mut();
+        let i = match e.iter().position(|(b, _)| *b == bits) {
+            Some(i) => i,
+            None => {
+                e.push((bits, (Encoder::new(bits), Vec::with_capacity(16))));
+                e.len() - 1
+            }
+        };
+        f(&mut e[i].1)
+    })
 }
 
 /// Encodes an instruction at `ctx.ip`.
@@ -641,7 +714,7 @@ fn choose(
         .or_else(|| pool.iter().max_by_key(|c| c.bytes.len()))
         .ok_or("no encoding")?;
     Ok(Encoded {
-        bytes: best.bytes.clone(),
+        bytes: best.bytes.to_vec(),
         branch_disp: best.branch_disp,
     })
 }
@@ -677,15 +750,22 @@ fn collect(
                     && ops.is_empty()
                     && matches!(k, K::al | K::ax | K::eax | K::rax | K::dx))
         };
-        let explicit: Vec<(usize, K)> = kinds
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| !implicit(k))
-            .map(|(i, k)| (i, *k))
-            .collect();
-        if explicit.len() != ops.len() {
+        // iced has at most five operands: a fixed array, no allocation per
+        // candidate form.
+        let mut explicit = [(0usize, K::None); 5];
+        let mut n = 0;
+        for (i, k) in kinds.iter().enumerate() {
+            if !implicit(k) {
+                if let Some(slot) = explicit.get_mut(n) {
+                    *slot = (i, *k);
+                }
+                n += 1;
+            }
+        }
+        if n != ops.len() || n > explicit.len() {
             continue;
         }
+        let explicit = &explicit[..n];
         // In 64-bit mode 90 is NOP, so yasm encodes `xchg eax, eax` as 87 C0.
         if code == Code::Xchg_r32_EAX
             && ctx.bits == 64
@@ -709,7 +789,7 @@ fn collect(
             match build(
                 code,
                 kinds,
-                &explicit,
+                explicit,
                 ops,
                 insn,
                 ctx,
@@ -755,7 +835,8 @@ fn build(
         ops
     };
     let info = code.op_code();
-    let mut fills: Vec<Option<Fill>> = vec![None; kinds.len()];
+    let mut fills = [None::<Fill>; 5];
+    let fills = fills.get_mut(..kinds.len()).ok_or("too many operands")?;
     let mut defines_size = false;
     let mut mem_op: Option<(&Mem, Value, bool, bool)> = None;
     for (&(slot, k), op) in explicit.iter().zip(ops) {
@@ -954,12 +1035,15 @@ fn build(
             Prefix::OpSize(_) | Prefix::AddrSize(_) => {}
         }
     }
-    let mut encoder = Encoder::new(ctx.bits);
-    match encoder.encode(&instr, ctx.ip) {
-        Ok(_) => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let mut bytes = encoder.take_buffer();
+    let mut bytes = with_encoder(ctx.bits, |encoder| {
+        let mut buf = std::mem::take(&mut encoder.1);
+        buf.clear();
+        encoder.0.set_buffer(buf);
+        let r = encoder.0.encode(&instr, ctx.ip);
+        encoder.1 = encoder.0.take_buffer();
+        r.map(|_| InsnBytes::from(encoder.1.as_slice()))
+    })
+    .map_err(|e| e.to_string())?;
     if matches!(
         info.mandatory_prefix(),
         MandatoryPrefix::None | MandatoryPrefix::PNP
