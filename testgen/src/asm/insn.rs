@@ -401,11 +401,14 @@ impl InsnBytes {
     }
 }
 
+/// An iced encoder and the buffer it writes into.
+type Reused = (Encoder, Vec<u8>);
+
 /// One iced encoder per mode and its output buffer, reused by every encoding
 /// of this thread.
-fn with_encoder<R>(bits: u32, f: impl FnOnce(&mut (Encoder, Vec<u8>)) -> R) -> R {
+fn with_encoder<R>(bits: u32, f: impl FnOnce(&mut Reused) -> R) -> R {
     thread_local! {
-        static ENCODERS: std::cell::RefCell<Vec<(u32, (Encoder, Vec<u8>))>> =
+        static ENCODERS: std::cell::RefCell<Vec<(u32, Reused)>> =
             const { std::cell::RefCell::new(Vec::new()) };
     }
     ENCODERS.with(|e| {
