@@ -93,6 +93,7 @@ pub mod intel_pt;
 pub mod ordered;
 pub mod pipe;
 pub mod reader;
+pub mod recording;
 pub mod records;
 pub mod writer;
 
@@ -107,6 +108,7 @@ pub use intel_pt::{intel_pt_attr, pmu_mappings, tracking_attr, IntelPtInfo, Inte
 pub use ordered::RoundQueue;
 pub use pipe::PipeReader;
 pub use reader::{FileHeader, MappedFile, OrderedRecords, PerfFile, Records, Section};
+pub use recording::{RecordingError, RecordingSetup, RecordingWriter};
 pub use records::{
     auxtrace_type, misc, record_type, Aux, AuxFlags, AuxOutputHwId, Auxtrace, AuxtraceError,
     AuxtraceInfo, AuxtracePrivate, BranchStack, BuildId, BuildIdRecord, Comm, CpuMap, IdIndexEntry,
