@@ -109,6 +109,8 @@
 //! * [`driver`]: the decode loop over them ([`Decoder`]), one thread or several;
 //! * [`listing`]: instructions as libipt's ptxed prints them (XED's Intel or AT&T
 //!   text), formatted once per address;
+//! * [`pevent`]: libipt's perf_event side-band files, and [`sideband`]: the image
+//!   switching between processes they drive (libipt's `pt_sb`);
 //! * [`dump`]: the ptdump tool's library half.
 //!
 //! Errors are typed ([`ErrorCode`], [`DecodeError`] with the trace offset,
@@ -130,6 +132,7 @@ pub mod parallel;
 pub mod perf;
 pub mod pevent;
 pub mod query;
+pub mod sideband;
 pub mod time;
 
 pub use config::{Config, Cpu, Errata};

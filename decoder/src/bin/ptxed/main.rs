@@ -16,7 +16,7 @@ use std::io::{self, Write};
 
 mod args;
 mod perf;
-mod sideband;
+use pt_decoder::sideband;
 
 use args::{parse_args, Parsed};
 
