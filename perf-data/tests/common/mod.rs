@@ -57,17 +57,9 @@ pub struct Traced {
 
 /// Compiles the program (non-PIE, so that addresses are those of the file).
 pub fn compile(dir: &Path) -> Traced {
-    let cc = pt_testkit::tool("cc", "gcc");
     let src = dir.join("work.c");
     std::fs::write(&src, PROGRAM).unwrap();
-    let exe = dir.join("work");
-    let st = Command::new(cc)
-        .args(["-O1", "-no-pie", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed");
+    let exe = pt_testkit::compile_c(&src, dir.join("work"), &["-O1", "-no-pie"], &[]);
     let data = std::fs::read(&exe).unwrap();
     let obj = object::File::parse(&*data).unwrap();
     let sym = |name: &str| {
