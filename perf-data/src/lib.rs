@@ -64,12 +64,14 @@
 //! # }
 //! ```
 //!
-//! For an Intel PT recording, [`intel_pt_attr`] and [`tracking_attr`] give the attrs
-//! perf uses, [`IntelPtInfo`] the AUXTRACE_INFO, [`pmu_mappings`] and [`host_features`]
-//! the features perf wants besides EVENT_DESC (which the writer adds), and
-//! [`PerfFileWriter::write_auxtrace`] streams AUX data; [`PerfFileWriter::checkpoint`]
-//! keeps the file readable by perf if the recorder dies. perf 6.1 decodes such files
-//! offline (`perf script --itrace=i1i`); the tests check it instruction by instruction.
+//! An Intel PT recording is written by the one [`RecordingWriter`] (every recorder of
+//! the workspace uses it): from the intel_pt event ([`intel_pt_attr`], and
+//! [`tracking_attr`] for the side-band) and its [`IntelPtInfo`], it writes the attrs,
+//! AUXTRACE_INFO, TIME_CONV and the features perf wants ([`pmu_mappings`],
+//! [`host_features`], EVENT_DESC, the AUXTRACE index), then the records in rounds
+//! (FINISHED_ROUND), each leaving a complete file on disk, so that a killed recorder or
+//! a full disk leaves a file perf reads. perf 6.1 decodes such files offline
+//! (`perf script --itrace=i1i`); the tests check it instruction by instruction.
 //!
 //! # Map
 //!
@@ -79,6 +81,7 @@
 //! - [`features`]: the header features ([`Feature`]).
 //! - [`reader`]: [`MappedFile`], [`PerfFile`] and its record iterators.
 //! - [`pipe`]: [`PipeReader`]. [`writer`]: [`PerfFileWriter`], [`PipeWriter`].
+//! - [`recording`]: [`RecordingWriter`], the one writer of Intel PT recordings.
 //! - [`ordered`]: perf's time ordering ([`RoundQueue`]).
 //!
 //! Bad input gives an [`Error`] naming the file offset and what is wrong; reading goes
