@@ -125,6 +125,12 @@ fn hex_digits(v: u64) -> usize {
     (((64 - v.leading_zeros()) as usize).div_ceil(4)).max(1)
 }
 
+/// The two lower-case hex digits of `b`.
+#[inline]
+pub(crate) fn hex_byte(b: u8) -> [u8; 2] {
+    HEX2[b as usize]
+}
+
 /// Write `v` as lower-case hex, zero-padded to `width` (≤ 16), at the start of `out`;
 /// returns the length.
 #[inline]

@@ -6,6 +6,7 @@
 //! no value is built or allocated per packet (hex strings and the raw bytes are
 //! formatted as they are written).
 
+use super::field::{hex_byte, hex_into};
 use super::{cfe_type_name, Line};
 use crate::error::ErrorCode;
 use pt_encoder::packet::sext48;
@@ -27,27 +28,46 @@ fn object(out: &mut Vec<u8>, f: impl FnOnce(&mut Map<'_>) -> serde_json::Result<
     out.push(b'\n');
 }
 
-/// A 64-bit value as a `0x…` string.
+/// A 64-bit value as a `0x…` string, formatted on the stack by ptdump's own hex writer
+/// (the fmt machinery would cost as much as the rest of the line).
 struct Hex(u64);
 
 impl serde::Serialize for Hex {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&format_args!("{:#x}", self.0))
+        let mut digits = [0u8; 16];
+        let n = hex_into(&mut digits, self.0, 0);
+        let mut text = [0u8; 18];
+        text[..2].copy_from_slice(b"0x");
+        text[2..2 + n].copy_from_slice(&digits[..n]);
+        // Hex digits: ASCII.
+        s.serialize_str(std::str::from_utf8(&text[..2 + n]).unwrap_or(""))
     }
 }
 
-/// Bytes as a string of two hex digits each.
+/// A packet's bytes as a string of two hex digits each.
 struct RawBytes<'b>(&'b [u8]);
-
-impl fmt::Display for RawBytes<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
 
 impl serde::Serialize for RawBytes<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        // Packets are short (a PSB is the longest at 16 bytes); a longer slice is
+        // written in pieces through fmt.
+        let mut text = [0u8; 64];
+        if self.0.len() * 2 > text.len() {
+            return s.collect_str(&format_args!("{}", HexBytes(self.0)));
+        }
+        for (pair, &b) in text.chunks_exact_mut(2).zip(self.0) {
+            pair.copy_from_slice(&hex_byte(b));
+        }
+        s.serialize_str(std::str::from_utf8(&text[..self.0.len() * 2]).unwrap_or(""))
+    }
+}
+
+/// Bytes in hex through fmt (the rare long case).
+struct HexBytes<'b>(&'b [u8]);
+
+impl fmt::Display for HexBytes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 
