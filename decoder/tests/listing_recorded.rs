@@ -285,17 +285,8 @@ fn recordings() -> &'static [Recording] {
         // The system's interpreter, not a wrapper script on PATH (pyenv's execs it).
         let python = pt_testkit::tool("/usr/bin/python3", "python3-minimal");
         let python = python.display().to_string();
-        let cc = pt_testkit::tool("cc", "gcc");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/listing.c");
-        let bin = dir.join("listing");
-        let st = Command::new(cc)
-            .args(["-O2", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .arg("-lm")
-            .status()
-            .expect("run cc");
-        assert!(st.success(), "cc failed");
+        let bin = pt_testkit::compile_c(&src, dir.join("listing"), &["-O2"], &["-lm"]);
         let words = dir.join("words.txt");
         std::fs::write(&words, word_list()).unwrap();
         let text = dir.join("text.txt");

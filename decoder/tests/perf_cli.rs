@@ -63,25 +63,24 @@ fn scratch(name: &str) -> PathBuf {
 fn write(dir: &Path) -> PathBuf {
     std::fs::write(dir.join("root/code.bin"), CODE).unwrap();
     let config = intel_pt::config::PT | intel_pt::config::BRANCH | intel_pt::config::TSC;
-    let events = vec![
-        EventDesc {
-            attr: intel_pt_attr(PMU, config, true, false),
-            ids: vec![PT_ID],
-            name: Some("intel_pt//u".into()),
-        },
-        EventDesc {
-            attr: tracking_attr(true, false, false, true),
-            ids: vec![TRACK_ID],
-            name: Some("dummy:u".into()),
-        },
-    ];
-    let path = dir.join("perf.data");
-    let mut w = PerfFileWriter::new(std::fs::File::create(&path).unwrap(), events).unwrap();
-    w.set_feature(Feature::PmuMappings(vec![(PMU, "intel_pt".into())]));
-    w.set_feature(Feature::CpuId("GenuineIntel,6,94,3".into()));
     let mut info = IntelPtInfo::new(PMU);
     info.cap_user_time_zero = 1;
     info.time_mult = 1;
+    let trace_event = EventDesc {
+        attr: intel_pt_attr(PMU, config, true, false),
+        ids: vec![PT_ID],
+        name: Some("intel_pt//u".into()),
+    };
+    let mut setup = RecordingSetup::new(trace_event, info);
+    setup.tracking = Some(EventDesc {
+        attr: tracking_attr(true, false, false, true),
+        ids: vec![TRACK_ID],
+        name: Some("dummy:u".into()),
+    });
+    let path = dir.join("perf.data");
+    let mut w = RecordingWriter::create(&path, setup).unwrap();
+    w.set_feature(Feature::PmuMappings(vec![(PMU, "intel_pt".into())]));
+    w.set_feature(Feature::CpuId("GenuineIntel,6,94,3".into()));
     let sid = |tid: u32, id: u64, time: u64| SampleId {
         pid: Some(PID),
         tid: Some(tid),
@@ -114,10 +113,6 @@ fn write(dir: &Path) -> PathBuf {
         sample_id: sid(tid, TRACK_ID, time),
     };
     let records = [
-        Record::AuxtraceInfo(AuxtraceInfo {
-            kind: auxtrace_type::INTEL_PT,
-            private: AuxtracePrivate::IntelPt(info),
-        }),
         Record::Comm(Comm {
             misc: misc::COMM_EXEC,
             pid: PID,
@@ -164,7 +159,7 @@ fn write(dir: &Path) -> PathBuf {
     ] {
         w.write_auxtrace(&rec, &[data]).unwrap();
     }
-    w.write(&Record::FinishedRound).unwrap();
+    w.finish_round().unwrap();
     w.finish().unwrap();
     path
 }

@@ -1,27 +1,29 @@
 //! Snapshot tests of ptdump's output on traces built with the encoder, for the flag sets
 //! that matter (layout columns, tracking, timing, filters, errors, JSON).
 
-use pt_decoder::config::Errata;
-use pt_decoder::dump::cli::{parse_args, Command};
-use pt_decoder::dump::dump;
 use pt_encoder::packet::IpCompression as C;
 use pt_encoder::{ModeExec, ModeTsx, Packet, PtwSize, Tnt, WakeReason};
 use pt_testkit::trace::encode as bytes;
 
-/// Run the dump as `ptdump <flags> trace` would.
+/// `ptdump <flags> trace.pt` on `trace`: its standard output (stderr must be empty).
 fn ptdump(trace: &[u8], flags: &str) -> String {
-    let mut args: Vec<String> = flags.split_whitespace().map(String::from).collect();
-    args.push("trace.pt".into());
-    let Ok(Command::Dump(a)) = parse_args(&args) else {
-        panic!("bad flags {flags}")
-    };
-    let mut config = a.config;
-    if let Some(cpu) = config.cpu {
-        config.errata = Errata::for_cpu(cpu).unwrap_or_default();
-    }
-    let mut out = Vec::new();
-    dump(trace, &config, &a.options, &mut out).unwrap();
-    String::from_utf8(out).unwrap()
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static RUN: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "ptdump-snapshots-{}",
+        RUN.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("trace.pt"), trace).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_ptdump"))
+        .args(flags.split_whitespace())
+        .arg("trace.pt")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.is_empty(), "ptdump {flags}: {err}");
+    String::from_utf8(o.stdout).unwrap()
 }
 
 fn tnt(bits: &str) -> Tnt {

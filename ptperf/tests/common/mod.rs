@@ -28,26 +28,11 @@ pub fn dir(name: &str) -> PathBuf {
 pub fn build(name: &str, src: &str, flags: &[&str]) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(src);
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("prog-{name}"));
-    let st = Command::new(pt_testkit::tool("cc", "gcc"))
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed for {name}");
-    out
+    pt_testkit::compile_c(&src, &out, flags, &[])
 }
 
 /// Flags of a program without libc.
-pub const NOLIBC: &[&str] = &[
-    "-O1",
-    "-static",
-    "-nostdlib",
-    "-fno-stack-protector",
-    "-fno-pie",
-    "-no-pie",
-];
+pub const NOLIBC: &[&str] = pt_testkit::NOLIBC;
 
 /// About a thousand instructions, no libc; argv\[1\] selects behaviour.
 pub fn tiny() -> &'static PathBuf {

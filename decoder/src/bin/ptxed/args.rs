@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use pt_decoder::config::{Config, Cpu, Errata};
-use pt_decoder::dump::cli::{os_reason, parse_u64, FileError, TraceFile};
+use pt_decoder::file::{os_reason, parse_u64, FileError, TraceFile};
 use pt_decoder::flow::FlowOptions;
 use pt_decoder::image::{Image, LoadError};
 

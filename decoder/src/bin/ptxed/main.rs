@@ -2,9 +2,9 @@
 //! image, compatible with libipt's ptxed (options and output).
 
 use pt_decoder::driver::{BlockItem, Decoder, FlowErrorKind, Granularity, Item, Resync, SkipItem};
-use pt_decoder::dump::cli::TraceFile;
 use pt_decoder::error::ErrorCode;
 use pt_decoder::event::{Event, EventKind};
+use pt_decoder::file::TraceFile;
 use pt_decoder::flow::{Block, InsnInfo};
 use pt_decoder::image::Image;
 use pt_decoder::insn;
@@ -16,7 +16,7 @@ use std::io::{self, Write};
 
 mod args;
 mod perf;
-mod sideband;
+use pt_decoder::sideband;
 
 use args::{parse_args, Parsed};
 

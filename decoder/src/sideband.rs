@@ -1,7 +1,7 @@
-//! libipt's perf_event side-band in ptxed (`--pevent:*`, `--sb:*`): the records are
-//! printed where the trace's time passes theirs (at each event the decoder reports),
-//! and the primary files' records switch the code image between processes as
-//! libipt's side-band library does: MMAP/MMAP2 map files into the process's image,
+//! libipt's side-band image switching (its `pt_sb` library, as ptxed's `--pevent:*`
+//! and `--sb:*` use it) over the side-band files of [`crate::pevent`]: the records
+//! are printed where the trace's time passes theirs (at each event the decoder
+//! reports), and the primary files' records switch the code image between processes: MMAP/MMAP2 map files into the process's image,
 //! FORK copies the parent's, COMM.EXEC starts an empty one, ITRACE_START switches at
 //! once, SWITCH/SWITCH_CPU_WIDE and exec switch at the next event in (or likely in)
 //! the kernel.
@@ -11,9 +11,9 @@
 //! depend on the trace) and keeps each version of each process's image; [`Live`]
 //! replays the plan while the trace is decoded and says which image to switch to.
 
-use pt_decoder::event::{Event, EventKind};
-use pt_decoder::image::Image;
-use pt_decoder::pevent::{PeventFile, PeventRecord, SbOptions, SbSession};
+use crate::event::{Event, EventKind};
+use crate::image::Image;
+use crate::pevent::{PeventFile, PeventRecord, SbOptions, SbSession};
 use pt_perf_data::records::misc;
 use pt_perf_data::{AuxFlags, Record};
 use std::collections::HashMap;
@@ -64,7 +64,7 @@ struct Step {
 }
 
 /// Every record applied in order: the image versions and what each record does.
-pub(super) struct Plan {
+pub struct Plan {
     images: Vec<Image>,
     /// Each context's process id.
     pids: Vec<u32>,
@@ -154,7 +154,7 @@ impl Contexts<'_> {
         if self.abi[c] == Abi::Unknown {
             self.abi[c] = elf_abi(&path);
         }
-        match pt_decoder::image::Section::from_file(path.as_ref(), offset, Some(size), vaddr) {
+        match crate::image::Section::from_file(path.as_ref(), offset, Some(size), vaddr) {
             Ok(section) => self.update(c, &mut step, |image| {
                 image.add(section);
             }),
@@ -250,7 +250,7 @@ impl Contexts<'_> {
 impl Plan {
     /// Applies every record of `files` in the session's order.
     /// Every process's image starts with `kernel` (`--pevent:kcore`).
-    pub(super) fn new(files: &[PeventFile<'_>], opts: &SbOptions, kernel: Image) -> Plan {
+    pub fn new(files: &[PeventFile<'_>], opts: &SbOptions, kernel: Image) -> Plan {
         let mut ctx = Contexts {
             opts,
             images: vec![kernel],
@@ -272,7 +272,7 @@ impl Plan {
     }
 
     /// Image version `v`.
-    pub(super) fn image(&self, v: usize) -> &Image {
+    pub fn image(&self, v: usize) -> &Image {
         &self.images[v]
     }
 }
@@ -311,7 +311,7 @@ struct FileState {
 }
 
 /// The side-band while the trace is decoded.
-pub(super) struct Live<'f, 'a, 'p> {
+pub struct Live<'f, 'a, 'p> {
     session: SbSession<'f, 'a>,
     plan: &'p Plan,
     opts: &'p SbOptions,
@@ -327,7 +327,7 @@ pub(super) struct Live<'f, 'a, 'p> {
 
 impl<'f, 'a, 'p> Live<'f, 'a, 'p> {
     /// Starts the session; the errors met reading the first records go to `out`.
-    pub(super) fn new(
+    pub fn new(
         files: &'f [PeventFile<'a>],
         plan: &'p Plan,
         opts: &'p SbOptions,
@@ -443,7 +443,7 @@ impl<'f, 'a, 'p> Live<'f, 'a, 'p> {
 
     /// The decoder reported `ev`: prints the records up to its time and applies them
     /// (libipt's `pt_sb_event`). Returns the image version to switch the decoder to.
-    pub(super) fn event(&mut self, ev: &Event, out: &mut Vec<u8>) -> Option<usize> {
+    pub fn event(&mut self, ev: &Event, out: &mut Vec<u8>) -> Option<usize> {
         let tsc = ev.time.tsc.unwrap_or(0);
         let mut image = None;
         while let Some((i, rec)) = self.session.take_indexed(tsc) {

@@ -2,12 +2,14 @@
 
 use std::io::Write;
 
+mod cli;
+
 fn main() {
     let mut argv = std::env::args();
     let prog = argv.next().unwrap_or_else(|| "ptdump".to_string());
     let args: Vec<String> = argv.collect();
     let stderr = std::io::stderr();
-    let code = pt_decoder::dump::cli::run(&prog, &args, pt_cli::stdout(), stderr.lock());
+    let code = cli::run(&prog, &args, pt_cli::stdout(), stderr.lock());
     let _ = std::io::stdout().flush();
     std::process::exit(code);
 }
