@@ -55,3 +55,19 @@ fn quiet_record_says_nothing() {
     assert_eq!(common::stderr(&o), "", "record -q printed on stderr");
     assert!(data.exists());
 }
+
+#[test]
+fn record_into_a_missing_folder_fails_as_perf() {
+    let d = common::dir("cli_habits_missing");
+    let data = d.join("no/such/folder/x.data");
+    let o = common::ptperf()
+        .args(["record", "-q", "-o"])
+        .arg(&data)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = common::stderr(&o);
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(!d.join("no").exists(), "a folder was made");
+}

@@ -491,6 +491,17 @@ pub fn main(args: &[OsString]) -> ExitCode {
         }
         b => b,
     };
+    // As perf: the output's folder must exist (no folder is made).
+    if let Some(dir) = o.output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            eprintln!(
+                "ptperf record: {}: cannot create it: folder {} does not exist",
+                o.output.display(),
+                dir.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
     if let Err(e) = backup(&o.output) {
         eprintln!("ptperf record: {e}");
         return ExitCode::FAILURE;
