@@ -127,7 +127,7 @@ pub mod insn;
 pub mod listing;
 pub mod packet;
 pub mod parallel;
-pub mod perf;
+
 pub mod pevent;
 pub mod query;
 pub mod time;

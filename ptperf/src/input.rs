@@ -2,16 +2,16 @@
 //! what the reader found wrong in it, and the closing summary of what it skipped.
 //!
 //! Every subcommand goes through here so that they all say the same thing about the
-//! same file: the session's warnings ([`pt_decoder::perf::Warning`]) when it opens,
-//! one line summing up what the damage took away ([`pt_decoder::perf::Skipped`]) at
+//! same file: the session's warnings ([`pt_perf::session::Warning`]) when it opens,
+//! one line summing up what the damage took away ([`pt_perf::session::Skipped`]) at
 //! the end, and the exit status [`EXIT_STATUS`] documents.
 
 use std::process::{ExitCode, Termination};
 
-use pt_decoder::perf::{Session, SessionOptions, Skipped};
+use pt_perf::session::{Session, SessionOptions, Skipped};
 use pt_perf_data::{MappedFile, PerfFile};
 
-use crate::synth::Synth;
+use pt_perf::synth::Synth;
 
 /// The exit status convention of the subcommands that read a perf.data, for their help.
 pub const EXIT_STATUS: &str = "\

@@ -20,7 +20,7 @@ pub fn bar(total: u64) -> Option<ProgressBar> {
 }
 
 /// Hooks `bar` to a synthesizer's progress.
-pub fn attach(synth: &mut crate::synth::Synth<'_, '_>, bar: Option<&ProgressBar>) {
+pub fn attach(synth: &mut pt_perf::synth::Synth<'_, '_>, bar: Option<&ProgressBar>) {
     if let Some(b) = bar.cloned() {
         synth.on_progress(move |done, _| b.set_position(done));
     }

@@ -500,9 +500,32 @@ fn load_within(path: &str, limit: u64) -> Result<Trace, FileError> {
     Ok(Trace::Read(v))
 }
 
+/// What dumps a perf.data for `--perf` (the arguments, the configuration and options
+/// given, stdout, stderr; returns the exit code). This crate reads no perf.data: the
+/// ptdump binary passes one over pt-perf's session.
+pub type PerfDumper = fn(
+    &str,
+    &super::perf::PerfDumpArgs,
+    &Config,
+    &DumpOptions,
+    &mut dyn Write,
+    &mut dyn Write,
+) -> i32;
+
 /// Run ptdump with `args` (without the program name); `prog` prefixes error lines.
-/// Returns the process exit code.
-pub fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, mut err: E) -> i32 {
+/// Returns the process exit code. `--perf` is refused: [`run_with_perf`] takes it.
+pub fn run<O: Write, E: Write>(prog: &str, args: &[String], out: O, err: E) -> i32 {
+    run_with_perf(prog, args, out, err, None)
+}
+
+/// [`run`], with `perf` dumping the perf.data of `--perf`.
+pub fn run_with_perf<O: Write, E: Write>(
+    prog: &str,
+    args: &[String],
+    mut out: O,
+    mut err: E,
+    perf: Option<PerfDumper>,
+) -> i32 {
     let mut args = match parse_args(args) {
         Ok(Command::Help) => {
             let _ = out.write_all(help(prog).as_bytes());
@@ -531,7 +554,18 @@ pub fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, mut err:
         }
     }
     if args.perf.file.is_some() {
-        return super::perf::run_perf(prog, &args.perf, &args.config, &args.options, out, err);
+        let Some(perf) = perf else {
+            let _ = writeln!(err, "{prog}: --perf: this build reads no perf.data.");
+            return 1;
+        };
+        return perf(
+            prog,
+            &args.perf,
+            &args.config,
+            &args.options,
+            &mut out,
+            &mut err,
+        );
     }
     let trace = match TraceFile::open(&args.trace) {
         Ok(t) => t,

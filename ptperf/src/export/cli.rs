@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pt_decoder::perf::{Session, SessionOptions, Skipped};
+use pt_perf::session::{Session, SessionOptions, Skipped};
 
 use super::feed::{default_itrace, export_session_with, FeedStats};
 use super::postgres::PostgresSink;
@@ -14,7 +14,7 @@ use super::sqlite::SqliteSink;
 use super::tables::Table;
 use super::{ExportError, ExportOptions, Exporter, Sink, Summary};
 use crate::input;
-use crate::itrace::SynthOpts;
+use pt_perf::itrace::SynthOpts;
 
 const USAGE: &str = "\
 usage: ptperf export sqlite OUT.db [branches|all] [calls] [callchains] [OPTIONS]

@@ -27,7 +27,7 @@
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use pt_decoder::perf::Session;
+use pt_perf::session::Session;
 
 use super::hist::{FxMap, Hists, SymKey};
 use pt_elf::srcline::{Answer, SrcLines};

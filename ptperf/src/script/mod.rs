@@ -1,5 +1,5 @@
 //! `ptperf script`: perf script's text for an Intel PT recording, from the
-//! samples [`crate::synth`] synthesizes, byte for byte as perf 6.1 prints them.
+//! samples [`pt_perf::synth`] synthesizes, byte for byte as perf 6.1 prints them.
 
 pub mod fields;
 mod pair_texts;
@@ -10,16 +10,16 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::SessionOptions;
+use pt_perf::session::SessionOptions;
 
-use crate::code::CodeWalker;
-use crate::decode::{PlainInsn, Step};
 use crate::input::{self, Outcome};
-use crate::itrace::SynthOpts;
-use crate::sample::Sample;
-use crate::synth::{each_branch, each_insn, Event, Flow, SampleSink, Stacks, Synth};
 use fields::Selection;
 pub use print::Printer;
+use pt_perf::code::CodeWalker;
+use pt_perf::decode::{PlainInsn, Step};
+use pt_perf::itrace::SynthOpts;
+use pt_perf::sample::Sample;
+use pt_perf::synth::{each_branch, each_insn, Event, Flow, SampleSink, Stacks, Synth};
 
 /// `ptperf script`'s command line (perf script's options for Intel PT).
 #[derive(Parser, Debug)]

@@ -6,9 +6,9 @@ use super::maps::{Mapping, MissingCode};
 use super::queues::Lost;
 use super::tasks::Context;
 use super::{full_tsc, Session};
-use crate::driver::{Counts, Decoder, DecoderBuilder, Item};
-use crate::error::ErrorCode;
-use crate::image::Image;
+use pt_decoder::driver::{Counts, Decoder, DecoderBuilder, Item};
+use pt_decoder::error::ErrorCode;
+use pt_decoder::image::Image;
 use std::collections::VecDeque;
 use std::fmt;
 
@@ -403,7 +403,7 @@ impl Iterator for QueueDecoder<'_, '_> {
 
 /// The TSC of the PSB+ at `psb`.
 fn first_tsc(trace: &[u8], psb: usize) -> Option<u64> {
-    let mut pkts = crate::packet::PacketDecoder::new(trace, &crate::Config::default());
+    let mut pkts = pt_decoder::packet::PacketDecoder::new(trace, &pt_decoder::Config::default());
     pkts.sync_set(psb as u64).ok()?;
     loop {
         match pkts.next_packet().ok()?.1 {

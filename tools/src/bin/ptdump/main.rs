@@ -2,12 +2,20 @@
 
 use std::io::Write;
 
+mod perf;
+
 fn main() {
     let mut argv = std::env::args();
     let prog = argv.next().unwrap_or_else(|| "ptdump".to_string());
     let args: Vec<String> = argv.collect();
     let stderr = std::io::stderr();
-    let code = pt_decoder::dump::cli::run(&prog, &args, pt_cli::stdout(), stderr.lock());
+    let code = pt_decoder::dump::cli::run_with_perf(
+        &prog,
+        &args,
+        pt_cli::stdout(),
+        stderr.lock(),
+        Some(perf::run_perf),
+    );
     let _ = std::io::stdout().flush();
     std::process::exit(code);
 }

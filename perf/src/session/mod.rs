@@ -3,7 +3,7 @@
 //! way perf's intel-pt.c does it.
 //!
 //! ```no_run
-//! use pt_decoder::perf::{PerfItem, Session, SessionOptions};
+//! use pt_perf::session::{PerfItem, Session, SessionOptions};
 //! use pt_decoder::{Granularity, Item};
 //! use pt_perf_data::MappedFile;
 //!
@@ -68,9 +68,9 @@
 //! the damage took away ([`Skipped`]: records, bytes after a broken record, AUX
 //! bytes per queue): the one tally every tool sums up at its end.
 
-use crate::config::{Config, Cpu, Errata};
-use crate::image::Image;
-use crate::Decoder;
+use pt_decoder::config::{Config, Cpu, Errata};
+use pt_decoder::image::Image;
+use pt_decoder::Decoder;
 use pt_perf_data::{
     feature_id, AuxFlags, ErrorKind, Feature, IntelPtInfo, PerfFile, Record, SampleType,
 };
@@ -78,14 +78,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-mod decode;
+mod libipt;
 pub mod maps;
 pub mod overlap;
 pub mod queues;
 mod skipped;
 pub mod tasks;
 
-pub use decode::{NoCode, PerfItem, QueueDecoder, TimedDecoder};
+pub use libipt::{NoCode, PerfItem, QueueDecoder, TimedDecoder};
 pub use maps::{CodeFile, Mapping, MappingKind, MissingCode};
 pub use overlap::{find_overlap, Overlap};
 pub use queues::{AuxPiece, Lost, LostKind, Part, Queue, Segment};
@@ -504,7 +504,7 @@ impl<'a> Session<'a> {
     /// The segments whose trace holds no PSB: a decoder cannot start anywhere in
     /// them, so their bytes are lost (a zeroed or overwritten trace).
     fn find_unsynced(&mut self) {
-        use crate::packet::find_psb_forward;
+        use pt_decoder::packet::find_psb_forward;
         for q in &self.queues {
             let mut lost = 0u64;
             for (i, seg) in q.segments.iter().enumerate() {
@@ -1071,7 +1071,9 @@ impl<'a> Session<'a> {
     pub fn timed_decoder<'s>(
         &'s self,
         queues: &[usize],
-        configure: impl Fn(crate::DecoderBuilder<'s>) -> crate::DecoderBuilder<'s> + Clone + 's,
+        configure: impl Fn(pt_decoder::DecoderBuilder<'s>) -> pt_decoder::DecoderBuilder<'s>
+            + Clone
+            + 's,
     ) -> TimedDecoder<'s, 'a> {
         TimedDecoder::new(
             queues
@@ -1083,7 +1085,11 @@ impl<'a> Session<'a> {
 
     /// A [`Decoder`] builder for `trace` with the session's configuration (for
     /// callers that cut the trace themselves).
-    pub fn builder<'s>(&'s self, trace: &'s [u8], image: &'s Image) -> crate::DecoderBuilder<'s> {
+    pub fn builder<'s>(
+        &'s self,
+        trace: &'s [u8],
+        image: &'s Image,
+    ) -> pt_decoder::DecoderBuilder<'s> {
         Decoder::builder(trace, image).config(&self.config)
     }
 }

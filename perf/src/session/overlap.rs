@@ -18,8 +18,8 @@
 //! real trace: the join point is moved back over them and the padding is reported, so
 //! that it can be cut off instead of being decoded in the middle of the stream.
 
-use crate::config::Config;
-use crate::packet::PacketDecoder;
+use pt_decoder::config::Config;
+use pt_decoder::packet::PacketDecoder;
 use pt_encoder::packet::PSB_SIZE;
 use pt_encoder::Packet;
 
