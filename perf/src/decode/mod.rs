@@ -805,7 +805,7 @@ impl<'a> Decoder<'a> {
         &self.state
     }
 
-    // ---- trace data -------------------------------------------------------------
+    // ---- the instruction walk ---------------------------------------------------
 
     /// perf's `intel_pt_walk_insn`.
     fn walk_insn(&mut self, code: &mut dyn Walker, insn: &mut Insn, ip: u64) -> Res<Walked> {
@@ -902,7 +902,7 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    // ---- MODE, IF, FUP events ---------------------------------------------------
+    // ---- the main loop ---------------------------------------------------------
 
     fn resample(&mut self) -> Res {
         self.pkt_state = PktState::InSync;
