@@ -28,6 +28,8 @@ impl<'a> Decoder<'a> {
         out: &mut Vec<Step>,
     ) -> usize {
         out.clear();
+        self.told_exec_mode = None;
+        self.tell_exec_mode(code);
         let every_insn = match self.period_type {
             PeriodType::Instructions if self.period == 1 => true,
             PeriodType::None => false,
@@ -77,6 +79,7 @@ impl<'a> Decoder<'a> {
                 _ => break,
             };
             if in_tnt && self.tnt.count != 0 {
+                self.tell_exec_mode(code);
                 // The conditional branches first, in one go.
                 let mut w = TntWalk {
                     ip: self.ip,
@@ -145,6 +148,7 @@ impl<'a> Decoder<'a> {
                     continue;
                 }
             }
+            self.tell_exec_mode(code);
             if !code.next_block(self.ip, &mut b) {
                 break;
             }

@@ -6,7 +6,28 @@
 use super::*;
 
 impl<'a> Decoder<'a> {
+    /// The mode of a MODE.Exec packet (perf's packet has the bits in its payload).
+    fn packet_exec_mode(&self) -> ExecMode {
+        match self.packet.payload {
+            16 => ExecMode::Bit16,
+            32 => ExecMode::Bit32,
+            _ => ExecMode::Bit64,
+        }
+    }
+
+    /// Tells the walker the mode of the code, if it does not know it yet.
+    #[inline(always)]
+    pub(super) fn tell_exec_mode<W: Walker + ?Sized>(&mut self, code: &mut W) {
+        if self.told_exec_mode != Some(self.exec_mode) {
+            code.set_exec_mode(self.exec_mode);
+            self.told_exec_mode = Some(self.exec_mode);
+        }
+    }
+
+    /// MODE.Exec in PSB+: the mode of the code at the PSB+'s FUP.
     pub(super) fn mode_exec_status(&mut self) {
+        self.exec_mode = self.packet_exec_mode();
+        self.pending_exec_mode = None;
         let iflag = self.packet.count & 4 != 0;
         self.iflag = iflag;
         self.next_iflag = iflag;
@@ -14,7 +35,9 @@ impl<'a> Decoder<'a> {
         self.state.to_iflag = iflag;
     }
 
+    /// MODE.Exec outside PSB+: the mode of the next TIP's (or TIP.PGE's) target.
     pub(super) fn mode_exec(&mut self) {
+        self.pending_exec_mode = Some(self.packet_exec_mode());
         self.next_iflag = self.packet.count & 4 != 0;
     }
 
@@ -200,6 +223,13 @@ impl<'a> Decoder<'a> {
     pub(super) fn set_last_ip(&mut self) {
         self.last_ip = calc_ip(&self.packet, self.last_ip);
         self.have_last_ip = true;
+        // A MODE.Exec binds to the TIP or TIP.PGE after it: its target runs in the
+        // new mode (the walk up to the branch, done before, in the old one).
+        if matches!(self.packet.kind, Kind::Tip | Kind::TipPge) {
+            if let Some(m) = self.pending_exec_mode.take() {
+                self.exec_mode = m;
+            }
+        }
     }
 
     pub(super) fn set_ip(&mut self) {

@@ -40,6 +40,7 @@ use timing::{lower_power_of_2, CYC_ENABLE, CYC_THRESHOLD, CYC_THRESHOLD_SHIFT};
 
 use insn::{Branch, Insn, Op, INSN_BUF};
 use packet::{Kind, Pkt};
+use pt_encoder::ExecMode;
 
 /// Sample type bits of a [`State`] (perf's `enum intel_pt_sample_type`).
 #[allow(missing_docs)]
@@ -215,6 +216,12 @@ pub trait Walker {
     fn pgd_ip(&mut self, _ip: u64) -> Option<bool> {
         None
     }
+
+    /// The code from here on runs in `mode` (MODE.Exec): walks decode it as such.
+    /// The decoder says so before the first walk of each [`Decoder::decode`] or
+    /// [`Decoder::take_run`] call and at every change; a walker of 64-bit code only
+    /// may ignore it.
+    fn set_exec_mode(&mut self, _mode: ExecMode) {}
 
     /// Walks the run of code from `ip` up to and including the branch that ends
     /// it, for [`Decoder::take_run`], describing it in `block`; `false` (and
@@ -617,6 +624,13 @@ pub struct Decoder<'a> {
     set_fup_cfe_ip: bool,
     set_fup_cfe: bool,
     set_fup_mode_exec: bool,
+    /// The execution mode of the code walked (from MODE.Exec; 64-bit until one says
+    /// otherwise).
+    exec_mode: ExecMode,
+    /// A MODE.Exec outside PSB+: the mode of the TIP's target that follows it.
+    pending_exec_mode: Option<ExecMode>,
+    /// The mode the walker of this call was told ([`Walker::set_exec_mode`]).
+    told_exec_mode: Option<ExecMode>,
     sample_cyc: bool,
     fup_tx_flags: u32,
     tx_flags: u32,
@@ -746,6 +760,9 @@ impl<'a> Decoder<'a> {
             set_fup_cfe_ip: false,
             set_fup_cfe: false,
             set_fup_mode_exec: false,
+            exec_mode: ExecMode::Bit64,
+            pending_exec_mode: None,
+            told_exec_mode: None,
             sample_cyc: false,
             fup_tx_flags: 0,
             tx_flags: 0,
@@ -814,6 +831,7 @@ impl<'a> Decoder<'a> {
         let mut cur = self.ip;
         insn.length = 0;
         insn.op = Op::Other;
+        self.tell_exec_mode(code);
         let r = code.walk(insn, &mut cur, ip, max, self.state.to_nr);
         self.ip = cur;
         let cnt = match r {
@@ -1261,6 +1279,7 @@ impl<'a> Decoder<'a> {
     /// The next state; at the end of the trace, a state whose error is
     /// [`Error::NoData`].
     pub fn decode(&mut self, code: &mut dyn Walker) -> &State {
+        self.told_exec_mode = None;
         let r = loop {
             self.state.type_ = ty::BRANCH;
             self.state.flags = 0;

@@ -73,6 +73,7 @@ impl<'a> Decoder<'a> {
         }
         let mut insn = Insn::default();
         let mut ip = self.ip;
+        self.tell_exec_mode(code);
         let Ok(cnt) = code.walk(&mut insn, &mut ip, 0, max, self.state.to_nr) else {
             return;
         };

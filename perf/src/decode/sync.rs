@@ -5,10 +5,8 @@
 
 use super::*;
 
-/// The PSB's bytes.
-pub(super) const PSB: [u8; 16] = [
-    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
-];
+/// The PSB's bytes (the encoder's, the one description of the packets).
+pub(super) use pt_encoder::packet::PSB_BYTES as PSB;
 
 /// The first PSB in `buf`.
 pub(super) fn find_psb(buf: &[u8]) -> Option<usize> {

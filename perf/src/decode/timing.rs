@@ -34,8 +34,11 @@ pub(super) fn lower_power_of_2(x: u64) -> u64 {
 
 /// A full TSC from the 7 bytes of a TSC packet and a reference TSC near it (perf's
 /// `intel_pt_8b_tsc`).
+///
+/// The one copy: the decoder's TSC packets and the session's (the time of a
+/// queue's first TSC) both go through it.
 pub fn tsc_8b(timestamp: u64, reference: u64) -> u64 {
-    let mut t = timestamp | (reference & (0xff << 56));
+    let mut t = (timestamp & ((1 << 56) - 1)) | (reference & (0xff << 56));
     if t < reference {
         if reference - t > 1 << 55 {
             t = t.wrapping_add(1 << 56);

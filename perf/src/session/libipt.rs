@@ -5,7 +5,8 @@
 use super::maps::{Mapping, MissingCode};
 use super::queues::Lost;
 use super::tasks::Context;
-use super::{full_tsc, Session};
+use super::Session;
+use crate::decode::tsc_8b;
 use pt_decoder::driver::{Counts, Decoder, DecoderBuilder, Item};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::image::Image;
@@ -223,7 +224,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
             self.reference =
                 part.map_or((0, 0, 0), |p| (p.at as u64, p.at as u64 + p.len as u64, r));
         }
-        self.session.tsc_to_time(full_tsc(tsc, r))
+        self.session.tsc_to_time(tsc_8b(tsc, r))
     }
 
     /// Switches to what runs at `time`, queueing a [`PerfItem::Context`] if the thread

@@ -337,20 +337,6 @@ fn opt(v: u32) -> Option<u32> {
     (v != u32::MAX).then_some(v)
 }
 
-/// A full TSC from a 7-byte one and a reference TSC near it (perf's `intel_pt_8b_tsc`).
-pub fn full_tsc(tsc: u64, reference: u64) -> u64 {
-    const LOW: u64 = (1 << 56) - 1;
-    const HALF: u64 = 1 << 55;
-    let t = (tsc & LOW) | (reference & !LOW);
-    if t < reference && reference - t > HALF {
-        t.wrapping_add(1 << 56)
-    } else if t > reference && t - reference > HALF {
-        t.wrapping_sub(1 << 56)
-    } else {
-        t
-    }
-}
-
 impl<'a> Session<'a> {
     /// Reads the recording: queues, side-band, configuration. Fails only when the
     /// file is not an Intel PT recording; everything else wrong is a [`Warning`].
@@ -1176,9 +1162,12 @@ mod tests {
     #[test]
     fn eight_byte_tsc() {
         let r = 0x0100_0000_0000_0010;
-        assert_eq!(full_tsc(0x20, r), 0x0100_0000_0000_0020);
+        assert_eq!(crate::decode::tsc_8b(0x20, r), 0x0100_0000_0000_0020);
         // Wrapped below the reference's upper byte.
-        assert_eq!(full_tsc(0x00ff_ffff_ffff_fff0, r), 0x00ff_ffff_ffff_fff0);
-        assert_eq!(full_tsc(0x30, 0), 0x30);
+        assert_eq!(
+            crate::decode::tsc_8b(0x00ff_ffff_ffff_fff0, r),
+            0x00ff_ffff_ffff_fff0
+        );
+        assert_eq!(crate::decode::tsc_8b(0x30, 0), 0x30);
     }
 }

@@ -20,13 +20,8 @@
 
 use pt_decoder::config::Config;
 use pt_decoder::packet::PacketDecoder;
-use pt_encoder::packet::PSB_SIZE;
+use pt_encoder::packet::{PSB_BYTES as PSB, PSB_SIZE};
 use pt_encoder::Packet;
-
-/// The PSB packet's bytes.
-const PSB: [u8; PSB_SIZE] = [
-    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
-];
 
 /// perf pads AUXTRACE data to a multiple of this.
 const ALIGN: usize = 8;
