@@ -25,7 +25,10 @@
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
 
+pub use error::Error;
+
 pub mod damage;
+mod error;
 pub mod export;
 pub mod inject;
 pub mod input;

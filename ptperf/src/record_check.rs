@@ -17,7 +17,7 @@ pub fn decode(
     s: &RecordSummary,
     top: usize,
     tty: bool,
-) -> Result<bool, String> {
+) -> Result<bool, crate::Error> {
     let t1 = Instant::now();
     let mut shown = false;
     let (checks, profile) = verify_profile(perf_data, log, &mut |n| {

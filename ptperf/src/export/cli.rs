@@ -210,7 +210,8 @@ fn run(args: &Args) -> Result<(Summary, FeedStats, Skipped), ExportError> {
     let input = &args.input;
     let name = input.to_string_lossy();
     // The messages of `input` start with the command's name, which main adds.
-    let err = |e: String| {
+    let err = |e: crate::Error| {
+        let e = e.to_string();
         ExportError::Io(
             e.strip_prefix(CMD)
                 .map_or(&*e, |s| s.trim_start_matches(": "))

@@ -123,7 +123,11 @@ fn parse_nsec(s: &str) -> Option<u64> {
 }
 
 /// Parses perf's `--time start,stop` (absolute times; either may be empty).
-pub fn parse_time(s: &str) -> Result<TimeRange, String> {
+pub fn parse_time(s: &str) -> Result<TimeRange, crate::Error> {
+    time_range(s).map_err(crate::Error::Usage)
+}
+
+fn time_range(s: &str) -> Result<TimeRange, String> {
     let bad = || format!("Invalid time string '{s}'");
     let (a, b) = s.split_once(',').ok_or_else(bad)?;
     let start = if a.trim().is_empty() {
@@ -171,7 +175,11 @@ pub struct Plan {
 
 impl Plan {
     /// The plan for `a` (perf's error line for bad options).
-    pub fn new(a: &Args) -> Result<Self, String> {
+    pub fn new(a: &Args) -> Result<Self, crate::Error> {
+        Self::checked(a).map_err(crate::Error::Usage)
+    }
+
+    fn checked(a: &Args) -> Result<Self, String> {
         let mut sel = Selection::default();
         let mut opts = SynthOpts::default();
         let mut ns = a.ns;

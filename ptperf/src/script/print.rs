@@ -574,6 +574,15 @@ impl<'s, 'a> Printer<'s, 'a> {
         perf: &PerfFile<'_>,
         plan: &Plan,
         opts: &SynthOpts,
+    ) -> Result<Self, crate::Error> {
+        Self::checked(session, perf, plan, opts).map_err(crate::Error::Usage)
+    }
+
+    fn checked(
+        session: &'s Session<'a>,
+        perf: &PerfFile<'_>,
+        plan: &Plan,
+        opts: &SynthOpts,
     ) -> Result<Self, String> {
         let pmu = session.info().pmu_type;
         let pt = perf
