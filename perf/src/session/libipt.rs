@@ -241,7 +241,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
         self.image = Some(image);
         let changed = self
             .ctx
-            .is_none_or(|c| (c.pid, c.tid) != (ctx.pid, ctx.tid));
+            .map_or(true, |c| (c.pid, c.tid) != (ctx.pid, ctx.tid));
         self.ctx = Some(ctx);
         if changed {
             self.out.push_back(PerfItem::Context(ctx));
@@ -292,7 +292,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
     /// the segment's, at its end).
     fn take_lost(&mut self, offset: Option<u64>) {
         while let Some(&(s, o, l)) = self.lost_at.front() {
-            let due = s < self.segment || (s == self.segment && offset.is_none_or(|x| o <= x));
+            let due = s < self.segment || (s == self.segment && offset.map_or(true, |x| o <= x));
             if !due {
                 break;
             }
@@ -303,7 +303,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
 
     fn take_lost_timed(&mut self, time: Option<u64>) {
         while let Some(l) = self.lost_timed.front() {
-            if time.is_some_and(|t| l.time.is_none_or(|lt| lt <= t)) {
+            if time.is_some_and(|t| l.time.map_or(true, |lt| lt <= t)) {
                 let l = *l;
                 self.lost_timed.pop_front();
                 self.out.push_back(PerfItem::Lost(l));
