@@ -8,6 +8,29 @@
 //! the lengths of its instructions, so a walk that stops early (an instruction
 //! sample every N instructions, a FUP's IP) steps through them without decoding
 //! again, and [`CodeWalker::block_insns`] hands out a block's instruction IPs.
+//! Blocks are cached per image and execution mode ([`CodeWalker::set_mode`], from
+//! the decoder's MODE.Exec): a block is keyed on (IP, mode), as pt-decoder's are.
+//!
+//! # Why this is not `pt_decoder::block_cache`
+//!
+//! Both are an arena of blocks with successor links and a small hot record per block,
+//! and both follow runs of TNT bits from block to block (here
+//! [`CodeWalker::follow_tnt`], for perf's [`crate::decode::Decoder::take_run`]; there
+//! the counting fast path of libipt's flow decoder, `flow/block/skip.rs`). They
+//! differ in what the walk is for:
+//!
+//! * what ends a block: here what perf's decoder calls a branch
+//!   ([`crate::decode::insn::classify`]: INT1, VMCALL, UIRET and ERET are none, far
+//!   branches are indirect); there libipt's `Insn::ends_block` (every change of flow,
+//!   plus MOV CR3 and VMPTRLD, to which events bind);
+//! * what a block keeps: here every instruction's bytes (perf's `insn` field, the
+//!   fast path's plain instruction steps), there only their sizes;
+//! * what a TNT run yields: here one [`Step`] per branch (each becomes a sample),
+//!   there only counts and the return stack.
+//!
+//! One cache parameterised by what ends a block (and a TNT run over it per engine)
+//! is the design issue 23 asks for; until it is measured against both fast paths,
+//! each engine keeps its own, in its own room.
 
 use pt_decoder::image::Image;
 use pt_encoder::ExecMode;
