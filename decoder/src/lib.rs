@@ -127,7 +127,6 @@ pub mod insn;
 pub mod listing;
 pub mod packet;
 pub mod parallel;
-
 pub mod pevent;
 pub mod query;
 pub mod time;
