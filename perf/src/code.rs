@@ -140,6 +140,9 @@ impl Cache {
         }
     }
 
+    // A miss: kept out of the walks that call it, so that their loops stay tight.
+    #[cold]
+    #[inline(never)]
     fn build(&mut self, image: &Image, ip: u64) -> u32 {
         let first = self.insns.len() as u32;
         let mut at = ip;
