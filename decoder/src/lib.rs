@@ -132,7 +132,6 @@ pub mod insn;
 pub mod listing;
 pub mod packet;
 pub mod parallel;
-pub mod perf;
 pub mod pevent;
 pub mod query;
 pub mod sideband;

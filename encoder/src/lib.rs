@@ -144,12 +144,7 @@ pub fn encode(p: &Packet, out: &mut [u8]) -> Result<usize, EncodeError> {
         .ok_or(EncodeError::BufferTooSmall { need: size, have })?;
     match *p {
         Packet::Pad => out[0] = opcode::PAD,
-        Packet::Psb => {
-            for pair in out.chunks_exact_mut(2) {
-                pair[0] = opcode::EXT;
-                pair[1] = ext::PSB;
-            }
-        }
+        Packet::Psb => out.copy_from_slice(&packet::PSB_BYTES),
         Packet::Psbend => ext2(out, ext::PSBEND),
         Packet::Ovf => ext2(out, ext::OVF),
         Packet::Stop => ext2(out, ext::STOP),

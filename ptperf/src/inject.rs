@@ -1,5 +1,5 @@
 //! `ptperf inject -i IN -o OUT --itrace=OPTS [--strip]`: a perf.data with the
-//! samples [`crate::synth`] synthesizes in place of the Intel PT trace, as `perf
+//! samples [`pt_perf::synth`] synthesizes in place of the Intel PT trace, as `perf
 //! inject --itrace` writes it: the synthesized events' attrs are added (perf's
 //! ids: the trace event's first id + 1000000000 on), their samples (with branch
 //! stacks for `l`, call chains for `g`) follow the side-band, and the AUX data and
@@ -16,16 +16,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::SessionOptions;
+use pt_perf::session::SessionOptions;
 use pt_perf_data::{
     attr_type, feature_id, AttrFlags, BranchStack, ErrorKind, EventAttr, EventDesc, MappedFile,
     PerfFileWriter, Record, SampleType, U64s, ATTR_SIZE,
 };
 
 use crate::input::{self, Outcome};
-use crate::itrace::{PeriodType, SynthOpts};
-use crate::sample::{Kind, Sample};
-use crate::synth::{Event, Flow, Stacks, Synth};
+use pt_perf::itrace::{PeriodType, SynthOpts};
+use pt_perf::sample::{Kind, Sample};
+use pt_perf::synth::{Event, Flow, Stacks, Synth};
 
 /// `ptperf inject`'s command line.
 #[derive(Parser, Debug)]

@@ -8,11 +8,11 @@
 //! - [`damage`]: how much of a recorded execution a decoder recovers from a
 //!   damaged trace (the damage benchmark).
 //! - [`profile`]: branch counts and the hottest functions of a decoded flow.
-//! - [`decode`]: perf's Intel PT decoder semantics (the states intel-pt-decoder.c
-//!   hands to intel-pt.c), over pt-decoder's packets and [`code`]'s walk.
-//! - [`synth`]: the samples perf's intel-pt.c synthesizes from those states
-//!   ([`sample`]), for the `--itrace` options ([`itrace`]), queues in time order
-//!   ([`auxtrace_heap`], ties broken as perf's heap breaks them).
+//!
+//! perf's semantics (the perf.data session, perf's decoder, the code walk, the
+//! `--itrace` options and the samples perf synthesizes) are the library pt-perf's;
+//! this crate is the tool over it: arguments, printing, output formats, progress.
+//!
 //! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
 //!   byte for byte as perf prints and writes them; [`symbols`] finds the names
 //!   perf gives addresses, [`srcline`] their source lines.
@@ -25,23 +25,20 @@
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
 
-pub mod auxtrace_heap;
-pub mod code;
+pub use error::Error;
+
 pub mod damage;
-pub mod decode;
+mod error;
 pub mod export;
 pub mod inject;
 pub mod input;
-pub mod itrace;
 pub mod profile;
 pub mod profile_llvm;
 pub mod progress;
 pub mod record;
 mod record_check;
 pub mod report;
-pub mod sample;
 pub mod script;
-pub mod synth;
 pub mod timeline;
 pub mod verify;
 

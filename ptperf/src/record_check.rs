@@ -16,21 +16,20 @@ pub fn decode(
     s: &RecordSummary,
     top: usize,
     tty: bool,
-) -> Result<bool, String> {
-    // Progress through pt-cli (indicatif), on a terminal only.
+) -> Result<bool, crate::Error> {
+    // A counter on the terminal (indicatif, through pt-cli), none in a pipe.
     let bar = if tty {
         pt_cli::progress::counter("ptperf record: decoding: {msg}, {elapsed}")
     } else {
         None
     };
-    let r = verify_profile(perf_data, log, &mut |n| {
+    let checked = verify_profile(perf_data, log, &mut |n| {
         if let Some(b) = &bar {
             b.set_message(format!("{:.2} M instructions", n as f64 / 1e6));
-            b.tick();
         }
     });
     pt_cli::progress::finish(bar);
-    let (checks, profile) = r?;
+    let (checks, profile) = checked?;
     if checks.is_empty() {
         eprintln!("ptperf record: nothing was traced");
         return Ok(s.traced == 0 && s.source_error.is_none());

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf::session::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::{ExecItem, ExecutionSource};

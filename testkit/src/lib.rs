@@ -13,6 +13,11 @@
 //! ([`Rng`]), trace builders ([`trace`]), the C test programs' build ([`compile_c`]),
 //! and a loopback file server for pages a browser opens ([`serve`]).
 //!
+//! With the `recordings` feature, [`recording`] makes perf.data recordings of real
+//! programs on the simulator, laid out as `perf record -e intel_pt//u` lays them out,
+//! and compares perf's decoding of them with ours (for pt-perf, ptperf and pt-tools).
+//! With `postgres`, [`pg_server`] runs a throwaway PostgreSQL server.
+//!
 //! # API structure
 //!
 //! - tools: [`tool`] (required, with the package that provides it), [`find_tool`],
@@ -46,6 +51,10 @@
 
 use std::ffi::OsStr;
 
+#[cfg(feature = "postgres")]
+pub mod pg_server;
+#[cfg(feature = "recordings")]
+pub mod recording;
 pub mod serve;
 pub mod trace;
 
@@ -91,6 +100,16 @@ pub fn workspace_root() -> PathBuf {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// cargo's scratch directory for tests (`target/tmp`, what `CARGO_TARGET_TMPDIR`
+/// names to an integration test), found from the running executable
+/// (`target/<profile>/deps/<test>` or `target/<profile>/examples/<name>`).
+pub fn target_tmp() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join("tmp")))
+        .unwrap_or_else(|| std::env::temp_dir().join("pt-testkit"))
 }
 
 /// Whether the tests run in CI (`CI=true`, as `.ci/run` and most CI services set it).

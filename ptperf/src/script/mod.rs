@@ -1,5 +1,5 @@
 //! `ptperf script`: perf script's text for an Intel PT recording, from the
-//! samples [`crate::synth`] synthesizes, byte for byte as perf 6.1 prints them.
+//! samples [`pt_perf::synth`] synthesizes, byte for byte as perf 6.1 prints them.
 
 pub mod fields;
 mod pair_texts;
@@ -10,17 +10,17 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::SessionOptions;
+use pt_perf::session::SessionOptions;
 
-use crate::code::CodeWalker;
-use crate::decode::{PlainInsn, Step};
 use crate::input::{self, Outcome};
-use crate::itrace::SynthOpts;
-use crate::sample::Sample;
-use crate::synth::{each_branch, each_insn, Event, Flow, SampleSink, Stacks, Synth};
 use fields::Selection;
 pub use print::Printer;
 pub mod xed;
+use pt_perf::code::CodeWalker;
+use pt_perf::decode::{PlainInsn, Step};
+use pt_perf::itrace::SynthOpts;
+use pt_perf::sample::Sample;
+use pt_perf::synth::{each_branch, each_insn, Event, Flow, SampleSink, Stacks, Synth};
 
 /// `ptperf script`'s command line (perf script's options for Intel PT).
 #[derive(Parser, Debug)]
@@ -127,7 +127,11 @@ fn parse_nsec(s: &str) -> Option<u64> {
 }
 
 /// Parses perf's `--time start,stop` (absolute times; either may be empty).
-pub fn parse_time(s: &str) -> Result<TimeRange, String> {
+pub fn parse_time(s: &str) -> Result<TimeRange, crate::Error> {
+    time_range(s).map_err(crate::Error::Usage)
+}
+
+fn time_range(s: &str) -> Result<TimeRange, String> {
     let bad = || format!("Invalid time string '{s}'");
     let (a, b) = s.split_once(',').ok_or_else(bad)?;
     let start = if a.trim().is_empty() {
@@ -177,7 +181,11 @@ pub struct Plan {
 
 impl Plan {
     /// The plan for `a` (perf's error line for bad options).
-    pub fn new(a: &Args) -> Result<Self, String> {
+    pub fn new(a: &Args) -> Result<Self, crate::Error> {
+        Self::checked(a).map_err(crate::Error::Usage)
+    }
+
+    fn checked(a: &Args) -> Result<Self, String> {
         let mut sel = Selection::default();
         let mut opts = SynthOpts::default();
         let mut ns = a.ns;

@@ -25,12 +25,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::Session;
+use pt_perf::session::Session;
 use pt_perf_data::MappedFile;
 
 use crate::script::{self, Plan, Printer, TimeRange};
-use crate::synth::{Event, Flow, Synth};
 use budget::{show_duration, Dropper, Spool};
+use pt_perf::synth::{Event, Flow, Synth};
 use stacks::{Builder, Cbr, Frame, Instant, Slice, Track};
 
 /// `ptperf timeline`'s command line.

@@ -5,7 +5,8 @@
 use std::io::{self, Write};
 
 use pt_decoder::config::{Config, Cpu, Errata};
-use pt_decoder::dump::perf::{run_perf, PerfDumpArgs, HELP as PERF_HELP};
+use crate::perf::run_perf;
+use pt_decoder::dump::perf::{PerfDumpArgs, HELP as PERF_HELP};
 use pt_decoder::dump::{dump_with_sideband, write_diag, DumpOptions};
 use pt_decoder::error::ErrorCode;
 use pt_decoder::file::{parse_u64, TraceFile};
@@ -253,7 +254,14 @@ pub(crate) fn run<O: Write, E: Write>(prog: &str, args: &[String], mut out: O, m
         }
     }
     if args.perf.file.is_some() {
-        return run_perf(prog, &args.perf, &args.config, &args.options, out, err);
+        return run_perf(
+            prog,
+            &args.perf,
+            &args.config,
+            &args.options,
+            &mut out,
+            &mut err,
+        );
     }
     let trace = match TraceFile::open(&args.trace) {
         Ok(t) => t,

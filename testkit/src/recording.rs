@@ -3,11 +3,10 @@
 //! thread or per CPU, timed or not, whole or as snapshots, with data lost on
 //! purpose), then decoded by perf (`perf script --itrace=i1i -F tid,ip`, the judge)
 //! and by our session.
-#![allow(dead_code)]
 
-use pt_decoder::perf::{PerfItem, Session, SessionOptions};
 use pt_decoder::{Granularity, Item};
 use pt_hal::config::TraceConfig;
+use pt_perf::session::{PerfItem, Session, SessionOptions};
 use pt_perf_data::intel_pt::config as ptc;
 use pt_perf_data::*;
 use pt_sim::exec::ptrace::{TraceOptions, Tracer};
@@ -22,15 +21,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// The intel_pt PMU's type in the recordings.
 pub const PT_PMU: u32 = 9;
+/// The sample id of the intel_pt event.
 pub const PT_ID: u64 = 1001;
+/// The sample id of the tracking (dummy) event.
 pub const TRACK_ID: u64 = 1002;
 
+/// The scratch tree of these recordings (under cargo's `target/tmp`, shared by every
+/// test binary of the workspace).
 pub fn tmp() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("perf_session")
+    crate::target_tmp().join("perf_session")
 }
 
-/// A fresh scratch directory.
 /// Runs perf or ptperf (`tool`) `cmd` with `args` on `file`: HOME in the
 /// scratch tree and, for perf, its build-id directory beside the file, so that
 /// neither reads a cache of the user's.
@@ -51,6 +54,7 @@ pub fn run_on(tool: &Path, cmd: &str, file: &Path, args: &[&str]) -> std::proces
         .unwrap()
 }
 
+/// A fresh scratch directory `name` under [`tmp`].
 pub fn scratch(name: &str) -> PathBuf {
     let d = tmp().join(name);
     let _ = std::fs::remove_dir_all(&d);
@@ -58,12 +62,14 @@ pub fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// Compiles `tests/programs/<name>.c` with `flags` (once per test binary).
+/// Compiles `<name>.c` with `flags` (once per test binary): from this crate's
+/// `programs/` (the programs the recordings of several crates share) or else the
+/// running test's crate's `tests/programs/`.
 pub fn program(name: &'static str, flags: &'static [&'static str]) -> PathBuf {
     program_as(name, name, flags)
 }
 
-/// Compiles `tests/programs/<source>.c` with `flags` into `name`.
+/// Compiles `<source>.c` (found as [`program`] finds it) with `flags` into `name`.
 pub fn program_as(name: &'static str, source: &str, flags: &'static [&'static str]) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<HashMap<&'static str, PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(Default::default);
@@ -71,10 +77,10 @@ pub fn program_as(name: &'static str, source: &str, flags: &'static [&'static st
     if let Some(p) = built.get(name) {
         return p.clone();
     }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{source}.c"));
+    let src = program_source(source);
     std::fs::create_dir_all(tmp()).unwrap();
     let out = tmp().join(name);
-    let st = Command::new(pt_testkit::tool("cc", "gcc"))
+    let st = Command::new(crate::tool("cc", "gcc"))
         .args(flags)
         .arg("-o")
         .arg(&out)
@@ -84,6 +90,18 @@ pub fn program_as(name: &'static str, source: &str, flags: &'static [&'static st
     assert!(st.success(), "cc failed for {name}");
     built.insert(name, out.clone());
     out
+}
+
+/// Where `<source>.c` is: this crate's `programs/`, else the `tests/programs/` of the
+/// crate whose test runs (cargo sets `CARGO_MANIFEST_DIR` when it runs a test or bench).
+fn program_source(source: &str) -> PathBuf {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("programs/{source}.c"));
+    if shared.exists() {
+        return shared;
+    }
+    let caller = std::env::var_os("CARGO_MANIFEST_DIR")
+        .expect("CARGO_MANIFEST_DIR (run the test through cargo) to find the test's programs");
+    Path::new(&caller).join(format!("tests/programs/{source}.c"))
 }
 
 /// Flags of a program without libc.
@@ -224,10 +242,12 @@ pub struct PerfSink {
     /// Per CPU: the thread on it.
     on_cpu: Option<ThreadId>,
     last_tsc: u64,
+    /// The threads recorded, in the order they started.
     pub threads: Vec<ThreadId>,
 }
 
 impl PerfSink {
+    /// An empty sink that lays its recording out as `layout` says.
     pub fn new(layout: Layout) -> Self {
         PerfSink {
             layout,
@@ -264,7 +284,7 @@ impl PerfSink {
 
 /// The TSC of the first PSB+ in `bytes`.
 fn first_tsc(bytes: &[u8]) -> Option<u64> {
-    let psb = pt_decoder::perf::overlap::find_overlap(&[], bytes, false).start;
+    let psb = pt_perf::session::overlap::find_overlap(&[], bytes, false).start;
     let mut p = pt_decoder::PacketDecoder::new(bytes, &pt_decoder::Config::default());
     p.sync_set(psb as u64).ok()?;
     loop {
@@ -720,7 +740,7 @@ pub type Flows = BTreeMap<u32, Vec<u64>>;
 /// What `perf script --itrace=i1i -F tid,ip` prints, by thread (`buildid_dir`: for
 /// perf's build-id cache).
 pub fn perf_flows(file: &Path, buildid_dir: Option<&Path>) -> Flows {
-    let perf = pt_testkit::tool("perf", "linux-perf");
+    let perf = crate::tool("perf", "linux-perf");
     let mut cmd = Command::new(perf);
     // The build-id cache beside the file (where the tests keep the vdso), unless
     // another is given.

@@ -4,10 +4,8 @@
 //! addresses must be the same.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-mod perf_support;
-
-use perf_support::*;
-use pt_decoder::perf::SessionOptions;
+use pt_perf::session::SessionOptions;
+use pt_testkit::recording::*;
 
 fn parent() -> std::path::PathBuf {
     program("perf_parent", NOLIBC)
@@ -287,7 +285,7 @@ fn cut_off_auxtrace() {
 #[ignore]
 fn show() {
     let name = std::env::var("SHOW").unwrap_or("threads".into());
-    let file = perf_support::tmp().join(&name).join("perf.data");
+    let file = tmp().join(&name).join("perf.data");
     let (flows, notes) = our_flows(&file, SessionOptions::for_file(&file));
     for (t, f) in &flows {
         eprintln!(

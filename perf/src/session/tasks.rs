@@ -100,7 +100,7 @@ impl Tasks {
     /// The live thread `tid`, created if unknown.
     fn live(&mut self, tid: u32) -> &mut Thread {
         let v = self.threads.entry(tid).or_default();
-        if v.last().is_none_or(|t| t.exit.is_some()) {
+        if v.last().map_or(true, |t| t.exit.is_some()) {
             v.push(Thread::new(tid));
         }
         let n = v.len() - 1;

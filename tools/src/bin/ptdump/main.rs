@@ -3,6 +3,7 @@
 use std::io::Write;
 
 mod cli;
+mod perf;
 
 fn main() {
     let mut argv = std::env::args();

@@ -225,3 +225,56 @@ fn tsx_begin_and_abort() {
         ]
     );
 }
+
+/// MODE.Exec tells the walker the mode of the code: in PSB+ at once, outside it at
+/// the TIP that follows (the walk to the branch is in the old mode).
+#[test]
+fn mode_exec_sets_the_walkers_mode() {
+    // 1000: dec eax (32-bit) / REX (64-bit) ... ; 1005: jnz 1000 ; 1007: jmp eax
+    let mut im = pt_decoder::image::Image::new();
+    im.add_bytes(
+        0x1000,
+        vec![0x48, 0x83, 0xc0, 0x01, 0x90, 0x75, 0xf9, 0xff, 0xe0],
+        "t",
+    )
+    .unwrap();
+    let mode = |m| Packet::ModeExec(ModeExec::from_mode(m));
+    let data = trace::encode(&[
+        Packet::Psb,
+        mode(pt_encoder::ExecMode::Bit32),
+        fup(0x1000),
+        Packet::Psbend,
+        trace::tnt_str("!."),
+        mode(pt_encoder::ExecMode::Bit64),
+        tip(0x1000),
+        trace::tnt_str("."),
+    ]);
+    let p = Params {
+        period_type: PeriodType::Instructions,
+        period: 1,
+        ..params()
+    };
+    let mut d = Decoder::new(p, one_buffer(&data));
+    let mut cache = crate::code::CodeWalker::new();
+    let mut insns = Vec::new();
+    loop {
+        let mut w = crate::code::ImageWalker::new(&mut cache, &im);
+        let s = *d.decode(&mut w);
+        if s.err == Some(Error::NoData) {
+            break;
+        }
+        assert_eq!(s.err, None);
+        if s.type_ & ty::INSTRUCTION != 0 {
+            insns.push(s.from_ip);
+        }
+    }
+    // 32-bit: dec, add, nop, jnz (taken), the same again, jnz (not taken), jmp eax;
+    // then 64-bit from the TIP's target on: add, nop, jnz (0x1001 is an
+    // instruction in 32-bit code only, 0x1004 right after 0x1000 in 64-bit only).
+    let in32 = [0x1000, 0x1001, 0x1004, 0x1005];
+    let mut want: Vec<u64> = in32.iter().chain(&in32).copied().collect();
+    want.push(0x1007);
+    want.extend([0x1000, 0x1004, 0x1005]);
+    assert_eq!(insns, want);
+    assert_eq!(cache.mode(), pt_encoder::ExecMode::Bit64);
+}

@@ -24,9 +24,10 @@ pub struct PgServer {
 }
 
 impl PgServer {
+    /// Initializes a database cluster and starts its server (panics when it cannot).
     pub fn start() -> PgServer {
         // Not there: fail, never skip (.ci/run installs postgresql).
-        let bin = pt_testkit::postgres_bin();
+        let bin = crate::postgres_bin();
         let dir = tempfile::Builder::new()
             .prefix("pt-export-pg")
             .tempdir_in("/tmp")
@@ -98,6 +99,7 @@ impl PgServer {
         )
     }
 
+    /// A client connected to database `db` as `postgres`.
     pub fn client(&self, db: &str) -> postgres::Client {
         postgres::Client::connect(&self.conninfo(db), postgres::NoTls).unwrap()
     }

@@ -3,7 +3,7 @@
 //! way perf's intel-pt.c does it.
 //!
 //! ```no_run
-//! use pt_decoder::perf::{PerfItem, Session, SessionOptions};
+//! use pt_perf::session::{PerfItem, Session, SessionOptions};
 //! use pt_decoder::{Granularity, Item};
 //! use pt_perf_data::MappedFile;
 //!
@@ -68,9 +68,9 @@
 //! the damage took away ([`Skipped`]: records, bytes after a broken record, AUX
 //! bytes per queue): the one tally every tool sums up at its end.
 
-use crate::config::{Config, Cpu, Errata};
-use crate::image::Image;
-use crate::Decoder;
+use pt_decoder::config::{Config, Cpu, Errata};
+use pt_decoder::image::Image;
+use pt_decoder::Decoder;
 use pt_perf_data::{
     feature_id, AuxFlags, ErrorKind, Feature, IntelPtInfo, PerfFile, Record, SampleType,
 };
@@ -78,14 +78,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-mod decode;
+mod libipt;
 pub mod maps;
 pub mod overlap;
 pub mod queues;
 mod skipped;
 pub mod tasks;
 
-pub use decode::{NoCode, PerfItem, QueueDecoder, TimedDecoder};
+pub use libipt::{NoCode, PerfItem, QueueDecoder, TimedDecoder};
 pub use maps::{CodeFile, Mapping, MappingKind, MissingCode};
 pub use overlap::{find_overlap, Overlap};
 pub use queues::{AuxPiece, Lost, LostKind, Part, Queue, Segment};
@@ -337,20 +337,6 @@ fn opt(v: u32) -> Option<u32> {
     (v != u32::MAX).then_some(v)
 }
 
-/// A full TSC from a 7-byte one and a reference TSC near it (perf's `intel_pt_8b_tsc`).
-pub fn full_tsc(tsc: u64, reference: u64) -> u64 {
-    const LOW: u64 = (1 << 56) - 1;
-    const HALF: u64 = 1 << 55;
-    let t = (tsc & LOW) | (reference & !LOW);
-    if t < reference && reference - t > HALF {
-        t.wrapping_add(1 << 56)
-    } else if t > reference && t - reference > HALF {
-        t.wrapping_sub(1 << 56)
-    } else {
-        t
-    }
-}
-
 impl<'a> Session<'a> {
     /// Reads the recording: queues, side-band, configuration. Fails only when the
     /// file is not an Intel PT recording; everything else wrong is a [`Warning`].
@@ -504,7 +490,7 @@ impl<'a> Session<'a> {
     /// The segments whose trace holds no PSB: a decoder cannot start anywhere in
     /// them, so their bytes are lost (a zeroed or overwritten trace).
     fn find_unsynced(&mut self) {
-        use crate::packet::find_psb_forward;
+        use pt_decoder::packet::find_psb_forward;
         for q in &self.queues {
             let mut lost = 0u64;
             for (i, seg) in q.segments.iter().enumerate() {
@@ -1071,7 +1057,9 @@ impl<'a> Session<'a> {
     pub fn timed_decoder<'s>(
         &'s self,
         queues: &[usize],
-        configure: impl Fn(crate::DecoderBuilder<'s>) -> crate::DecoderBuilder<'s> + Clone + 's,
+        configure: impl Fn(pt_decoder::DecoderBuilder<'s>) -> pt_decoder::DecoderBuilder<'s>
+            + Clone
+            + 's,
     ) -> TimedDecoder<'s, 'a> {
         TimedDecoder::new(
             queues
@@ -1083,7 +1071,11 @@ impl<'a> Session<'a> {
 
     /// A [`Decoder`] builder for `trace` with the session's configuration (for
     /// callers that cut the trace themselves).
-    pub fn builder<'s>(&'s self, trace: &'s [u8], image: &'s Image) -> crate::DecoderBuilder<'s> {
+    pub fn builder<'s>(
+        &'s self,
+        trace: &'s [u8],
+        image: &'s Image,
+    ) -> pt_decoder::DecoderBuilder<'s> {
         Decoder::builder(trace, image).config(&self.config)
     }
 }
@@ -1170,9 +1162,12 @@ mod tests {
     #[test]
     fn eight_byte_tsc() {
         let r = 0x0100_0000_0000_0010;
-        assert_eq!(full_tsc(0x20, r), 0x0100_0000_0000_0020);
+        assert_eq!(crate::decode::tsc_8b(0x20, r), 0x0100_0000_0000_0020);
         // Wrapped below the reference's upper byte.
-        assert_eq!(full_tsc(0x00ff_ffff_ffff_fff0, r), 0x00ff_ffff_ffff_fff0);
-        assert_eq!(full_tsc(0x30, 0), 0x30);
+        assert_eq!(
+            crate::decode::tsc_8b(0x00ff_ffff_ffff_fff0, r),
+            0x00ff_ffff_ffff_fff0
+        );
+        assert_eq!(crate::decode::tsc_8b(0x30, 0), 0x30);
     }
 }

@@ -5,10 +5,11 @@
 use super::maps::{Mapping, MissingCode};
 use super::queues::Lost;
 use super::tasks::Context;
-use super::{full_tsc, Session};
-use crate::driver::{Counts, Decoder, DecoderBuilder, Item};
-use crate::error::ErrorCode;
-use crate::image::Image;
+use super::Session;
+use crate::decode::tsc_8b;
+use pt_decoder::driver::{Counts, Decoder, DecoderBuilder, Item};
+use pt_decoder::error::ErrorCode;
+use pt_decoder::image::Image;
 use std::collections::VecDeque;
 use std::fmt;
 
@@ -223,7 +224,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
             self.reference =
                 part.map_or((0, 0, 0), |p| (p.at as u64, p.at as u64 + p.len as u64, r));
         }
-        self.session.tsc_to_time(full_tsc(tsc, r))
+        self.session.tsc_to_time(tsc_8b(tsc, r))
     }
 
     /// Switches to what runs at `time`, queueing a [`PerfItem::Context`] if the thread
@@ -240,7 +241,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
         self.image = Some(image);
         let changed = self
             .ctx
-            .is_none_or(|c| (c.pid, c.tid) != (ctx.pid, ctx.tid));
+            .map_or(true, |c| (c.pid, c.tid) != (ctx.pid, ctx.tid));
         self.ctx = Some(ctx);
         if changed {
             self.out.push_back(PerfItem::Context(ctx));
@@ -291,7 +292,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
     /// the segment's, at its end).
     fn take_lost(&mut self, offset: Option<u64>) {
         while let Some(&(s, o, l)) = self.lost_at.front() {
-            let due = s < self.segment || (s == self.segment && offset.is_none_or(|x| o <= x));
+            let due = s < self.segment || (s == self.segment && offset.map_or(true, |x| o <= x));
             if !due {
                 break;
             }
@@ -302,7 +303,7 @@ impl<'s, 'a> QueueDecoder<'s, 'a> {
 
     fn take_lost_timed(&mut self, time: Option<u64>) {
         while let Some(l) = self.lost_timed.front() {
-            if time.is_some_and(|t| l.time.is_none_or(|lt| lt <= t)) {
+            if time.is_some_and(|t| l.time.map_or(true, |lt| lt <= t)) {
                 let l = *l;
                 self.lost_timed.pop_front();
                 self.out.push_back(PerfItem::Lost(l));
@@ -403,7 +404,7 @@ impl Iterator for QueueDecoder<'_, '_> {
 
 /// The TSC of the PSB+ at `psb`.
 fn first_tsc(trace: &[u8], psb: usize) -> Option<u64> {
-    let mut pkts = crate::packet::PacketDecoder::new(trace, &crate::Config::default());
+    let mut pkts = pt_decoder::packet::PacketDecoder::new(trace, &pt_decoder::Config::default());
     pkts.sync_set(psb as u64).ok()?;
     loop {
         match pkts.next_packet().ok()?.1 {

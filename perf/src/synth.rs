@@ -13,9 +13,9 @@
 //! every sample one by one.
 //!
 //! ```no_run
-//! use pt_decoder::perf::{Session, SessionOptions};
-//! use ptperf::itrace::SynthOpts;
-//! use ptperf::synth::{Event, Synth};
+//! use pt_perf::session::{Session, SessionOptions};
+//! use pt_perf::itrace::SynthOpts;
+//! use pt_perf::synth::{Event, Synth};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let file = pt_perf_data::MappedFile::open("perf.data")?;
@@ -35,8 +35,8 @@
 
 use std::ops::ControlFlow;
 
+use crate::session::Session;
 use pt_decoder::image::Image;
-use pt_decoder::perf::Session;
 
 use crate::auxtrace_heap::AuxtraceHeap;
 use crate::code::{CodeWalker, ImageWalker};
@@ -481,7 +481,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         let kernel_start = session
             .mappings()
             .iter()
-            .filter(|m| m.kind == pt_decoder::perf::MappingKind::Kernel)
+            .filter(|m| m.kind == crate::session::MappingKind::Kernel)
             .map(|m| m.start)
             .min()
             .unwrap_or(1 << 63);
@@ -825,7 +825,7 @@ impl<'s, 'a> Synth<'s, 'a> {
         let mut v = Vec::new();
         for (qi, q) in self.queues.iter().enumerate() {
             for l in &self.session.queues()[q.idx].lost {
-                if l.kind == pt_decoder::perf::LostKind::Truncated {
+                if l.kind == crate::session::LostKind::Truncated {
                     v.push((l.record_offset, qi, l.time));
                 }
             }

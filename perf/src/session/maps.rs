@@ -14,7 +14,7 @@
 //! was kept) is a hole in the image: the decoder reports `NoMap` there, and
 //! [`MissingCode`] says why.
 
-use crate::image::{Image, Section};
+use pt_decoder::image::{Image, Section};
 use pt_elf::{BuildIdCache, EntryKind};
 use pt_perf_data::BuildId;
 use std::collections::HashMap;

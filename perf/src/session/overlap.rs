@@ -18,15 +18,10 @@
 //! real trace: the join point is moved back over them and the padding is reported, so
 //! that it can be cut off instead of being decoded in the middle of the stream.
 
-use crate::config::Config;
-use crate::packet::PacketDecoder;
-use pt_encoder::packet::PSB_SIZE;
+use pt_decoder::config::Config;
+use pt_decoder::packet::PacketDecoder;
+use pt_encoder::packet::{PSB_BYTES as PSB, PSB_SIZE};
 use pt_encoder::Packet;
-
-/// The PSB packet's bytes.
-const PSB: [u8; PSB_SIZE] = [
-    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
-];
 
 /// perf pads AUXTRACE data to a multiple of this.
 const ALIGN: usize = 8;

@@ -8,6 +8,29 @@
 //! the lengths of its instructions, so a walk that stops early (an instruction
 //! sample every N instructions, a FUP's IP) steps through them without decoding
 //! again, and [`CodeWalker::block_insns`] hands out a block's instruction IPs.
+//! Blocks are cached per image and execution mode ([`CodeWalker::set_mode`], from
+//! the decoder's MODE.Exec): a block is keyed on (IP, mode), as pt-decoder's are.
+//!
+//! # Why this is not `pt_decoder::block_cache`
+//!
+//! Both are an arena of blocks with successor links and a small hot record per block,
+//! and both follow runs of TNT bits from block to block (here
+//! [`CodeWalker::follow_tnt`], for perf's [`crate::decode::Decoder::take_run`]; there
+//! the counting fast path of libipt's flow decoder, `flow/block/skip.rs`). They
+//! differ in what the walk is for:
+//!
+//! * what ends a block: here what perf's decoder calls a branch
+//!   ([`crate::decode::insn::classify`]: INT1, VMCALL, UIRET and ERET are none, far
+//!   branches are indirect); there libipt's `Insn::ends_block` (every change of flow,
+//!   plus MOV CR3 and VMPTRLD, to which events bind);
+//! * what a block keeps: here every instruction's bytes (perf's `insn` field, the
+//!   fast path's plain instruction steps), there only their sizes;
+//! * what a TNT run yields: here one [`Step`] per branch (each becomes a sample),
+//!   there only counts and the return stack.
+//!
+//! One cache parameterised by what ends a block (and a TNT run over it per engine)
+//! is the design issue 23 asks for; until it is measured against both fast paths,
+//! each engine keeps its own, in its own room.
 
 use pt_decoder::image::Image;
 use pt_encoder::ExecMode;
@@ -80,9 +103,14 @@ struct Hot {
     op: Op,
 }
 
-/// The blocks of one image.
-#[derive(Default)]
+/// What a cache is for: an image (its stamp) and the execution mode its code is
+/// decoded in. A block is thus keyed on (IP, mode) within its image.
+type Key = (u64, ExecMode);
+
+/// The blocks of one image in one execution mode.
 struct Cache {
+    /// The mode its instructions are decoded in.
+    mode: ExecMode,
     blocks: Vec<Block>,
     /// Per block, the last two blocks the walk went on to from it (IP, block),
     /// so that following a branch seldom needs the hash map.
@@ -101,6 +129,20 @@ const NO_BLOCK: u32 = u32::MAX;
 const MAX_BLOCK: u32 = 4096;
 
 impl Cache {
+    fn new(mode: ExecMode) -> Self {
+        Cache {
+            mode,
+            blocks: Vec::new(),
+            succ: Vec::new(),
+            hot: Vec::new(),
+            index: IpMap::default(),
+            insns: Vec::new(),
+        }
+    }
+
+    // A miss: kept out of the walks that call it, so that their loops stay tight.
+    #[cold]
+    #[inline(never)]
     fn build(&mut self, image: &Image, ip: u64) -> u32 {
         let first = self.insns.len() as u32;
         let mut at = ip;
@@ -124,7 +166,7 @@ impl Cache {
                 }
                 None => image.read(at, &mut bytes).unwrap_or(0),
             };
-            let Ok(pi) = pt_decoder::insn::decode(&bytes[..got], at, ExecMode::Bit64) else {
+            let Ok(pi) = pt_decoder::insn::decode(&bytes[..got], at, self.mode) else {
                 break End::Bad;
             };
             let insn = Insn::from_pt(&pi, &bytes[..got]);
@@ -211,8 +253,8 @@ impl Cache {
 /// instruction of an instruction-by-instruction walk) starts there.
 #[derive(Clone, Copy, Debug)]
 struct Cursor {
-    /// The image's stamp.
-    stamp: u64,
+    /// The cache's key (image stamp, mode).
+    key: Key,
     block: u32,
     /// Index of the next instruction in the block.
     index: u32,
@@ -220,14 +262,16 @@ struct Cursor {
     ip: u64,
 }
 
-/// perf's instruction walk over one process's code, with a block cache per image.
-#[derive(Default)]
+/// perf's instruction walk over one process's code, with a block cache per image
+/// and execution mode.
 pub struct CodeWalker {
-    /// Caches by image stamp (few images: a short list, the last one used first).
-    caches: Vec<(u64, Cache)>,
+    /// Caches by image stamp and mode (few: a short list, the last one used first).
+    caches: Vec<(Key, Cache)>,
     last: usize,
-    /// The stamp of `caches[last]` (0: none yet).
-    last_stamp: u64,
+    /// The key of `caches[last]` (stamp 0: none yet).
+    last_key: Key,
+    /// The mode the code is decoded in from now on ([`CodeWalker::set_mode`]).
+    mode: ExecMode,
     cursor: Option<Cursor>,
     /// The block the last walk ended in (cache index, block): where the next
     /// walk most likely comes from.
@@ -236,31 +280,58 @@ pub struct CodeWalker {
     pub walked: u64,
 }
 
+impl Default for CodeWalker {
+    fn default() -> Self {
+        CodeWalker {
+            caches: Vec::new(),
+            last: 0,
+            last_key: (0, ExecMode::Bit64),
+            mode: ExecMode::Bit64,
+            cursor: None,
+            prev: (0, 0),
+            walked: 0,
+        }
+    }
+}
+
 impl CodeWalker {
-    /// A walker with empty caches.
+    /// A walker with empty caches, decoding 64-bit code until told otherwise.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Decodes the code walked from now on in `mode` (the decoder's MODE.Exec):
+    /// blocks are cached per mode, so the same bytes walked in two modes are two
+    /// blocks.
+    pub fn set_mode(&mut self, mode: ExecMode) {
+        self.mode = mode;
+    }
+
+    /// The mode code is decoded in.
+    pub fn mode(&self) -> ExecMode {
+        self.mode
+    }
+
     #[inline]
     fn cache_index(&mut self, stamp: u64) -> usize {
-        if stamp == self.last_stamp && self.last < self.caches.len() {
+        let key = (stamp, self.mode);
+        if key == self.last_key && self.last < self.caches.len() {
             return self.last;
         }
-        self.find_cache(stamp)
+        self.find_cache(key)
     }
 
     #[cold]
-    fn find_cache(&mut self, stamp: u64) -> usize {
-        let i = match self.caches.iter().position(|c| c.0 == stamp) {
+    fn find_cache(&mut self, key: Key) -> usize {
+        let i = match self.caches.iter().position(|c| c.0 == key) {
             Some(i) => i,
             None => {
-                self.caches.push((stamp, Cache::default()));
+                self.caches.push((key, Cache::new(key.1)));
                 self.caches.len() - 1
             }
         };
         self.last = i;
-        self.last_stamp = stamp;
+        self.last_key = key;
         i
     }
 
@@ -299,12 +370,13 @@ impl CodeWalker {
             return Ok(0);
         }
         let stamp = image.stamp();
+        let key = (stamp, self.mode);
         let mut cnt = 0u64;
         loop {
             // Start in the block the last walk stopped in, or at a block of its own.
             let ci = self.cache_index(stamp);
             let (bid, mut index) = match self.cursor {
-                Some(c) if c.stamp == stamp && c.ip == *ip => (c.block, c.index),
+                Some(c) if c.key == key && c.ip == *ip => (c.block, c.index),
                 _ => {
                     let c = &mut self.caches[ci].1;
                     let id = if self.prev.0 == ci {
@@ -359,7 +431,7 @@ impl CodeWalker {
                         }
                     };
                     self.cursor = Some(Cursor {
-                        stamp,
+                        key,
                         block: bid,
                         index: index + 1,
                         ip: at.wrapping_add(u64::from(pi.len)),
@@ -374,7 +446,7 @@ impl CodeWalker {
                     insn.op = Default::default();
                     if index < b.ninsn {
                         self.cursor = Some(Cursor {
-                            stamp,
+                            key,
                             block: bid,
                             index,
                             ip: at,
@@ -397,10 +469,10 @@ impl CodeWalker {
     /// stopped in, if it stopped there).
     #[inline(always)]
     pub fn next_block(&mut self, image: &Image, ci: usize, ip: u64, rb: &mut RunBlock) -> bool {
-        let stamp = self.caches[ci].0;
+        let key = self.caches[ci].0;
         let c = &mut self.caches[ci].1;
         let (bid, index) = match self.cursor {
-            Some(k) if k.stamp == stamp && k.ip == ip => (k.block, k.index),
+            Some(k) if k.key == key && k.ip == ip => (k.block, k.index),
             _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, ip), 0),
             _ => (c.lookup(image, ip), 0),
         };
@@ -446,10 +518,10 @@ impl CodeWalker {
         out: &mut Vec<Step>,
     ) {
         use crate::decode::ty::{BRANCH, INSTRUCTION};
-        let stamp = self.caches[ci].0;
+        let key = self.caches[ci].0;
         let c = &mut self.caches[ci].1;
         let (mut bid, index) = match self.cursor {
-            Some(k) if k.stamp == stamp && k.ip == w.ip => (k.block, k.index),
+            Some(k) if k.key == key && k.ip == w.ip => (k.block, k.index),
             _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, w.ip), 0),
             _ => (c.lookup(image, w.ip), 0),
         };
@@ -596,9 +668,9 @@ impl CodeWalker {
         let ([bid, index], [ci, first]) = (rb.handle, rb.plain_at);
         let count = count.min(rb.ninsn);
         self.walked -= u64::from(rb.ninsn - count);
-        let (stamp, c) = &self.caches[ci as usize];
+        let (key, c) = &self.caches[ci as usize];
         self.cursor = c.insns.get((first + count) as usize).map(|next| Cursor {
-            stamp: *stamp,
+            key: *key,
             block: bid,
             index: index + count,
             ip: next.ip,
@@ -661,6 +733,14 @@ impl Walker for ImageWalker<'_, '_> {
         self.walker.walk(self.image, insn, ip, to_ip, max_insn_cnt)
     }
 
+    #[inline]
+    fn set_exec_mode(&mut self, mode: ExecMode) {
+        if mode != self.walker.mode {
+            self.walker.set_mode(mode);
+            self.cache = None;
+        }
+    }
+
     #[inline(always)]
     fn next_block(&mut self, ip: u64, block: &mut RunBlock) -> bool {
         let ci = self.cache();
@@ -709,6 +789,29 @@ mod tests {
         let mut ip = 0x1000;
         let n = w.walk(&im, &mut insn, &mut ip, 0, 0).unwrap();
         assert_eq!((n, ip, insn.op, insn.rel), (3, 0x1005, Op::Jcc, -7));
+    }
+
+    /// The same bytes in 32-bit code: 0x48 is `dec eax` there, not a REX prefix;
+    /// the walker caches the two modes' blocks apart.
+    #[test]
+    fn blocks_are_keyed_on_the_execution_mode() {
+        let im = image();
+        let mut w = CodeWalker::new();
+        let mut insn = Insn::default();
+        let mut ip = 0x1000;
+        assert_eq!(w.walk(&im, &mut insn, &mut ip, 0, 0), Ok(3));
+        w.set_mode(ExecMode::Bit32);
+        let mut ip = 0x1000;
+        assert_eq!(w.walk(&im, &mut insn, &mut ip, 0, 0), Ok(4));
+        assert_eq!((ip, insn.op), (0x1005, Op::Jcc));
+        let b32 = w.block(&im, 0x1000);
+        w.set_mode(ExecMode::Bit64);
+        let b64 = w.block(&im, 0x1000);
+        assert_eq!((b32.ninsn, b64.ninsn), (4, 3));
+        let mut ips = Vec::new();
+        w.set_mode(ExecMode::Bit32);
+        w.block_insns(&im, &b32, &mut ips);
+        assert_eq!(ips, [0x1000, 0x1001, 0x1004, 0x1005]);
     }
 
     #[test]

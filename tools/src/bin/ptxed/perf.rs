@@ -1,5 +1,5 @@
 //! `ptxed --perf FILE`: the instructions of a `perf record -e intel_pt//` recording,
-//! queue by queue (pt_decoder::perf), printed as ptxed prints a raw trace.
+//! queue by queue (pt_perf::session), printed as ptxed prints a raw trace.
 //!
 //! Each queue starts with a header line naming its CPU or thread; `[context: …]`
 //! says which thread runs from there on, `[lost: …]` where trace data is missing,
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use pt_decoder::driver::{Granularity, Item, Resync};
 use pt_decoder::error::ErrorCode;
-use pt_decoder::perf::{PerfItem, Session, SessionOptions};
+use pt_perf::session::{PerfItem, Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 use super::args::Setup;
@@ -227,7 +227,7 @@ pub(super) fn run<W: Write>(prog: &str, setup: &Setup, perf: &PerfArgs, out: W) 
         let mut shown = true;
         let mut time = 0u64;
         while let Some(item) = dec.next() {
-            let fo = |dec: &pt_decoder::perf::QueueDecoder<'_, '_>, o: u64| {
+            let fo = |dec: &pt_perf::session::QueueDecoder<'_, '_>, o: u64| {
                 dec.file_offset(o).unwrap_or(o)
             };
             match item {
