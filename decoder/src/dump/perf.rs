@@ -1,6 +1,6 @@
 //! `ptdump --perf FILE`: its options. The dump itself reads the perf.data through
 //! pt-perf's session, which builds on this crate: the ptdump binary (pt-tools) does
-//! it and hands it to [`super::cli::run_with_perf`].
+//! it (tools/src/bin/ptdump/perf.rs).
 
 /// The `--perf*` options of ptdump.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
