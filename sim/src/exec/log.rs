@@ -62,8 +62,8 @@ use std::io::Write;
 use super::insn::{decode_at, DecodedInsn};
 use super::memory::page_base;
 use super::{
-    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
-    InsnClass, Mapping, Perms, Retired, StopReason, ThreadCursor, ThreadId, PAGE_SIZE,
+    BlockRun, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource,
+    ExitKind, InsnClass, Mapping, Perms, Retired, StopReason, ThreadCursor, ThreadId, PAGE_SIZE,
 };
 
 /// File magic.
@@ -338,6 +338,63 @@ impl<W: Write> LogWriter<W> {
         Ok(())
     }
 
+    /// Appends a block run: the same log as [`Self::write_item`] of each of
+    /// [`BlockRun::retired`] gives. The block's instructions were decoded
+    /// from `mem` when the source first saw it; its straight-line body is
+    /// one count of predicted instructions.
+    pub fn write_block(&mut self, run: &BlockRun, mem: &CodeMemory) -> Result<(), ExecError> {
+        let n = run.count();
+        if n == 0 {
+            return Ok(());
+        }
+        self.threads.cursor.saw_insn();
+        let insns = &run.block.insns;
+        let decoded = |i: usize| {
+            let b = &insns[i];
+            DecodedInsn {
+                len: b.len,
+                class: b.class,
+                target: matches!(
+                    b.class,
+                    InsnClass::CondBranch | InsnClass::DirectJump | InsnClass::DirectCall
+                )
+                .then_some(b.target),
+                kernel_entry: None,
+                mov_cr3: false,
+                rep_string: b.rep,
+            }
+        };
+        self.write_decoded(&run.insn(0), &decoded(0), mem)?;
+        let mut i = 1;
+        if run.block.plain_body && n > 2 {
+            // Instructions 1..n-1: non-branches, each predicted (its
+            // fall-through), in the mode and privilege of the first: one
+            // count, where their pages are logged already (else each
+            // goes the general way, which logs them).
+            let body = &insns[1..n - 1];
+            let first = page_base(body[0].ip);
+            let end = body[body.len() - 1].fall_through().wrapping_sub(1);
+            let logged = |base: u64| {
+                mem.generation(base)
+                    .is_some_and(|g| self.threads.process.get(&base) == Some(&g))
+            };
+            let pages = (page_base(end).wrapping_sub(first) / PAGE_SIZE) as usize + 1;
+            if (0..pages).all(|k| logged(first.wrapping_add(k as u64 * PAGE_SIZE))) {
+                self.pending_seq += body.len() as u64;
+                self.insns += body.len() as u64;
+                self.threads.state.ip = Some(insns[n - 1].ip);
+                i = n - 1;
+            }
+        }
+        for j in i..n {
+            self.write_decoded(&run.insn(j), &decoded(j), mem)?;
+        }
+        if self.buf.len() >= WRITE_CHUNK {
+            self.write_out()?;
+        }
+        Ok(())
+    }
+
     fn write_insn(&mut self, r: &Retired, mem: &CodeMemory) -> Result<(), ExecError> {
         let d = decode_at(mem, r.ip, r.mode)?;
         if d.len != r.len || d.class != r.class {
@@ -346,6 +403,16 @@ impl<W: Write> LogWriter<W> {
                 format!("instruction at {:#x} does not match the code bytes", r.ip),
             )));
         }
+        self.write_decoded(r, &d, mem)
+    }
+
+    /// Appends instruction `r`, decoded as `d`.
+    fn write_decoded(
+        &mut self,
+        r: &Retired,
+        d: &DecodedInsn,
+        mem: &CodeMemory,
+    ) -> Result<(), ExecError> {
         // Log the pages the instruction occupies, before it.
         let last = r.ip.wrapping_add(u64::from(r.len) - 1);
         for base in [page_base(r.ip), page_base(last)] {
@@ -386,7 +453,7 @@ impl<W: Write> LogWriter<W> {
             put_v(&mut self.buf, r.ip);
         }
         let ft = r.fall_through();
-        if st.predictor.predict(&d, r.ip) == Some(r.next_ip) {
+        if st.predictor.predict(d, r.ip) == Some(r.next_ip) {
             self.pending_seq += 1;
         } else if d.class == InsnClass::CondBranch && d.target == Some(r.next_ip) {
             self.buf.push(TAG_TAKEN);
@@ -398,7 +465,7 @@ impl<W: Write> LogWriter<W> {
             put_v(&mut self.buf, zigzag(r.next_ip.wrapping_sub(ft) as i64));
             self.pending_seq = 0;
         }
-        st.predictor.retire(&d, r.ip);
+        st.predictor.retire(d, r.ip);
         st.ip = Some(r.next_ip);
         self.insns += 1;
         Ok(())

@@ -3,12 +3,13 @@
 //! reports every translation block once (address and code) and then one
 //! word per block executed, plus system calls, threads, forks and execs
 //! ([`wire`] is the format). QEMU with the plugin runs at close to its own
-//! speed; the recorder (one item per retired instruction into the PT logic
-//! and the execution log) sets the pace of a recording.
+//! speed; the recorder takes one [`BlockRun`] per block executed
+//! ([`ExecutionSource::next_step`]): the PT logic and the execution log
+//! go through a block's straight-line body in one step.
 //!
 //! # From blocks to retired instructions
-//! Each block's instructions are decoded once, when it is reported
-//! ([`Block`]). QEMU ends a block at every branch, system call and
+//! Each distinct block (address and code bytes) is decoded once, when it is
+//! first reported ([`CodeBlock`]). QEMU ends a block at every branch, system call and
 //! exception, so only a block's last instruction can send control anywhere
 //! but the next one; where it went is the start of the thread's next block
 //! ([`resolve`]): the fall-through or target of a conditional branch (its
@@ -38,7 +39,7 @@
 
 pub mod wire;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -50,10 +51,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::insn::decode_bytes;
+use super::block::{BlockInsn, BlockRun, CodeBlock, Step};
 use super::{
-    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
-    InsnClass, Mapping, Perms, Retired, StopReason, ThreadId,
+    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind, InsnClass,
+    Mapping, Perms, StopReason, ThreadId,
 };
 use pt_encoder::hash::IntMap;
 use wire::*;
@@ -68,96 +69,6 @@ const NR_CLONE3: u64 = 435;
 const CLONE_THREAD: u64 = 0x1_0000;
 /// Bytes read from a connection beyond those handled.
 const READ_AHEAD: usize = 1 << 20;
-
-/// One instruction of a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockInsn {
-    /// Its address.
-    pub ip: u64,
-    /// Its length.
-    pub len: u8,
-    /// Its class.
-    pub class: InsnClass,
-    /// The target of a direct branch (0 for others).
-    pub target: u64,
-    /// A REP-prefixed string instruction (QEMU runs each iteration as a block of its own).
-    pub rep: bool,
-    /// An instruction that always faults (UD2, HLT): it never retires.
-    pub faults: bool,
-}
-
-impl BlockInsn {
-    /// The next sequential address.
-    pub fn fall_through(&self) -> u64 {
-        self.ip.wrapping_add(u64::from(self.len))
-    }
-}
-
-/// A translation block's instructions, decoded once.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Block {
-    /// Its instructions (at least one).
-    pub insns: Box<[BlockInsn]>,
-}
-
-impl Block {
-    /// Decodes the block at `start` from its code bytes.
-    pub fn decode(start: u64, code: &[u8]) -> Result<Block, ExecError> {
-        let mut insns = Vec::new();
-        let mut off = 0usize;
-        while off < code.len() {
-            let ip = start.wrapping_add(off as u64);
-            let bytes = &code[off..];
-            let d = match decode_bytes(bytes, ip, ExecMode::Bit64) {
-                Ok(d) => d,
-                // QEMU 7.2 lists an instruction that crosses into the next
-                // page, with the bytes of the first page only, when it ends
-                // the block before it (the next block starts there).
-                Err(_) if !insns.is_empty() && bytes.len() < 15 => break,
-                Err(e) => return Err(e),
-            };
-            insns.push(BlockInsn {
-                ip,
-                len: d.len,
-                class: d.class,
-                target: d.target.unwrap_or(0),
-                rep: d.rep_string,
-                faults: always_faults(bytes),
-            });
-            off += usize::from(d.len.max(1));
-        }
-        if insns.is_empty() {
-            return Err(ExecError::NoCode { ip: start });
-        }
-        Ok(Block {
-            insns: insns.into(),
-        })
-    }
-
-    /// The first address.
-    pub fn start(&self) -> u64 {
-        self.insns[0].ip
-    }
-
-    fn last(&self) -> &BlockInsn {
-        &self.insns[self.insns.len() - 1]
-    }
-}
-
-/// UD2, UD1, UD0, HLT (after legacy prefixes): they raise an exception
-/// every time and never retire.
-fn always_faults(bytes: &[u8]) -> bool {
-    let b = bytes
-        .iter()
-        .position(|&b| {
-            !matches!(
-                b,
-                0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3
-            ) && !(0x40..=0x4f).contains(&b)
-        })
-        .map_or(&[][..], |i| &bytes[i..]);
-    matches!(b, [0xf4, ..] | [0x0f, 0x0b | 0xb9 | 0xff, ..])
-}
 
 /// Where a block's last instruction sent control, given where the thread
 /// went on (`next`) and the system call it made, if any.
@@ -406,7 +317,7 @@ struct Conn {
 /// A process.
 #[derive(Clone, Default)]
 struct Proc {
-    blocks: Vec<Option<Arc<Block>>>,
+    blocks: Vec<Option<Arc<CodeBlock>>>,
     mem: CodeMemory,
     maps: Vec<Mapping>,
     maps_dirty: bool,
@@ -416,7 +327,7 @@ struct Proc {
 struct Thread {
     id: ThreadId,
     /// The block it runs (its end is resolved by the next one).
-    prev: Option<Arc<Block>>,
+    prev: Option<Arc<CodeBlock>>,
     /// The system call the previous block ended in: nr, arguments, result.
     syscall: Option<(u64, [u64; 6], Option<i64>)>,
     /// A clone to report with that call.
@@ -427,13 +338,10 @@ struct Thread {
 
 /// What comes out next.
 enum Emit {
-    /// A block's instructions from `idx`; the last goes to `next_ip` (and
-    /// is left out unless `retire_last`).
+    /// A block run; its instructions from `idx` on when given one by one.
     Block {
-        block: Arc<Block>,
+        run: BlockRun,
         idx: usize,
-        next_ip: u64,
-        retire_last: bool,
     },
     Item(ExecItem),
 }
@@ -470,6 +378,12 @@ pub struct QemuSource {
     blocks_run: u64,
     /// QEMU translated a block: the program runs.
     translated: bool,
+    /// Blocks decoded, by address and code bytes (QEMU translates a block
+    /// again after its code changed, was flushed, or in a forked child):
+    /// each distinct block is decoded once.
+    decoded: HashMap<Box<[u8]>, Arc<CodeBlock>>,
+    /// The key being looked up (address, code bytes).
+    key: Vec<u8>,
 }
 
 fn exit_of(status: std::process::ExitStatus) -> ExitKind {
@@ -591,6 +505,8 @@ impl QemuSource {
             ended_at: None,
             blocks_run: 0,
             translated: false,
+            decoded: HashMap::new(),
+            key: Vec::new(),
         };
         // Until QEMU translates the program's first block, it may still
         // refuse the program: nothing is recorded then.
@@ -868,14 +784,14 @@ impl QemuSource {
                 let (Some(id), Some(addr)) = (p.u32(), p.u64()) else {
                     return Err(corrupt("short block record"));
                 };
-                let block = Block::decode(addr, p.rest())?;
+                let block = self.decode_block(addr, p.rest())?;
                 self.translated = true;
                 let proc = self.process(pid);
                 let id = id as usize;
                 if proc.blocks.len() <= id {
                     proc.blocks.resize(id + 1, None);
                 }
-                proc.blocks[id] = Some(Arc::new(block));
+                proc.blocks[id] = Some(block);
             }
             TAG_PAGE => {
                 let Some(addr) = p.u64() else {
@@ -950,6 +866,19 @@ impl QemuSource {
             _ => return Err(corrupt("unknown record from the QEMU plugin")),
         }
         Ok(())
+    }
+
+    /// The block at `addr` with these code bytes, decoded once.
+    fn decode_block(&mut self, addr: u64, code: &[u8]) -> Result<Arc<CodeBlock>, ExecError> {
+        self.key.clear();
+        self.key.extend_from_slice(&addr.to_le_bytes());
+        self.key.extend_from_slice(code);
+        if let Some(b) = self.decoded.get(&self.key[..]) {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(CodeBlock::decode(addr, code)?);
+        self.decoded.insert(self.key[..].into(), b.clone());
+        Ok(b)
     }
 
     /// A connection's process starts (its hello was released).
@@ -1090,7 +1019,7 @@ impl QemuSource {
     }
 
     /// Thread `tid` runs `block`: the previous block's end is resolved.
-    fn block(&mut self, pid: u32, tid: u32, block: Arc<Block>) {
+    fn block(&mut self, pid: u32, tid: u32, block: Arc<CodeBlock>) {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
@@ -1113,10 +1042,12 @@ impl QemuSource {
         t.prev = Some(block);
         let r = resolve(&last, start, syscall.map(|s| s.0));
         self.queue.push_back(Emit::Block {
-            block: prev,
+            run: BlockRun {
+                block: prev,
+                next_ip: r.next_ip,
+                retire_last: r.retired,
+            },
             idx: 0,
-            next_ip: r.next_ip,
-            retire_last: r.retired,
         });
         if let Some((nr, args, ret)) = syscall {
             self.push_event(Event::SyscallEnter { nr, args });
@@ -1199,10 +1130,12 @@ impl QemuSource {
             let last = *prev.last();
             let r = resolve(&last, last.fall_through(), None);
             self.queue.push_back(Emit::Block {
-                block: prev,
+                run: BlockRun {
+                    block: prev,
+                    next_ip: r.next_ip,
+                    retire_last: r.retired,
+                },
                 idx: 0,
-                next_ip: r.next_ip,
-                retire_last: r.retired,
             });
             if let Some((nr, args, _)) = t.syscall.take() {
                 self.push_event(Event::SyscallEnter { nr, args });
@@ -1366,30 +1299,11 @@ impl ExecutionSource for QemuSource {
         }
         loop {
             match self.queue.front_mut() {
-                Some(Emit::Block {
-                    block,
-                    idx,
-                    next_ip,
-                    retire_last,
-                }) => {
-                    let i = *idx;
-                    let n = block.insns.len();
-                    if i + 1 < n || (i + 1 == n && *retire_last) {
+                Some(Emit::Block { run, idx }) => {
+                    if *idx < run.count() {
+                        let r = run.insn(*idx);
                         *idx += 1;
-                        let ins = &block.insns[i];
-                        let next = if i + 1 == n {
-                            *next_ip
-                        } else {
-                            ins.fall_through()
-                        };
-                        return Ok(Some(ExecItem::Insn(Retired {
-                            ip: ins.ip,
-                            next_ip: next,
-                            len: ins.len,
-                            class: ins.class,
-                            mode: ExecMode::Bit64,
-                            kernel: false,
-                        })));
+                        return Ok(Some(ExecItem::Insn(r)));
                     }
                     self.queue.pop_front();
                 }
@@ -1412,6 +1326,26 @@ impl ExecutionSource for QemuSource {
                         return Ok(None);
                     }
                 }
+            }
+        }
+    }
+
+    fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
+        if self.snapshots.is_some() {
+            self.take_snapshot_request();
+        }
+        loop {
+            match self.queue.front() {
+                Some(Emit::Block { run, idx: 0 }) => {
+                    let n = run.count();
+                    let Some(Emit::Block { run, .. }) = self.queue.pop_front() else {
+                        unreachable!()
+                    };
+                    if n > 0 {
+                        return Ok(Some(Step::Block(run)));
+                    }
+                }
+                _ => return Ok(self.next_item()?.map(Step::Item)),
             }
         }
     }

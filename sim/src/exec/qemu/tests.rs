@@ -1,6 +1,7 @@
 //! Block decoding and the resolution of a block's end.
 
 use super::*;
+use crate::exec::block::always_faults;
 
 fn insn(ip: u64, len: u8, class: InsnClass, target: u64) -> BlockInsn {
     BlockInsn {
@@ -17,7 +18,7 @@ fn insn(ip: u64, len: u8, class: InsnClass, target: u64) -> BlockInsn {
 fn decodes_a_block_once() {
     // mov eax, 1; rep movsb; ud2; jz +0x10
     let code = [0xb8, 1, 0, 0, 0, 0xf3, 0xa4, 0x0f, 0x0b, 0x74, 0x10];
-    let b = Block::decode(0x1000, &code).unwrap();
+    let b = CodeBlock::decode(0x1000, &code).unwrap();
     let got: Vec<(u64, u8, InsnClass, bool, bool)> = b
         .insns
         .iter()
@@ -34,8 +35,8 @@ fn decodes_a_block_once() {
     );
     assert_eq!(b.insns[3].target, 0x101b);
     assert_eq!(b.start(), 0x1000);
-    assert!(Block::decode(0x1000, &[]).is_err());
-    assert!(Block::decode(0x1000, &[0x06]).is_err()); // push es: invalid in 64-bit mode
+    assert!(CodeBlock::decode(0x1000, &[]).is_err());
+    assert!(CodeBlock::decode(0x1000, &[0x06]).is_err()); // push es: invalid in 64-bit mode
 }
 
 #[test]
