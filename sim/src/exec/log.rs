@@ -57,6 +57,8 @@
 //! instructions that go elsewhere cost a record.
 
 use std::collections::HashMap;
+
+use pt_encoder::hash::IntMap;
 use std::io::Write;
 
 use super::insn::{decode_at, DecodedInsn};
@@ -263,7 +265,7 @@ pub struct LogWriter<W: Write> {
     out: W,
     buf: Vec<u8>,
     /// Thread states; per process: page base → generation already logged.
-    threads: Threads<HashMap<u64, u64>>,
+    threads: Threads<IntMap<u64, u64>>,
     /// Whether the header allows kernel-mode items.
     shows_kernel: bool,
     /// Predicted instructions of the current thread not yet written.

@@ -52,6 +52,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::block::{BlockInsn, BlockRun, CodeBlock, Step};
+use super::maps::{load_segments, split_by_segments, LoadSegment};
 use super::{
     CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind, InsnClass,
     Mapping, Perms, StopReason, ThreadId,
@@ -384,6 +385,8 @@ pub struct QemuSource {
     decoded: HashMap<Box<[u8]>, Arc<CodeBlock>>,
     /// The key being looked up (address, code bytes).
     key: Vec<u8>,
+    /// Files' `PT_LOAD` segments, by path.
+    segments: HashMap<String, Option<Vec<LoadSegment>>>,
 }
 
 fn exit_of(status: std::process::ExitStatus) -> ExitKind {
@@ -507,6 +510,7 @@ impl QemuSource {
             translated: false,
             decoded: HashMap::new(),
             key: Vec::new(),
+            segments: HashMap::new(),
         };
         // Until QEMU translates the program's first block, it may still
         // refuse the program: nothing is recorded then.
@@ -814,10 +818,18 @@ impl QemuSource {
                     perms: Perms::from_bits(perms).unwrap_or_default(),
                     path,
                 };
+                // QEMU maps a program's segments with the same host rights
+                // (none executable): the host shows them merged.
+                let parts = match self.load_segments(&m.path) {
+                    Some(segs) => split_by_segments(&m, segs),
+                    None => vec![m],
+                };
                 let proc = self.process(pid);
-                // A mapping replaces the ones it overlaps (unmapped since).
-                proc.maps.retain(|o| o.end <= m.start || m.end <= o.start);
-                proc.maps.push(m);
+                for m in parts {
+                    // A mapping replaces the ones it overlaps (unmapped since).
+                    proc.maps.retain(|o| o.end <= m.start || m.end <= o.start);
+                    proc.maps.push(m);
+                }
                 proc.maps.sort_by_key(|m| m.start);
                 proc.maps_dirty = true;
             }
@@ -866,6 +878,17 @@ impl QemuSource {
             _ => return Err(corrupt("unknown record from the QEMU plugin")),
         }
         Ok(())
+    }
+
+    /// The `PT_LOAD` segments of the file at `path`, read once.
+    fn load_segments(&mut self, path: &str) -> Option<&[LoadSegment]> {
+        if !path.starts_with('/') {
+            return None;
+        }
+        self.segments
+            .entry(path.to_string())
+            .or_insert_with(|| load_segments(std::path::Path::new(path)))
+            .as_deref()
     }
 
     /// The block at `addr` with these code bytes, decoded once.
