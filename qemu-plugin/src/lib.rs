@@ -144,6 +144,7 @@ mod sys {
 pub static qemu_plugin_version: c_int = PLUGIN_API_VERSION;
 
 const NR_MMAP: i64 = 9;
+const NR_RT_SIGACTION: i64 = 13;
 const NR_MPROTECT: i64 = 10;
 const NR_MUNMAP: i64 = 11;
 const NR_MREMAP: i64 = 25;
@@ -619,9 +620,14 @@ extern "C" fn on_syscall(
     let Some(v) = vcpu(vcpu_index) else { return };
     // clone3 takes its flags in a structure: the recorder gets them as the
     // sixth argument (unused by clone3) to tell a thread from a process.
+    // rt_sigaction's new handler likewise (its first word): the recorder
+    // names the signal a transfer to a handler delivers.
     let a6 = if nr == NR_CLONE3 && a1 != 0 {
         // SAFETY: the guest's clone_args; QEMU reads the same bytes.
         unsafe { std::ptr::read_unaligned(g2h(a1).cast::<u64>()) }
+    } else if nr == NR_RT_SIGACTION && a2 != 0 {
+        // SAFETY: the guest's struct sigaction; QEMU reads the same bytes.
+        unsafe { std::ptr::read_unaligned(g2h(a2).cast::<u64>()) }
     } else {
         a6
     };

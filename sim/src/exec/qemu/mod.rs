@@ -34,8 +34,13 @@
 //! hold code that ran (from the host's `/proc/self/maps`, shifted by QEMU's
 //! guest base).
 //!
-//! Signals' numbers are not known (plugin API 1 has no signal callback):
-//! [`Event::Signal`] carries 0.
+//! Plugin API 1 has no signal callback: a signal's number is that of the
+//! handler its transfer enters (the plugin reports each `rt_sigaction`'s new
+//! handler); of a handler that serves several, the one the thread sent
+//! itself (`kill`, `tgkill`); else 0.
+//!
+//! QEMU 7.2's user mode maps no vDSO for x86-64 guests: the program's time
+//! calls are system calls, and a recording has no `[vdso]`.
 
 pub mod wire;
 
@@ -60,7 +65,11 @@ use super::{
 use pt_encoder::hash::IntMap;
 use wire::*;
 
+const NR_RT_SIGACTION: u64 = 13;
 const NR_RT_SIGRETURN: u64 = 15;
+const NR_KILL: u64 = 62;
+const NR_TKILL: u64 = 200;
+const NR_TGKILL: u64 = 234;
 const NR_CLONE: u64 = 56;
 const NR_FORK: u64 = 57;
 const NR_VFORK: u64 = 58;
@@ -322,6 +331,41 @@ struct Proc {
     mem: CodeMemory,
     maps: Vec<Mapping>,
     maps_dirty: bool,
+    /// Signal handlers (from `rt_sigaction`): handler → the signals it handles.
+    handlers: IntMap<u64, Vec<i32>>,
+}
+
+impl Proc {
+    /// `rt_sigaction(signo)` installed `handler` (SIG_DFL 0, SIG_IGN 1: none).
+    fn set_handler(&mut self, signo: i32, handler: u64) {
+        for sigs in self.handlers.values_mut() {
+            sigs.retain(|&s| s != signo);
+        }
+        self.handlers.retain(|_, sigs| !sigs.is_empty());
+        if handler > 1 {
+            self.handlers.entry(handler).or_default().push(signo);
+        }
+    }
+
+    /// The signal a transfer to `handler` delivers: the one it handles, or
+    /// of those, the one the thread just sent itself (`sent`); 0 if unknown.
+    fn signal_to(&self, handler: u64, sent: Option<i32>) -> i32 {
+        match self.handlers.get(&handler).map(Vec::as_slice) {
+            Some([one]) => *one,
+            Some(sigs) => sent.filter(|s| sigs.contains(s)).unwrap_or(0),
+            None => 0,
+        }
+    }
+}
+
+/// The signal a `kill`, `tkill` or `tgkill` call sends (it reaches the
+/// caller before the call returns when it sends it to itself).
+fn sent_signal(nr: u64, args: &[u64; 6]) -> Option<i32> {
+    match nr {
+        NR_KILL | NR_TKILL => Some(args[1] as i32),
+        NR_TGKILL => Some(args[2] as i32),
+        _ => None,
+    }
 }
 
 /// A thread.
@@ -1013,6 +1057,10 @@ impl QemuSource {
                     match &mut t.syscall {
                         Some((n, a, r)) if *n == nr => {
                             *r = Some(ret);
+                            if nr == NR_RT_SIGACTION && ret == 0 && a[1] != 0 {
+                                let proc = self.procs.entry(pid).or_default();
+                                proc.set_handler(a[0] as i32, a[5]);
+                            }
                             if ret > 0 && matches!(nr, NR_CLONE | NR_FORK | NR_VFORK | NR_CLONE3) {
                                 let flags = match nr {
                                     NR_CLONE => a[0],
@@ -1102,8 +1150,13 @@ impl QemuSource {
             }
         }
         if let Some(from_ip) = r.signal_from {
+            let sent = syscall.and_then(|(nr, a, _)| sent_signal(nr, &a));
+            let signo = self
+                .procs
+                .get(&pid)
+                .map_or(0, |p| p.signal_to(start, sent));
             self.push_event(Event::Signal {
-                signo: 0,
+                signo,
                 from_ip,
                 handler: Some(start),
             });

@@ -141,3 +141,22 @@ fn programs_qemu_cannot_run() {
     check_program(std::path::Path::new("/bin/sh")).unwrap();
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_transfer_to_a_handler_names_its_signal() {
+    let mut p = Proc::default();
+    p.set_handler(10, 0x4000);
+    p.set_handler(11, 0x5000);
+    p.set_handler(12, 0x5000);
+    assert_eq!(p.signal_to(0x4000, None), 10);
+    // One handler for two signals: the one the thread sent itself.
+    assert_eq!(p.signal_to(0x5000, None), 0);
+    assert_eq!(p.signal_to(0x5000, Some(12)), 12);
+    assert_eq!(p.signal_to(0x5000, Some(10)), 0);
+    // SIG_DFL for 12: 0x5000 handles 11 only.
+    p.set_handler(12, 0);
+    assert_eq!(p.signal_to(0x5000, None), 11);
+    assert_eq!(p.signal_to(0x6000, None), 0);
+    assert_eq!(sent_signal(NR_TGKILL, &[1, 2, 10, 0, 0, 0]), Some(10));
+    assert_eq!(sent_signal(NR_KILL, &[1, 6, 0, 0, 0, 0]), Some(6));
+}
