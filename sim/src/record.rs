@@ -311,6 +311,7 @@ struct Recorder<'r> {
 }
 
 impl Recorder<'_> {
+    #[inline]
     fn thread(&mut self, id: ThreadId) -> &mut Tracked {
         if !self.threads.contains_key(&id) {
             self.order.push(id);
@@ -531,9 +532,14 @@ impl Recorder<'_> {
 
     /// A block run of `thread` (the instructions [`BlockRun::retired`] spells out).
     fn block(&mut self, thread: ThreadId, run: &BlockRun, mem: &CodeMemory) -> Result<(), String> {
-        self.switch_in(thread, mem)?;
+        if self.on != Some(thread) {
+            self.switch_in(thread, mem)?;
+        }
         let n = run.count() as u64;
-        let t = self.thread(thread);
+        let t = match self.threads.get_mut(&thread) {
+            Some(t) => t,
+            None => self.thread(thread),
+        };
         t.summary.instructions += n;
         if let Some(b) = t.backend.as_mut() {
             b.feed_block(run, mem);

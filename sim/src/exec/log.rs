@@ -271,6 +271,10 @@ pub struct LogWriter<W: Write> {
     /// Predicted instructions of the current thread not yet written.
     pending_seq: u64,
     insns: u64,
+    /// The last pages found logged as the memory (address, version) in
+    /// `checked_in` holds them: the common case costs no lookup.
+    checked: [u64; 2],
+    checked_in: (usize, u64),
 }
 
 /// Buffered bytes beyond which records are written out.
@@ -298,6 +302,8 @@ impl<W: Write> LogWriter<W> {
             shows_kernel,
             pending_seq: 0,
             insns: 0,
+            checked: [u64::MAX; 2],
+            checked_in: (0, 0),
         })
     }
 
@@ -329,6 +335,8 @@ impl<W: Write> LogWriter<W> {
             ExecItem::Event(e) => {
                 // The run so far is the current thread's, whatever the event.
                 self.put_pending();
+                // The process (and what of it is logged) may change.
+                self.checked_in = (0, 0);
                 self.threads.follow(item);
                 self.put_event(e);
                 self.threads.apply(e, VERSION);
@@ -376,12 +384,8 @@ impl<W: Write> LogWriter<W> {
             let body = &insns[1..n - 1];
             let first = page_base(body[0].ip);
             let end = body[body.len() - 1].fall_through().wrapping_sub(1);
-            let logged = |base: u64| {
-                mem.generation(base)
-                    .is_some_and(|g| self.threads.process.get(&base) == Some(&g))
-            };
             let pages = (page_base(end).wrapping_sub(first) / PAGE_SIZE) as usize + 1;
-            if (0..pages).all(|k| logged(first.wrapping_add(k as u64 * PAGE_SIZE))) {
+            if (0..pages).all(|k| self.page_logged(first.wrapping_add(k as u64 * PAGE_SIZE), mem)) {
                 self.pending_seq += body.len() as u64;
                 self.insns += body.len() as u64;
                 self.threads.state.ip = Some(insns[n - 1].ip);
@@ -395,6 +399,26 @@ impl<W: Write> LogWriter<W> {
             self.write_out()?;
         }
         Ok(())
+    }
+
+    /// Whether the page at `base` is logged as `mem` holds it now.
+    #[inline]
+    fn page_logged(&mut self, base: u64, mem: &CodeMemory) -> bool {
+        let key = (mem as *const CodeMemory as usize, mem.version());
+        if key != self.checked_in {
+            self.checked_in = key;
+            self.checked = [u64::MAX; 2];
+        }
+        if self.checked.contains(&base) {
+            return true;
+        }
+        let logged = mem
+            .generation(base)
+            .is_some_and(|g| self.threads.process.get(&base) == Some(&g));
+        if logged {
+            self.checked = [self.checked[1], base];
+        }
+        logged
     }
 
     fn write_insn(&mut self, r: &Retired, mem: &CodeMemory) -> Result<(), ExecError> {
@@ -418,6 +442,9 @@ impl<W: Write> LogWriter<W> {
         // Log the pages the instruction occupies, before it.
         let last = r.ip.wrapping_add(u64::from(r.len) - 1);
         for base in [page_base(r.ip), page_base(last)] {
+            if self.page_logged(base, mem) {
+                continue;
+            }
             let gen = mem.generation(base).ok_or(ExecError::NoCode { ip: base })?;
             if self.threads.process.get(&base) != Some(&gen) {
                 self.put_pending();
@@ -429,6 +456,7 @@ impl<W: Write> LogWriter<W> {
                 self.buf.extend_from_slice(bytes);
                 self.threads.process.insert(base, gen);
             }
+            self.checked = [self.checked[1], base];
         }
         let st = &mut self.threads.state;
         if st.mode != Some(r.mode) {

@@ -761,9 +761,13 @@ impl QemuSource {
                 let len = u32::from_le_bytes([avail[1], avail[2], avail[3], avail[4]]) as usize;
                 if avail.len() >= HEADER + len {
                     let tag = avail[0];
-                    let payload = avail[HEADER..HEADER + len].to_vec();
+                    let at = c.pos + HEADER;
                     c.pos += HEADER + len;
-                    self.record(i, tag, &payload)?;
+                    // The record is read in place (handling it reads no connection).
+                    let buf = std::mem::take(&mut c.buf);
+                    let r = self.record(i, tag, &buf[at..at + len]);
+                    self.conns[i].buf = buf;
+                    r?;
                     return Ok(true);
                 }
             }
@@ -1018,6 +1022,11 @@ impl QemuSource {
             let w = words[k];
             k += 1;
             if w < MARK {
+                let plain = self.plain_blocks(pid, tid, &words[k - 1..]);
+                if plain > 0 {
+                    k += plain - 1;
+                    continue;
+                }
                 let Some(block) = self
                     .procs
                     .get(&pid)
@@ -1087,6 +1096,53 @@ impl QemuSource {
             }
         }
         Ok(())
+    }
+
+    /// The common case of [`Self::block`] in a tight loop: blocks of thread
+    /// `tid` (the first words of `words`) whose predecessors end where
+    /// control plainly goes on (no system call, signal, REP iteration or
+    /// mapping change between them). Returns how many words it took.
+    fn plain_blocks(&mut self, pid: u32, tid: u32, words: &[u32]) -> usize {
+        let Some(proc) = self.procs.get(&pid).filter(|p| !p.maps_dirty) else {
+            return 0;
+        };
+        let Some(t) = self
+            .threads
+            .get_mut(&tid)
+            .filter(|t| t.syscall.is_none() && t.clone.is_none() && t.exec.is_none())
+        else {
+            return 0;
+        };
+        let mut n = 0;
+        for &w in words {
+            let (Some(Some(block)), Some(prev)) = (proc.blocks.get(w as usize), t.prev.as_ref())
+            else {
+                break;
+            };
+            let last = prev.last();
+            let start = block.start();
+            if last.rep && start == last.ip {
+                break;
+            }
+            let r = resolve(last, start, None);
+            if r.signal_from.is_some() {
+                break;
+            }
+            let Some(prev) = t.prev.replace(block.clone()) else {
+                break;
+            };
+            self.queue.push_back(Emit::Block {
+                run: BlockRun {
+                    block: prev,
+                    next_ip: r.next_ip,
+                    retire_last: r.retired,
+                },
+                idx: 0,
+            });
+            n += 1;
+        }
+        self.blocks_run += n as u64;
+        n
     }
 
     /// Thread `tid` runs `block`: the previous block's end is resolved.
@@ -1421,7 +1477,12 @@ impl ExecutionSource for QemuSource {
                         return Ok(Some(Step::Block(run)));
                     }
                 }
-                _ => return Ok(self.next_item()?.map(Step::Item)),
+                Some(_) => return Ok(self.next_item()?.map(Step::Item)),
+                None => {
+                    if !self.pump()? {
+                        return Ok(None);
+                    }
+                }
             }
         }
     }
