@@ -9,7 +9,9 @@
 # The ptrace source single-steps (tens of thousands of instructions per
 # second) and the valgrind source runs at a few hundred thousand: they record
 # the first PTRACE_LIMIT instructions (`--limit`) and a smaller gzip input
-# (VALGRIND_KB) unless FULL=1; their rate is that of what they recorded.
+# (VALGRIND_KB; python3's start-up only) unless FULL=1; their rate is that
+# of what they recorded. Rates are wall-clock: on a loaded machine, run it
+# twice or look at `uptime` first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -q -p ptperf
@@ -64,7 +66,7 @@ native() {
 printf '%-8s %-9s %12s %10s %13s\n' workload source instructions time rate
 for w in gzip python; do
   if [ $w = gzip ]; then cmd=(gzip -c "$W/in.txt"); small=(gzip -c "$W/small.txt")
-  else cmd=(python3 "$W/work.py"); small=("${cmd[@]}"); fi
+  else cmd=(python3 "$W/work.py"); small=(python3 -c pass); fi
   record $w qemu -o "$W/$w-qemu.data" -- "${cmd[@]}"
   native $w "${cmd[@]}"
   if [ "${FULL:-0}" = 1 ]; then
