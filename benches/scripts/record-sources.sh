@@ -64,9 +64,11 @@ native() {
 }
 
 printf '%-8s %-9s %12s %10s %13s\n' workload source instructions time rate
-for w in gzip python; do
+# The system's python3 (a python3 earlier on PATH may be a shell-script shim).
+PY=${PY:-/usr/bin/python3}
+for w in ${WORKLOADS:-gzip python}; do
   if [ $w = gzip ]; then cmd=(gzip -c "$W/in.txt"); small=(gzip -c "$W/small.txt")
-  else cmd=(python3 "$W/work.py"); small=(python3 -c pass); fi
+  else cmd=("$PY" "$W/work.py"); small=("$PY" -c pass); fi
   record $w qemu -o "$W/$w-qemu.data" -- "${cmd[@]}"
   native $w "${cmd[@]}"
   if [ "${FULL:-0}" = 1 ]; then

@@ -150,7 +150,10 @@ fn fork_and_exec() {
 #[test]
 fn block_path_equals_per_instruction_replay() {
     let d = dir("qemu-block-path");
-    let timing = ["-e", "intel_pt/tsc,mtc,mtc_period=0,cyc,cyc_thresh=1,psb_period=0/u"];
+    let timing = [
+        "-e",
+        "intel_pt/tsc,mtc,mtc_period=0,cyc,cyc_thresh=1,psb_period=0/u",
+    ];
     let cases: [(&str, &[&str], &PathBuf); 4] = [
         ("sample", &[], sample()),
         ("sample-timing", &timing, sample()),

@@ -528,7 +528,15 @@ fn push(v: &mut Vcpu, word: u32) {
             v.ring.insert(Ring::create(v.tid))
         }
     };
-    if ring.push(word) >= RUN_WORDS - 16 {
+    ring.push(word);
+}
+
+/// Makes room for a record of `n` words (a block id, or a marker and its
+/// arguments): a full buffer is handed over first, so that a run record
+/// never cuts a marker from its arguments.
+#[inline]
+fn room(v: &mut Vcpu, n: usize) {
+    if v.ring.as_ref().is_some_and(|r| r.len() + n > RUN_WORDS) {
         flush(v);
     }
 }
@@ -540,6 +548,7 @@ fn push_u64(v: &mut Vcpu, x: u64) {
 
 extern "C" fn on_block(vcpu_index: c_uint, udata: *mut c_void) {
     let Some(v) = vcpu(vcpu_index) else { return };
+    room(v, 1);
     push(v, udata as usize as u32);
 }
 
@@ -631,6 +640,7 @@ extern "C" fn on_syscall(
     } else {
         a6
     };
+    room(v, 1 + mark_words(MARK_SYSCALL));
     push(v, MARK_SYSCALL);
     for x in [nr as u64, a1, a2, a3, a4, a5, a6] {
         push_u64(v, x);
@@ -656,6 +666,7 @@ extern "C" fn on_syscall(
             }
         }
         NR_EXIT => {
+            room(v, 1 + mark_words(MARK_EXIT));
             push(v, MARK_EXIT);
             push(v, a1 as u32);
             *EXIT_STATUS.lock().unwrap_or_else(|e| e.into_inner()) = Some(a1 as i32);
@@ -684,6 +695,7 @@ extern "C" fn on_syscall_ret(_: api::PluginId, vcpu_index: c_uint, nr: i64, ret:
         // own loop): this is the child process.
         forked_child(vcpu_index);
     }
+    room(v, 1 + mark_words(MARK_SYSRET));
     push(v, MARK_SYSRET);
     push_u64(v, nr as u64);
     push_u64(v, ret as u64);

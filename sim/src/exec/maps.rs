@@ -195,7 +195,11 @@ pub fn split_by_segments(m: &Mapping, segs: &[LoadSegment]) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
     for s in segs {
         let lo = (s.offset & !(PAGE - 1)).max(m.offset);
-        let hi = (s.offset.saturating_add(s.file_size).saturating_add(PAGE - 1) & !(PAGE - 1))
+        let hi = (s
+            .offset
+            .saturating_add(s.file_size)
+            .saturating_add(PAGE - 1)
+            & !(PAGE - 1))
             .min(map_end_off);
         if lo >= hi {
             continue;
@@ -274,7 +278,14 @@ mod segment_tests {
         };
         let got: Vec<(u64, u64, u64, bool)> = split_by_segments(&m, &segs)
             .iter()
-            .map(|m| (m.start - 0x40_0000_0000, m.end - 0x40_0000_0000, m.offset, m.perms.exec))
+            .map(|m| {
+                (
+                    m.start - 0x40_0000_0000,
+                    m.end - 0x40_0000_0000,
+                    m.offset,
+                    m.perms.exec,
+                )
+            })
             .collect();
         assert_eq!(
             got,

@@ -1207,10 +1207,7 @@ impl QemuSource {
         }
         if let Some(from_ip) = r.signal_from {
             let sent = syscall.and_then(|(nr, a, _)| sent_signal(nr, &a));
-            let signo = self
-                .procs
-                .get(&pid)
-                .map_or(0, |p| p.signal_to(start, sent));
+            let signo = self.procs.get(&pid).map_or(0, |p| p.signal_to(start, sent));
             self.push_event(Event::Signal {
                 signo,
                 from_ip,
