@@ -147,6 +147,8 @@ mod tests {
 pub struct LoadSegment {
     /// `p_offset`.
     pub offset: u64,
+    /// `p_vaddr`.
+    pub vaddr: u64,
     /// `p_filesz`.
     pub file_size: u64,
     /// Access rights (`p_flags`: R, W, X).
@@ -168,6 +170,7 @@ pub fn load_segments(path: &std::path::Path) -> Option<Vec<LoadSegment>> {
             let f = p.p_flags(endian);
             LoadSegment {
                 offset: p.p_offset(endian),
+                vaddr: p.p_vaddr(endian),
                 file_size: p.p_filesz(endian),
                 perms: Perms {
                     read: f & object::elf::PF_R != 0,
@@ -192,8 +195,29 @@ pub fn load_segments(path: &std::path::Path) -> Option<Vec<LoadSegment>> {
 pub fn split_by_segments(m: &Mapping, segs: &[LoadSegment]) -> Vec<Mapping> {
     const PAGE: u64 = 4096;
     let map_end_off = m.offset.saturating_add(m.end.saturating_sub(m.start));
+    // A mapping is linear in its file, so it holds only segments laid out in
+    // memory as in the file relative to each other (the same p_vaddr -
+    // p_offset). Linkers shift some segments by a page (the data; with lld
+    // also the code), so that one file page can be in two segments mapped
+    // apart: the mapping holds the segment that starts at its first page,
+    // else the one that page is in, and those that move with it.
+    let page = |o: u64| o & !(PAGE - 1);
+    let delta = |s: &LoadSegment| s.vaddr.wrapping_sub(s.offset);
+    let first = segs
+        .iter()
+        .rev()
+        .find(|s| page(s.offset) == m.offset)
+        .or_else(|| {
+            segs.iter().find(|s| {
+                page(s.offset) <= m.offset && m.offset < s.offset.saturating_add(s.file_size)
+            })
+        });
+    let Some(first) = first else {
+        return vec![m.clone()];
+    };
+    let held = segs.iter().filter(|s| delta(s) == delta(first));
     let mut out: Vec<Mapping> = Vec::new();
-    for s in segs {
+    for s in held {
         let lo = (s.offset & !(PAGE - 1)).max(m.offset);
         let hi = (s
             .offset
@@ -247,21 +271,25 @@ mod segment_tests {
         let segs = [
             LoadSegment {
                 offset: 0,
+                vaddr: 0,
                 file_size: 0x14a0,
                 perms: rx(true, false),
             },
             LoadSegment {
                 offset: 0x2000,
+                vaddr: 0x2000,
                 file_size: 0x4609,
                 perms: rx(true, true),
             },
             LoadSegment {
                 offset: 0x7000,
+                vaddr: 0x7000,
                 file_size: 0x1e30,
                 perms: rx(true, false),
             },
             LoadSegment {
                 offset: 0x9d10,
+                vaddr: 0x9d10,
                 file_size: 0x4f0,
                 perms: Perms {
                     write: true,
@@ -304,5 +332,40 @@ mod segment_tests {
             ..m.clone()
         };
         assert_eq!(split_by_segments(&data, &segs), vec![data.clone()]);
+    }
+
+    #[test]
+    fn segments_shifted_in_memory_are_not_cut() {
+        // rustc's (lld-style) layout: the code's first file page is also the
+        // last of the read-only segment, one page higher in memory. QEMU maps
+        // them apart; the code's mapping starts at that shared page.
+        let perms = |exec| Perms {
+            read: true,
+            write: false,
+            exec,
+            shared: false,
+        };
+        let segs = [
+            LoadSegment {
+                offset: 0,
+                vaddr: 0,
+                file_size: 0x138a0,
+                perms: perms(false),
+            },
+            LoadSegment {
+                offset: 0x138a0,
+                vaddr: 0x148a0,
+                file_size: 0x3e9c0,
+                perms: perms(true),
+            },
+        ];
+        let code = Mapping {
+            start: 0x40_0001_4000,
+            end: 0x40_0005_3000,
+            offset: 0x13000,
+            perms: perms(true),
+            path: "/bin/rust_names".into(),
+        };
+        assert_eq!(split_by_segments(&code, &segs), vec![code.clone()]);
     }
 }
