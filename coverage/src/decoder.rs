@@ -477,8 +477,13 @@ impl CoverageDecoder {
     ) -> Result<(), (ErrorKind, u64)> {
         match event.kind {
             EventKind::Tnt { bits, size } => {
-                for i in (0..size).rev() {
-                    self.tnt_bit(walk, code, ev, bits >> i & 1 != 0, out)?;
+                let mut left = size;
+                while left > 0 {
+                    left = self.tnt_run(walk, bits, left, out);
+                    if left > 0 {
+                        left -= 1;
+                        self.tnt_bit(walk, code, ev, bits >> left & 1 != 0, out)?;
+                    }
                 }
             }
             EventKind::Tip { .. } if walk.deferred_tip == Some(event.offset) => {
@@ -626,6 +631,45 @@ impl CoverageDecoder {
                 _ => return Ok(id),
             }
         }
+    }
+
+    /// The hot loop: TNT bits `left - 1` down to 0 of `bits` through linked
+    /// conditional nodes that push nothing, in registers; returns the bits left for
+    /// [`Self::tnt_bit`] (a node of another kind, not linked yet, or collecting).
+    #[inline]
+    fn tnt_run(&mut self, walk: &mut Walk, bits: u64, mut left: u8, out: &mut Outcome) -> u8 {
+        let Pos::Node(mut id) = walk.pos else {
+            return left;
+        };
+        if self.options.collect || walk.pending.is_some() {
+            return left;
+        }
+        let mut last = None;
+        let start = left;
+        while left > 0 {
+            let node = &self.graph.nodes[id as usize];
+            if node.kind != NodeKind::Cond || node.npush != 0 {
+                break;
+            }
+            let t = (bits >> (left - 1) & 1) as usize;
+            let next = node.next[t];
+            if next == NONE {
+                break;
+            }
+            let i = node.idx[t] as usize;
+            self.map[i] = self.map[i].wrapping_add(1);
+            last = Some((id, t));
+            id = next;
+            left -= 1;
+        }
+        if let Some((from, t)) = last {
+            let node = &self.graph.nodes[from as usize];
+            let to = if t == 1 { node.target } else { node.fall };
+            walk.last_edge = Some((node.idx[t], node.cofi, to));
+            out.edges += u64::from(start - left);
+        }
+        walk.pos = Pos::Node(id);
+        left
     }
 
     #[inline]
