@@ -352,3 +352,73 @@ impl Graph {
         node
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Image);
+
+    impl Code for Fixed {
+        fn image(&self) -> &Image {
+            &self.0
+        }
+        fn fetch(&mut self, _: u64) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_node_runs_through_direct_calls_and_jumps_to_a_conditional() {
+        // 1000: call 1010 / 1005: ret / 1010: nop / 1011: jmp 1020 / 1020: jnz 1000
+        let mut code = vec![0x90u8; 0x30];
+        code[..5].copy_from_slice(&[0xe8, 0x0b, 0, 0, 0]);
+        code[5] = 0xc3;
+        code[0x11..0x13].copy_from_slice(&[0xeb, 0x0d]);
+        code[0x20..0x22].copy_from_slice(&[0x75, 0xde]);
+        let mut image = Image::new();
+        image.add_bytes(0x1000, code, "code").unwrap();
+        let mut code = Fixed(image);
+        let mut cache = BlockCache::new();
+        let filter = AddrFilter::default();
+        let mut ctx = BuildCtx {
+            cache: &mut cache,
+            code: &mut code,
+            filter: &filter,
+            hash: EdgeHash::Afl,
+            mask: 0xffff,
+        };
+        let mut g = Graph::default();
+        let id = g.node(&mut ctx, 0x1000, ExecMode::Bit64);
+        let n = g.nodes[id as usize];
+        assert_eq!(n.kind, NodeKind::Cond);
+        assert_eq!((n.cofi, n.fall, n.target), (0x1020, 0x1022, 0x1000));
+        assert_eq!(
+            n.idx,
+            [
+                EdgeHash::Afl.index(0x1020, 0x1022) & 0xffff,
+                EdgeHash::Afl.index(0x1020, 0x1000) & 0xffff
+            ]
+        );
+        let segs: Vec<_> = g.segs[n.seg as usize..][..n.nseg as usize]
+            .iter()
+            .map(|s| (s.start, s.end, s.kind, s.to))
+            .collect();
+        assert_eq!(
+            segs,
+            [
+                (0x1000, 0x1005, EdgeKind::Call, 0x1010),
+                (0x1010, 0x1013, EdgeKind::Jump, 0x1020),
+                (0x1020, 0x1022, EdgeKind::Cond, 0),
+            ]
+        );
+        assert_eq!(&g.pushes[n.push as usize..][..n.npush as usize], &[0x1005]);
+        // Looked up again: the same node.
+        assert_eq!(g.node(&mut ctx, 0x1000, ExecMode::Bit64), id);
+        // The return at 1005 needs trace; unmapped code is stuck.
+        let ret = g.node(&mut ctx, 0x1005, ExecMode::Bit64);
+        assert_eq!(g.nodes[ret as usize].kind, NodeKind::Ret);
+        let none = g.node(&mut ctx, 0x9000, ExecMode::Bit64);
+        assert_eq!(g.nodes[none as usize].kind, NodeKind::Stuck(ErrorKind::NoMap));
+    }
+}
