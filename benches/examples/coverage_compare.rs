@@ -9,8 +9,9 @@
 //!
 //! From the recording's busiest queue (one program: record it with
 //! `intel_pt/noretcomp,tsc=0,mtc=0/u` so that every decoder accepts it) it builds
-//! (a) a fuzzing workload: 10,000 traces of 1-50 KB, each from a PSB of the trace to a
-//! packet boundary, and (b) a long trace: the whole trace, repeated `N` times (default:
+//! (a) a fuzzing workload: 10,000 traces of 1-50 KB, each from a PSB of the trace to
+//! the end of a TIP.PGD (where tracing stopped: a system call) where there is one
+//! close enough, else to a packet boundary, and (b) a long trace: the whole trace, repeated `N` times (default:
 //! up to 64 MB). It writes them with the code and the filter ranges into `OUT_DIR` for
 //! the libxdc harness, and prints MB/s and traces/s: (a) warm (after a first pass),
 //! (b) cold (a fresh decoder) and warm. `--ours-only` measures pt-coverage alone (for
@@ -86,12 +87,23 @@ fn load(data: &Path, repeat: Option<usize>) -> Workload {
     let config = *session.config();
     // Packet boundaries and PSBs.
     let mut pkt = PacketDecoder::new(&trace, &config);
+    // Where a run could end: after a TIP.PGD (a syscall, or the end of the
+    // program), as a fuzzer's traces end where tracing stops.
     let mut bounds = Vec::new();
+    let mut packets = Vec::new();
     let mut psbs = Vec::new();
     if pkt.sync_forward().is_ok() {
+        let mut pgd = false;
         for r in &mut pkt {
             let Ok((off, p)) = r else { break };
-            bounds.push(off as usize);
+            packets.push(off as usize);
+            if pgd {
+                bounds.push(off as usize);
+            }
+            pgd = matches!(
+                p,
+                pt_decoder::Packet::Ip(pt_decoder::IpPacketKind::TipPgd, _)
+            );
             if matches!(p, pt_decoder::Packet::Psb) {
                 psbs.push(off as usize);
             }
@@ -103,8 +115,16 @@ fn load(data: &Path, repeat: Option<usize>) -> Workload {
     while fuzz.len() < FUZZ_TRACES && !psbs.is_empty() {
         let start = psbs[rng.below(psbs.len() as u64) as usize];
         let want = 1024 + rng.below(49 * 1024) as usize;
+        let max = start + 50 * 1024;
         let i = bounds.partition_point(|&b| b < start + want);
-        let end = bounds.get(i).copied().unwrap_or(trace.len());
+        // After a TIP.PGD if there is one before 50 KB, else at a packet boundary.
+        let end = match bounds.get(i) {
+            Some(&b) if b <= max => b,
+            _ => {
+                let j = packets.partition_point(|&b| b < start + want);
+                packets.get(j).copied().unwrap_or(trace.len())
+            }
+        };
         fuzz.push(trace[start..end].to_vec());
     }
     let n = repeat.unwrap_or((64 << 20) / trace.len().max(1)).max(1);

@@ -56,11 +56,13 @@ static uint8_t *slurp(const char *dir, const char *name, size_t *len)
     return buf;
 }
 
-/* libxdc's page-fetch callback: a copy of the 4 KiB page at `page` from the
- * sections (zeros where none is mapped). */
-static void *fetch(void *opaque, uint64_t page, bool *success)
+/* libxdc's page-fetch callback: it passes an address in the page it wants and
+ * takes a pointer to the page's start: a copy of that 4 KiB page from the sections
+ * (zeros where none is mapped). */
+static void *fetch(void *opaque, uint64_t addr, bool *success)
 {
     (void)opaque;
+    uint64_t page = addr & ~(uint64_t)(PAGE - 1);
     bool any = false;
     memset(page_buf, 0, PAGE);
     for (size_t i = 0; i < nsections; i++) {
@@ -157,8 +159,12 @@ int main(int argc, char **argv)
     /* (a) the fuzzing workload, warm: one pass to fill the caches, then timed. */
     libxdc_t *x = libxdc_init(filter, fetch, NULL, bitmap, MAP_SIZE);
     int fails = 0;
-    for (size_t i = 0; i < ntraces; i++)
-        fails += decode(x, bufs[i], traces[i][1]) != decoder_success;
+    for (size_t i = 0; i < ntraces; i++) {
+        int r = decode(x, bufs[i], traces[i][1]);
+        if (r != decoder_success && fails++ == 0)
+            fprintf(stderr, "libxdc: trace %zu: result %d (page fault at %#llx)\n", i, r,
+                    (unsigned long long)libxdc_get_page_fault_addr(x));
+    }
     double best = 1e30;
     for (int round = 0; round < 3; round++) {
         double t = now();

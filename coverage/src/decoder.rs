@@ -386,18 +386,23 @@ impl CoverageDecoder {
     /// was reached.
     #[inline]
     fn enter(&mut self, walk: &mut Walk, id: u32, stop: Stop) -> bool {
-        let node = self.graph.nodes[id as usize];
+        // Only the fields the common case needs (the node is 100 bytes).
+        let (start, push, npush) = {
+            let n = &self.graph.nodes[id as usize];
+            (n.start, n.push, n.npush)
+        };
         walk.last_edge = None;
         if let Some((from, kind)) = walk.pending.take() {
-            self.edge(walk, from, node.start, kind);
+            self.edge(walk, from, start, kind);
             walk.last_edge = None;
         }
-        if !self.options.collect && (stop == Stop::None || stop == Stop::Cr3 && node.npush == 0) {
-            for i in 0..node.npush {
-                walk.push(self.graph.pushes[(node.push + i) as usize]);
+        if !self.options.collect && (stop == Stop::None || stop == Stop::Cr3 && npush == 0) {
+            for &ip in &self.graph.pushes[push as usize..][..npush as usize] {
+                walk.push(ip);
             }
             return false;
         }
+        let node = self.graph.nodes[id as usize];
         let mut push = node.push as usize;
         for i in 0..node.nseg {
             let seg = self.graph.segs[(node.seg + i) as usize];

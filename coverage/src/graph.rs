@@ -419,6 +419,9 @@ mod tests {
         let ret = g.node(&mut ctx, 0x1005, ExecMode::Bit64);
         assert_eq!(g.nodes[ret as usize].kind, NodeKind::Ret);
         let none = g.node(&mut ctx, 0x9000, ExecMode::Bit64);
-        assert_eq!(g.nodes[none as usize].kind, NodeKind::Stuck(ErrorKind::NoMap));
+        assert_eq!(
+            g.nodes[none as usize].kind,
+            NodeKind::Stuck(ErrorKind::NoMap)
+        );
     }
 }
