@@ -24,8 +24,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use pt_coverage::{CoverageDecoder, EdgeHash, Options};
-use pt_decoder::perf::{Session, SessionOptions};
 use pt_decoder::{Config, Image, PacketDecoder};
+use pt_perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 const MAP: usize = 1 << 16;

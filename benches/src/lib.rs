@@ -12,31 +12,9 @@ use pt_encoder::{IpPacketKind, ModeExec, Packet, Tnt};
 /// Bytes between PSBs in generated traces.
 pub const PSB_PERIOD: usize = 4096;
 
-/// A small deterministic PRNG (xorshift64*).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// Seeded generator (seed 0 is replaced by a fixed constant).
-    pub fn new(seed: u64) -> Self {
-        Self(if seed == 0 {
-            0x9e37_79b9_7f4a_7c15
-        } else {
-            seed
-        })
-    }
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+/// The tests' seeded generator (xorshift64*), so that a benchmark's input is the same
+/// on every run.
+pub use pt_testkit::Rng;
 
 struct Gen {
     buf: Vec<u8>,
@@ -96,11 +74,11 @@ pub fn tnt_heavy(size: usize) -> Vec<u8> {
         g.psb_plus();
         if rng.below(64) == 0 {
             let n = 1 + rng.below(Tnt::MAX_LONG as u64) as u32;
-            let payload = (1u64 << n) | (rng.next_u64() & ((1u64 << n) - 1));
+            let payload = (1u64 << n) | (rng.next() & ((1u64 << n) - 1));
             g.put(Packet::Tnt64(Tnt::from_payload(payload).unwrap()));
         } else {
             let n = 1 + rng.below(Tnt::MAX_SHORT as u64) as u32;
-            let payload = (1u64 << n) | (rng.next_u64() & ((1u64 << n) - 1));
+            let payload = (1u64 << n) | (rng.next() & ((1u64 << n) - 1));
             g.put(Packet::Tnt8(Tnt::from_payload(payload).unwrap()));
         }
     }
@@ -123,7 +101,7 @@ pub fn random_mix(size: usize) -> Vec<u8> {
         match rng.below(16) {
             0..=4 => {
                 let n = 1 + rng.below(6) as u32;
-                let payload = (1u64 << n) | (rng.next_u64() & ((1u64 << n) - 1));
+                let payload = (1u64 << n) | (rng.next() & ((1u64 << n) - 1));
                 g.put(Packet::Tnt8(Tnt::from_payload(payload).unwrap()));
             }
             5..=9 => {
@@ -133,7 +111,7 @@ pub fn random_mix(size: usize) -> Vec<u8> {
                     1 => (g.ip & !0xffff_ffff) | rng.below(0x1_0000_0000),
                     2 => 0x7f00_0000_0000 | rng.below(0x1_0000_0000),
                     3 => 0xffff_8000_0000_0000 | rng.below(0x1_0000_0000),
-                    _ => rng.next_u64(),
+                    _ => rng.next(),
                 };
                 let mut payload = last.compress(target);
                 if rng.below(8) == 0 {

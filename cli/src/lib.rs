@@ -12,7 +12,7 @@
 //! writer of its own (errors that a `let _ = write!(…)` would drop are
 //! caught there too).
 //!
-//! ```no_run
+//! ```
 //! use std::io::Write;
 //!
 //! fn main() {
@@ -25,6 +25,17 @@
 //!
 //! Progress on long work is drawn by [`progress`]: on a terminal's stderr
 //! only, never into a pipe or a file.
+//!
+//! # API structure
+//!
+//! - [`init`]: `print!`/`println!` end the tool quietly on a closed pipe;
+//! - [`stdout`]: a locked, buffered standard output with the same rules;
+//! - `parse` (feature `clap`): clap's parsing, with `--help` and `--version`
+//!   written through [`stdout`];
+//! - [`progress`]: indicatif bars and counters, on a terminal only.
+//!
+//! The tools (ptdump, ptxed, ptperf, pttestgen, ptconformance, ptprobe) are
+//! thin `main`s over their libraries plus these few calls.
 #![deny(missing_docs)]
 
 pub mod progress;

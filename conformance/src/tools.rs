@@ -4,7 +4,7 @@
 //! `PTXED`) if set, else from beside the running executable (for test
 //! binaries in `target/<profile>/deps`, from `target/<profile>`). The
 //! project's own tools can be built on demand with
-//! `cargo build -p pt-testgen -p pt-decoder --bins`.
+//! `cargo build -p pt-testgen -p pt-tools --bins`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -150,7 +150,7 @@ impl Tools {
                 let entry = tools.get_mut(kind);
                 *entry = match (&outcome, locate(kind)) {
                     (Ok(()), ToolPath::Missing(_)) => ToolPath::Missing(format!(
-                        "cargo build -p pt-testgen -p pt-decoder --bins produced no `{}` binary",
+                        "cargo build -p pt-testgen -p pt-tools --bins produced no `{}` binary",
                         kind.bin_name()
                     )),
                     (Ok(()), found) => found,
@@ -262,7 +262,7 @@ fn run_cargo_build() -> Result<(), String> {
     let mut command = Command::new(cargo);
     command
         .current_dir(&root)
-        .args(["build", "-p", "pt-testgen", "-p", "pt-decoder", "--bins"]);
+        .args(["build", "-p", "pt-testgen", "-p", "pt-tools", "--bins"]);
     // Build into the same profile directory the runner lives in.
     match profile_dir()
         .as_deref()
@@ -290,7 +290,7 @@ fn run_cargo_build() -> Result<(), String> {
             .take(5)
             .collect();
         Err(format!(
-            "cargo build -p pt-testgen -p pt-decoder --bins failed ({}): {}",
+            "cargo build -p pt-testgen -p pt-tools --bins failed ({}): {}",
             output.status,
             errors.join(" | ")
         ))

@@ -5,7 +5,7 @@
 //! The ignored test `pttestgen_matches_libipt_pttc` checks pttestgen's output files
 //! against libipt's generator (`PTTC_REFERENCE=/path/to/pttc`).
 //!
-//! The tools are rebuilt first (`cargo build -p pt-testgen -p pt-decoder
+//! The tools are rebuilt first (`cargo build -p pt-testgen -p pt-tools
 //! --bins`) so that stale binaries are never tested; `PTTESTGEN`, `PTDUMP`
 //! and `PTXED` override them. Use `--nocapture` to see the tables.
 

@@ -285,8 +285,8 @@ impl Section {
         self.file_offset
     }
 
-    /// The whole file (or buffer) the section is part of.
-    pub(crate) fn file_bytes(&self) -> &[u8] {
+    /// The whole file (or buffer) the section is part of (e.g. to read its build id).
+    pub fn file_bytes(&self) -> &[u8] {
         self.backing.bytes()
     }
 

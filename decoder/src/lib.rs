@@ -109,7 +109,11 @@
 //! * [`driver`]: the decode loop over them ([`Decoder`]), one thread or several;
 //! * [`listing`]: instructions as libipt's ptxed prints them (XED's Intel or AT&T
 //!   text), formatted once per address;
-//! * [`dump`]: the ptdump tool's library half.
+//! * [`pevent`]: libipt's perf_event side-band files, and [`sideband`]: the image
+//!   switching between processes they drive (libipt's `pt_sb`);
+//! * [`dump`]: packets printed as libipt's ptdump prints them (text or JSON lines);
+//!   [`file`]: trace files and byte ranges as libipt's tools take them. The tools'
+//!   command lines live in their binaries (`src/bin/ptdump`, `src/bin/ptxed`).
 //!
 //! Errors are typed ([`ErrorCode`], [`DecodeError`] with the trace offset,
 //! [`FlowError`] with the offset and IP) and implement [`std::error::Error`].
@@ -121,15 +125,16 @@ pub mod driver;
 pub mod dump;
 pub mod error;
 pub mod event;
+pub mod file;
 pub mod flow;
 pub mod image;
 pub mod insn;
 pub mod listing;
 pub mod packet;
 pub mod parallel;
-pub mod perf;
 pub mod pevent;
 pub mod query;
+pub mod sideband;
 pub mod time;
 
 pub use config::{Config, Cpu, Errata};

@@ -732,8 +732,8 @@ impl SbOptions {
     pub fn set(&mut self, arg: &str, value: Option<&str>) -> Result<(), String> {
         let v = value.unwrap_or("");
         let num = |max: u64| -> Result<u64, String> {
-            let n = crate::dump::cli::parse_u64(v)
-                .ok_or_else(|| format!("{arg}: bad argument: {v}."))?;
+            let n =
+                crate::file::parse_u64(v).ok_or_else(|| format!("{arg}: bad argument: {v}."))?;
             if n > max {
                 return Err(format!("{arg}: value too big: {v}."));
             }
@@ -761,8 +761,8 @@ impl SbOptions {
             "--pevent:sample-type" => self.config.sample_type = num(u64::MAX)?,
             "--pevent:sample-config" => {
                 let pair = v.split_once(':').and_then(|(id, st)| {
-                    let id = crate::dump::cli::parse_u64(id).filter(|_| !id.is_empty())?;
-                    Some((id, crate::dump::cli::parse_u64(st)?))
+                    let id = crate::file::parse_u64(id).filter(|_| !id.is_empty())?;
+                    Some((id, crate::file::parse_u64(st)?))
                 });
                 let Some(pair) = pair else {
                     return Err(format!("bad sample config {v}: invalid argument."));

@@ -753,18 +753,12 @@ mod tests {
     #[test]
     fn answers_are_binutils() {
         let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("script_demo");
         let src = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../ptperf/tests/programs/script_demo.c"
         );
-        let st = std::process::Command::new(pt_testkit::tool("cc", "gcc"))
-            .args(["-O2", "-g", "-static", "-o"])
-            .arg(&exe)
-            .arg(src)
-            .status()
-            .unwrap();
-        assert!(st.success());
+        let exe = dir.path().join("script_demo");
+        let exe = pt_testkit::compile_c(src, exe, &["-O2", "-g", "-static"], &[]);
         same_as_binutils(&exe, 3000);
         same_as_binutils(Path::new("/usr/bin/true"), 200);
         for lib in [

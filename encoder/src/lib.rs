@@ -1,9 +1,49 @@
-//! Byte-exact Intel PT packet encoder.
+//! Byte-exact Intel PT packet encoder: every packet of the SDM (Vol. 3C, 33.4),
+//! written as the processor writes it.
 //!
-//! [`packet`] holds the typed model of every packet; [`encode`] writes one packet into a
-//! caller's buffer; [`Encoder`] writes a stream and keeps the last-IP state so that IPs
-//! can be compressed the way hardware does. [`hash`] is the workspace's one hasher for
-//! integer keys (code addresses above all), here because every layer builds on this crate.
+//! # API structure
+//!
+//! - [`packet`]: the typed model of every packet ([`Packet`]), its opcodes and the IP
+//!   compression kinds ([`IpCompression`], [`LastIp`]). The decoder reads packets into
+//!   the same types, so the two cannot drift apart.
+//! - [`encode`] writes one packet into a caller's buffer; [`encode_to_vec`] appends it.
+//! - [`Encoder`] writes a stream and keeps the last-IP state, so that
+//!   [`Encoder::ip_packet`] compresses each IP the way hardware does.
+//! - [`hash`]: the workspace's one hasher for integer keys (code addresses above all),
+//!   here because every layer builds on this crate.
+//!
+//! A trace is what a newcomer follows through the workspace: this crate writes it (the
+//! simulator, `pt-sim`, writes it for real programs), `pt-decoder` reads it back into
+//! packets, events and instructions, `pt-perf-data` carries it in a perf.data file.
+//!
+//! # Example usage
+//!
+//! A PSB+ (with the execution mode), tracing enabled at a function, two conditional
+//! branches (taken, not taken), tracing disabled near where it started:
+//!
+//! ```
+//! use pt_encoder::{encode, Encoder, IpPacketKind, ModeExec, Packet, Tnt};
+//!
+//! # fn main() -> Result<(), pt_encoder::EncodeError> {
+//! let mut buf = [0u8; 64];
+//! let mut e = Encoder::new(&mut buf);
+//! e.next(&Packet::Psb)?;
+//! e.next(&Packet::ModeExec(ModeExec { csl: true, csd: false, iflag: false }))?;
+//! e.next(&Packet::Psbend)?;
+//! e.ip_packet(IpPacketKind::TipPge, 0x40_1000)?;
+//! e.next(&Packet::Tnt8(Tnt::from_results([true, false]).expect("two bits")))?;
+//! // Only the low two bytes differ from the last IP: a 3-byte TIP.PGD.
+//! assert_eq!(e.ip_packet(IpPacketKind::TipPgd, 0x40_1020)?, 3);
+//! let trace = e.written();
+//! assert_eq!(&trace[..16], &[0x02, 0x82].repeat(8)[..]); // PSB
+//!
+//! // One packet alone.
+//! let mut one = [0u8; 16];
+//! let n = encode(&Packet::Psbend, &mut one)?;
+//! assert_eq!(&one[..n], &[0x02, 0x23]);
+//! # Ok(())
+//! # }
+//! ```
 #![deny(missing_docs)]
 
 pub mod hash;
@@ -104,12 +144,7 @@ pub fn encode(p: &Packet, out: &mut [u8]) -> Result<usize, EncodeError> {
         .ok_or(EncodeError::BufferTooSmall { need: size, have })?;
     match *p {
         Packet::Pad => out[0] = opcode::PAD,
-        Packet::Psb => {
-            for pair in out.chunks_exact_mut(2) {
-                pair[0] = opcode::EXT;
-                pair[1] = ext::PSB;
-            }
-        }
+        Packet::Psb => out.copy_from_slice(&packet::PSB_BYTES),
         Packet::Psbend => ext2(out, ext::PSBEND),
         Packet::Ovf => ext2(out, ext::OVF),
         Packet::Stop => ext2(out, ext::STOP),

@@ -138,6 +138,17 @@ pub mod opcode {
 
 /// Size of a PSB packet in bytes.
 pub const PSB_SIZE: usize = 16;
+/// A PSB packet's bytes (`02 82` eight times): what searches for a sync point look for.
+pub const PSB_BYTES: [u8; PSB_SIZE] = {
+    let mut b = [0; PSB_SIZE];
+    let mut i = 0;
+    while i < PSB_SIZE {
+        b[i] = opcode::EXT;
+        b[i + 1] = opcode::ext::PSB;
+        i += 2;
+    }
+    b
+};
 /// The largest packet any encoder or decoder here handles (a 15-byte CYC).
 pub const MAX_PACKET_SIZE: usize = 16;
 /// Maximum number of bytes libipt accepts for one CYC packet.

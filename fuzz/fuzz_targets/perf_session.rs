@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pt_decoder::perf::{PerfItem, QueueDecoder, Session, SessionOptions};
+use pt_perf::session::{PerfItem, QueueDecoder, Session, SessionOptions};
 use pt_decoder::{Granularity, Item};
 use pt_perf_data::PerfFile;
 use std::path::PathBuf;

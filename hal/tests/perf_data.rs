@@ -137,6 +137,7 @@ fn write(dir: &Path, per_cpu: bool) -> Vec<u8> {
     let t = trace();
     let mut w = PerfDataRecorder::new(
         Cursor::new(Vec::new()),
+        "perf.data",
         &session(per_cpu),
         &["ptperf".into()],
     )

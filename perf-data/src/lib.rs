@@ -64,12 +64,14 @@
 //! # }
 //! ```
 //!
-//! For an Intel PT recording, [`intel_pt_attr`] and [`tracking_attr`] give the attrs
-//! perf uses, [`IntelPtInfo`] the AUXTRACE_INFO, [`pmu_mappings`] and [`host_features`]
-//! the features perf wants besides EVENT_DESC (which the writer adds), and
-//! [`PerfFileWriter::write_auxtrace`] streams AUX data; [`PerfFileWriter::checkpoint`]
-//! keeps the file readable by perf if the recorder dies. perf 6.1 decodes such files
-//! offline (`perf script --itrace=i1i`); the tests check it instruction by instruction.
+//! An Intel PT recording is written by the one [`RecordingWriter`] (every recorder of
+//! the workspace uses it): from the intel_pt event ([`intel_pt_attr`], and
+//! [`tracking_attr`] for the side-band) and its [`IntelPtInfo`], it writes the attrs,
+//! AUXTRACE_INFO, TIME_CONV and the features perf wants ([`pmu_mappings`],
+//! [`host_features`], EVENT_DESC, the AUXTRACE index), then the records in rounds
+//! (FINISHED_ROUND), each leaving a complete file on disk, so that a killed recorder or
+//! a full disk leaves a file perf reads. perf 6.1 decodes such files offline
+//! (`perf script --itrace=i1i`); the tests check it instruction by instruction.
 //!
 //! # Map
 //!
@@ -79,6 +81,7 @@
 //! - [`features`]: the header features ([`Feature`]).
 //! - [`reader`]: [`MappedFile`], [`PerfFile`] and its record iterators.
 //! - [`pipe`]: [`PipeReader`]. [`writer`]: [`PerfFileWriter`], [`PipeWriter`].
+//! - [`recording`]: [`RecordingWriter`], the one writer of Intel PT recordings.
 //! - [`ordered`]: perf's time ordering ([`RoundQueue`]).
 //!
 //! Bad input gives an [`Error`] naming the file offset and what is wrong; reading goes
@@ -93,6 +96,7 @@ pub mod intel_pt;
 pub mod ordered;
 pub mod pipe;
 pub mod reader;
+pub mod recording;
 pub mod records;
 pub mod writer;
 
@@ -107,6 +111,7 @@ pub use intel_pt::{intel_pt_attr, pmu_mappings, tracking_attr, IntelPtInfo, Inte
 pub use ordered::RoundQueue;
 pub use pipe::PipeReader;
 pub use reader::{FileHeader, MappedFile, OrderedRecords, PerfFile, Records, Section};
+pub use recording::{RecordingError, RecordingSetup, RecordingWriter};
 pub use records::{
     auxtrace_type, misc, record_type, Aux, AuxFlags, AuxOutputHwId, Auxtrace, AuxtraceError,
     AuxtraceInfo, AuxtracePrivate, BranchStack, BuildId, BuildIdRecord, Comm, CpuMap, IdIndexEntry,

@@ -15,6 +15,11 @@
 //! (so a kill in that short window loses the features, never the records). A recorder
 //! killed at any point leaves a file perf reads up to the last checkpoint. Dropping an
 //! unfinished writer makes a last checkpoint.
+//!
+//! A write that fails (a full disk, a file-size limit) leaves the file as the last
+//! checkpoint left it: records that were to replace the features could not be written,
+//! so the features go back where they were (those bytes are already the file's) and
+//! the header names them again. The writer then writes nothing more, not even on drop.
 
 use crate::attr::{EventDesc, EventTable, ATTR_SIZE};
 use crate::bytes::Put;
@@ -46,6 +51,11 @@ pub struct PerfFileWriter<W: Write + Seek> {
     auxtrace_index: Vec<AuxtraceIndexEntry>,
     /// Whether the header on disk points at features that sit after `written`.
     features_on_disk: bool,
+    /// The feature table and sections of the last checkpoint, as written after its
+    /// data: put back when records that were to replace them fail to be written.
+    last_features: Vec<u8>,
+    /// A write failed: the file is left as it is (no last checkpoint on drop).
+    broken: bool,
 }
 
 impl<W: Write + Seek> PerfFileWriter<W> {
@@ -103,6 +113,8 @@ impl<W: Write + Seek> PerfFileWriter<W> {
             features: BTreeMap::new(),
             auxtrace_index: Vec::new(),
             features_on_disk: false,
+            last_features: Vec::new(),
+            broken: false,
         })
     }
 
@@ -199,8 +211,41 @@ impl<W: Write + Seek> PerfFileWriter<W> {
             self.features_on_disk = false;
         }
         let at = self.header.data.offset + self.written;
-        self.out()?.write_all(b).map_err(io(at))?;
+        let out = self.out()?;
+        // At the data's end even after a write that failed part way.
+        out.seek(SeekFrom::Start(at)).map_err(io(at))?;
+        if let Err(e) = out.write_all(b) {
+            self.failed();
+            return Err(io(at)(e));
+        }
         self.written += b.len() as u64;
+        Ok(())
+    }
+
+    /// A write failed (a full disk, a file-size limit): the file goes back to the last
+    /// checkpoint. The bytes its features held are still the file's (records written
+    /// over them are past the header's data size), so they go back as they were, with
+    /// the header naming them.
+    fn failed(&mut self) {
+        self.broken = true;
+        if !self.features_on_disk && !self.last_features.is_empty() {
+            let _ = self.restore_features();
+        }
+    }
+
+    /// Writes the last checkpoint's features back after its data, and its header.
+    fn restore_features(&mut self) -> Result<()> {
+        let end = self.header.data.offset + self.header.data.size;
+        let features = std::mem::take(&mut self.last_features);
+        let out = self.out()?;
+        out.seek(SeekFrom::Start(end)).map_err(io(end))?;
+        let r = out.write_all(&features).map_err(io(end));
+        self.last_features = features;
+        r?;
+        let h = self.header;
+        self.put_header(&h)?;
+        self.out()?.flush().map_err(io(0))?;
+        self.features_on_disk = true;
         Ok(())
     }
 
@@ -248,6 +293,14 @@ impl<W: Write + Seek> PerfFileWriter<W> {
     /// Makes the file on disk complete: records so far, the features, and a header with
     /// the data size. See the module docs.
     pub fn checkpoint(&mut self) -> Result<()> {
+        let r = self.checkpoint_now();
+        if r.is_err() {
+            self.failed();
+        }
+        r
+    }
+
+    fn checkpoint_now(&mut self) -> Result<()> {
         self.spill_now()?;
         let features = self.feature_list();
         let data_end = self.header.data.offset + self.written;
@@ -274,7 +327,15 @@ impl<W: Write + Seek> PerfFileWriter<W> {
         self.put_header(&h)?;
         self.out()?.flush().map_err(io(0))?;
         self.features_on_disk = true;
+        self.last_features = table;
+        self.last_features.extend_from_slice(&body);
         Ok(())
+    }
+
+    /// The output (tests look at what is on disk).
+    #[cfg(test)]
+    pub(crate) fn out_ref(&self) -> &W {
+        self.out.as_ref().expect("the writer has not finished")
     }
 
     /// Finishes the file (a last checkpoint) and hands back the output.
@@ -290,7 +351,7 @@ impl<W: Write + Seek> PerfFileWriter<W> {
 
 impl<W: Write + Seek> Drop for PerfFileWriter<W> {
     fn drop(&mut self) {
-        if self.out.is_some() {
+        if self.out.is_some() && !self.broken {
             // Best effort: an unfinished writer (an early return, a panic) still leaves a
             // file perf reads.
             let _ = self.checkpoint();

@@ -13,13 +13,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-#[path = "../../decoder/tests/perf_support/mod.rs"]
-#[allow(unused)]
-mod perf_support;
-#[path = "../tests/pg_server/mod.rs"]
-mod pg_server;
+use pt_testkit::pg_server;
+use pt_testkit::recording as perf_support;
 
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf::session::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 use ptperf::export::feed::export_session;
 use ptperf::export::postgres::PostgresSink;

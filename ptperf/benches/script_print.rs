@@ -12,16 +12,14 @@ use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-#[path = "../../decoder/tests/perf_support/mod.rs"]
-#[allow(unused)]
-mod perf_support;
+use pt_testkit::recording as perf_support;
 
 use clap::Parser;
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf::sample::Sample;
+use pt_perf::session::{Session, SessionOptions};
+use pt_perf::synth::{Event, Flow, Synth};
 use pt_perf_data::MappedFile;
-use ptperf::sample::Sample;
 use ptperf::script::{Args, Plan, Printer};
-use ptperf::synth::{Event, Flow, Synth};
 
 /// The recording (made once; shared with the export bench).
 fn recording() -> PathBuf {

@@ -13,16 +13,14 @@ use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-#[path = "../../decoder/tests/perf_support/mod.rs"]
-#[allow(unused)]
-mod perf_support;
+use pt_testkit::recording as perf_support;
 
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf::decode::PlainInsn;
+use pt_perf::itrace::SynthOpts;
+use pt_perf::sample::Sample;
+use pt_perf::session::{Session, SessionOptions};
+use pt_perf::synth::{Event, SampleSink, Stacks, Synth};
 use pt_perf_data::MappedFile;
-use ptperf::decode::PlainInsn;
-use ptperf::itrace::SynthOpts;
-use ptperf::sample::Sample;
-use ptperf::synth::{Event, SampleSink, Stacks, Synth};
 
 /// The recording (made once; kept between runs).
 fn recording() -> PathBuf {

@@ -127,7 +127,9 @@ fn main() {
             Ok((rec, truth))
         })
     } else {
-        Err("not a perf.data (record one with `ptperf record --backend sim`)".to_string())
+        Err(ptperf::Error::Nothing(
+            "not a perf.data (record one with `ptperf record --backend sim`)".to_string(),
+        ))
     };
     let (rec, truth) = opened.unwrap_or_else(|e| {
         eprintln!("damage: {}: {e}", args.trace.display());

@@ -9,11 +9,11 @@
 use std::ops::ControlFlow;
 use std::time::Instant;
 
-use pt_decoder::perf::{Session, SessionOptions};
-use ptperf::decode::PlainInsn;
-use ptperf::itrace::SynthOpts;
-use ptperf::sample::Sample;
-use ptperf::synth::{Event, SampleSink, Stacks, Synth};
+use pt_perf::decode::PlainInsn;
+use pt_perf::itrace::SynthOpts;
+use pt_perf::sample::Sample;
+use pt_perf::session::{Session, SessionOptions};
+use pt_perf::synth::{Event, SampleSink, Stacks, Synth};
 
 /// Counts samples, taking runs of instruction samples at once.
 #[derive(Default)]

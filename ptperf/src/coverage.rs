@@ -17,11 +17,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use pt_coverage::{CoverageDecoder, EdgeHash, Options};
 use pt_decoder::insn::decode_at;
-use pt_decoder::perf::{Mapping, Session, SessionOptions};
 use pt_decoder::Image;
 use pt_elf::srcline::{Answer, SrcLines};
 use pt_elf::{SymbolOptions, Symbols};
 use pt_encoder::ExecMode;
+use pt_perf::session::Mapping;
+use pt_perf::{Session, SessionOptions};
 
 use crate::input;
 

@@ -19,6 +19,7 @@
 //! [`decode_ours`] runs this crate's decoder with a given [`Resync`] policy,
 //! [`decode_libipt`] libipt's ptxed (whose runaways it cuts short).
 
+use crate::Error;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -167,13 +168,13 @@ pub struct Recording {
 /// A recording of `ptperf record` on the simulator (a perf.data) with the execution
 /// log it was recorded from: the trace of the thread with the most trace (it must
 /// have run one program), and its recorded instructions.
-pub fn open_perf_data(perf_data: &Path, log: &Path) -> Result<(Recording, Vec<u64>), String> {
+pub fn open_perf_data(perf_data: &Path, log: &Path) -> Result<(Recording, Vec<u64>), Error> {
     let rec = crate::verify::Recording::read(perf_data)?;
     let piece = rec
         .pieces
         .iter()
         .max_by_key(|p| p.data.len())
-        .ok_or_else(|| format!("{}: no trace", perf_data.display()))?;
+        .ok_or_else(|| Error::recording(perf_data, "no trace"))?;
     if rec
         .pieces
         .iter()
@@ -181,10 +182,12 @@ pub fn open_perf_data(perf_data: &Path, log: &Path) -> Result<(Recording, Vec<u6
         .count()
         > 1
     {
-        return Err(format!(
-            "{}: thread {} ran several programs: record one",
-            perf_data.display(),
-            piece.thread.tid
+        return Err(Error::recording(
+            perf_data,
+            format_args!(
+                "thread {} ran several programs: record one",
+                piece.thread.tid
+            ),
         ));
     }
     let mut truth = crate::verify::ground_truth(log, &rec.config, &rec.filters)?;
@@ -270,7 +273,7 @@ impl Truth {
     pub fn of(
         rec: &Recording,
         mut next_truth: impl FnMut() -> Option<u64>,
-    ) -> Result<Truth, String> {
+    ) -> Result<Truth, Error> {
         let mut index = std::collections::HashMap::new();
         let mut truth = Truth {
             table: Vec::new(),
@@ -310,10 +313,10 @@ impl Truth {
             }
         });
         if let Some(b) = bad {
-            return Err(b);
+            return Err(Error::Nothing(b));
         }
         if next_truth().is_some() {
-            return Err("the decode ends before the log".into());
+            return Err(Error::Nothing("the decode ends before the log".into()));
         }
         Ok(truth)
     }
@@ -558,10 +561,10 @@ pub fn score_libipt(
     truth: &Truth,
     damaged: &Damaged,
     tmp: &Path,
-) -> Result<Score, String> {
+) -> Result<Score, Error> {
     std::fs::File::create(tmp)
         .and_then(|mut f| f.write_all(&damaged.bytes))
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        .map_err(|e| Error::io(tmp, e))?;
     let mut s = Scorer::new(truth);
     let limit = truth.len() * 2 + (1 << 20);
     decode_libipt(ptxed, rec, tmp, limit, &mut |d| {
@@ -590,7 +593,7 @@ pub fn decode_libipt(
     pt: &Path,
     limit: u64,
     sink: &mut dyn FnMut(Decoded),
-) -> Result<bool, String> {
+) -> Result<bool, Error> {
     let mut child = Command::new(ptxed)
         .args(&rec.ptxed_args)
         .args(["--no-inst", "--offset", "--pt"])
@@ -598,8 +601,11 @@ pub fn decode_libipt(
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("{}: {e}", ptxed.display()))?;
-    let out = child.stdout.take().ok_or("no stdout")?;
+        .map_err(|e| Error::io(ptxed, e))?;
+    let out = child
+        .stdout
+        .take()
+        .ok_or_else(|| Error::io(ptxed, std::io::Error::other("no standard output to read")))?;
     let mut r = BufReader::with_capacity(1 << 20, out);
     let mut line = Vec::new();
     let mut n = 0u64;

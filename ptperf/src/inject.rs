@@ -1,5 +1,5 @@
 //! `ptperf inject -i IN -o OUT --itrace=OPTS [--strip]`: a perf.data with the
-//! samples [`crate::synth`] synthesizes in place of the Intel PT trace, as `perf
+//! samples [`pt_perf::synth`] synthesizes in place of the Intel PT trace, as `perf
 //! inject --itrace` writes it: the synthesized events' attrs are added (perf's
 //! ids: the trace event's first id + 1000000000 on), their samples (with branch
 //! stacks for `l`, call chains for `g`) follow the side-band, and the AUX data and
@@ -16,16 +16,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::SessionOptions;
+use pt_perf::session::SessionOptions;
 use pt_perf_data::{
     attr_type, feature_id, AttrFlags, BranchStack, ErrorKind, EventAttr, EventDesc, MappedFile,
     PerfFileWriter, Record, SampleType, U64s, ATTR_SIZE,
 };
 
 use crate::input::{self, Outcome};
-use crate::itrace::{PeriodType, SynthOpts};
-use crate::sample::{Kind, Sample};
-use crate::synth::{Event, Flow, Stacks, Synth};
+use pt_perf::itrace::{PeriodType, SynthOpts};
+use pt_perf::sample::{Kind, Sample};
+use pt_perf::synth::{Event, Flow, Stacks, Synth};
 
 /// `ptperf inject`'s command line.
 #[derive(Parser, Debug)]
@@ -85,23 +85,58 @@ struct Synthesized {
     id: u64,
 }
 
-/// The output while it is written: a file beside its name, removed unless
-/// [`Output::commit`] renames it.
+/// The output while it is written. Where the file system allows, an unnamed
+/// file (`O_TMPFILE`) in the output's folder that is given its name only once
+/// it is complete and reads back, so that nothing is left behind however the
+/// process ends (SIGKILL and Ctrl-C included); elsewhere a file beside its name,
+/// removed unless [`Output::commit`] renames it.
 struct Output {
-    tmp: PathBuf,
     path: PathBuf,
-    done: bool,
+    staging: Staging,
+}
+
+enum Staging {
+    /// The unnamed file (kept open: closing it would delete it).
+    Unnamed(std::fs::File),
+    /// A named temporary file; `done` once renamed.
+    Named { tmp: PathBuf, done: bool },
 }
 
 impl Output {
     fn create(path: &Path) -> Result<(Output, std::fs::File), String> {
+        use std::os::unix::fs::OpenOptionsExt;
         let name = path
             .file_name()
             .ok_or_else(|| format!("ptperf inject: {}: not a file name", path.display()))?;
-        let mut tmp_name = OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".{}.tmp", std::process::id()));
-        let tmp = path.with_file_name(tmp_name);
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let unnamed = std::fs::OpenOptions::new()
+            .write(true)
+            .read(true)
+            .mode(0o666)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir);
+        match unnamed {
+            Ok(file) => {
+                let keep = file
+                    .try_clone()
+                    .map_err(|e| format!("ptperf inject: {}: {e}", path.display()))?;
+                let out = Output {
+                    path: path.to_path_buf(),
+                    staging: Staging::Unnamed(keep),
+                };
+                return Ok((out, file));
+            }
+            // A missing folder is the user's to hear about; a file system
+            // without O_TMPFILE gets the named file.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(format!("ptperf inject: {}: {e}", path.display()));
+            }
+            Err(_) => {}
+        }
+        let tmp = path.with_file_name(temp_name(name));
         let file = std::fs::OpenOptions::new()
             .write(true)
             .read(true)
@@ -109,39 +144,98 @@ impl Output {
             .open(&tmp)
             .map_err(|e| format!("ptperf inject: {}: {e}", tmp.display()))?;
         let out = Output {
-            tmp,
             path: path.to_path_buf(),
-            done: false,
+            staging: Staging::Named { tmp, done: false },
         };
         Ok((out, file))
     }
 
-    /// Reads the written file back (every record), then renames it to its name.
+    /// Reads the written file back (every record), then gives it its name.
     fn commit(mut self) -> Result<(), String> {
+        use std::os::fd::AsRawFd;
         let bad = |e: String| format!("ptperf inject: {}: written, but {e}", self.path.display());
-        let file = MappedFile::open(&self.tmp).map_err(|e| bad(e.to_string()))?;
+        let written = match &self.staging {
+            Staging::Unnamed(f) => PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())),
+            Staging::Named { tmp, .. } => tmp.clone(),
+        };
+        let file = MappedFile::open(&written).map_err(|e| bad(e.to_string()))?;
         let perf = file
             .parse()
             .map_err(|e| bad(format!("it does not read back: {e}")))?;
         if let Some(Err(e)) = perf.records().find(Result::is_err) {
             return Err(bad(format!("it does not read back: {e}")));
         }
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| {
+        let tmp = match &mut self.staging {
+            Staging::Named { tmp, .. } => tmp.clone(),
+            Staging::Unnamed(_) => {
+                // linkat cannot replace a file: link under a temporary name,
+                // then rename over the output (the name lives for a moment).
+                let name = self.path.file_name().unwrap_or_default();
+                let tmp = self.path.with_file_name(temp_name(name));
+                link_proc_fd(&written, &tmp).map_err(|e| {
+                    format!(
+                        "ptperf inject: {}: cannot give the written file a name: {e}",
+                        self.path.display()
+                    )
+                })?;
+                self.staging = Staging::Named {
+                    tmp: tmp.clone(),
+                    done: false,
+                };
+                tmp
+            }
+        };
+        std::fs::rename(&tmp, &self.path).map_err(|e| {
             format!(
                 "ptperf inject: {}: cannot rename {} to it: {e}",
                 self.path.display(),
-                self.tmp.display()
+                tmp.display()
             )
         })?;
-        self.done = true;
+        if let Staging::Named { done, .. } = &mut self.staging {
+            *done = true;
+        }
         Ok(())
+    }
+}
+
+/// `.NAME.PID.tmp`, beside the output.
+fn temp_name(name: &std::ffi::OsStr) -> OsString {
+    let mut tmp_name = OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    tmp_name
+}
+
+/// Gives the unnamed file open as `/proc/self/fd/N` the name `to`.
+fn link_proc_fd(proc_path: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let cstr = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (from, to) = (cstr(proc_path)?, cstr(to)?);
+    // SAFETY: both are NUL-terminated paths that outlive the call.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
 impl Drop for Output {
     fn drop(&mut self) {
-        if !self.done {
-            let _ = std::fs::remove_file(&self.tmp);
+        if let Staging::Named { tmp, done: false } = &self.staging {
+            let _ = std::fs::remove_file(tmp);
         }
     }
 }

@@ -2,16 +2,18 @@
 //! what the reader found wrong in it, and the closing summary of what it skipped.
 //!
 //! Every subcommand goes through here so that they all say the same thing about the
-//! same file: the session's warnings ([`pt_decoder::perf::Warning`]) when it opens,
-//! one line summing up what the damage took away ([`pt_decoder::perf::Skipped`]) at
+//! same file: the session's warnings ([`pt_perf::session::Warning`]) when it opens,
+//! one line summing up what the damage took away ([`pt_perf::session::Skipped`]) at
 //! the end, and the exit status [`EXIT_STATUS`] documents.
 
 use std::process::{ExitCode, Termination};
 
-use pt_decoder::perf::{Session, SessionOptions, Skipped};
+use pt_perf::session::{Session, SessionOptions, Skipped};
+
+use crate::Error;
 use pt_perf_data::{MappedFile, PerfFile};
 
-use crate::synth::Synth;
+use pt_perf::synth::Synth;
 
 /// The exit status convention of the subcommands that read a perf.data, for their help.
 pub const EXIT_STATUS: &str = "\
@@ -49,18 +51,26 @@ impl Termination for Outcome {
 
 /// Opens the perf.data at `path` (`-`: standard input) for subcommand `cmd` (e.g.
 /// `ptperf script`); the error is the line to print, naming the file and what it is.
-pub fn open(cmd: &str, path: &str) -> Result<MappedFile, String> {
+pub fn open(cmd: &str, path: &str) -> Result<MappedFile, Error> {
     let file = if path == "-" {
         MappedFile::read_stream(std::io::stdin().lock(), "standard input")
     } else {
         MappedFile::open(path)
     };
-    file.map_err(|e| format!("{cmd}: {path}: {e}"))
+    file.map_err(|source| Error::Open {
+        cmd: cmd.into(),
+        path: path.into(),
+        source,
+    })
 }
 
 /// Reads the header of `file` (see [`open`]).
-pub fn parse<'a>(cmd: &str, path: &str, file: &'a MappedFile) -> Result<PerfFile<'a>, String> {
-    file.parse().map_err(|e| format!("{cmd}: {path}: {e}"))
+pub fn parse<'a>(cmd: &str, path: &str, file: &'a MappedFile) -> Result<PerfFile<'a>, Error> {
+    file.parse().map_err(|source| Error::PerfData {
+        cmd: cmd.into(),
+        path: path.into(),
+        source,
+    })
 }
 
 /// The decoding session of `perf`; its warnings go to stderr (the first [`SHOWN`],
@@ -70,8 +80,12 @@ pub fn session<'a>(
     path: &str,
     perf: &PerfFile<'a>,
     options: SessionOptions,
-) -> Result<Session<'a>, String> {
-    let session = Session::new(perf, options).map_err(|e| format!("{cmd}: {path}: {e}"))?;
+) -> Result<Session<'a>, Error> {
+    let session = Session::new(perf, options).map_err(|source| Error::Session {
+        cmd: cmd.into(),
+        path: path.into(),
+        source,
+    })?;
     let warnings = session.warnings();
     for w in warnings.iter().take(SHOWN) {
         eprintln!("{cmd}: {path}: warning: {w}");
@@ -139,14 +153,16 @@ mod tests {
     #[test]
     fn what_the_input_is() {
         let dir = std::env::temp_dir();
-        let e = open("ptperf script", dir.to_str().unwrap()).unwrap_err();
+        let e = open("ptperf script", dir.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is a directory"), "{e}");
-        let e = open("ptperf script", "/dev/zero").unwrap_err();
+        let e = open("ptperf script", "/dev/zero").unwrap_err().to_string();
         assert!(
             e.contains("a character device") && e.contains("magic"),
             "{e}"
         );
-        let e = open("ptperf script", "/dev/null").unwrap_err();
+        let e = open("ptperf script", "/dev/null").unwrap_err().to_string();
         assert!(e.contains("gave no data"), "{e}");
     }
 }

@@ -8,11 +8,11 @@
 //! - [`damage`]: how much of a recorded execution a decoder recovers from a
 //!   damaged trace (the damage benchmark).
 //! - [`profile`]: branch counts and the hottest functions of a decoded flow.
-//! - [`decode`]: perf's Intel PT decoder semantics (the states intel-pt-decoder.c
-//!   hands to intel-pt.c), over pt-decoder's packets and [`code`]'s walk.
-//! - [`synth`]: the samples perf's intel-pt.c synthesizes from those states
-//!   ([`sample`]), for the `--itrace` options ([`itrace`]), queues in time order
-//!   ([`auxtrace_heap`], ties broken as perf's heap breaks them).
+//!
+//! perf's semantics (the perf.data session, perf's decoder, the code walk, the
+//! `--itrace` options and the samples perf synthesizes) are the library pt-perf's;
+//! this crate is the tool over it: arguments, printing, output formats, progress.
+//!
 //! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
 //!   byte for byte as perf prints and writes them; [`symbols`] finds the names
 //!   perf gives addresses, [`srcline`] their source lines.
@@ -26,30 +26,27 @@
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
 
-pub mod auxtrace_heap;
-pub mod code;
 pub mod coverage;
+pub use error::Error;
+
 pub mod damage;
-pub mod decode;
+mod error;
 pub mod export;
 pub mod inject;
 pub mod input;
-pub mod itrace;
 pub mod profile;
 pub mod profile_llvm;
 pub mod progress;
 pub mod record;
 mod record_check;
 pub mod report;
-pub mod sample;
 pub mod script;
-pub mod synth;
 pub mod timeline;
 pub mod verify;
 
-/// A subcommand's `main` on its clap arguments: help and usage errors as clap prints
-/// them (exit 0, or 129 as perf exits on bad options), then `run`'s error as one line
-/// on stderr with exit status 1.
+/// A subcommand's `main` on its clap arguments: help and usage errors on stderr with
+/// exit status 129 (as perf's `-h` and bad options), `--version` alone on stdout, then
+/// `run`'s error as one line on stderr with exit status 1.
 #[allow(dead_code)] // For subcommands that read no perf.data; those that do use `reading`.
 pub(crate) fn command<A: clap::Parser>(
     name: &str,
@@ -57,6 +54,11 @@ pub(crate) fn command<A: clap::Parser>(
     run: impl FnOnce(A) -> Result<(), String>,
 ) -> std::process::ExitCode {
     reading::<A>(name, args, |a| run(a).map(|()| input::Outcome::Whole))
+}
+
+/// `ptperf version 0.1.0`, as `perf --version` prints perf's.
+pub fn print_version() {
+    println!("ptperf version {}", env!("CARGO_PKG_VERSION"));
 }
 
 /// [`command`] for a subcommand that reads a perf.data: its exit status is its
@@ -68,12 +70,19 @@ pub(crate) fn reading<A: clap::Parser>(
 ) -> std::process::ExitCode {
     use std::process::ExitCode;
     use std::process::Termination;
+    if let [only] = args {
+        if only == "--version" {
+            print_version();
+            return ExitCode::SUCCESS;
+        }
+    }
     let argv = std::iter::once(std::ffi::OsString::from(name)).chain(args.iter().cloned());
     let a = match A::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 129 } else { 0 });
+            // perf's habit: usage and help on stderr, exit status 129.
+            eprint!("{}", e.render());
+            return ExitCode::from(129);
         }
     };
     match run(a) {

@@ -36,6 +36,10 @@ fn main() -> ExitCode {
         "profile" => ptperf::profile_llvm::cli::main(&args[1..]),
         "timeline" => ptperf::timeline::main(&args[1..]),
         "coverage" => ptperf::coverage::main(&args[1..]),
+        "--version" | "-v" | "version" => {
+            ptperf::print_version();
+            ExitCode::SUCCESS
+        }
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

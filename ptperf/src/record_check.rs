@@ -3,7 +3,6 @@
 //! of them. Reports go to stderr.
 
 use std::path::Path;
-use std::time::Instant;
 
 use pt_sim::record::RecordSummary;
 
@@ -17,22 +16,20 @@ pub fn decode(
     s: &RecordSummary,
     top: usize,
     tty: bool,
-) -> Result<bool, String> {
-    let t1 = Instant::now();
-    let mut shown = false;
-    let (checks, profile) = verify_profile(perf_data, log, &mut |n| {
-        if tty {
-            shown = true;
-            eprint!(
-                "\r\x1b[Kptperf record: decoding: {:.2} M instructions, {:.1} s",
-                n as f64 / 1e6,
-                t1.elapsed().as_secs_f64()
-            );
+) -> Result<bool, crate::Error> {
+    // A counter on the terminal (indicatif, through pt-cli), none in a pipe.
+    let bar = if tty {
+        pt_cli::progress::counter("ptperf record: decoding: {msg}, {elapsed}")
+    } else {
+        None
+    };
+    let checked = verify_profile(perf_data, log, &mut |n| {
+        if let Some(b) = &bar {
+            b.set_message(format!("{:.2} M instructions", n as f64 / 1e6));
         }
-    })?;
-    if shown {
-        eprintln!();
-    }
+    });
+    pt_cli::progress::finish(bar);
+    let (checks, profile) = checked?;
     if checks.is_empty() {
         eprintln!("ptperf record: nothing was traced");
         return Ok(s.traced == 0 && s.source_error.is_none());

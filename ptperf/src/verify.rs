@@ -27,6 +27,7 @@ use pt_sim::record::FilterSpec;
 pub use pt_sim::traced::TracedFilter;
 
 use crate::profile::{MapLine, Profile, Profiler};
+use crate::Error;
 
 /// What decoding one trace found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -122,7 +123,7 @@ pub struct Recording {
 
 impl Recording {
     /// Reads the simulated recording `path` (see the module docs).
-    pub fn read(path: &Path) -> Result<Self, String> {
+    pub fn read(path: &Path) -> Result<Self, Error> {
         read_recording(path)
     }
 }
@@ -142,8 +143,8 @@ fn image_file(name: &str, perf_data: &Path, build_ids: &HashMap<String, Vec<u8>>
     PathBuf::from(name)
 }
 
-fn read_recording(path: &Path) -> Result<Recording, String> {
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+fn read_recording(path: &Path) -> Result<Recording, Error> {
+    let err = |e: &dyn std::fmt::Display| Error::recording(path, e);
     let file = MappedFile::open(path).map_err(|e| err(&e))?;
     let perf = file.parse().map_err(|e| err(&e))?;
     let info = perf
@@ -265,15 +266,12 @@ pub fn ground_truth(
     log: &Path,
     config: &TraceConfig,
     filters: &[FilterSpec],
-) -> Result<std::collections::BTreeMap<ThreadId, Vec<u64>>, String> {
-    let mut r = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
+) -> Result<std::collections::BTreeMap<ThreadId, Vec<u64>>, Error> {
+    let mut r = LogReader::open(log).map_err(|e| Error::recording(log, e))?;
     let mut f = TracedFilter::new(config).filters(filters);
     let mut cursor = pt_sim::exec::ThreadCursor::new();
     let mut out: std::collections::BTreeMap<ThreadId, Vec<u64>> = Default::default();
-    while let Some(item) = r
-        .next_item()
-        .map_err(|e| format!("{}: {e}", log.display()))?
-    {
+    while let Some(item) = r.next_item().map_err(|e| Error::recording(log, e))? {
         let t = cursor.follow(&item);
         if let Some(ip) = f.shown(&item, r.memory()) {
             out.entry(t).or_default().push(ip);
@@ -284,7 +282,7 @@ pub fn ground_truth(
 
 /// Decodes every thread of the recording `perf_data` and compares each with
 /// its recorded execution in `log`.
-pub fn verify(perf_data: &Path, log: &Path) -> Result<Vec<TraceCheck>, String> {
+pub fn verify(perf_data: &Path, log: &Path) -> Result<Vec<TraceCheck>, Error> {
     verify_with(perf_data, log, None, None, &mut |_| {})
 }
 
@@ -294,7 +292,7 @@ pub fn verify_config(
     perf_data: &Path,
     log: &Path,
     config: TraceConfig,
-) -> Result<Vec<TraceCheck>, String> {
+) -> Result<Vec<TraceCheck>, Error> {
     verify_with(perf_data, log, Some(config), None, &mut |_| {})
 }
 
@@ -305,7 +303,7 @@ pub fn verify_profile(
     perf_data: &Path,
     log: &Path,
     progress: &mut dyn FnMut(u64),
-) -> Result<(Vec<TraceCheck>, Profile), String> {
+) -> Result<(Vec<TraceCheck>, Profile), Error> {
     let mut prof = None;
     let checks = verify_with(perf_data, log, None, Some(&mut prof), progress)?;
     Ok((checks, prof.unwrap_or_default()))
@@ -317,12 +315,12 @@ fn verify_with(
     config: Option<TraceConfig>,
     mut profile: Option<&mut Option<Profile>>,
     progress: &mut dyn FnMut(u64),
-) -> Result<Vec<TraceCheck>, String> {
+) -> Result<Vec<TraceCheck>, Error> {
     let rec = read_recording(perf_data)?;
     if rec.snapshot {
-        return Err(format!(
-            "{}: a snapshot recording: its snapshots are not checked against the execution",
-            perf_data.display()
+        return Err(Error::recording(
+            perf_data,
+            "a snapshot recording: its snapshots are not checked against the execution",
         ));
     }
     let config = config.unwrap_or(rec.config);
@@ -373,9 +371,9 @@ fn check_piece(
     log: &Path,
     mut profiler: Option<&mut Profiler>,
     progress: &mut dyn FnMut(u64),
-) -> Result<FlowSummary, String> {
+) -> Result<FlowSummary, Error> {
     let image = image_of(&p.maps);
-    let mut truth = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut truth = LogReader::open(log).map_err(|e| Error::recording(log, e))?;
     let mut truth_filter = filter.clone();
     let log_error = std::cell::Cell::new(None);
     let log_error_ref = &log_error;
@@ -389,7 +387,7 @@ fn check_piece(
                 }
                 Ok(None) => return None,
                 Err(e) => {
-                    log_error_ref.set(Some(format!("{}: {e}", log.display())));
+                    log_error_ref.set(Some(Error::recording(log, e).to_string()));
                     return None;
                 }
             }
@@ -471,7 +469,7 @@ fn check_piece(
         }
     } else {
         s.expected = 0;
-        let mut t = LogReader::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let mut t = LogReader::open(log).map_err(|e| Error::recording(log, e))?;
         let mut f = filter;
         while let Ok(Some(item)) = t.next_item() {
             if f.shown(&item, t.memory()).is_some() {

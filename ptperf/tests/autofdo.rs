@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf::session::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::{ExecItem, ExecutionSource};
@@ -56,19 +56,11 @@ fn llvm_profile_of_a_recorded_clang_program() {
     let want_out = run(Command::new(&bin).arg(N.to_string()));
 
     // Record on the simulator into perf.data (its execution log beside it),
-    // single-stepping: the qemu source reports a file's mapping whole at offset
-    // 0 rather than its executable segment, where llvm-profgen looks for it.
+    // with the default source (QEMU where installed): its mappings are the
+    // program's segments, the executable one where llvm-profgen looks.
     let data = dir.join("perf.data");
     let out = Command::new(env!("CARGO_BIN_EXE_ptperf"))
-        .args([
-            "record",
-            "--backend",
-            "sim",
-            "--source",
-            "ptrace",
-            "-q",
-            "-o",
-        ])
+        .args(["record", "--backend", "sim", "-q", "-o"])
         .arg(&data)
         .arg("--")
         .arg(&bin)

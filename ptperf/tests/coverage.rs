@@ -22,7 +22,7 @@ use std::process::Command;
 use common::{dir, ptperf, record};
 use pt_coverage::reference::flow_coverage;
 use pt_coverage::{CoverageDecoder, Options};
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 const SRC: &str = "tests/programs/coverage.c";

@@ -26,13 +26,13 @@ use pt_perf_data::{PerfFile, Record};
 /// How long one run may take (a debug build on a loaded CI machine).
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A binary of the workspace built beside ptperf (ptxed and ptdump are pt-decoder's:
+/// A binary of the workspace built beside ptperf (ptxed and ptdump are pt-tools':
 /// `cargo test --workspace` builds them).
 fn sibling(name: &str) -> PathBuf {
     let p = Path::new(env!("CARGO_BIN_EXE_ptperf")).with_file_name(name);
     assert!(
         p.exists(),
-        "{} is missing: build it first (cargo build -p pt-decoder --bins)",
+        "{} is missing: build it first (cargo build -p pt-tools --bins)",
         p.display()
     );
     p

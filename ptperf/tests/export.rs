@@ -6,9 +6,7 @@
 //! many as the program makes, and perf's views answer.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-#[path = "../../decoder/tests/perf_support/mod.rs"]
-#[allow(unused)]
-mod perf_support;
+use pt_testkit::recording as perf_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,8 +16,7 @@ use perf_support::{program, record, scratch, Layout, NOLIBC};
 use pg_server::PgServer;
 use rusqlite::Connection;
 
-#[path = "pg_server/mod.rs"]
-mod pg_server;
+use pt_testkit::pg_server;
 
 fn ptperf() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ptperf"))
@@ -277,7 +274,7 @@ fn same_tables_as_perfs_export_to_sqlite() {
 fn same_tables_as_perfs_export_to_sqlite_per_cpu() {
     let prog = perf_support::program_as(
         "perf_threads",
-        "../../../decoder/tests/programs/perf_threads",
+        "perf_threads",
         &["-O1", "-static", "-pthread"],
     );
     let dir = scratch("export_per_cpu_recording");
@@ -305,11 +302,8 @@ fn same_tables_as_perfs_export_to_sqlite_per_cpu() {
 /// linker's, not "unknown".
 #[test]
 fn same_symbols_as_perfs_export_to_sqlite_dynamic_threads() {
-    let prog = perf_support::program_as(
-        "perf_threads_dynamic",
-        "../../../decoder/tests/programs/perf_threads",
-        &["-O1", "-pthread"],
-    );
+    let prog =
+        perf_support::program_as("perf_threads_dynamic", "perf_threads", &["-O1", "-pthread"]);
     let dir = scratch("export_dynamic_threads_recording");
     let layout = Layout {
         vdso_cache: true,

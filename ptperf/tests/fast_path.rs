@@ -6,16 +6,15 @@
 //! to the slow path untouched).
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-#[path = "../../decoder/tests/perf_support/mod.rs"]
-mod perf_support;
+use pt_testkit::recording as perf_support;
 
 use std::ops::ControlFlow;
 use std::path::Path;
 
 use perf_support::*;
-use pt_decoder::perf::{Session, SessionOptions};
-use ptperf::itrace::SynthOpts;
-use ptperf::synth::{Event, Flow, SampleSink, Synth};
+use pt_perf::itrace::SynthOpts;
+use pt_perf::session::{Session, SessionOptions};
+use pt_perf::synth::{Event, Flow, SampleSink, Synth};
 
 /// Every event of `itrace`'s samples, as text; and the states the fast path took.
 fn events(file: &Path, itrace: &str, fast: bool) -> (Vec<String>, u64) {

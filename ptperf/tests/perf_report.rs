@@ -11,8 +11,7 @@
 //! output.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-#[path = "../../decoder/tests/perf_support/mod.rs"]
-mod perf_support;
+use pt_testkit::recording as perf_support;
 
 use perf_support::*;
 use std::path::{Path, PathBuf};
@@ -203,7 +202,7 @@ fn call_graphs_of_ls_as_perf() {
 fn call_graphs_of_threads_as_perf() {
     let prog = program_as(
         "report_threads",
-        "../../../decoder/tests/programs/perf_threads",
+        "perf_threads",
         &["-O1", "-static", "-pthread"],
     );
     let (file, _) = record(&scratch("r_threads"), &prog, &[], Layout::default());

@@ -7,8 +7,7 @@
 //! are none in what these recordings exercise.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-#[path = "../../decoder/tests/perf_support/mod.rs"]
-mod perf_support;
+use pt_testkit::recording as perf_support;
 
 mod common;
 
@@ -199,7 +198,7 @@ fn threads_per_cpu() {
     let dir = scratch("s_threads");
     let prog = program_as(
         "script_threads",
-        "../../../decoder/tests/programs/perf_threads",
+        "perf_threads",
         &["-O1", "-static", "-pthread"],
     );
     let (file, _) = record(

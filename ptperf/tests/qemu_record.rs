@@ -143,6 +143,46 @@ fn fork_and_exec() {
     assert_eq!(tiny_tids.len(), 2, "{tiny_tids:?}");
 }
 
+/// The block path (QEMU's block runs straight into the PT logic) writes the
+/// trace the per-instruction path writes: the recording's execution log,
+/// replayed instruction by instruction (`--source log`), gives
+/// byte-identical AUX data, thread by thread.
+#[test]
+fn block_path_equals_per_instruction_replay() {
+    let d = dir("qemu-block-path");
+    let timing = [
+        "-e",
+        "intel_pt/tsc,mtc,mtc_period=0,cyc,cyc_thresh=1,psb_period=0/u",
+    ];
+    let cases: [(&str, &[&str], &PathBuf); 4] = [
+        ("sample", &[], sample()),
+        ("sample-timing", &timing, sample()),
+        ("threads-timing", &timing, threads()),
+        ("signals", &[], signals()),
+    ];
+    for (name, args, prog) in cases {
+        let data = qemu_record(&d, name, args, &[prog.as_os_str()]);
+        let again = replay(&d, &format!("{name}-replay"), args, &log_of(&data));
+        let (blocks, insns) = (aux_by_thread(&data), aux_by_thread(&again));
+        assert!(!blocks.is_empty(), "{name}: no trace");
+        assert_eq!(
+            blocks.keys().collect::<Vec<_>>(),
+            insns.keys().collect::<Vec<_>>(),
+            "{name}: threads"
+        );
+        for (tid, a) in &blocks {
+            let b = &insns[tid];
+            let first = a.iter().zip(b).position(|(x, y)| x != y);
+            assert!(
+                a == b,
+                "{name}, thread {tid}: {} and {} bytes, first difference at {first:?}",
+                a.len(),
+                b.len()
+            );
+        }
+    }
+}
+
 #[test]
 fn signal_handlers() {
     let d = dir("qemu-signals");

@@ -144,6 +144,7 @@ mod sys {
 pub static qemu_plugin_version: c_int = PLUGIN_API_VERSION;
 
 const NR_MMAP: i64 = 9;
+const NR_RT_SIGACTION: i64 = 13;
 const NR_MPROTECT: i64 = 10;
 const NR_MUNMAP: i64 = 11;
 const NR_MREMAP: i64 = 25;
@@ -527,7 +528,15 @@ fn push(v: &mut Vcpu, word: u32) {
             v.ring.insert(Ring::create(v.tid))
         }
     };
-    if ring.push(word) >= RUN_WORDS - 16 {
+    ring.push(word);
+}
+
+/// Makes room for a record of `n` words (a block id, or a marker and its
+/// arguments): a full buffer is handed over first, so that a run record
+/// never cuts a marker from its arguments.
+#[inline]
+fn room(v: &mut Vcpu, n: usize) {
+    if v.ring.as_ref().is_some_and(|r| r.len() + n > RUN_WORDS) {
         flush(v);
     }
 }
@@ -539,6 +548,7 @@ fn push_u64(v: &mut Vcpu, x: u64) {
 
 extern "C" fn on_block(vcpu_index: c_uint, udata: *mut c_void) {
     let Some(v) = vcpu(vcpu_index) else { return };
+    room(v, 1);
     push(v, udata as usize as u32);
 }
 
@@ -619,12 +629,18 @@ extern "C" fn on_syscall(
     let Some(v) = vcpu(vcpu_index) else { return };
     // clone3 takes its flags in a structure: the recorder gets them as the
     // sixth argument (unused by clone3) to tell a thread from a process.
+    // rt_sigaction's new handler likewise (its first word): the recorder
+    // names the signal a transfer to a handler delivers.
     let a6 = if nr == NR_CLONE3 && a1 != 0 {
         // SAFETY: the guest's clone_args; QEMU reads the same bytes.
         unsafe { std::ptr::read_unaligned(g2h(a1).cast::<u64>()) }
+    } else if nr == NR_RT_SIGACTION && a2 != 0 {
+        // SAFETY: the guest's struct sigaction; QEMU reads the same bytes.
+        unsafe { std::ptr::read_unaligned(g2h(a2).cast::<u64>()) }
     } else {
         a6
     };
+    room(v, 1 + mark_words(MARK_SYSCALL));
     push(v, MARK_SYSCALL);
     for x in [nr as u64, a1, a2, a3, a4, a5, a6] {
         push_u64(v, x);
@@ -650,6 +666,7 @@ extern "C" fn on_syscall(
             }
         }
         NR_EXIT => {
+            room(v, 1 + mark_words(MARK_EXIT));
             push(v, MARK_EXIT);
             push(v, a1 as u32);
             *EXIT_STATUS.lock().unwrap_or_else(|e| e.into_inner()) = Some(a1 as i32);
@@ -678,6 +695,7 @@ extern "C" fn on_syscall_ret(_: api::PluginId, vcpu_index: c_uint, nr: i64, ret:
         // own loop): this is the child process.
         forked_child(vcpu_index);
     }
+    room(v, 1 + mark_words(MARK_SYSRET));
     push(v, MARK_SYSRET);
     push_u64(v, nr as u64);
     push_u64(v, ret as u64);

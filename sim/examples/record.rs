@@ -120,7 +120,6 @@ fn run() -> Result<(), String> {
         disable_aslr: !aslr,
         step_limit: limit,
         stop_flag: Some(stop),
-        progress: true,
         verify_code: verify,
         ..TraceOptions::default()
     };
@@ -135,6 +134,8 @@ fn run() -> Result<(), String> {
     };
     let mut last_flush = Instant::now();
     let mut events = 0u64;
+    // Progress on a terminal only (pt_cli's indicatif counter).
+    let bar = pt_cli::progress::counter("{spinner} {human_pos} instructions ({per_sec})");
     loop {
         let item = match tracer.next_item() {
             Ok(Some(item)) => item,
@@ -144,6 +145,9 @@ fn run() -> Result<(), String> {
                 break;
             }
         };
+        if let Some(b) = bar.as_ref().filter(|_| matches!(item, ExecItem::Insn(_))) {
+            b.inc(1);
+        }
         if let ExecItem::Event(e) = &item {
             events += 1;
             if std::env::var_os("RECORD_VERBOSE").is_some() {
@@ -159,6 +163,7 @@ fn run() -> Result<(), String> {
             }
         }
     }
+    pt_cli::progress::finish(bar);
     let secs = start.elapsed().as_secs_f64();
     let s = tracer.stats();
     println!(

@@ -26,7 +26,7 @@ use pt_hal::topa::{
     OutputError, SingleRange, TopaCursor, TopaEntry, TopaEvent, TopaSize, TopaTable,
 };
 
-use crate::exec::{CodeMemory, ExecItem};
+use crate::exec::{BlockRun, CodeMemory, ExecItem};
 use crate::pt::{PtError, PtLogic, SimParams};
 
 /// MAXPHYADDR of the simulated processor.
@@ -482,6 +482,16 @@ impl SimCpu {
         }
     }
 
+    /// Feeds a block run to the PT logic (as [`Self::feed`] of each of its
+    /// instructions would) and writes its output.
+    #[inline]
+    pub fn feed_block(&mut self, run: &BlockRun, mem: &CodeMemory) {
+        self.logic.retire_block(run, mem);
+        if self.logic.output().len() >= 256 {
+            self.flush();
+        }
+    }
+
     /// Moves the PT logic's pending output to memory.
     pub fn flush(&mut self) {
         if self.logic.output().is_empty() {
@@ -665,6 +675,12 @@ impl SimBackend {
     #[inline]
     pub fn feed(&mut self, item: &ExecItem, mem: &CodeMemory) {
         self.cpu.feed(item, mem);
+    }
+
+    /// Runs a block run (see [`SimCpu::feed_block`]).
+    #[inline]
+    pub fn feed_block(&mut self, run: &BlockRun, mem: &CodeMemory) {
+        self.cpu.feed_block(run, mem);
     }
 
     /// Bytes written but not yet read.

@@ -39,7 +39,7 @@ use pt_hal::msr::AddrCfg;
 
 use crate::clock::{Clock, ClockError, ClockParams};
 use crate::exec::insn::{decode_at, KernelEntry};
-use crate::exec::{CodeMemory, Event, ExecItem, InsnClass, Retired};
+use crate::exec::{BlockInsn, BlockRun, CodeMemory, Event, ExecItem, InsnClass, Retired};
 
 /// Depth of the return-compression call stack (the decoders' stack depth).
 pub const RET_STACK_DEPTH: usize = 64;
@@ -891,6 +891,85 @@ impl PtLogic {
                 self.pending_far = Some(r.next_ip);
             }
         }
+    }
+
+    /// A block run's instructions, as [`Self::retire`] of each of
+    /// [`BlockRun::retired`] would give them, byte for byte. The block's
+    /// straight-line body goes in one step where nothing can be written
+    /// between its instructions (see [`Self::retire_plain_run`]); the rest,
+    /// and every instruction where something can, take the general path.
+    pub fn retire_block(&mut self, run: &BlockRun, mem: &CodeMemory) {
+        let n = run.count();
+        if n == 0 {
+            return;
+        }
+        let insns = &run.block.insns;
+        // The first instruction settles what the block was entered with
+        // (a pending far transfer or kernel entry, a mode, a TIP.PGE).
+        self.retire(&run.insn(0), mem);
+        if n == 1 {
+            return;
+        }
+        // Instructions 1..n-1 are the body's (the last may be a branch).
+        let mut i = 1;
+        if run.block.plain_body {
+            while i < n - 1 {
+                let k = self.retire_plain_run(&insns[i..n - 1]);
+                i += k;
+                if i < n - 1 {
+                    // Something is due at this one: the general path.
+                    self.retire(&run.insn(i), mem);
+                    i += 1;
+                }
+            }
+        }
+        for j in i..n {
+            self.retire(&run.insn(j), mem);
+        }
+    }
+
+    /// Retires the longest prefix of `body` (non-branches, each going to the
+    /// next, in 64-bit user mode) during which [`Self::retire`] would write
+    /// nothing and change nothing but the clock, the counters and the next
+    /// IP; returns its length (0 when the next instruction needs the
+    /// general path). That holds while no far transfer or kernel entry is
+    /// pending, the logic is in 64-bit user mode already, no filter, stop
+    /// range or output FIFO is configured (each can act at any IP), no PSB
+    /// is due and the clock stays before the next MTC edge.
+    #[inline]
+    fn retire_plain_run(&mut self, body: &[BlockInsn]) -> usize {
+        if body.is_empty()
+            || self.pending_far.is_some()
+            || self.pending_entry.is_some()
+            || self.in_kernel
+            || self.overflowing
+            || self.params.fifo.is_some()
+            || self.mode != Some(ExecMode::Bit64)
+            || !self.filters.is_empty()
+            || !self.stops.is_empty()
+            || (self.since_psb >= self.psb_period && self.trigger_en())
+            || self.want_packet_en(body[0].ip) != self.packet_en
+        {
+            return 0;
+        }
+        let cpi = u64::from(self.params.clock.cycles_per_insn);
+        let now = self.clock.cycles();
+        // Instructions whose clock advance stays before the MTC edge.
+        let k = match (cpi, self.next_mtc_cycle) {
+            (0, _) | (_, u64::MAX) => body.len(),
+            (c, edge) if edge > now => (((edge - now - 1) / c) as usize).min(body.len()),
+            _ => 0,
+        };
+        if k == 0 {
+            return 0;
+        }
+        self.clock.advance(cpi * k as u64);
+        self.stats.instructions += k as u64;
+        if self.packet_en {
+            self.stats.traced += k as u64;
+        }
+        self.next_ip = Some(body[k - 1].fall_through());
+        k
     }
 
     /// A kernel entry instruction (SYSCALL, SYSENTER, INT n...) retired in

@@ -43,8 +43,8 @@ use crate::backend::{SimBackend, SimOutput};
 use crate::clock::Clock;
 use crate::exec::log::LogWriter;
 use crate::exec::{
-    CloneKind, CodeMemory, Event, ExecItem, ExecutionSource, ExitKind, Mapping, StopReason,
-    ThreadCursor, ThreadId,
+    BlockRun, CloneKind, CodeMemory, Event, ExecItem, ExecutionSource, ExitKind, Mapping, Step,
+    StopReason, ThreadCursor, ThreadId,
 };
 use crate::pt::{PtError, SimParams};
 use pt_encoder::hash::IntMap;
@@ -311,6 +311,7 @@ struct Recorder<'r> {
 }
 
 impl Recorder<'_> {
+    #[inline]
     fn thread(&mut self, id: ThreadId) -> &mut Tracked {
         if !self.threads.contains_key(&id) {
             self.order.push(id);
@@ -529,6 +530,27 @@ impl Recorder<'_> {
         self.event(TaskEvent::Exit { thread: id, how })
     }
 
+    /// A block run of `thread` (the instructions [`BlockRun::retired`] spells out).
+    fn block(&mut self, thread: ThreadId, run: &BlockRun, mem: &CodeMemory) -> Result<(), String> {
+        if self.on != Some(thread) {
+            self.switch_in(thread, mem)?;
+        }
+        let n = run.count() as u64;
+        let t = match self.threads.get_mut(&thread) {
+            Some(t) => t,
+            None => self.thread(thread),
+        };
+        t.summary.instructions += n;
+        if let Some(b) = t.backend.as_mut() {
+            b.feed_block(run, mem);
+            if b.unread() >= b.capacity() / 2 {
+                self.drain(thread)?;
+            }
+        }
+        self.summary.instructions += n;
+        Ok(())
+    }
+
     fn item(
         &mut self,
         thread: ThreadId,
@@ -680,22 +702,39 @@ pub fn record_into(
     let mut cursor = ThreadCursor::new();
     let mut next_checkpoint = CHECKPOINT;
     loop {
-        let item = match source.next_item() {
-            Ok(Some(i)) => i,
+        let step = match source.next_step() {
+            Ok(Some(s)) => s,
             Ok(None) => break,
             Err(e) => {
                 r.summary.source_error = Some(e.to_string());
                 break;
             }
         };
-        if let Some(l) = &mut log {
-            if let Err(e) = l.write_item(&item, source.memory()) {
-                r.summary.source_error = Some(format!("execution log: {e}"));
-                break;
+        match &step {
+            Step::Item(item) => {
+                if let Some(l) = &mut log {
+                    if let Err(e) = l.write_item(item, source.memory()) {
+                        r.summary.source_error = Some(format!("execution log: {e}"));
+                        break;
+                    }
+                }
+                let thread = cursor.follow(item);
+                r.item(thread, item, source.memory(), shows_kernel)?;
+            }
+            // A run that retires nothing (one faulting instruction) is no item.
+            Step::Block(run) if run.count() == 0 => {}
+            Step::Block(run) => {
+                let mem = source.memory();
+                if let Some(l) = &mut log {
+                    if let Err(e) = l.write_block(run, mem) {
+                        r.summary.source_error = Some(format!("execution log: {e}"));
+                        break;
+                    }
+                }
+                cursor.saw_insn();
+                r.block(cursor.current(), run, mem)?;
             }
         }
-        let thread = cursor.follow(&item);
-        r.item(thread, &item, source.memory(), shows_kernel)?;
         if let Some(req) = &rec.snapshot_requests {
             if req.load(Ordering::Relaxed) && req.swap(false, Ordering::Relaxed) {
                 r.snapshot()?;

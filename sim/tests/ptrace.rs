@@ -2,7 +2,6 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -18,23 +17,8 @@ use pt_sim::exec::{
 fn build(name: &str, extra: &[&str]) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pt-sim-{name}"));
-    let status = Command::new(pt_testkit::tool("cc", "gcc"))
-        .args([
-            "-O1",
-            "-static",
-            "-nostdlib",
-            "-fno-stack-protector",
-            "-fno-pie",
-            "-no-pie",
-        ])
-        .args(extra)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed for {name}");
-    out
+    let flags: Vec<&str> = pt_testkit::NOLIBC.iter().chain(extra).copied().collect();
+    pt_testkit::compile_c(src, out, &flags, &[])
 }
 
 fn tiny() -> &'static PathBuf {

@@ -8,7 +8,6 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -27,16 +26,7 @@ fn tmp() -> PathBuf {
 
 fn build(name: &str, flags: &[&str]) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
-    let out = tmp().join(format!("tasks-{name}"));
-    let st = Command::new(pt_testkit::tool("cc", "gcc"))
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(st.success(), "cc failed for {name}");
-    out
+    pt_testkit::compile_c(src, tmp().join(format!("tasks-{name}")), flags, &[])
 }
 
 /// The two-thread program, linked statically (fewer instructions to step).

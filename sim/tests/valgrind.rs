@@ -2,7 +2,6 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use pt_sim::exec::log::{LogReader, LogWriter};
@@ -17,22 +16,7 @@ fn tiny() -> &'static PathBuf {
     P.get_or_init(|| {
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/tiny.c");
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pt-sim-vg-tiny");
-        let status = Command::new(pt_testkit::tool("cc", "gcc"))
-            .args([
-                "-O1",
-                "-static",
-                "-nostdlib",
-                "-fno-stack-protector",
-                "-fno-pie",
-                "-no-pie",
-            ])
-            .arg("-o")
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("run cc");
-        assert!(status.success());
-        out
+        pt_testkit::compile_c(src, out, pt_testkit::NOLIBC, &[])
     })
 }
 

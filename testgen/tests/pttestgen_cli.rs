@@ -172,7 +172,7 @@ fn output_dir_option() {
     assert_eq!(fs::read_to_string(&printed[1]).expect("exp"), BASIC_PTXED);
 }
 
-/// Run on a bad file: exactly one `file:line: ` error line, failure, no files.
+/// Run on a bad file: exactly one `pttestgen: file:line: ` error line, failure, no files.
 fn assert_rejected(name: &str, line: usize, message: &str) {
     let dir = TempDir::new(name);
     let ptt = data(name);
@@ -183,7 +183,7 @@ fn assert_rejected(name: &str, line: usize, message: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "stderr: {stderr}");
-    let prefix = format!("{ptt}:{line}: ");
+    let prefix = format!("pttestgen: {ptt}:{line}: ");
     assert!(
         lines[0].starts_with(&prefix),
         "{} does not start with {prefix}",
@@ -319,7 +319,7 @@ fn devices_and_directories_are_refused_at_once() {
         assert_eq!(out.status.code(), Some(1), "{path}: {err}");
         assert_eq!(
             err.trim_end(),
-            format!("{path}: cannot read: it is {what}, not a .ptt file")
+            format!("pttestgen: {path}: cannot read: it is {what}, not a .ptt file")
         );
         assert!(t.elapsed() < std::time::Duration::from_secs(10), "{path}");
     }

@@ -375,13 +375,8 @@ fn corpus_listing_matches_yasm() {
 
 /// A small deterministic generator of branch-heavy programs.
 fn random_program(seed: u64) -> String {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move |n: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % n
-    };
+    let mut rng = pt_testkit::Rng::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut next = move |n: u64| rng.below(n);
     let bits = [16, 32, 64][next(3) as usize];
     let (a, b) = if bits == 16 {
         ("ax", "bx")

@@ -10,12 +10,51 @@
 //! are required the same way.
 //!
 //! It also holds what tests and fuzz targets would otherwise each copy: a seeded RNG
-//! ([`Rng`]), trace builders ([`trace`]), and a loopback file server for pages a
-//! browser opens ([`serve`]).
+//! ([`Rng`]), trace builders ([`trace`]), the C test programs' build ([`compile_c`]),
+//! and a loopback file server for pages a browser opens ([`serve`]).
+//!
+//! With the `recordings` feature, [`recording`] makes perf.data recordings of real
+//! programs on the simulator, laid out as `perf record -e intel_pt//u` lays them out,
+//! and compares perf's decoding of them with ours (for pt-perf, ptperf and pt-tools).
+//! With `postgres`, [`pg_server`] runs a throwaway PostgreSQL server.
+//!
+//! # API structure
+//!
+//! - tools: [`tool`] (required, with the package that provides it), [`find_tool`],
+//!   [`in_ci`], and the big ones ([`postgres_bin`], [`chromium`], [`speedscope`]);
+//! - programs: [`compile_c`] and [`NOLIBC`] for the C programs tests record;
+//! - data: [`Rng`], [`trace`] (packets to bytes, a steerable code image), [`corpus`];
+//! - behaviour every tool shares: [`closed_pipe`], [`assert_stdout_errors`].
+//!
+//! # Example usage
+//!
+//! A random run of conditional branches as a trace, reproducible from its seed:
+//!
+//! ```
+//! use pt_encoder::{IpPacketKind, Packet};
+//! use pt_testkit::trace::{encode, ip, mode64, tnt};
+//! use pt_testkit::Rng;
+//!
+//! let mut rng = Rng::new(7);
+//! let taken: Vec<bool> = (0..6).map(|_| rng.bit()).collect();
+//! let bytes = encode(&[
+//!     Packet::Psb,
+//!     mode64(),
+//!     Packet::Psbend,
+//!     ip(IpPacketKind::TipPge, 0x1000),
+//!     tnt(&taken),
+//! ]);
+//! assert_eq!(&bytes[..16], &[0x02, 0x82].repeat(8)[..]);
+//! assert_eq!(Rng::new(7).next(), Rng::new(7).next());
+//! ```
 #![deny(missing_docs)]
 
 use std::ffi::OsStr;
 
+#[cfg(feature = "postgres")]
+pub mod pg_server;
+#[cfg(feature = "recordings")]
+pub mod recording;
 pub mod serve;
 pub mod trace;
 
@@ -63,6 +102,16 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// cargo's scratch directory for tests (`target/tmp`, what `CARGO_TARGET_TMPDIR`
+/// names to an integration test), found from the running executable
+/// (`target/<profile>/deps/<test>` or `target/<profile>/examples/<name>`).
+pub fn target_tmp() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join("tmp")))
+        .unwrap_or_else(|| std::env::temp_dir().join("pt-testkit"))
+}
+
 /// Whether the tests run in CI (`CI=true`, as `.ci/run` and most CI services set it).
 pub fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| v == "true" || v == "1")
@@ -95,6 +144,47 @@ pub fn tool(name: &str, package: &str) -> PathBuf {
             "this test needs `{name}` on PATH (Debian package `{package}`; .ci/run installs it)"
         ),
     }
+}
+
+/// Flags of a static program without libc (it brings its own `_start`), as the test
+/// programs that must run few instructions are built.
+pub const NOLIBC: &[&str] = &[
+    "-O1",
+    "-static",
+    "-nostdlib",
+    "-fno-stack-protector",
+    "-fno-pie",
+    "-no-pie",
+];
+
+/// Compiles the C program `src` into `out` with the system's C compiler (`cc`, from
+/// gcc's package, which `.ci/run` installs): `flags` go before the source, `libs`
+/// after it (the linker takes a library for the objects before it). Returns `out`;
+/// panics with the compiler's messages when it fails.
+#[track_caller]
+pub fn compile_c(
+    src: impl AsRef<Path>,
+    out: impl AsRef<Path>,
+    flags: &[&str],
+    libs: &[&str],
+) -> PathBuf {
+    let (src, out) = (src.as_ref(), out.as_ref());
+    let o = std::process::Command::new(tool("cc", "gcc"))
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .args(libs)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cc: {e}"));
+    assert!(
+        o.status.success(),
+        "cc {flags:?} {} {libs:?} failed ({}):\n{}",
+        src.display(),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out.to_path_buf()
 }
 
 /// The folder of PostgreSQL's server programs (`initdb`, `pg_ctl`): Debian keeps them

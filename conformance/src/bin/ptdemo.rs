@@ -1,11 +1,12 @@
 //! `ptdemo [FILE.ptt]`: the toolkit end to end on one .ptt file (a bundled example by
-//! default): assemble it and encode its trace as pttestgen does, dump the trace as
-//! ptdump does with the file's own `opt:ptdump` flags, check the dump against the
-//! file's expectation, and count the packets by kind.
+//! default): assemble it and encode its trace as pttestgen does, dump the trace with
+//! ptdump (the tool, found or built as the conformance runner finds it) and the file's
+//! own `opt:ptdump` flags, check the dump against the file's expectation, and count the
+//! packets by kind.
 //!
 //! `cargo run -p pt-conformance --bin ptdemo [FILE.ptt]`.
 
-use pt_decoder::dump::{cli, dump};
+use pt_conformance::tools::{BuildPolicy, ToolPath, Tools};
 use pt_decoder::{Config, PacketDecoder};
 use pt_testgen::{gen, ptt};
 use std::collections::BTreeMap;
@@ -86,16 +87,26 @@ fn demo(arg: Option<&str>, out: &mut String) -> Result<bool, Failure> {
     let mut argv = ptt::tool_options(&source, "ptdump");
     let pt_file = dir.join(format!("{}.pt", outputs.root));
     argv.push(pt_file.display().to_string());
-    let args = match cli::parse_args(&argv) {
-        Ok(cli::Command::Dump(a)) => a,
-        Ok(_) => return Err("unexpected ptdump options in the file".into()),
-        Err(e) => return Err(e.to_string()),
+    let tools = Tools::discover(BuildPolicy::IfMissing);
+    let ptdump = match &tools.ptdump {
+        ToolPath::Found(p) => p.clone(),
+        ToolPath::Missing(why) => return Err(format!("ptdump: {why}")),
     };
     let _ = writeln!(out, "\n== ptdump {}", argv.join(" "));
-    let mut text = Vec::new();
-    if let Err(e) = dump(&outputs.trace.bytes, &args.config, &args.options, &mut text) {
-        return Err(e.to_string());
+    let run = match std::process::Command::new(&ptdump).args(&argv).output() {
+        Ok(o) => o,
+        Err(e) => return Err(format!("{}: {e}", ptdump.display())),
+    };
+    // A dump with decode errors still prints them; only a dump that printed nothing
+    // failed.
+    if !run.status.success() && run.stdout.is_empty() {
+        return Err(format!(
+            "ptdump {}: {}",
+            argv.join(" "),
+            String::from_utf8_lossy(&run.stderr).trim_end()
+        ));
     }
+    let text = run.stdout;
     let text = String::from_utf8_lossy(&text);
     out.push_str(&text);
 

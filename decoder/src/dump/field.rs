@@ -125,6 +125,12 @@ fn hex_digits(v: u64) -> usize {
     (((64 - v.leading_zeros()) as usize).div_ceil(4)).max(1)
 }
 
+/// The two lower-case hex digits of `b`.
+#[inline]
+pub(crate) fn hex_byte(b: u8) -> [u8; 2] {
+    HEX2[b as usize]
+}
+
 /// Write `v` as lower-case hex, zero-padded to `width` (≤ 16), at the start of `out`;
 /// returns the length.
 #[inline]
@@ -172,13 +178,6 @@ pub(crate) fn push_hex(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&tmp[..n]);
 }
 
-/// Append `v` as `%u`.
-pub(crate) fn push_dec(out: &mut Vec<u8>, v: u64) {
-    let mut tmp = [0u8; 20];
-    let n = dec_into(&mut tmp, v);
-    out.extend_from_slice(&tmp[20 - n..]);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,9 +196,7 @@ mod tests {
         let mut v = Vec::new();
         put(&mut v, &hex16_padded(0x12), 16);
         push_hex(&mut v, 0);
-        push_dec(&mut v, 0);
-        push_dec(&mut v, u64::MAX);
-        assert_eq!(v, b"00000000000000120018446744073709551615");
+        assert_eq!(v, b"00000000000000120");
     }
 
     #[test]

@@ -1,59 +1,86 @@
 //! `--json`: one JSON object per packet or diagnostic line. 64-bit values (IPs, TSC,
 //! payloads) are hex strings so that no JSON reader loses precision; small fields are
 //! numbers.
+//!
+//! Written with serde_json's streaming serializer straight into the output buffer:
+//! no value is built or allocated per packet (hex strings and the raw bytes are
+//! formatted as they are written).
 
-use super::field::{push_dec, push_hex};
+use super::field::{hex_byte, hex_into};
 use super::{cfe_type_name, Line};
 use crate::error::ErrorCode;
 use pt_encoder::packet::sext48;
 use pt_encoder::Packet;
+use serde::ser::{SerializeMap, Serializer as _};
+use std::fmt;
 
-fn key(out: &mut Vec<u8>, k: &str) {
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(k.as_bytes());
-    out.extend_from_slice(b"\":");
+type Map<'o> = serde_json::ser::Compound<'o, &'o mut Vec<u8>, serde_json::ser::CompactFormatter>;
+
+/// One JSON object, its entries written by `f`, then a newline.
+fn object(out: &mut Vec<u8>, f: impl FnOnce(&mut Map<'_>) -> serde_json::Result<()>) {
+    let mut ser = serde_json::Serializer::new(&mut *out);
+    // Writing into a Vec cannot fail, and every key is a string.
+    let written = ser.serialize_map(None).and_then(|mut m| {
+        f(&mut m)?;
+        m.end()
+    });
+    debug_assert!(written.is_ok(), "{written:?}");
+    out.push(b'\n');
 }
 
-fn num(out: &mut Vec<u8>, k: &str, v: u64) {
-    key(out, k);
-    push_dec(out, v);
-}
+/// A 64-bit value as a `0x…` string, formatted on the stack by ptdump's own hex writer
+/// (the fmt machinery would cost as much as the rest of the line).
+struct Hex(u64);
 
-fn hex(out: &mut Vec<u8>, k: &str, v: u64) {
-    key(out, k);
-    out.extend_from_slice(b"\"0x");
-    push_hex(out, v);
-    out.push(b'"');
-}
-
-fn flag(out: &mut Vec<u8>, k: &str, v: bool) {
-    key(out, k);
-    out.extend_from_slice(if v { b"true" } else { b"false" });
-}
-
-/// A string from our own fixed vocabulary or ptdump's columns: no characters that need
-/// escaping besides the quote and backslash, which are escaped anyway.
-fn string(out: &mut Vec<u8>, k: &str, s: &[u8]) {
-    key(out, k);
-    out.push(b'"');
-    for &b in s {
-        if b == b'"' || b == b'\\' {
-            out.push(b'\\');
-        }
-        out.push(b);
+impl serde::Serialize for Hex {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut digits = [0u8; 16];
+        let n = hex_into(&mut digits, self.0, 0);
+        let mut text = [0u8; 18];
+        text[..2].copy_from_slice(b"0x");
+        text[2..2 + n].copy_from_slice(&digits[..n]);
+        // Hex digits: ASCII.
+        s.serialize_str(std::str::from_utf8(&text[..2 + n]).unwrap_or(""))
     }
-    out.push(b'"');
+}
+
+/// A packet's bytes as a string of two hex digits each.
+struct RawBytes<'b>(&'b [u8]);
+
+impl serde::Serialize for RawBytes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Packets are short (a PSB is the longest at 16 bytes); a longer slice is
+        // written in pieces through fmt.
+        let mut text = [0u8; 64];
+        if self.0.len() * 2 > text.len() {
+            return s.collect_str(&format_args!("{}", HexBytes(self.0)));
+        }
+        for (pair, &b) in text.chunks_exact_mut(2).zip(self.0) {
+            pair.copy_from_slice(&hex_byte(b));
+        }
+        s.serialize_str(std::str::from_utf8(&text[..self.0.len() * 2]).unwrap_or(""))
+    }
+}
+
+/// Bytes in hex through fmt (the rare long case).
+struct HexBytes<'b>(&'b [u8]);
+
+impl fmt::Display for HexBytes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
 }
 
 /// A diagnostic: `{"offset":…,"diag":…[,"error":…]}`.
 pub(super) fn diag(out: &mut Vec<u8>, offset: u64, text: &str, code: Option<ErrorCode>) {
-    out.extend_from_slice(b"{\"offset\":");
-    push_dec(out, offset);
-    string(out, "diag", text.as_bytes());
-    if let Some(code) = code {
-        string(out, "error", code.message().as_bytes());
-    }
-    out.extend_from_slice(b"}\n");
+    object(out, |m| {
+        m.serialize_entry("offset", &offset)?;
+        m.serialize_entry("diag", text)?;
+        if let Some(code) = code {
+            m.serialize_entry("error", code.message())?;
+        }
+        Ok(())
+    });
 }
 
 /// A packet: offset, size, ptdump's name, the decoded fields, the raw bytes and the
@@ -66,17 +93,29 @@ pub(super) fn packet(
     trace: &[u8],
     line: &Line,
 ) {
-    out.extend_from_slice(b"{\"offset\":");
-    push_dec(out, offset);
-    num(out, "size", size);
-    string(out, "packet", p.name().as_bytes());
+    object(out, |m| packet_entries(m, offset, size, p, trace, line));
+}
+
+fn packet_entries(
+    m: &mut Map<'_>,
+    offset: u64,
+    size: u64,
+    p: &Packet,
+    trace: &[u8],
+    line: &Line,
+) -> serde_json::Result<()> {
+    m.serialize_entry("offset", &offset)?;
+    m.serialize_entry("size", &size)?;
+    m.serialize_entry("packet", p.name())?;
     match *p {
         Packet::Ip(_, ip) => {
-            num(out, "ipc", ip.compression as u64);
+            m.serialize_entry("ipc", &(ip.compression as u64))?;
             match ip.compression {
                 pt_encoder::packet::IpCompression::Suppressed => {}
-                pt_encoder::packet::IpCompression::Sext48 => hex(out, "ip", sext48(ip.ip)),
-                _ => hex(out, "ip", ip.ip),
+                pt_encoder::packet::IpCompression::Sext48 => {
+                    m.serialize_entry("ip", &Hex(sext48(ip.ip)))?
+                }
+                _ => m.serialize_entry("ip", &Hex(ip.ip))?,
             }
         }
         Packet::Tnt8(t) | Packet::Tnt64(t) => {
@@ -88,70 +127,71 @@ pub(super) fn packet(
                     n += 1;
                 }
             }
-            string(out, "bits", &bits[..n]);
+            // Only `!` and `.`: ASCII.
+            m.serialize_entry("bits", std::str::from_utf8(&bits[..n]).unwrap_or(""))?;
         }
-        Packet::ModeExec(m) => {
-            flag(out, "csl", m.csl);
-            flag(out, "csd", m.csd);
-            flag(out, "if", m.iflag);
+        Packet::ModeExec(mode) => {
+            m.serialize_entry("csl", &mode.csl)?;
+            m.serialize_entry("csd", &mode.csd)?;
+            m.serialize_entry("if", &mode.iflag)?;
         }
-        Packet::ModeTsx(m) => {
-            flag(out, "intx", m.intx);
-            flag(out, "abrt", m.abrt);
+        Packet::ModeTsx(tsx) => {
+            m.serialize_entry("intx", &tsx.intx)?;
+            m.serialize_entry("abrt", &tsx.abrt)?;
         }
         Packet::Pip { cr3, nr } => {
-            hex(out, "cr3", cr3);
-            flag(out, "nr", nr);
+            m.serialize_entry("cr3", &Hex(cr3))?;
+            m.serialize_entry("nr", &nr)?;
         }
-        Packet::Vmcs { base } => hex(out, "base", base),
-        Packet::Tsc { tsc } => hex(out, "tsc", tsc),
-        Packet::Mtc { ctc } => num(out, "ctc", ctc as u64),
+        Packet::Vmcs { base } => m.serialize_entry("base", &Hex(base))?,
+        Packet::Tsc { tsc } => m.serialize_entry("tsc", &Hex(tsc))?,
+        Packet::Mtc { ctc } => m.serialize_entry("ctc", &ctc)?,
         Packet::Tma { ctc, fc } => {
-            num(out, "ctc", ctc as u64);
-            num(out, "fc", fc as u64);
+            m.serialize_entry("ctc", &ctc)?;
+            m.serialize_entry("fc", &(fc as u64))?;
         }
-        Packet::Cyc { value } => num(out, "cyc", value),
-        Packet::Cbr { ratio } => num(out, "ratio", ratio as u64),
-        Packet::Mnt { payload } => hex(out, "payload", payload),
+        Packet::Cyc { value } => m.serialize_entry("cyc", &value)?,
+        Packet::Cbr { ratio } => m.serialize_entry("ratio", &ratio)?,
+        Packet::Mnt { payload } => m.serialize_entry("payload", &Hex(payload))?,
         Packet::Ptw { size, payload, ip } => {
-            num(out, "plc", size.bits() as u64);
-            hex(out, "payload", payload);
-            flag(out, "ip", ip);
+            m.serialize_entry("plc", &size.bits())?;
+            m.serialize_entry("payload", &Hex(payload))?;
+            m.serialize_entry("ip", &ip)?;
         }
-        Packet::Exstop { ip } => flag(out, "ip", ip),
+        Packet::Exstop { ip } => m.serialize_entry("ip", &ip)?,
         Packet::Mwait { hints, ext } => {
-            hex(out, "hints", hints as u64);
-            hex(out, "ext", ext as u64);
+            m.serialize_entry("hints", &Hex(hints as u64))?;
+            m.serialize_entry("ext", &Hex(ext as u64))?;
         }
         Packet::Pwre {
             state,
             sub_state,
             hw,
         } => {
-            num(out, "state", state as u64);
-            num(out, "sub_state", sub_state as u64);
-            flag(out, "hw", hw);
+            m.serialize_entry("state", &(state as u64))?;
+            m.serialize_entry("sub_state", &(sub_state as u64))?;
+            m.serialize_entry("hw", &hw)?;
         }
         Packet::Pwrx {
             last,
             deepest,
             wake,
         } => {
-            num(out, "last", last as u64);
-            num(out, "deepest", deepest as u64);
-            flag(out, "interrupt", wake.interrupt);
-            flag(out, "store", wake.store);
-            flag(out, "autonomous", wake.autonomous);
+            m.serialize_entry("last", &(last as u64))?;
+            m.serialize_entry("deepest", &(deepest as u64))?;
+            m.serialize_entry("interrupt", &wake.interrupt)?;
+            m.serialize_entry("store", &wake.store)?;
+            m.serialize_entry("autonomous", &wake.autonomous)?;
         }
         Packet::Cfe { ty, vector, ip } => {
-            num(out, "type", ty as u64);
-            string(out, "type_name", cfe_type_name(ty).as_bytes());
-            num(out, "vector", vector as u64);
-            flag(out, "ip", ip);
+            m.serialize_entry("type", &(ty as u64))?;
+            m.serialize_entry("type_name", cfe_type_name(ty))?;
+            m.serialize_entry("vector", &(vector as u64))?;
+            m.serialize_entry("ip", &ip)?;
         }
         Packet::Evd { ty, payload } => {
-            num(out, "type", ty as u64);
-            hex(out, "payload", payload);
+            m.serialize_entry("type", &(ty as u64))?;
+            m.serialize_entry("payload", &Hex(payload))?;
         }
         Packet::Trig {
             trbv,
@@ -159,30 +199,26 @@ pub(super) fn packet(
             mult,
             icnt,
         } => {
-            num(out, "trbv", trbv as u64);
-            flag(out, "ip", ip);
-            flag(out, "mult", mult);
+            m.serialize_entry("trbv", &(trbv as u64))?;
+            m.serialize_entry("ip", &ip)?;
+            m.serialize_entry("mult", &mult)?;
             if let Some(icnt) = icnt {
-                num(out, "icnt", icnt as u64);
+                m.serialize_entry("icnt", &(icnt as u64))?;
             }
         }
         _ => {}
     }
     let begin = offset as usize;
     if let Some(bytes) = trace.get(begin..begin.saturating_add(size as usize)) {
-        key(out, "raw");
-        out.push(b'"');
-        for &b in bytes {
-            if b < 0x10 {
-                out.push(b'0');
-            }
-            push_hex(out, b as u64);
-        }
-        out.push(b'"');
+        m.serialize_entry("raw", &RawBytes(bytes))?;
     }
     if !line.id.is_empty() {
-        string(out, "track_id", line.id.as_bytes());
-        string(out, "track", line.track.as_bytes());
+        m.serialize_entry("track_id", &line.id)?;
+        // ptdump's column: ASCII we wrote.
+        m.serialize_entry(
+            "track",
+            std::str::from_utf8(line.track.as_bytes()).unwrap_or(""),
+        )?;
     }
-    out.extend_from_slice(b"}\n");
+    Ok(())
 }

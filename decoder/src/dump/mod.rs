@@ -7,7 +7,6 @@
 //! stop at the end of the trace. Output goes through one reusable byte buffer that is
 //! handed to the writer in large chunks.
 
-pub mod cli;
 mod field;
 mod json;
 pub mod perf;

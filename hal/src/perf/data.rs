@@ -23,13 +23,14 @@
 //!
 //! The private `PTSIDEB1` side-band file this replaces is gone.
 
+use std::fs::File;
 use std::io::{Seek, Write};
+use std::path::{Path, PathBuf};
 
-use pt_perf_data::intel_pt::{config as pt_config, pmu_mappings};
+use pt_perf_data::intel_pt::config as pt_config;
 use pt_perf_data::{
-    auxtrace_type, host_features, AttrFlags, Auxtrace, AuxtraceInfo, AuxtracePrivate, EventAttr,
-    EventDesc, IntelPtInfo, IntelPtMtc, PerfFileWriter, RawRecord as FileRaw, Record, SampleType,
-    TimeConv,
+    AttrFlags, Auxtrace, EventAttr, EventDesc, IntelPtInfo, IntelPtMtc, RawRecord as FileRaw,
+    Record, RecordingError, RecordingSetup, RecordingWriter, SampleType,
 };
 
 use super::ring::RawRecord;
@@ -103,6 +104,21 @@ impl SessionInfo {
         }
     }
 
+    /// The recording as [`RecordingWriter`] writes it: the event, AUXTRACE_INFO,
+    /// TIME_CONV when the kernel gives the time conversion.
+    pub fn setup(&self, cmdline: &[String]) -> RecordingSetup {
+        let trace = EventDesc {
+            attr: self.attr(),
+            ids: vec![self.id],
+            name: Some(self.name.clone()),
+        };
+        let mut s = RecordingSetup::new(trace, self.intel_pt_info());
+        s.time_conv = self.time.is_some();
+        s.perf_version = format!("6.1 (ptperf {})", env!("CARGO_PKG_VERSION"));
+        s.cmdline = cmdline.to_vec();
+        s
+    }
+
     /// AUXTRACE_INFO's intel_pt fields.
     pub fn intel_pt_info(&self) -> IntelPtInfo {
         let mut info = IntelPtInfo::new(self.pmu_type);
@@ -153,50 +169,50 @@ pub struct AuxArea {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PerfDataError {
-    /// The writer failed (I/O, with the file offset).
+    /// The writer failed (the file, the offset, what).
     #[error(transparent)]
-    Write(#[from] pt_perf_data::Error),
+    Write(#[from] RecordingError),
     /// A side-band record from the data ring is too short for its header.
     #[error("side-band record of {0} bytes: shorter than its header")]
     ShortRecord(usize),
 }
 
-/// Writes a perf backend session as perf.data (see the module docs).
-pub struct PerfDataRecorder<W: Write + Seek> {
-    w: PerfFileWriter<W>,
+/// Writes a perf backend session as perf.data (see the module docs), through
+/// the one Intel PT recording writer ([`RecordingWriter`]): in rounds, each
+/// leaving a complete file on disk.
+pub struct PerfDataRecorder<W: Write + Seek = File> {
+    w: RecordingWriter<W>,
+}
+
+impl PerfDataRecorder<File> {
+    /// Creates the file `path` for `session`, with the `cmdline` that
+    /// recorded it (see [`Self::new`]).
+    pub fn create(
+        path: impl AsRef<Path>,
+        session: &SessionInfo,
+        cmdline: &[String],
+    ) -> Result<Self, PerfDataError> {
+        let w = RecordingWriter::create(path, session.setup(cmdline))?;
+        Self::start(w)
+    }
 }
 
 impl<W: Write + Seek> PerfDataRecorder<W> {
-    /// Starts the file for `session`: header, event, features (with the
-    /// `cmdline` that recorded it), AUXTRACE_INFO and TIME_CONV.
-    pub fn new(out: W, session: &SessionInfo, cmdline: &[String]) -> Result<Self, PerfDataError> {
-        let events = vec![EventDesc {
-            attr: session.attr(),
-            ids: vec![session.id],
-            name: Some(session.name.clone()),
-        }];
-        let mut w = PerfFileWriter::new(out, events)?;
-        w.set_feature(pmu_mappings(session.pmu_type));
-        for f in host_features(
-            &format!("6.1 (ptperf {})", env!("CARGO_PKG_VERSION")),
-            cmdline,
-        ) {
-            w.set_feature(f);
-        }
-        let info = session.intel_pt_info();
-        w.write(&Record::AuxtraceInfo(AuxtraceInfo {
-            kind: auxtrace_type::INTEL_PT,
-            private: AuxtracePrivate::IntelPt(info.clone()),
-        }))?;
-        if session.time.is_some() {
-            w.write(&Record::TimeConv(TimeConv {
-                time_shift: info.time_shift,
-                time_mult: info.time_mult,
-                time_zero: info.time_zero,
-                ext: None,
-            }))?;
-        }
-        w.write(&Record::FinishedInit)?;
+    /// Starts the file for `session` in `out` (`path` names it in errors):
+    /// header, event, features (with the `cmdline` that recorded it),
+    /// AUXTRACE_INFO and TIME_CONV, and the first round.
+    pub fn new(
+        out: W,
+        path: impl Into<PathBuf>,
+        session: &SessionInfo,
+        cmdline: &[String],
+    ) -> Result<Self, PerfDataError> {
+        let w = RecordingWriter::new(out, path, session.setup(cmdline))?;
+        Self::start(w)
+    }
+
+    fn start(mut w: RecordingWriter<W>) -> Result<Self, PerfDataError> {
+        w.finish_init()?;
         Ok(PerfDataRecorder { w })
     }
 
@@ -240,14 +256,12 @@ impl<W: Write + Seek> PerfDataRecorder<W> {
     /// Everything before this may be ordered by time (FINISHED_ROUND), and
     /// the file on disk is complete up to here.
     pub fn round(&mut self) -> Result<(), PerfDataError> {
-        self.w.write(&Record::FinishedRound)?;
-        self.w.checkpoint()?;
-        Ok(())
+        Ok(self.w.finish_round()?)
     }
 
-    /// Completes the file.
+    /// Completes the file (a last round).
     pub fn finish(mut self) -> Result<W, PerfDataError> {
-        self.w.write(&Record::FinishedRound)?;
+        self.w.finish_round()?;
         Ok(self.w.finish()?)
     }
 }

@@ -369,11 +369,7 @@ impl PerfBackend {
         cmdline: &[String],
     ) -> Result<(), PerfError> {
         let session = self.session_info()?;
-        let file = File::create(path).map_err(|source| PerfError::Os {
-            call: "create perf.data",
-            source,
-        })?;
-        let mut w = PerfDataRecorder::new(io::BufWriter::new(file), &session, cmdline)?;
+        let mut w = PerfDataRecorder::create(path, &session, cmdline)?;
         for r in &self.sideband {
             w.side_band(r)?;
         }

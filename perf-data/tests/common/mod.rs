@@ -57,17 +57,9 @@ pub struct Traced {
 
 /// Compiles the program (non-PIE, so that addresses are those of the file).
 pub fn compile(dir: &Path) -> Traced {
-    let cc = pt_testkit::tool("cc", "gcc");
     let src = dir.join("work.c");
     std::fs::write(&src, PROGRAM).unwrap();
-    let exe = dir.join("work");
-    let st = Command::new(cc)
-        .args(["-O1", "-no-pie", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed");
+    let exe = pt_testkit::compile_c(&src, dir.join("work"), &["-O1", "-no-pie"], &[]);
     let data = std::fs::read(&exe).unwrap();
     let obj = object::File::parse(&*data).unwrap();
     let sym = |name: &str| {
@@ -178,28 +170,24 @@ pub fn write_intel_pt_mode(
     }
     let pt = intel_pt_attr(PT_PMU, config, true, per_cpu.is_some());
     let track = tracking_attr(true, per_cpu.is_some(), false, tsc);
-    let events = vec![
-        EventDesc {
-            attr: pt,
-            ids: vec![PT_ID],
-            name: Some("intel_pt//u".into()),
-        },
-        EventDesc {
-            attr: track,
-            ids: vec![TRACK_ID],
-            name: Some("dummy:u".into()),
-        },
-    ];
-    let f = std::fs::File::create(path).unwrap();
-    let mut w = PerfFileWriter::new(f, events).unwrap();
-    w.set_feature(pmu_mappings(PT_PMU));
-    for f in host_features("6.1.187", &["pt-perf-data-test".into()]) {
-        w.set_feature(f);
-    }
     let mut info = IntelPtInfo::new(PT_PMU);
     info.cap_user_time_zero = tsc as u64;
     info.time_mult = tsc as u64;
     info.per_cpu_mmaps = per_cpu.is_some() as u64;
+    let trace_event = EventDesc {
+        attr: pt,
+        ids: vec![PT_ID],
+        name: Some("intel_pt//u".into()),
+    };
+    let mut setup = RecordingSetup::new(trace_event, info);
+    setup.tracking = Some(EventDesc {
+        attr: track,
+        ids: vec![TRACK_ID],
+        name: Some("dummy:u".into()),
+    });
+    setup.perf_version = "6.1.187".into();
+    setup.cmdline = vec!["pt-perf-data-test".into()];
+    let mut w = RecordingWriter::create(path, setup).unwrap();
     let at = |i: usize| times.map(|t| t[i]);
     let sid = |id, time: Option<u64>| SampleId {
         pid: Some(PID),
@@ -211,10 +199,6 @@ pub fn write_intel_pt_mode(
     };
     let exe = t.exe.to_str().unwrap();
     let recs = [
-        Record::AuxtraceInfo(AuxtraceInfo {
-            kind: auxtrace_type::INTEL_PT,
-            private: AuxtracePrivate::IntelPt(info),
-        }),
         Record::Comm(Comm {
             misc: misc::COMM_EXEC,
             pid: PID,
@@ -278,7 +262,7 @@ pub fn write_intel_pt_mode(
         data: trace,
     }))
     .unwrap();
-    w.write(&Record::FinishedRound).unwrap();
+    w.finish_round().unwrap();
     w.finish().unwrap();
 }
 

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use crate::sample::flags;
+use pt_perf::sample::flags;
 
 /// The flag bits that say what kind of branch a sample is (perf's
 /// `PERF_IP_FLAG_BRANCH_MASK`: `samples.branch_type`).

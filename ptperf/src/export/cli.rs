@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pt_decoder::perf::{Session, SessionOptions, Skipped};
+use pt_perf::session::{Session, SessionOptions, Skipped};
 
 use super::feed::{default_itrace, export_session_with, FeedStats};
 use super::postgres::PostgresSink;
@@ -14,7 +14,7 @@ use super::sqlite::SqliteSink;
 use super::tables::Table;
 use super::{ExportError, ExportOptions, Exporter, Sink, Summary};
 use crate::input;
-use crate::itrace::SynthOpts;
+use pt_perf::itrace::SynthOpts;
 
 const USAGE: &str = "\
 usage: ptperf export sqlite OUT.db [branches|all] [calls] [callchains] [OPTIONS]
@@ -151,11 +151,18 @@ fn parse(args: &[OsString]) -> Result<Option<Args>, String> {
 
 /// Runs `ptperf export ARGS`.
 pub fn main(args: &[OsString]) -> ExitCode {
+    if let [only] = args {
+        if only == "--version" {
+            crate::print_version();
+            return ExitCode::SUCCESS;
+        }
+    }
     let args = match parse(args) {
         Ok(Some(a)) => a,
+        // perf's `-h`: usage on stderr, exit status 129.
         Ok(None) => {
-            print!("{USAGE}\n{}\n", input::EXIT_STATUS);
-            return ExitCode::SUCCESS;
+            eprint!("{USAGE}\n{}\n", input::EXIT_STATUS);
+            return ExitCode::from(129);
         }
         Err(e) => {
             // As perf and the other subcommands exit on bad options.
@@ -210,7 +217,8 @@ fn run(args: &Args) -> Result<(Summary, FeedStats, Skipped), ExportError> {
     let input = &args.input;
     let name = input.to_string_lossy();
     // The messages of `input` start with the command's name, which main adds.
-    let err = |e: String| {
+    let err = |e: crate::Error| {
+        let e = e.to_string();
         ExportError::Io(
             e.strip_prefix(CMD)
                 .map_or(&*e, |s| s.trim_start_matches(": "))

@@ -1,13 +1,13 @@
 //! Where the exported samples come from: a perf.data decoded as perf decodes
 //! it, the samples `ptperf script --itrace=…` synthesizes (perf's
-//! intel-pt.c: [`crate::synth`]; by default `bpw`: branches, PTWRITE and power
+//! intel-pt.c: [`pt_perf::synth`]; by default `bpw`: branches, PTWRITE and power
 //! events, as perf's scripts get them), each resolved to its thread, file and symbol
 //! as perf resolves them, with the recording's context switches in time
 //! order. [`Exporter`] only sees [`ExportSample`]s.
 
 use std::collections::HashMap;
 
-use pt_decoder::perf::{Context, MappingKind, Session, Thread};
+use pt_perf::session::{Context, MappingKind, Session, Thread};
 use pt_perf_data::{AttrFlags, EventAttr, PerfFile, Record};
 
 use super::{
@@ -47,7 +47,7 @@ fn short_name(long: &str) -> &str {
 }
 
 /// A thread with no side-band: perf's unknown thread -1.
-static NO_COMMS: [pt_decoder::perf::CommChange; 0] = [];
+static NO_COMMS: [pt_perf::session::CommChange; 0] = [];
 
 /// Resolves addresses and threads of a session, caching what it read.
 struct Resolver<'s, 'a> {
@@ -184,13 +184,13 @@ impl<'s, 'a> Resolver<'s, 'a> {
 /// A sample, before resolution.
 #[derive(Clone, Copy, Debug)]
 struct Raw {
-    kind: crate::sample::Kind,
+    kind: pt_perf::sample::Kind,
     ip: u64,
     addr: u64,
     flags: u32,
     insn_len: u8,
     period: u64,
-    /// A synthesized event's payload and its [`crate::sample::Sample::aux`].
+    /// A synthesized event's payload and its [`pt_perf::sample::Sample::aux`].
     payload: u64,
     aux: u32,
 }
@@ -364,7 +364,7 @@ impl Feed<'_, '_> {
         };
         let mut raw = synth_raw(r, self.cbr2khz);
         if let Some((first_type, first_config)) = self.no_pwr_evt {
-            use crate::sample::Kind;
+            use pt_perf::sample::Kind;
             if matches!(r.kind, Kind::Mwait | Kind::Pwre | Kind::Exstop | Kind::Pwrx) {
                 // Without pwr_evt perf makes no events for these, yet
                 // synthesizes their samples: id 0, which perf takes for its
@@ -375,7 +375,7 @@ impl Feed<'_, '_> {
         }
         // perf resolves the target only of its branches event (a BTS-like
         // event: `sample_addr_correlates_sym`).
-        let branch = r.kind == crate::sample::Kind::Branches;
+        let branch = r.kind == pt_perf::sample::Kind::Branches;
         let from_file = (r.ip != 0)
             .then(|| self.res.file_of(pid, r.ip, time))
             .flatten();
@@ -442,9 +442,9 @@ impl Feed<'_, '_> {
 /// events instructions and branches (PERF_COUNT_HW_INSTRUCTIONS,
 /// PERF_COUNT_HW_BRANCH_INSTRUCTIONS) and intel_pt's synthesized events
 /// (PERF_SYNTH_INTEL_*).
-fn event_index(kind: crate::sample::Kind) -> Option<(usize, u32, u64)> {
+fn event_index(kind: pt_perf::sample::Kind) -> Option<(usize, u32, u64)> {
     use super::PERF_TYPE_SYNTH as SYNTH;
-    use crate::sample::Kind;
+    use pt_perf::sample::Kind;
     Some(match kind {
         Kind::Instructions => (0, 0, 1),
         Kind::Branches => (1, 0, 4),
@@ -477,7 +477,7 @@ const EVENT_NAMES: [&str; 9] = [
 /// `perf_synth_intel_*` structure after the padding): flags (or CBR's ratio
 /// bytes), then the payload (CBR: the frequency in kHz), 12 bytes in all.
 fn synth_raw(r: Raw, cbr2khz: u64) -> Option<[u8; 12]> {
-    use crate::sample::Kind;
+    use pt_perf::sample::Kind;
     let mut raw = [0u8; 12];
     let (flags, payload): (u32, u64) = match r.kind {
         // Bit 0: the event has an IP (a FUP).
@@ -501,13 +501,13 @@ fn synth_raw(r: Raw, cbr2khz: u64) -> Option<[u8; 12]> {
 /// (`b`), and the PTWRITE (`w`) and power events (`p`: cbr, psb, mwait, pwre,
 /// exstop, pwrx) that perf's scripts synthesize by default and whose tables
 /// the export fills; call chains (`g`) when the export stores them.
-pub fn default_itrace(export: &super::ExportOptions) -> crate::itrace::SynthOpts {
+pub fn default_itrace(export: &super::ExportOptions) -> pt_perf::itrace::SynthOpts {
     let s = if export.callchains { "bpwg" } else { "bpw" };
-    crate::itrace::SynthOpts::parse(s).expect("valid --itrace options")
+    pt_perf::itrace::SynthOpts::parse(s).expect("valid --itrace options")
 }
 
 /// Exports the samples of `session` (of the recording `perf`) into `ex`: those
-/// `ptperf script` synthesizes (perf's intel-pt.c, [`crate::synth`]) with
+/// `ptperf script` synthesizes (perf's intel-pt.c, [`pt_perf::synth`]) with
 /// [`default_itrace`], with the recording's context switches.
 pub fn export_session<S: Sink>(
     perf: &PerfFile<'_>,
@@ -525,7 +525,7 @@ pub fn export_session_with<S: Sink>(
     perf: &PerfFile<'_>,
     session: &Session<'_>,
     ex: &mut Exporter<S>,
-    opts: crate::itrace::SynthOpts,
+    opts: pt_perf::itrace::SynthOpts,
 ) -> Result<FeedStats, ExportError> {
     let attr = trace_attr(perf, session);
     let mut feed = Feed {
@@ -557,11 +557,11 @@ pub fn export_session_with<S: Sink>(
         switches: switches(perf).into(),
         stats: FeedStats::default(),
     };
-    let mut synth = crate::synth::Synth::new(session, opts);
+    let mut synth = pt_perf::synth::Synth::new(session, opts);
     feed.cbr2khz = synth.cbr2khz();
     let mut failed = None;
     let _ = synth.run(&mut |e| match e {
-        crate::synth::Event::Sample(s, stacks) => {
+        pt_perf::synth::Event::Sample(s, stacks) => {
             let some = |v: i32| u32::try_from(v).ok();
             let ctx = Context {
                 pid: some(s.pid),
@@ -591,7 +591,7 @@ pub fn export_session_with<S: Sink>(
                 }
             }
         }
-        crate::synth::Event::Error(t) => {
+        pt_perf::synth::Event::Error(t) => {
             feed.stats.problems.push(format!(
                 "instruction trace error type 1 cpu {} pid {} tid {} ip {:#x} code {}: {}",
                 t.cpu, t.pid, t.tid, t.ip, t.code, t.msg

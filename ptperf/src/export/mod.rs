@@ -22,7 +22,7 @@
 //! From a perf.data to a SQLite file with perf's `calls` tables:
 //!
 //! ```no_run
-//! use pt_decoder::perf::{Session, SessionOptions};
+//! use pt_perf::session::{Session, SessionOptions};
 //! use pt_perf_data::MappedFile;
 //! use ptperf::export::{feed, sqlite::SqliteSink, ExportOptions, Exporter};
 //!
@@ -50,9 +50,9 @@ pub mod sqlite;
 pub mod tables;
 pub mod views;
 
-use crate::sample::flags;
 use calls::{Branch, CallPaths, CallReturns, Output, Sym, BRANCH_MASK};
-use pt_decoder::perf::CommChange;
+use pt_perf::sample::flags;
+use pt_perf::session::CommChange;
 use tables::{Table, Value, TABLES};
 
 /// Why an export failed.
@@ -277,7 +277,7 @@ pub struct ExportSample<'a> {
     pub transaction: u64,
     /// Data source.
     pub data_src: u64,
-    /// perf's flags ([`crate::sample::flags`]).
+    /// perf's flags ([`pt_perf::sample::flags`]).
     pub flags: u32,
     /// Length of the instruction at `from.ip`.
     pub insn_len: u8,

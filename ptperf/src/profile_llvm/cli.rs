@@ -13,7 +13,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf::session::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 use super::LlvmProfile;

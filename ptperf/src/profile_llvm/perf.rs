@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use pt_decoder::image::Image;
-use pt_decoder::perf::{PerfItem, Session};
 use pt_decoder::{Granularity, Item};
+use pt_perf::session::{PerfItem, Session};
 
 use super::{AddrCounts, Collector, Module};
 

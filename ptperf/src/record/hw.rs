@@ -81,10 +81,9 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     let mut be = PerfBackend::new(target, opts).map_err(|e| e.to_string())?;
     be.configure(&cfg).map_err(|e| e.to_string())?;
     let session = be.session_info().map_err(|e| e.to_string())?;
-    let io = |e: &dyn std::fmt::Display| format!("{}: {e}", o.output.display());
-    let file = std::fs::File::create(&o.output).map_err(|e| io(&e))?;
-    let mut w = PerfDataRecorder::new(std::io::BufWriter::new(file), &session, &o.cmdline)
-        .map_err(|e| io(&e))?;
+    // Errors name the file (the recorder's writer does).
+    let io = |e: &pt_hal::perf::data::PerfDataError| e.to_string();
+    let mut w = PerfDataRecorder::create(&o.output, &session, &o.cmdline).map_err(|e| io(&e))?;
     let area = be.aux_area();
     let stop = catch_interrupts();
     let snap = catch_snapshot_signal();

@@ -451,6 +451,12 @@ fn die_of(sig: i32) -> ExitCode {
 
 /// Runs `ptperf record` with the arguments after `record`.
 pub fn main(args: &[OsString]) -> ExitCode {
+    if let [only] = args {
+        if only == "--version" {
+            crate::print_version();
+            return ExitCode::SUCCESS;
+        }
+    }
     let o = match parse_args(args) {
         Ok(o) => o,
         Err(ArgError(msg, usage)) => {
@@ -473,15 +479,29 @@ pub fn main(args: &[OsString]) -> ExitCode {
             if ready.can_trace() {
                 Backend::Perf
             } else {
-                eprintln!(
-                    "ptperf record: {}; recording on the simulated PT CPU",
-                    ready.summary()
-                );
+                // Informational: where PT cannot work, the simulator is the normal case.
+                if !o.quiet {
+                    eprintln!(
+                        "ptperf record: {}; recording on the simulated PT CPU",
+                        ready.summary()
+                    );
+                }
                 Backend::Sim
             }
         }
         b => b,
     };
+    // As perf: the output's folder must exist (no folder is made).
+    if let Some(dir) = o.output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            eprintln!(
+                "ptperf record: {}: cannot create it: folder {} does not exist",
+                o.output.display(),
+                dir.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
     if let Err(e) = backup(&o.output) {
         eprintln!("ptperf record: {e}");
         return ExitCode::FAILURE;

@@ -17,36 +17,39 @@ use super::{
     Options, Outcome, ProgramEnd, Source,
 };
 
-/// Progress on a terminal, every half second at most: instructions and
-/// their rate, both counted from the start of the recording (`t0`).
+/// Progress on a terminal (pt_cli's indicatif counter; nothing otherwise):
+/// what ran so far and its rate, from the start of the recording (`t0`).
 struct Progress {
     t0: Instant,
-    tty: bool,
-    shown: bool,
-    last: f64,
+    bar: Option<pt_cli::progress::ProgressBar>,
 }
 
 impl Progress {
-    fn show(&mut self, what: &str, n: u64) {
-        let now = self.t0.elapsed().as_secs_f64();
-        if !self.tty || now - self.last < 0.5 {
-            return;
+    fn new() -> Self {
+        Progress {
+            t0: Instant::now(),
+            bar: None,
         }
-        self.last = now;
-        self.shown = true;
-        eprint!(
-            "\r\x1b[Kptperf record: {what} {:.2} M instructions in {:.1} s ({:.0} k/s)",
-            n as f64 / 1e6,
-            now,
-            n as f64 / now.max(1e-9) / 1e3
-        );
+    }
+
+    /// Shows `n` instructions (a counter starts, or starts again after
+    /// [`Self::done`], at the first call).
+    fn show(&mut self, what: &str, n: u64) {
+        if self.bar.is_none() {
+            self.bar = pt_cli::progress::counter(
+                "{spinner} ptperf record: {msg} {human_pos} instructions in {elapsed} ({per_sec})",
+            );
+        }
+        if let Some(b) = &self.bar {
+            if b.message() != what {
+                b.set_message(what.to_string());
+            }
+            b.set_position(n);
+        }
     }
 
     fn done(&mut self) {
-        if self.shown {
-            eprintln!();
-            self.shown = false;
-        }
+        pt_cli::progress::finish(self.bar.take());
     }
 }
 
@@ -79,12 +82,7 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         .map_err(|e| e.to_string())?;
     let out = o.output.clone();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut progress = Progress {
-        t0: Instant::now(),
-        tty,
-        shown: false,
-        last: 0.0,
-    };
+    let mut progress = Progress::new();
     let log = log_path(&out);
     let mut rec = SimRecording::new(cfg);
     rec.filters = o.filters.clone();

@@ -27,7 +27,7 @@
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use pt_decoder::perf::Session;
+use pt_perf::session::Session;
 
 use super::hist::{FxMap, Hists, SymKey};
 use pt_elf::srcline::{Answer, SrcLines};
@@ -130,7 +130,7 @@ pub struct Setting {
 impl Setting {
     /// The setting of the `-g` values `values` (an empty one: bare `-g`), in the
     /// order given; `no_call_graph`: `--no-call-graph` came last.
-    pub fn parse(values: &[String], no_call_graph: bool) -> Result<Setting, String> {
+    pub fn parse(values: &[String], no_call_graph: bool) -> Result<Setting, crate::Error> {
         let mut s = Setting {
             given: false,
             none: false,
@@ -140,7 +140,7 @@ impl Setting {
             let v = if v.is_empty() { DEFAULT_OPT } else { v };
             s.given = true;
             s.none = false;
-            s.apply(v)?;
+            s.apply(v).map_err(crate::Error::Usage)?;
         }
         if no_call_graph {
             s.given = false;
@@ -1109,8 +1109,14 @@ mod tests {
         assert_eq!(p(&["2.5e1x"]).unwrap().params.min_percent, 25.0);
         assert!(p(&["junk"]).is_err());
         assert!(p(&["0.5,x"]).is_err());
-        assert!(p(&["branch"]).unwrap_err().contains("not supported"));
-        assert!(p(&["srcline"]).unwrap_err().contains("not supported"));
+        assert!(p(&["branch"])
+            .unwrap_err()
+            .to_string()
+            .contains("not supported"));
+        assert!(p(&["srcline"])
+            .unwrap_err()
+            .to_string()
+            .contains("not supported"));
         assert!(Setting::parse(&["graph".into()], true).unwrap().none);
     }
 }

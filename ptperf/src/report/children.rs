@@ -23,7 +23,7 @@ use super::callgraph::{Forest, Frames, Order, NONE};
 use super::hist::{FxHasher, FxMap, Hists};
 use super::table::{Entry, Key, Table};
 use super::SortKey;
-use crate::sample::{Kind, Sample};
+use pt_perf::sample::{Kind, Sample};
 
 /// One entry being added up.
 struct Acc {

@@ -19,7 +19,7 @@ pub(super) struct Graph {
 impl Graph {
     /// Draws the folded stacks `lines` (stack and count, sorted) into `path`
     /// ('-': stdout).
-    pub fn write(&self, path: &str, lines: &[(String, u64)]) -> Result<(), String> {
+    pub fn write(&self, path: &str, lines: &[(String, u64)]) -> Result<(), crate::Error> {
         let text: Vec<String> = lines.iter().map(|(l, n)| format!("{l} {n}")).collect();
         let mut opts = Options::default();
         opts.title = self.title.clone();
@@ -33,9 +33,14 @@ impl Graph {
             self.count_name,
             lines.len()
         ));
-        let err = |e: std::io::Error| format!("ptperf report: {path}: {e}");
+        let err = |e: std::io::Error| crate::Error::Io {
+            path: format!("ptperf report: {path}").into(),
+            source: e,
+        };
         if lines.is_empty() {
-            return Err(format!("ptperf report: no samples to draw in {path}"));
+            return Err(crate::Error::Nothing(format!(
+                "ptperf report: no samples to draw in {path}"
+            )));
         }
         if path == "-" {
             let mut out = std::io::BufWriter::new(pt_cli::stdout());

@@ -13,12 +13,12 @@
 
 use std::rc::Rc;
 
-use pt_decoder::perf::Session;
+use pt_perf::session::Session;
 
-use crate::code::CodeWalker;
-use crate::decode::PlainInsn;
-use crate::sample::{Kind, Sample};
 use pt_elf::{SymbolOptions, Symbols, TableId};
+use pt_perf::code::CodeWalker;
+use pt_perf::decode::PlainInsn;
+use pt_perf::sample::{Kind, Sample};
 
 pub(crate) use pt_encoder::hash::{IntMap as FxMap, IpHasher as FxHasher};
 
@@ -349,7 +349,7 @@ impl<'s, 'a> Hists<'s, 'a> {
 
     /// Adds a run of instruction samples right after [`Self::add`] took `s`:
     /// one for each of `more`, each as `s` but for its IP and a period of 1
-    /// ([`crate::synth::SampleSink::insns`]).
+    /// ([`pt_perf::synth::SampleSink::insns`]).
     pub fn add_run(&mut self, s: &Sample, more: &[PlainInsn]) {
         let n = more.len() as u64;
         self.total += n;
@@ -399,7 +399,7 @@ impl<'s, 'a> Hists<'s, 'a> {
         }
     }
 
-    /// Adds instruction samples as [`crate::synth::SampleSink::insn_counts`]
+    /// Adds instruction samples as [`pt_perf::synth::SampleSink::insn_counts`]
     /// hands them over (`comm` names their thread): counted by place in
     /// `walker`'s caches, added up into rows by [`Self::add_tallies`].
     pub fn add_counts(

@@ -1,6 +1,6 @@
 //! `ptperf report`: perf report's `--stdio` table of an Intel PT recording
 //! (overhead by command, shared object and symbol) from the samples
-//! [`crate::synth`] synthesizes, and `--folded` stacks for flame graphs, drawn
+//! [`pt_perf::synth`] synthesizes, and `--folded` stacks for flame graphs, drawn
 //! as SVG by `--flamegraph` (module `flame`, through the `inferno` crate).
 //!
 //! As perf 6.1 does it:
@@ -24,16 +24,16 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::{Session, SessionOptions};
+use pt_perf::session::{Session, SessionOptions};
 
-use crate::code::CodeWalker;
-use crate::decode::PlainInsn;
 use crate::input::{self, Outcome};
-use crate::itrace::SynthOpts;
-use crate::sample::Sample;
 use crate::script::{Plan, Printer};
-use crate::synth::{Event, Flow, SampleSink, Stacks, Synth};
 use hist::{FxMap, Hists, SymKey};
+use pt_perf::code::CodeWalker;
+use pt_perf::decode::PlainInsn;
+use pt_perf::itrace::SynthOpts;
+use pt_perf::sample::Sample;
+use pt_perf::synth::{Event, Flow, SampleSink, Stacks, Synth};
 
 /// `ptperf report`'s command line.
 #[derive(Parser, Debug)]
@@ -148,7 +148,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
     let folded_only = a.folded || a.flamegraph.is_some();
     if folded_only && !opts.callchain {
         opts.callchain = true;
-        opts.callchain_sz = crate::itrace::DEFAULT_CALLCHAIN_SZ;
+        opts.callchain_sz = pt_perf::itrace::DEFAULT_CALLCHAIN_SZ;
     }
     let children = opts.callchain && !a.no_children && !folded_only;
     // Call graphs below the entries.
@@ -186,6 +186,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
             demangle: !a.no_demangle,
             ..Default::default()
         },
+        xed: false,
     };
     let mut synth = Synth::new(&session, opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
@@ -203,7 +204,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
     let mut acc = children::Children::new(&keys, children && graph, graphs);
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
-    let mut comm_of = |s: &crate::sample::Sample| {
+    let mut comm_of = |s: &pt_perf::sample::Sample| {
         // Most samples are the last one's thread at the last one's time.
         let key = (s.tid, s.time.unwrap_or(u64::MAX));
         if key != last_comm.0 {
@@ -211,7 +212,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
         }
         last_comm.1
     };
-    let mut kinds: Vec<crate::sample::Kind> = Vec::new();
+    let mut kinds: Vec<pt_perf::sample::Kind> = Vec::new();
     if folded_only {
         let _ = synth.run(&mut |e: Event<'_>| -> Flow {
             let Event::Sample(s, st) = e else {

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use super::callgraph::{Printer, NONE};
 use super::hist::{FxMap, Hists, Loc, SymKey};
 use super::{samples, SortKey};
-use crate::sample::Kind;
+use pt_perf::sample::Kind;
 
 /// A row as the sort keys see it: the columns they compare (perf's
 /// `hist_entry__cmp`). Entries with equal keys are one.

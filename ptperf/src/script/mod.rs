@@ -1,5 +1,5 @@
 //! `ptperf script`: perf script's text for an Intel PT recording, from the
-//! samples [`crate::synth`] synthesizes, byte for byte as perf 6.1 prints them.
+//! samples [`pt_perf::synth`] synthesizes, byte for byte as perf 6.1 prints them.
 
 pub mod fields;
 mod pair_texts;
@@ -10,16 +10,17 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::SessionOptions;
+use pt_perf::session::SessionOptions;
 
-use crate::code::CodeWalker;
-use crate::decode::{PlainInsn, Step};
 use crate::input::{self, Outcome};
-use crate::itrace::SynthOpts;
-use crate::sample::Sample;
-use crate::synth::{each_branch, each_insn, Event, Flow, SampleSink, Stacks, Synth};
 use fields::Selection;
 pub use print::Printer;
+pub mod xed;
+use pt_perf::code::CodeWalker;
+use pt_perf::decode::{PlainInsn, Step};
+use pt_perf::itrace::SynthOpts;
+use pt_perf::sample::Sample;
+use pt_perf::synth::{each_branch, each_insn, Event, Flow, SampleSink, Stacks, Synth};
 
 /// `ptperf script`'s command line (perf script's options for Intel PT).
 #[derive(Parser, Debug)]
@@ -38,9 +39,12 @@ pub struct Args {
     /// comma separated output fields; +field adds, -field removes
     #[arg(short = 'F', long = "fields", allow_hyphen_values = true)]
     pub fields: Vec<String>,
-    /// Decode instructions from itrace (raw bytes)
+    /// Decode instructions from itrace (raw: bytes; disasm: XED's text)
     #[arg(long = "insn-trace", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     pub insn_trace: Option<String>,
+    /// Show instruction bytes as XED's AT&T text (perf pipes through `xed`; ours is built in)
+    #[arg(long = "xed")]
+    pub xed: bool,
     /// Decode calls from itrace
     #[arg(long = "call-trace")]
     pub call_trace: bool,
@@ -123,7 +127,11 @@ fn parse_nsec(s: &str) -> Option<u64> {
 }
 
 /// Parses perf's `--time start,stop` (absolute times; either may be empty).
-pub fn parse_time(s: &str) -> Result<TimeRange, String> {
+pub fn parse_time(s: &str) -> Result<TimeRange, crate::Error> {
+    time_range(s).map_err(crate::Error::Usage)
+}
+
+fn time_range(s: &str) -> Result<TimeRange, String> {
     let bad = || format!("Invalid time string '{s}'");
     let (a, b) = s.split_once(',').ok_or_else(bad)?;
     let start = if a.trim().is_empty() {
@@ -167,17 +175,28 @@ pub struct Plan {
     pub pad_dso: bool,
     /// How symbols are loaded and named (`--no-demangle`, `--symfs`).
     pub symbols: pt_elf::SymbolOptions,
+    /// Instruction bytes disassembled (`--xed`, `--insn-trace=disasm`).
+    pub xed: bool,
 }
 
 impl Plan {
     /// The plan for `a` (perf's error line for bad options).
-    pub fn new(a: &Args) -> Result<Self, String> {
+    pub fn new(a: &Args) -> Result<Self, crate::Error> {
+        Self::checked(a).map_err(crate::Error::Usage)
+    }
+
+    fn checked(a: &Args) -> Result<Self, String> {
         let mut sel = Selection::default();
         let mut opts = SynthOpts::default();
         let mut ns = a.ns;
+        let mut xed = a.xed;
         if let Some(s) = &a.insn_trace {
-            if !s.is_empty() && s != "raw" {
-                return Err("Only accept raw|disasm".into());
+            match s.as_str() {
+                "" | "raw" => {}
+                // perf 6.1 disassembles with capstone, where it was built with
+                // it; we print XED's text, as for `--xed`.
+                "disasm" => xed = true,
+                _ => return Err("Only accept raw|disasm".into()),
             }
             sel.parse("+insn,-event,-period").map_err(|e| e.0)?;
             opts.parse_into("i0nse").map_err(|e| e.to_string())?;
@@ -233,6 +252,7 @@ impl Plan {
             pids,
             cpus,
             time,
+            xed,
         })
     }
 }
@@ -371,7 +391,8 @@ fn run(a: &Args) -> Result<Outcome, String> {
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     printer.cbr2khz = synth.cbr2khz();
     printer.full_source_path = a.full_source_path;
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, pt_cli::stdout());
+    let mut out =
+        std::io::BufWriter::with_capacity(1 << 16, xed::XedFilter::new(pt_cli::stdout(), plan.xed));
     let mut errors = 0u64;
     let tids = plan.tids.clone();
     let pids = plan.pids.clone();

@@ -2,17 +2,17 @@
 //! `perf_sample__fprintf_bts`), written by hand into one buffer: no `format!` per
 //! line.
 
-use pt_decoder::perf::Session;
+use pt_perf::session::Session;
 use pt_perf_data::{AttrFlags, PerfFile};
 
 use super::fields::{f, OutType, Selection};
 use super::pair_texts::{Miss, PairKey, PairTexts};
 use super::Plan;
-use crate::decode::{PlainInsn, Step};
-use crate::itrace::SynthOpts;
-use crate::sample::{flags, Kind, Sample, TraceError};
-use crate::synth::Stacks;
 use pt_elf::Symbols;
+use pt_perf::decode::{PlainInsn, Step};
+use pt_perf::itrace::SynthOpts;
+use pt_perf::sample::{flags, Kind, Sample, TraceError};
+use pt_perf::synth::Stacks;
 
 /// Writes numbers and padding into a byte buffer.
 pub(crate) mod w {
@@ -574,6 +574,15 @@ impl<'s, 'a> Printer<'s, 'a> {
         perf: &PerfFile<'_>,
         plan: &Plan,
         opts: &SynthOpts,
+    ) -> Result<Self, crate::Error> {
+        Self::checked(session, perf, plan, opts).map_err(crate::Error::Usage)
+    }
+
+    fn checked(
+        session: &'s Session<'a>,
+        perf: &PerfFile<'_>,
+        plan: &Plan,
+        opts: &SynthOpts,
     ) -> Result<Self, String> {
         let pmu = session.info().pmu_type;
         let pt = perf
@@ -809,7 +818,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         let addr = ip.wrapping_sub(m.start).wrapping_add(m.pgoff);
         // The session's mappings do not move: one entry per mapping holds its
         // dso name and symbols (no file search, no path hashing per miss).
-        let key = m as *const pt_decoder::perf::Mapping as usize;
+        let key = m as *const pt_perf::session::Mapping as usize;
         if !self.map_syms.contains_key(&key) {
             let ms = self.map_syms_of(m);
             self.map_syms.insert(key, ms);
@@ -849,7 +858,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     }
 
     /// A mapping's dso name, symbols and holes.
-    fn map_syms_of(&mut self, m: &pt_decoder::perf::Mapping) -> MapSyms {
+    fn map_syms_of(&mut self, m: &pt_perf::session::Mapping) -> MapSyms {
         let dso = match self.dso_names.get(&m.filename) {
             Some(d) => d.clone(),
             None => {
@@ -913,7 +922,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             let Some(m) = ses.mapping(pid, s.ip, s.time) else {
                 return false;
             };
-            let key = m as *const pt_decoder::perf::Mapping as usize;
+            let key = m as *const pt_perf::session::Mapping as usize;
             if !self.map_syms.contains_key(&key) {
                 let ms = self.map_syms_of(m);
                 self.map_syms.insert(key, ms);
@@ -1417,7 +1426,7 @@ impl<'s, 'a> Printer<'s, 'a> {
                 (
                     m.start,
                     m.pgoff,
-                    m.kind != pt_decoder::perf::MappingKind::Kernel,
+                    m.kind != pt_perf::session::MappingKind::Kernel,
                 )
             });
             let r = self.resolve(s.code, s.pid, ip, s.time);
@@ -1647,7 +1656,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// `-F ip` lines of a run of instruction samples ([`SampleSink::insns`]):
     /// `false` (nothing written) unless `-F ip` alone is printed for them.
     ///
-    /// [`SampleSink::insns`]: crate::synth::SampleSink::insns
+    /// [`SampleSink::insns`]: pt_perf::synth::SampleSink::insns
     pub fn ip_lines(&mut self, first: &Sample, more: &[PlainInsn]) -> bool {
         if !self.ip_only || first.kind.is_synth() || first.kind == Kind::Branches {
             return false;
@@ -1686,7 +1695,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// addresses with their symbols (perf's default branch fields, or fewer),
     /// as a line of its own would be written.
     ///
-    /// [`SampleSink::branches`]: crate::synth::SampleSink::branches
+    /// [`SampleSink::branches`]: pt_perf::synth::SampleSink::branches
     pub fn branch_lines(&mut self, like: &Sample, steps: &[Step]) -> bool {
         let out = self.sel.out[OutType::Hardware as usize];
         let fields = out.fields;
@@ -1706,7 +1715,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         };
         // The first line in full (its head formatted if new), the others
         // from the head it left and the branch pairs' texts.
-        let mut s = crate::synth::branch_sample(like, first);
+        let mut s = pt_perf::synth::branch_sample(like, first);
         self.sample_line(&s, &Stacks::default());
         for step in rest {
             (s.ip, s.addr) = (step.from_ip, step.to_ip);

@@ -25,12 +25,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use pt_decoder::perf::Session;
+use pt_perf::session::Session;
 use pt_perf_data::MappedFile;
 
 use crate::script::{self, Plan, Printer, TimeRange};
-use crate::synth::{Event, Flow, Synth};
 use budget::{show_duration, Dropper, Spool};
+use pt_perf::synth::{Event, Flow, Synth};
 use stacks::{Builder, Cbr, Frame, Instant, Slice, Track};
 
 /// `ptperf timeline`'s command line.
@@ -209,6 +209,7 @@ fn run(a: &Args) -> Result<(), String> {
         itrace: a.itrace.clone(),
         fields: Vec::new(),
         insn_trace: None,
+        xed: false,
         call_trace: false,
         call_ret_trace: true,
         ns: true,

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::export::calls::{Branch, CallReturns, Output, Sym};
-use crate::sample::{flags, Kind, Sample, TraceError};
 use crate::script::Printer;
+use pt_perf::sample::{flags, Kind, Sample, TraceError};
 
 /// A function as the timeline names it: script's name and its file.
 #[derive(Clone, Debug, PartialEq, Eq)]

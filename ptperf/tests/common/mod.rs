@@ -28,26 +28,11 @@ pub fn dir(name: &str) -> PathBuf {
 pub fn build(name: &str, src: &str, flags: &[&str]) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(src);
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("prog-{name}"));
-    let st = Command::new(pt_testkit::tool("cc", "gcc"))
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed for {name}");
-    out
+    pt_testkit::compile_c(&src, &out, flags, &[])
 }
 
 /// Flags of a program without libc.
-pub const NOLIBC: &[&str] = &[
-    "-O1",
-    "-static",
-    "-nostdlib",
-    "-fno-stack-protector",
-    "-fno-pie",
-    "-no-pie",
-];
+pub const NOLIBC: &[&str] = pt_testkit::NOLIBC;
 
 /// About a thousand instructions, no libc; argv\[1\] selects behaviour.
 pub fn tiny() -> &'static PathBuf {
@@ -265,8 +250,8 @@ pub fn perf_instructions(data: &Path) -> BTreeMap<u32, Vec<u64>> {
 /// overlap may be named as not continuing each other (see
 /// [`snapshots_start_at_psbs`] for why nothing is lost there).
 pub fn our_instructions(data: &Path) -> BTreeMap<u32, Vec<u64>> {
-    use pt_decoder::perf::{PerfItem, Session, SessionOptions};
     use pt_decoder::{Granularity, Item};
+    use pt_perf::session::{PerfItem, Session, SessionOptions};
     let mapped = pt_perf_data::MappedFile::open(data).unwrap();
     let perf = mapped.parse().unwrap();
     let session = Session::new(&perf, SessionOptions::for_file(data)).unwrap();
@@ -284,7 +269,7 @@ pub fn our_instructions(data: &Path) -> BTreeMap<u32, Vec<u64>> {
                     flows.entry(tid).or_default().push(i.insn.ip);
                 }
                 PerfItem::Decoded(Item::Error(e)) => panic!("{}: {e}", data.display()),
-                PerfItem::Lost(l) if l.kind == pt_decoder::perf::LostKind::SnapshotGap => {}
+                PerfItem::Lost(l) if l.kind == pt_perf::session::LostKind::SnapshotGap => {}
                 PerfItem::Lost(l) => panic!("{}: lost {l}", data.display()),
                 PerfItem::NoCode(n) => panic!("{}: no code: {n}", data.display()),
                 _ => {}

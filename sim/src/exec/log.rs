@@ -57,13 +57,15 @@
 //! instructions that go elsewhere cost a record.
 
 use std::collections::HashMap;
+
+use pt_encoder::hash::IntMap;
 use std::io::Write;
 
 use super::insn::{decode_at, DecodedInsn};
 use super::memory::page_base;
 use super::{
-    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
-    InsnClass, Mapping, Perms, Retired, StopReason, ThreadCursor, ThreadId, PAGE_SIZE,
+    BlockRun, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource,
+    ExitKind, InsnClass, Mapping, Perms, Retired, StopReason, ThreadCursor, ThreadId, PAGE_SIZE,
 };
 
 /// File magic.
@@ -263,12 +265,16 @@ pub struct LogWriter<W: Write> {
     out: W,
     buf: Vec<u8>,
     /// Thread states; per process: page base → generation already logged.
-    threads: Threads<HashMap<u64, u64>>,
+    threads: Threads<IntMap<u64, u64>>,
     /// Whether the header allows kernel-mode items.
     shows_kernel: bool,
     /// Predicted instructions of the current thread not yet written.
     pending_seq: u64,
     insns: u64,
+    /// The last pages found logged as the memory (address, version) in
+    /// `checked_in` holds them: the common case costs no lookup.
+    checked: [u64; 2],
+    checked_in: (usize, u64),
 }
 
 /// Buffered bytes beyond which records are written out.
@@ -296,6 +302,8 @@ impl<W: Write> LogWriter<W> {
             shows_kernel,
             pending_seq: 0,
             insns: 0,
+            checked: [u64::MAX; 2],
+            checked_in: (0, 0),
         })
     }
 
@@ -327,6 +335,8 @@ impl<W: Write> LogWriter<W> {
             ExecItem::Event(e) => {
                 // The run so far is the current thread's, whatever the event.
                 self.put_pending();
+                // The process (and what of it is logged) may change.
+                self.checked_in = (0, 0);
                 self.threads.follow(item);
                 self.put_event(e);
                 self.threads.apply(e, VERSION);
@@ -338,6 +348,79 @@ impl<W: Write> LogWriter<W> {
         Ok(())
     }
 
+    /// Appends a block run: the same log as [`Self::write_item`] of each of
+    /// [`BlockRun::retired`] gives. The block's instructions were decoded
+    /// from `mem` when the source first saw it; its straight-line body is
+    /// one count of predicted instructions.
+    pub fn write_block(&mut self, run: &BlockRun, mem: &CodeMemory) -> Result<(), ExecError> {
+        let n = run.count();
+        if n == 0 {
+            return Ok(());
+        }
+        self.threads.cursor.saw_insn();
+        let insns = &run.block.insns;
+        let decoded = |i: usize| {
+            let b = &insns[i];
+            DecodedInsn {
+                len: b.len,
+                class: b.class,
+                target: matches!(
+                    b.class,
+                    InsnClass::CondBranch | InsnClass::DirectJump | InsnClass::DirectCall
+                )
+                .then_some(b.target),
+                kernel_entry: None,
+                mov_cr3: false,
+                rep_string: b.rep,
+            }
+        };
+        self.write_decoded(&run.insn(0), &decoded(0), mem)?;
+        let mut i = 1;
+        if run.block.plain_body && n > 2 {
+            // Instructions 1..n-1: non-branches, each predicted (its
+            // fall-through), in the mode and privilege of the first: one
+            // count, where their pages are logged already (else each
+            // goes the general way, which logs them).
+            let body = &insns[1..n - 1];
+            let first = page_base(body[0].ip);
+            let end = body[body.len() - 1].fall_through().wrapping_sub(1);
+            let pages = (page_base(end).wrapping_sub(first) / PAGE_SIZE) as usize + 1;
+            if (0..pages).all(|k| self.page_logged(first.wrapping_add(k as u64 * PAGE_SIZE), mem)) {
+                self.pending_seq += body.len() as u64;
+                self.insns += body.len() as u64;
+                self.threads.state.ip = Some(insns[n - 1].ip);
+                i = n - 1;
+            }
+        }
+        for j in i..n {
+            self.write_decoded(&run.insn(j), &decoded(j), mem)?;
+        }
+        if self.buf.len() >= WRITE_CHUNK {
+            self.write_out()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the page at `base` is logged as `mem` holds it now.
+    #[inline]
+    fn page_logged(&mut self, base: u64, mem: &CodeMemory) -> bool {
+        let key = (mem as *const CodeMemory as usize, mem.version());
+        if key != self.checked_in {
+            self.checked_in = key;
+            self.checked = [u64::MAX; 2];
+        }
+        if self.checked.contains(&base) {
+            return true;
+        }
+        let logged = mem
+            .generation(base)
+            .is_some_and(|g| self.threads.process.get(&base) == Some(&g));
+        if logged {
+            self.checked = [self.checked[1], base];
+        }
+        logged
+    }
+
     fn write_insn(&mut self, r: &Retired, mem: &CodeMemory) -> Result<(), ExecError> {
         let d = decode_at(mem, r.ip, r.mode)?;
         if d.len != r.len || d.class != r.class {
@@ -346,9 +429,22 @@ impl<W: Write> LogWriter<W> {
                 format!("instruction at {:#x} does not match the code bytes", r.ip),
             )));
         }
+        self.write_decoded(r, &d, mem)
+    }
+
+    /// Appends instruction `r`, decoded as `d`.
+    fn write_decoded(
+        &mut self,
+        r: &Retired,
+        d: &DecodedInsn,
+        mem: &CodeMemory,
+    ) -> Result<(), ExecError> {
         // Log the pages the instruction occupies, before it.
         let last = r.ip.wrapping_add(u64::from(r.len) - 1);
         for base in [page_base(r.ip), page_base(last)] {
+            if self.page_logged(base, mem) {
+                continue;
+            }
             let gen = mem.generation(base).ok_or(ExecError::NoCode { ip: base })?;
             if self.threads.process.get(&base) != Some(&gen) {
                 self.put_pending();
@@ -360,6 +456,7 @@ impl<W: Write> LogWriter<W> {
                 self.buf.extend_from_slice(bytes);
                 self.threads.process.insert(base, gen);
             }
+            self.checked = [self.checked[1], base];
         }
         let st = &mut self.threads.state;
         if st.mode != Some(r.mode) {
@@ -386,7 +483,7 @@ impl<W: Write> LogWriter<W> {
             put_v(&mut self.buf, r.ip);
         }
         let ft = r.fall_through();
-        if st.predictor.predict(&d, r.ip) == Some(r.next_ip) {
+        if st.predictor.predict(d, r.ip) == Some(r.next_ip) {
             self.pending_seq += 1;
         } else if d.class == InsnClass::CondBranch && d.target == Some(r.next_ip) {
             self.buf.push(TAG_TAKEN);
@@ -398,7 +495,7 @@ impl<W: Write> LogWriter<W> {
             put_v(&mut self.buf, zigzag(r.next_ip.wrapping_sub(ft) as i64));
             self.pending_seq = 0;
         }
-        st.predictor.retire(&d, r.ip);
+        st.predictor.retire(d, r.ip);
         st.ip = Some(r.next_ip);
         self.insns += 1;
         Ok(())

@@ -141,3 +141,168 @@ mod tests {
         assert!(m.iter().any(|m| m.perms.exec));
     }
 }
+
+/// A loadable segment of an ELF file (its `PT_LOAD` program header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSegment {
+    /// `p_offset`.
+    pub offset: u64,
+    /// `p_filesz`.
+    pub file_size: u64,
+    /// Access rights (`p_flags`: R, W, X).
+    pub perms: Perms,
+}
+
+/// The `PT_LOAD` segments of the ELF file at `path` (`None`: not an ELF
+/// file, or unreadable).
+pub fn load_segments(path: &std::path::Path) -> Option<Vec<LoadSegment>> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let data = std::fs::read(path).ok()?;
+    let elf = object::elf::FileHeader64::<object::Endianness>::parse(&*data).ok()?;
+    let endian = elf.endian().ok()?;
+    let headers = elf.program_headers(endian, &*data).ok()?;
+    let segs = headers
+        .iter()
+        .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+        .map(|p| {
+            let f = p.p_flags(endian);
+            LoadSegment {
+                offset: p.p_offset(endian),
+                file_size: p.p_filesz(endian),
+                perms: Perms {
+                    read: f & object::elf::PF_R != 0,
+                    write: f & object::elf::PF_W != 0,
+                    exec: f & object::elf::PF_X != 0,
+                    shared: false,
+                },
+            }
+        })
+        .collect();
+    Some(segs)
+}
+
+/// A file mapping cut along the segments of its file: one mapping per
+/// segment it holds (pages of the segment's file range; `offset` its
+/// first page's, as `mmap` of the segment gives), with the segment's
+/// rights. An emulator that maps a program's segments with the same host
+/// rights shows them merged into one mapping at offset 0 (QEMU's user mode
+/// does); perf's tools (and llvm-profgen) look for the executable
+/// segment's own mapping. Parts of the mapping in no segment are left out;
+/// a mapping that holds no executable segment is returned as it is.
+pub fn split_by_segments(m: &Mapping, segs: &[LoadSegment]) -> Vec<Mapping> {
+    const PAGE: u64 = 4096;
+    let map_end_off = m.offset.saturating_add(m.end.saturating_sub(m.start));
+    let mut out: Vec<Mapping> = Vec::new();
+    for s in segs {
+        let lo = (s.offset & !(PAGE - 1)).max(m.offset);
+        let hi = (s
+            .offset
+            .saturating_add(s.file_size)
+            .saturating_add(PAGE - 1)
+            & !(PAGE - 1))
+            .min(map_end_off);
+        if lo >= hi {
+            continue;
+        }
+        let mut start = m.start + (lo - m.offset);
+        let end = m.start + (hi - m.offset);
+        // Segments sharing a page: the page goes to the first.
+        if let Some(prev) = out.last() {
+            start = start.max(prev.end);
+        }
+        if start >= end {
+            continue;
+        }
+        out.push(Mapping {
+            start,
+            end,
+            offset: lo + (start - (m.start + (lo - m.offset))),
+            perms: Perms {
+                shared: m.perms.shared,
+                ..s.perms
+            },
+            path: m.path.clone(),
+        });
+    }
+    if out.iter().any(|o| o.perms.exec) {
+        out
+    } else {
+        vec![m.clone()]
+    }
+}
+
+#[cfg(test)]
+mod segment_tests {
+    use super::*;
+
+    #[test]
+    fn a_merged_mapping_is_cut_along_the_segments() {
+        let rx = |read, exec| Perms {
+            read,
+            write: false,
+            exec,
+            shared: false,
+        };
+        // /usr/bin/cat's segments: R, R E, R, RW.
+        let segs = [
+            LoadSegment {
+                offset: 0,
+                file_size: 0x14a0,
+                perms: rx(true, false),
+            },
+            LoadSegment {
+                offset: 0x2000,
+                file_size: 0x4609,
+                perms: rx(true, true),
+            },
+            LoadSegment {
+                offset: 0x7000,
+                file_size: 0x1e30,
+                perms: rx(true, false),
+            },
+            LoadSegment {
+                offset: 0x9d10,
+                file_size: 0x4f0,
+                perms: Perms {
+                    write: true,
+                    ..rx(true, false)
+                },
+            },
+        ];
+        let m = Mapping {
+            start: 0x40_0000_0000,
+            end: 0x40_0000_a000,
+            offset: 0,
+            perms: rx(true, true),
+            path: "/usr/bin/cat".into(),
+        };
+        let got: Vec<(u64, u64, u64, bool)> = split_by_segments(&m, &segs)
+            .iter()
+            .map(|m| {
+                (
+                    m.start - 0x40_0000_0000,
+                    m.end - 0x40_0000_0000,
+                    m.offset,
+                    m.perms.exec,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 0x2000, 0, false),
+                (0x2000, 0x7000, 0x2000, true),
+                (0x7000, 0x9000, 0x7000, false),
+                (0x9000, 0xa000, 0x9000, false),
+            ]
+        );
+        // A mapping of the data only stays as it is.
+        let data = Mapping {
+            start: 0x40_0000_a000,
+            end: 0x40_0000_b000,
+            offset: 0xa000,
+            ..m.clone()
+        };
+        assert_eq!(split_by_segments(&data, &segs), vec![data.clone()]);
+    }
+}

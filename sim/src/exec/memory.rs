@@ -20,6 +20,8 @@ struct Page {
 pub struct CodeMemory {
     pages: IntMap<u64, Page>,
     next_generation: u64,
+    /// Bumped by every change (a page stored, replaced or removed).
+    version: u64,
 }
 
 /// The page base of an address.
@@ -46,6 +48,7 @@ impl CodeMemory {
             }
         }
         self.next_generation += 1;
+        self.version += 1;
         self.pages.insert(
             base,
             Page {
@@ -58,7 +61,15 @@ impl CodeMemory {
 
     /// Removes the page at `base`, if present.
     pub fn remove_page(&mut self, base: u64) {
-        self.pages.remove(&base);
+        if self.pages.remove(&base).is_some() {
+            self.version += 1;
+        }
+    }
+
+    /// A number that changes whenever any page does (stored, replaced,
+    /// removed): what a reader checked of this memory holds while it stays.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The page containing `addr`, if captured.

@@ -76,6 +76,7 @@
 //!   instruction is its `handler`.
 //! - A MOV to CR3 is followed by [`Event::MovCr3`] with the value loaded.
 
+pub mod block;
 pub mod blockstep;
 pub mod insn;
 pub mod log;
@@ -89,6 +90,7 @@ pub mod script;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod valgrind;
 
+pub use block::{BlockInsn, BlockRun, CodeBlock, Step};
 pub use insn::{decode_at, DecodedInsn, InsnClass};
 pub use maps::{Mapping, Perms};
 pub use memory::{CodeMemory, PAGE_SIZE};
@@ -357,6 +359,15 @@ pub trait ExecutionSource {
     /// The next item in program order, `Ok(None)` at the end.
     fn next_item(&mut self) -> Result<Option<ExecItem>, ExecError>;
 
+    /// The next item or block run, `Ok(None)` at the end: the same
+    /// execution as [`Self::next_item`] gives, where a source that sees
+    /// blocks hands a block's instructions over at once (see
+    /// [`block`]). The two calls are not mixed on one source. The default
+    /// gives items only.
+    fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
+        Ok(self.next_item()?.map(Step::Item))
+    }
+
     /// The code bytes known so far: every page holding an instruction yielded
     /// up to now, as it was when that instruction executed (newer contents
     /// replace older ones). A decoder of the produced trace reads code here.
@@ -382,6 +393,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for &mut S {
     fn next_item(&mut self) -> Result<Option<ExecItem>, ExecError> {
         (**self).next_item()
     }
+    fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
+        (**self).next_step()
+    }
     fn memory(&self) -> &CodeMemory {
         (**self).memory()
     }
@@ -396,6 +410,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for &mut S {
 impl<S: ExecutionSource + ?Sized> ExecutionSource for Box<S> {
     fn next_item(&mut self) -> Result<Option<ExecItem>, ExecError> {
         (**self).next_item()
+    }
+    fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
+        (**self).next_step()
     }
     fn memory(&self) -> &CodeMemory {
         (**self).memory()

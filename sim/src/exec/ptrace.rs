@@ -36,7 +36,6 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::{CString, OsStr, OsString};
-use std::io::IsTerminal;
 use std::marker::PhantomData;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -77,8 +76,6 @@ pub struct TraceOptions {
     pub step_limit: Option<u64>,
     /// Stop when this becomes true (e.g. set from a SIGINT handler).
     pub stop_flag: Option<Arc<AtomicBool>>,
-    /// Print progress to stderr about once a second, if stderr is a terminal.
-    pub progress: bool,
     /// Re-read the bytes at every IP and compare them with the cached page
     /// (catches code written without a mapping change). Default: on.
     pub verify_code: bool,
@@ -95,7 +92,6 @@ impl Default for TraceOptions {
             no_core_dump: true,
             step_limit: None,
             stop_flag: None,
-            progress: false,
             verify_code: true,
             block_step: true,
         }
@@ -620,7 +616,6 @@ pub struct Tracer {
     leader: libc::pid_t,
     stats: TraceStats,
     started: Instant,
-    last_progress: Instant,
     schedules: u64,
     /// Everything traced is gone (or was never there).
     finished: bool,
@@ -667,7 +662,6 @@ impl Tracer {
             leader: pid,
             stats: TraceStats::default(),
             started: now,
-            last_progress: now,
             schedules: 0,
             finished: false,
             use_block_step: false,
@@ -914,25 +908,6 @@ impl Tracer {
         self.kill_all();
         self.queue
             .push_back(ExecItem::Event(Event::Stopped(reason)));
-    }
-
-    fn progress(&mut self) {
-        if self.stats.stops % 4096 != 0 || !self.opts.progress {
-            return;
-        }
-        let now = Instant::now();
-        if now.duration_since(self.last_progress) < Duration::from_secs(1) {
-            return;
-        }
-        self.last_progress = now;
-        if std::io::stderr().is_terminal() {
-            let secs = self.started.elapsed().as_secs_f64();
-            eprint!(
-                "\r{} instructions, {:.0} steps/s   ",
-                self.stats.retired,
-                self.stats.stops as f64 / secs.max(1e-9)
-            );
-        }
     }
 
     /// System call number and arguments before the call, by ABI.
@@ -1199,7 +1174,6 @@ impl Tracer {
 
     /// Steps thread `tid` one instruction (or one signal delivery).
     fn step(&mut self, tid: libc::pid_t) -> Result<(), ExecError> {
-        self.progress();
         let Some(t) = self.threads.get(&tid) else {
             return Ok(());
         };
@@ -1648,11 +1622,6 @@ impl ExecutionSource for Tracer {
             }
             self.prune_ended();
             if self.finished {
-                if self.opts.progress && std::io::stderr().is_terminal() && self.stats.stops >= 4096
-                {
-                    eprintln!();
-                    self.opts.progress = false;
-                }
                 return Ok(None);
             }
             if let Err(e) = self.schedule() {

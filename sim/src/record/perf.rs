@@ -44,15 +44,14 @@
 //! recording up to the last one).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use pt_perf_data::intel_pt::{config as pt_config, intel_pt_attr, pmu_mappings, tracking_attr};
+use pt_perf_data::intel_pt::{config as pt_config, intel_pt_attr, tracking_attr};
 use pt_perf_data::{
-    auxtrace_type, host_features, misc, AttrFlags, Aux, AuxFlags, Auxtrace, AuxtraceInfo,
-    AuxtracePrivate, BuildId, BuildIdEntry, Comm, EventDesc, Feature, IntelPtInfo, IntelPtMtc,
-    ItraceStart, Mmap2, Mmap2File, PerfFileWriter, Record, SampleId, Task, TimeConv, TimeConvExt,
+    misc, AttrFlags, Aux, AuxFlags, Auxtrace, BuildId, BuildIdEntry, Comm, EventDesc, Feature,
+    IntelPtInfo, IntelPtMtc, ItraceStart, Mmap2, Mmap2File, Record, RecordingSetup,
+    RecordingWriter, SampleId, Task,
 };
 
 use super::{FilterSpec, ProcessMemory, RecordSink, RecordSummary, SimRecording, TaskEvent};
@@ -272,7 +271,7 @@ struct Dump {
 
 /// Writes a simulated recording as perf.data (see the module docs).
 pub struct PerfDataSink {
-    w: Option<PerfFileWriter<File>>,
+    w: Option<RecordingWriter>,
     path: PathBuf,
     debug: PathBuf,
     info: IntelPtInfo,
@@ -323,43 +322,34 @@ impl PerfDataSink {
             }
             .to_string()
         });
-        let events = vec![
-            EventDesc {
-                attr: pt,
-                ids: vec![PT_ID],
-                name: Some(name),
-            },
-            EventDesc {
-                attr: track,
-                ids: vec![TRACK_ID],
-                name: Some("dummy:u".into()),
-            },
-        ];
-        let file = File::create(&path).map_err(io(&path))?;
-        let mut w =
-            PerfFileWriter::new(file, events).map_err(|e| format!("{}: {e}", path.display()))?;
-        w.set_feature(pmu_mappings(pmu));
-        for f in host_features(
-            &format!("6.1 (ptperf {})", env!("CARGO_PKG_VERSION")),
-            &opts.cmdline,
-        ) {
-            match f {
-                Feature::CpuId(_) | Feature::CpuDesc(_) | Feature::NrCpus { .. } => {}
-                f => w.set_feature(f),
-            }
-        }
+        let trace = EventDesc {
+            attr: pt,
+            ids: vec![PT_ID],
+            name: Some(name),
+        };
+        let info = intel_pt_info(pmu, &rec.params, opts.snapshot.is_some(), &rec.filters);
+        let mut setup = RecordingSetup::new(trace, info.clone());
+        setup.tracking = Some(EventDesc {
+            attr: track,
+            ids: vec![TRACK_ID],
+            name: Some("dummy:u".into()),
+        });
+        setup.time_conv = true;
+        setup.perf_version = format!("6.1 (ptperf {})", env!("CARGO_PKG_VERSION"));
+        setup.cmdline = opts.cmdline.clone();
+        let mut w = RecordingWriter::create(&path, setup).map_err(|e| e.to_string())?;
+        // The simulated CPU, not the host's.
         w.set_feature(Feature::CpuId(SIM_CPUID.into()));
         w.set_feature(Feature::CpuDesc("Simulated Intel PT CPU (pt-sim)".into()));
         w.set_feature(Feature::NrCpus {
             available: 1,
             online: 1,
         });
-        let info = intel_pt_info(pmu, &rec.params, opts.snapshot.is_some(), &rec.filters);
         let mut sink = PerfDataSink {
             w: Some(w),
             path,
             debug,
-            info: info.clone(),
+            info,
             time,
             snapshot: opts.snapshot,
             areas: HashMap::new(),
@@ -370,22 +360,7 @@ impl PerfDataSink {
             build_ids: BTreeMap::new(),
             looked_up: HashSet::new(),
         };
-        sink.write(&Record::AuxtraceInfo(AuxtraceInfo {
-            kind: auxtrace_type::INTEL_PT,
-            private: AuxtracePrivate::IntelPt(info.clone()),
-        }))?;
-        sink.write(&Record::TimeConv(TimeConv {
-            time_shift: info.time_shift,
-            time_mult: info.time_mult,
-            time_zero: info.time_zero,
-            ext: Some(TimeConvExt {
-                time_cycles: 0,
-                time_mask: 0,
-                cap_user_time_zero: true,
-                cap_user_time_short: false,
-            }),
-        }))?;
-        sink.write(&Record::FinishedInit)?;
+        sink.writer()?.finish_init().map_err(|e| e.to_string())?;
         Ok(sink)
     }
 
@@ -399,7 +374,7 @@ impl PerfDataSink {
         &self.info
     }
 
-    fn writer(&mut self) -> Result<&mut PerfFileWriter<File>, String> {
+    fn writer(&mut self) -> Result<&mut RecordingWriter, String> {
         let p = self.path.display().to_string();
         self.w
             .as_mut()
@@ -407,11 +382,11 @@ impl PerfDataSink {
     }
 
     fn write(&mut self, r: &Record<'_>) -> Result<(), String> {
-        let p = self.path.display().to_string();
+        // The writer's errors name the file.
         self.writer()?
             .write(r)
             .map(|_| ())
-            .map_err(|e| format!("{p}: {e}"))
+            .map_err(|e| e.to_string())
     }
 
     fn perf_time(&self, tsc: u64) -> Option<u64> {
@@ -815,17 +790,16 @@ impl RecordSink for PerfDataSink {
         self.take_snapshot(tsc)?;
         // On disk at once, as perf record writes a snapshot when it is
         // taken: a recording killed later keeps it.
-        let p = self.path.display().to_string();
-        self.writer()?.checkpoint().map_err(|e| format!("{p}: {e}"))
+        self.writer()?.checkpoint().map_err(|e| e.to_string())
     }
 
     fn checkpoint(&mut self, memory: ProcessMemory<'_>, _tsc: u64) -> Result<(), String> {
         self.flush_all()?;
-        self.write(&Record::FinishedRound)?;
         self.write_code(memory)?;
         self.set_build_ids()?;
-        let p = self.path.display().to_string();
-        self.writer()?.checkpoint().map_err(|e| format!("{p}: {e}"))
+        // A round: the file on disk is complete up to here (perf reads a
+        // recording killed later up to this point).
+        self.writer()?.finish_round().map_err(|e| e.to_string())
     }
 
     fn finish(
@@ -847,7 +821,7 @@ impl RecordSink for PerfDataSink {
             .w
             .take()
             .ok_or_else(|| format!("{p}: the recording has finished"))?;
-        w.finish().map_err(|e| format!("{p}: {e}"))?;
+        w.finish().map_err(|e| e.to_string())?;
         Ok(())
     }
 }

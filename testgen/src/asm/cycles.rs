@@ -45,7 +45,7 @@ pub fn check(lines: &[Line], file: &str) -> Result<(), AsmError> {
     // As yasm: an `equ` that depends on itself is an error where it is used.
     let mut cycles = EquCycles {
         equs: &equs,
-        known: HashMap::new(),
+        known: super::NameMap::default(),
     };
     for (i, line) in lines.iter().enumerate() {
         let mut used = false;
@@ -72,7 +72,7 @@ pub fn check(lines: &[Line], file: &str) -> Result<(), AsmError> {
 struct EquCycles<'l, 'e> {
     equs: &'e HashMap<&'l str, (usize, &'l Expr)>,
     /// `true`: reaches a cycle; `false`: does not; absent: not known yet.
-    known: HashMap<String, bool>,
+    known: super::NameMap<bool>,
 }
 
 impl EquCycles<'_, '_> {

@@ -17,9 +17,8 @@ use super::expr::{EvalError, Expr, Value};
 use super::parse::{Insn, JumpKind, Mem, Operand, Prefix};
 use iced_x86::{
     Code, Encoder, EncodingKind, Instruction, MandatoryPrefix, MemorySize, Mnemonic,
-    OpCodeOperandKind as K, OpKind, Register,
+    OpCodeOperandKind as K, OpCodeTableKind, OpKind, Register,
 };
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// Condition-code spellings nasm accepts beside iced's canonical ones.
@@ -40,10 +39,10 @@ const CC_ALIASES: [(&str, &str); 14] = [
     ("nle", "g"),
 ];
 
-fn table() -> &'static HashMap<String, Vec<Code>> {
-    static TABLE: OnceLock<HashMap<String, Vec<Code>>> = OnceLock::new();
+fn table() -> &'static super::NameMap<Vec<Code>> {
+    static TABLE: OnceLock<super::NameMap<Vec<Code>>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut map: HashMap<String, Vec<Code>> = HashMap::new();
+        let mut map: super::NameMap<Vec<Code>> = super::NameMap::default();
         for code in Code::values() {
             let info = code.op_code();
             // Encodings that only decode under a special option (486
@@ -58,7 +57,7 @@ fn table() -> &'static HashMap<String, Vec<Code>> {
             map.entry(name).or_default().push(code);
         }
         let get =
-            |map: &HashMap<String, Vec<Code>>, n: &str| map.get(n).cloned().unwrap_or_default();
+            |map: &super::NameMap<Vec<Code>>, n: &str| map.get(n).cloned().unwrap_or_default();
         // nasm's `iret`, `pushf`, ... take the mode's operand size; the
         // suffixed forms pin it. iced names the 16-bit forms without suffix.
         for (plain, w, d, q) in [
@@ -339,7 +338,7 @@ fn implicit_kind(k: K, addr_bits: u32) -> Option<OpKind> {
 /// One successful encoding.
 struct Candidate {
     code: Code,
-    bytes: Vec<u8>,
+    bytes: InsnBytes,
     branch_disp: Option<usize>,
     op_size: u32,
     mem_size: usize,
@@ -347,6 +346,82 @@ struct Candidate {
     /// Uses a sign-extended imm8: yasm prefers it over an equally long
     /// accumulator form (`66 83 D0 02` rather than `66 15 02 00`).
     imm8_sex: bool,
+}
+
+/// An encoding, held inline: an assembler tries several forms of every
+/// instruction on every pass, and a heap allocation for each would cost more
+/// than the encoding.
+#[derive(Clone, Copy)]
+struct InsnBytes {
+    buf: [u8; 16],
+    len: u8,
+}
+
+impl From<&[u8]> for InsnBytes {
+    fn from(b: &[u8]) -> Self {
+        let mut buf = [0u8; 16];
+        let len = b.len().min(buf.len());
+        buf[..len].copy_from_slice(&b[..len]);
+        InsnBytes {
+            buf,
+            len: len as u8,
+        }
+    }
+}
+
+impl std::ops::Deref for InsnBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+impl std::ops::DerefMut for InsnBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..usize::from(self.len)]
+    }
+}
+
+impl InsnBytes {
+    fn remove(&mut self, i: usize) {
+        let len = usize::from(self.len);
+        if i < len {
+            self.buf.copy_within(i + 1..len, i);
+            self.len -= 1;
+        }
+    }
+
+    fn insert(&mut self, i: usize, b: u8) {
+        let len = usize::from(self.len);
+        if i <= len && len < self.buf.len() {
+            self.buf.copy_within(i..len, i + 1);
+            self.buf[i] = b;
+            self.len += 1;
+        }
+    }
+}
+
+/// An iced encoder and the buffer it writes into.
+type Reused = (Encoder, Vec<u8>);
+
+/// One iced encoder per mode and its output buffer, reused by every encoding
+/// of this thread.
+fn with_encoder<R>(bits: u32, f: impl FnOnce(&mut Reused) -> R) -> R {
+    thread_local! {
+        static ENCODERS: std::cell::RefCell<Vec<(u32, Reused)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    ENCODERS.with(|e| {
+        let mut e = e.borrow_mut();
+        let i = match e.iter().position(|(b, _)| *b == bits) {
+            Some(i) => i,
+            None => {
+                e.push((bits, (Encoder::new(bits), Vec::with_capacity(16))));
+                e.len() - 1
+            }
+        };
+        f(&mut e[i].1)
+    })
 }
 
 /// Encodes an instruction at `ctx.ip`.
@@ -373,6 +448,84 @@ pub fn encode_detailed(
     insn: &Insn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
+) -> Result<Encoded, String> {
+    encode_remembered(insn, ctx, eval, None)
+}
+
+/// What an instruction's encoding depends on besides its text: the values
+/// of its operands, the mode, the floor and (when an operand could be
+/// relative to it) its address.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct MemoKey {
+    bits: u32,
+    default_rel: bool,
+    floor: usize,
+    ip: u64,
+    values: [Option<Value>; 4],
+}
+
+/// Encodings already made, one per instruction line. Layout passes encode
+/// every line again; a line whose [`MemoKey`] did not change since the last
+/// pass encodes the same, and matching it against every form of its
+/// mnemonic again is most of an assembler's time.
+#[derive(Default)]
+pub struct EncodeMemo(pt_encoder::hash::IntMap<usize, (MemoKey, Encoded)>);
+
+/// [`encode_detailed`], remembering the result for line `line` in `memo`.
+pub fn encode_memo(
+    insn: &Insn,
+    ctx: &Context,
+    eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
+    memo: &mut EncodeMemo,
+    line: usize,
+) -> Result<Encoded, String> {
+    encode_remembered(insn, ctx, eval, Some((memo, line)))
+}
+
+fn memo_key(ops: &[Resolved<'_>], ctx: &Context) -> Option<MemoKey> {
+    let mut key = MemoKey {
+        bits: ctx.bits,
+        default_rel: ctx.default_rel,
+        floor: ctx.floor,
+        ip: 0,
+        values: [None; 4],
+    };
+    let mut n = 0;
+    let mut push = |v: Value| -> Option<()> {
+        *key.values.get_mut(n)? = Some(v);
+        n += 1;
+        Some(())
+    };
+    let mut relative = false;
+    for op in ops {
+        match op {
+            Resolved::Reg(_) => {}
+            Resolved::Mem { disp, rel, .. } => {
+                relative |= *rel;
+                push(*disp)?;
+            }
+            Resolved::Imm { value, .. } => {
+                // A branch target is relative to the address.
+                relative = true;
+                push(*value)?;
+            }
+            Resolved::Far { seg, off } => {
+                push(*seg)?;
+                push(*off)?;
+            }
+        }
+    }
+    if relative {
+        key.ip = ctx.ip;
+    }
+    Some(key)
+}
+
+fn encode_remembered(
+    insn: &Insn,
+    ctx: &Context,
+    eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
+    memo: Option<(&mut EncodeMemo, usize)>,
 ) -> Result<Encoded, String> {
     let codes = table()
         .get(&insn.mnemonic)
@@ -445,12 +598,35 @@ pub fn encode_detailed(
     if let (Some(64), 16 | 32) = (opsize_prefix, ctx.bits) {
         return Err(format!("o64 not valid in {}-bit mode", ctx.bits));
     }
+    let key = memo.as_ref().and_then(|_| memo_key(&ops, ctx));
+    if let (Some((memo, line)), Some(key)) = (&memo, key) {
+        if let Some((k, e)) = memo.0.get(line) {
+            if *k == key {
+                return Ok(e.clone());
+            }
+        }
+    }
+    let encoded = choose(insn, ctx, &ops, codes, opsize_prefix, addr_prefix)?;
+    if let (Some((memo, line)), Some(key)) = (memo, key) {
+        memo.0.insert(line, (key, encoded.clone()));
+    }
+    Ok(encoded)
+}
 
+/// The encoding yasm picks among the forms of `codes` that take `ops`.
+fn choose(
+    insn: &Insn,
+    ctx: &Context,
+    ops: &[Resolved<'_>],
+    codes: &[Code],
+    opsize_prefix: Option<u32>,
+    addr_prefix: Option<u32>,
+) -> Result<Encoded, String> {
     let mut found = Vec::new();
     let mut last_error = None;
     collect(
         codes,
-        &ops,
+        ops,
         insn,
         ctx,
         addr_prefix,
@@ -541,7 +717,7 @@ pub fn encode_detailed(
         .or_else(|| pool.iter().max_by_key(|c| c.bytes.len()))
         .ok_or("no encoding")?;
     Ok(Encoded {
-        bytes: best.bytes.clone(),
+        bytes: best.bytes.to_vec(),
         branch_disp: best.branch_disp,
     })
 }
@@ -577,15 +753,22 @@ fn collect(
                     && ops.is_empty()
                     && matches!(k, K::al | K::ax | K::eax | K::rax | K::dx))
         };
-        let explicit: Vec<(usize, K)> = kinds
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| !implicit(k))
-            .map(|(i, k)| (i, *k))
-            .collect();
-        if explicit.len() != ops.len() {
+        // iced has at most five operands: a fixed array, no allocation per
+        // candidate form.
+        let mut explicit = [(0usize, K::None); 5];
+        let mut n = 0;
+        for (i, k) in kinds.iter().enumerate() {
+            if !implicit(k) {
+                if let Some(slot) = explicit.get_mut(n) {
+                    *slot = (i, *k);
+                }
+                n += 1;
+            }
+        }
+        if n != ops.len() || n > explicit.len() {
             continue;
         }
+        let explicit = &explicit[..n];
         // In 64-bit mode 90 is NOP, so yasm encodes `xchg eax, eax` as 87 C0.
         if code == Code::Xchg_r32_EAX
             && ctx.bits == 64
@@ -609,7 +792,7 @@ fn collect(
             match build(
                 code,
                 kinds,
-                &explicit,
+                explicit,
                 ops,
                 insn,
                 ctx,
@@ -655,7 +838,8 @@ fn build(
         ops
     };
     let info = code.op_code();
-    let mut fills: Vec<Option<Fill>> = vec![None; kinds.len()];
+    let mut fills = [None::<Fill>; 5];
+    let fills = fills.get_mut(..kinds.len()).ok_or("too many operands")?;
     let mut defines_size = false;
     let mut mem_op: Option<(&Mem, Value, bool, bool)> = None;
     for (&(slot, k), op) in explicit.iter().zip(ops) {
@@ -854,19 +1038,26 @@ fn build(
             Prefix::OpSize(_) | Prefix::AddrSize(_) => {}
         }
     }
-    let mut encoder = Encoder::new(ctx.bits);
-    match encoder.encode(&instr, ctx.ip) {
-        Ok(_) => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let mut bytes = encoder.take_buffer();
+    let mut bytes = with_encoder(ctx.bits, |encoder| {
+        let mut buf = std::mem::take(&mut encoder.1);
+        buf.clear();
+        encoder.0.set_buffer(buf);
+        let r = encoder.0.encode(&instr, ctx.ip);
+        encoder.1 = encoder.0.take_buffer();
+        r.map(|_| InsnBytes::from(encoder.1.as_slice()))
+    })
+    .map_err(|e| e.to_string())?;
     if matches!(
         info.mandatory_prefix(),
         MandatoryPrefix::None | MandatoryPrefix::PNP
     ) {
         order_prefixes(&mut bytes);
     }
-    if format!("{:?}", code.mnemonic()).starts_with("Set") && info.op_code() & 0xfff0 == 0x90 {
+    // SETcc is 0F 90-9F in the legacy map (VEX's 0F 90-93 are kmov).
+    if info.encoding() == EncodingKind::Legacy
+        && info.table() == OpCodeTableKind::T0F
+        && info.op_code() & 0xfff0 == 0x90
+    {
         setcc_reg_field(&mut bytes);
     }
     // System instructions that always work on 16 bits: yasm writes no

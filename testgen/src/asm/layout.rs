@@ -111,14 +111,16 @@ enum Sym {
     Equ(i64, bool),
 }
 
-type Symbols = HashMap<String, Sym>;
+/// Label and `equ` names, borrowed from the parsed lines (every pass builds
+/// the table again; the names are the same).
+type Symbols<'a> = HashMap<&'a str, Sym, pt_encoder::hash::IpBuildHasher>;
 
 #[derive(Clone, Copy)]
 struct PassScope<'a> {
     /// Index of the section being laid out.
     section: usize,
-    current: &'a Symbols,
-    previous: &'a Symbols,
+    current: &'a Symbols<'a>,
+    previous: &'a Symbols<'a>,
     bases: &'a [u64],
     here: i64,
     section_start: i64,
@@ -161,7 +163,7 @@ impl Scope for PassScope<'_> {
 /// field takes its shortest form.
 struct MinimalScope<'a> {
     inner: &'a PassScope<'a>,
-    labels: &'a HashMap<String, usize>,
+    labels: &'a super::NameMap<usize>,
 }
 
 impl Scope for MinimalScope<'_> {
@@ -190,8 +192,8 @@ impl Scope for MinimalScope<'_> {
     }
 }
 
-struct PassResult {
-    symbols: Symbols,
+struct PassResult<'a> {
+    symbols: Symbols<'a>,
     emitted: Vec<Emitted>,
     sections: Vec<Section>,
     org: u64,
@@ -206,10 +208,12 @@ struct Assembler<'a> {
     /// encoding it.
     fixed: Option<Vec<usize>>,
     /// Section index of every label, known from the source order alone.
-    label_sections: HashMap<String, usize>,
+    label_sections: super::NameMap<usize>,
     /// While measuring for the minimal layout: every label reads as the
     /// referencing line's own address.
     minimal: bool,
+    /// Each instruction line's last encoding.
+    memo: std::cell::RefCell<insn::EncodeMemo>,
 }
 
 fn err(file: &str, line: usize, message: impl Into<String>) -> AsmError {
@@ -335,7 +339,11 @@ fn nop_fill(bits: u32, len: usize) -> Vec<u8> {
 }
 
 impl<'a> Assembler<'a> {
-    fn pass(&mut self, previous: &PassResult, final_pass: bool) -> Result<PassResult, AsmError> {
+    fn pass(
+        &mut self,
+        previous: &PassResult<'a>,
+        final_pass: bool,
+    ) -> Result<PassResult<'a>, AsmError> {
         let mut sections: Vec<Section> = previous.sections.clone();
         for s in &mut sections {
             s.size = 0;
@@ -345,7 +353,7 @@ impl<'a> Assembler<'a> {
         let mut cur = 0usize;
         let mut bits = 16u32;
         let mut default_rel = false;
-        let mut symbols = Symbols::new();
+        let mut symbols = Symbols::default();
         let mut emitted = Vec::with_capacity(self.lines.len());
         let mut org = previous.org;
         let mut org_seen = false;
@@ -371,7 +379,7 @@ impl<'a> Assembler<'a> {
                 if !matches!(line.stmt, Stmt::Equ(_))
                     && symbols
                         .insert(
-                            name.clone(),
+                            name.as_str(),
                             Sym::Loc {
                                 section: cur,
                                 offset,
@@ -407,7 +415,7 @@ impl<'a> Assembler<'a> {
                     let v = expr::eval(e, &scope).map_err(|m| err(file, number, m.to_string()))?;
                     if let Some(name) = &line.label {
                         if symbols
-                            .insert(name.clone(), Sym::Equ(v.value, !v.is_absolute()))
+                            .insert(name.as_str(), Sym::Equ(v.value, !v.is_absolute()))
                             .is_some()
                         {
                             return Err(err(file, number, format!("redefinition of `{name}'")));
@@ -495,18 +503,23 @@ impl<'a> Assembler<'a> {
                             inner: &scope,
                             labels: &self.label_sections,
                         };
-                        emit_body(body, count, bits, addr, default_rel, 0, &near, false)
+                        let at = EmitAt {
+                            bits,
+                            addr,
+                            default_rel,
+                            floor: 0,
+                            line: idx,
+                        };
+                        emit_body(body, count, &at, &near, false, &self.memo)
                     } else {
-                        emit_body(
-                            body,
-                            count,
+                        let at = EmitAt {
                             bits,
                             addr,
                             default_rel,
                             floor,
-                            &scope,
-                            final_pass,
-                        )
+                            line: idx,
+                        };
+                        emit_body(body, count, &at, &scope, final_pass, &self.memo)
                     };
                     match result {
                         Ok((bytes, unit, branch_disp)) => {
@@ -679,17 +692,32 @@ impl<'a> Assembler<'a> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn emit_body(
-    body: &Body,
-    count: u64,
+/// Where a line is emitted.
+#[derive(Clone, Copy)]
+struct EmitAt {
     bits: u32,
     addr: u64,
     default_rel: bool,
     floor: usize,
+    /// The line's index (for the encoding memo).
+    line: usize,
+}
+
+fn emit_body(
+    body: &Body,
+    count: u64,
+    at: &EmitAt,
     scope: &dyn Scope,
     final_pass: bool,
+    memo: &std::cell::RefCell<insn::EncodeMemo>,
 ) -> Result<(Vec<u8>, usize, Option<usize>), String> {
+    let EmitAt {
+        bits,
+        addr,
+        default_rel,
+        floor,
+        line,
+    } = *at;
     match body {
         Body::Reserve { unit, count: n } => {
             let v = expr::eval(n, scope).map_err(|e| e.to_string())?;
@@ -726,7 +754,7 @@ fn emit_body(
                 floor,
             };
             let mut eval = |e: &Expr| expr::eval(e, scope);
-            let first = insn::encode_detailed(insn, &ctx, &mut eval)?;
+            let first = insn::encode_memo(insn, &ctx, &mut eval, &mut memo.borrow_mut(), line)?;
             let (one, branch_disp) = (first.bytes, first.branch_disp);
             let per_rep = insn.operands.iter().any(|o| match o {
                 super::parse::Operand::Imm(i) => i.expr.depends_on_layout(),
@@ -814,9 +842,10 @@ pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
         fixed: None,
         label_sections: label_sections(lines),
         minimal: false,
+        memo: Default::default(),
     };
     let initial = PassResult {
-        symbols: Symbols::new(),
+        symbols: Symbols::default(),
         emitted: Vec::new(),
         sections: vec![Section::new(".text")],
         org: 0,
@@ -903,10 +932,10 @@ fn mentions_section_start(e: &Expr) -> bool {
 }
 
 /// The section of every label, from the order of `section` directives.
-fn label_sections(lines: &[Line]) -> HashMap<String, usize> {
+fn label_sections(lines: &[Line]) -> super::NameMap<usize> {
     let mut names = vec![".text".to_string()];
     let mut cur = 0;
-    let mut map = HashMap::new();
+    let mut map = super::NameMap::default();
     for line in lines {
         if let Stmt::Section(decl) = &line.stmt {
             cur = match names.iter().position(|n| *n == decl.name) {
@@ -926,10 +955,10 @@ fn label_sections(lines: &[Line]) -> HashMap<String, usize> {
     map
 }
 
-impl Assembler<'_> {
+impl<'a> Assembler<'a> {
     /// Lays out with the given instruction lengths, until section placement
     /// settles.
-    fn measure(&mut self, lengths: &[usize], prev: &PassResult) -> Option<PassResult> {
+    fn measure(&mut self, lengths: &[usize], prev: &PassResult<'a>) -> Option<PassResult<'a>> {
         self.fixed = Some(lengths.to_vec());
         let placement = |r: &PassResult| -> Vec<(u64, u64)> {
             r.sections.iter().map(|s| (s.lma, s.vma)).collect()
@@ -977,7 +1006,7 @@ impl Assembler<'_> {
         };
         let e = lay.emitted.get(i)?;
         let bases: Vec<u64> = lay.sections.iter().map(|s| s.vma).collect();
-        let empty = Symbols::new();
+        let empty = Symbols::default();
         let scope = PassScope {
             section: e.section,
             current: symbols,
@@ -993,7 +1022,15 @@ impl Assembler<'_> {
             default_rel: e.default_rel,
             floor: len,
         };
-        let bytes = insn::encode(insn, &ctx, &mut |x| expr::eval(x, &scope)).ok()?;
+        let bytes = insn::encode_memo(
+            insn,
+            &ctx,
+            &mut |x| expr::eval(x, &scope),
+            &mut self.memo.borrow_mut(),
+            i,
+        )
+        .ok()?
+        .bytes;
         (bytes.len() > len).then_some(bytes.len())
     }
 
@@ -1002,7 +1039,7 @@ impl Assembler<'_> {
     /// queue order, re-checking the others after each change. Alignment can
     /// shrink distances again, so the order matters for matching yasm.
     /// None if the layout cannot be measured this way.
-    fn relax(&mut self, initial: &PassResult) -> Option<PassResult> {
+    fn relax(&mut self, initial: &PassResult<'a>) -> Option<PassResult<'a>> {
         // 1a: shortest forms.
         self.minimal = true;
         let first = self.pass(initial, false);
@@ -1099,7 +1136,7 @@ impl Assembler<'_> {
             let delta = ((w - len) as u64).saturating_mul(count);
             for (name, line) in &preceding {
                 if *line == i {
-                    if let Some(Sym::Loc { offset, .. }) = symbols.get_mut(name) {
+                    if let Some(Sym::Loc { offset, .. }) = symbols.get_mut(name.as_str()) {
                         *offset = offset.wrapping_add(delta);
                     }
                 }
@@ -1232,10 +1269,10 @@ fn finish(fin: PassResult, file: &str) -> Result<Layout, AsmError> {
         match *sym {
             Sym::Loc { section, offset } => {
                 let base = fin.sections.get(section).map_or(0, |s| s.vma);
-                labels.insert(name.clone(), base.wrapping_add(offset));
+                labels.insert(name.to_string(), base.wrapping_add(offset));
             }
             Sym::Equ(v, true) => {
-                labels.insert(name.clone(), v as u64);
+                labels.insert(name.to_string(), v as u64);
             }
             Sym::Equ(_, false) => {}
         }

@@ -28,6 +28,11 @@ pub mod pttc;
 
 use std::collections::BTreeMap;
 
+/// A table keyed by names (labels, mnemonics, registers). The assembler looks
+/// names up on every line of every pass; SipHash would be most of that cost,
+/// and a source file is not an adversary of the machine it is assembled on.
+type NameMap<V> = std::collections::HashMap<String, V, pt_encoder::hash::IpBuildHasher>;
+
 /// The result of assembling one source file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assembly {
@@ -221,8 +226,8 @@ mod tests {
         assert_eq!(a.bytes, [0x90, 0, 0, 0, 1, 0, 0, 0]);
     }
 
-    /// A tiny deterministic generator for garbage lines.
-    fn garbage(seed: &mut u64) -> String {
+    /// Garbage lines from the tests' seeded generator.
+    fn garbage(rng: &mut pt_testkit::Rng) -> String {
         const PIECES: [&str; 40] = [
             "nop",
             "jmp",
@@ -266,12 +271,10 @@ mod tests {
             "call",
         ];
         let mut s = String::new();
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        let n = (*seed % 7) as usize;
+        let bits = rng.next();
+        let n = (bits % 7) as usize;
         for k in 0..n {
-            let i = ((*seed >> (k * 5)) % PIECES.len() as u64) as usize;
+            let i = ((bits >> (k * 5)) % PIECES.len() as u64) as usize;
             s.push_str(PIECES[i]);
             s.push(' ');
         }
@@ -280,9 +283,9 @@ mod tests {
 
     #[test]
     fn garbage_never_panics() {
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut rng = pt_testkit::Rng::new(0x2545_f491_4f6c_dd1d);
         for _ in 0..3000 {
-            let src: String = (0..4).map(|_| garbage(&mut seed) + "\n").collect();
+            let src: String = (0..4).map(|_| garbage(&mut rng) + "\n").collect();
             let _ = assemble(&src, "g.asm");
         }
         for src in [

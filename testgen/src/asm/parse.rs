@@ -6,7 +6,6 @@
 use super::expr::{BinOp, Expr, UnOp};
 use super::insn;
 use iced_x86::Register;
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// A parse error: the message only; the caller adds file and line.
@@ -237,10 +236,10 @@ pub fn parse_number(text: &str) -> Result<i64, ParseError> {
     parse_radix(body, radix, text)
 }
 
-fn registers() -> &'static HashMap<String, Register> {
-    static MAP: OnceLock<HashMap<String, Register>> = OnceLock::new();
+fn registers() -> &'static super::NameMap<Register> {
+    static MAP: OnceLock<super::NameMap<Register>> = OnceLock::new();
     MAP.get_or_init(|| {
-        let mut m = HashMap::new();
+        let mut m = super::NameMap::default();
         for r in Register::values() {
             if r == Register::None || r == Register::RIP || r == Register::EIP {
                 continue;

@@ -77,7 +77,10 @@ pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
     let mut length: Option<usize> = None;
 
     for line in &lines {
-        if let Some(i) = line.find("[section") {
+        // Directives are the rare lines with a `[`; one byte scan spares the
+        // two substring searches on every other line.
+        let directive = line.as_bytes().contains(&b'[');
+        if let Some(i) = directive.then(|| line.find("[section")).flatten() {
             let rest = line.get(i + "[section".len()..).unwrap_or("");
             let mut words = rest.split([' ', '=', ']']).filter(|t| !t.is_empty());
             let name = words.next().ok_or("section without a name")?;
@@ -92,7 +95,7 @@ pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
             }
             continue;
         }
-        if let Some(i) = line.find("[org") {
+        if let Some(i) = directive.then(|| line.find("[org")).flatten() {
             let rest = line.get(i + "[org".len()..).unwrap_or("");
             let end = rest.find(']').ok_or("no org directive")?;
             base = str_to_u64(rest.get(..end).unwrap_or(""), 0).ok_or("bad org value")?;
@@ -182,7 +185,7 @@ pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
 #[derive(Default)]
 struct List {
     list: Vec<(String, u64)>,
-    index: std::collections::HashMap<String, usize>,
+    index: super::NameMap<usize>,
 }
 
 impl List {

@@ -92,7 +92,7 @@ fn main() -> ExitCode {
     let source = match read_source(path) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{}: {e}", path.display());
+            eprintln!("pttestgen: {}: {e}", path.display());
             return ExitCode::FAILURE;
         }
     };
@@ -102,7 +102,7 @@ fn main() -> ExitCode {
             match word.parse::<Cpu>() {
                 Ok(c) => cpus.push(Some(c)),
                 Err(e) => {
-                    eprintln!("{}: {e}", path.display());
+                    eprintln!("pttestgen: {}: {e}", path.display());
                     return ExitCode::FAILURE;
                 }
             }
@@ -117,7 +117,7 @@ fn main() -> ExitCode {
     let outputs = match generate_for(&source, path, &cpus) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("pttestgen: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -127,7 +127,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| PathBuf::from("."));
     if let Err(e) = outputs.write(&dir) {
         eprintln!(
-            "{}: cannot write output files in {}: {e}",
+            "pttestgen: {}: cannot write output files in {}: {e}",
             path.display(),
             dir.display()
         );

@@ -28,6 +28,11 @@
 //! uses up a TNT's last bit or a TIP only when the event decoder can move on to a
 //! TNT or TIP right away (past PAD, MTC and CYC), so that `next` would have had
 //! nothing to report after the block either.
+//!
+//! perf's engine (the pt-perf crate) follows TNT runs over its own code walker's
+//! blocks: its blocks end where perf's decoder says a branch is, keep the
+//! instructions' bytes and yield a state per branch (see `pt_perf::code` for why
+//! the two are apart for now).
 
 use super::code::target_slot;
 use super::{next_ip, BlockDecoder, Link, MAX_BLOCK_INSNS};

@@ -3,12 +3,13 @@
 //! reports every translation block once (address and code) and then one
 //! word per block executed, plus system calls, threads, forks and execs
 //! ([`wire`] is the format). QEMU with the plugin runs at close to its own
-//! speed; the recorder (one item per retired instruction into the PT logic
-//! and the execution log) sets the pace of a recording.
+//! speed; the recorder takes one [`BlockRun`] per block executed
+//! ([`ExecutionSource::next_step`]): the PT logic and the execution log
+//! go through a block's straight-line body in one step.
 //!
 //! # From blocks to retired instructions
-//! Each block's instructions are decoded once, when it is reported
-//! ([`Block`]). QEMU ends a block at every branch, system call and
+//! Each distinct block (address and code bytes) is decoded once, when it is
+//! first reported ([`CodeBlock`]). QEMU ends a block at every branch, system call and
 //! exception, so only a block's last instruction can send control anywhere
 //! but the next one; where it went is the start of the thread's next block
 //! ([`resolve`]): the fall-through or target of a conditional branch (its
@@ -33,12 +34,17 @@
 //! hold code that ran (from the host's `/proc/self/maps`, shifted by QEMU's
 //! guest base).
 //!
-//! Signals' numbers are not known (plugin API 1 has no signal callback):
-//! [`Event::Signal`] carries 0.
+//! Plugin API 1 has no signal callback: a signal's number is that of the
+//! handler its transfer enters (the plugin reports each `rt_sigaction`'s new
+//! handler); of a handler that serves several, the one the thread sent
+//! itself (`kill`, `tgkill`); else 0.
+//!
+//! QEMU 7.2's user mode maps no vDSO for x86-64 guests: the program's time
+//! calls are system calls, and a recording has no `[vdso]`.
 
 pub mod wire;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -50,15 +56,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::insn::decode_bytes;
+use super::block::{BlockInsn, BlockRun, CodeBlock, Step};
+use super::maps::{load_segments, split_by_segments, LoadSegment};
 use super::{
-    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
-    InsnClass, Mapping, Perms, Retired, StopReason, ThreadId,
+    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind, InsnClass,
+    Mapping, Perms, StopReason, ThreadId,
 };
 use pt_encoder::hash::IntMap;
 use wire::*;
 
+const NR_RT_SIGACTION: u64 = 13;
 const NR_RT_SIGRETURN: u64 = 15;
+const NR_KILL: u64 = 62;
+const NR_TKILL: u64 = 200;
+const NR_TGKILL: u64 = 234;
 const NR_CLONE: u64 = 56;
 const NR_FORK: u64 = 57;
 const NR_VFORK: u64 = 58;
@@ -68,96 +79,6 @@ const NR_CLONE3: u64 = 435;
 const CLONE_THREAD: u64 = 0x1_0000;
 /// Bytes read from a connection beyond those handled.
 const READ_AHEAD: usize = 1 << 20;
-
-/// One instruction of a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockInsn {
-    /// Its address.
-    pub ip: u64,
-    /// Its length.
-    pub len: u8,
-    /// Its class.
-    pub class: InsnClass,
-    /// The target of a direct branch (0 for others).
-    pub target: u64,
-    /// A REP-prefixed string instruction (QEMU runs each iteration as a block of its own).
-    pub rep: bool,
-    /// An instruction that always faults (UD2, HLT): it never retires.
-    pub faults: bool,
-}
-
-impl BlockInsn {
-    /// The next sequential address.
-    pub fn fall_through(&self) -> u64 {
-        self.ip.wrapping_add(u64::from(self.len))
-    }
-}
-
-/// A translation block's instructions, decoded once.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Block {
-    /// Its instructions (at least one).
-    pub insns: Box<[BlockInsn]>,
-}
-
-impl Block {
-    /// Decodes the block at `start` from its code bytes.
-    pub fn decode(start: u64, code: &[u8]) -> Result<Block, ExecError> {
-        let mut insns = Vec::new();
-        let mut off = 0usize;
-        while off < code.len() {
-            let ip = start.wrapping_add(off as u64);
-            let bytes = &code[off..];
-            let d = match decode_bytes(bytes, ip, ExecMode::Bit64) {
-                Ok(d) => d,
-                // QEMU 7.2 lists an instruction that crosses into the next
-                // page, with the bytes of the first page only, when it ends
-                // the block before it (the next block starts there).
-                Err(_) if !insns.is_empty() && bytes.len() < 15 => break,
-                Err(e) => return Err(e),
-            };
-            insns.push(BlockInsn {
-                ip,
-                len: d.len,
-                class: d.class,
-                target: d.target.unwrap_or(0),
-                rep: d.rep_string,
-                faults: always_faults(bytes),
-            });
-            off += usize::from(d.len.max(1));
-        }
-        if insns.is_empty() {
-            return Err(ExecError::NoCode { ip: start });
-        }
-        Ok(Block {
-            insns: insns.into(),
-        })
-    }
-
-    /// The first address.
-    pub fn start(&self) -> u64 {
-        self.insns[0].ip
-    }
-
-    fn last(&self) -> &BlockInsn {
-        &self.insns[self.insns.len() - 1]
-    }
-}
-
-/// UD2, UD1, UD0, HLT (after legacy prefixes): they raise an exception
-/// every time and never retire.
-fn always_faults(bytes: &[u8]) -> bool {
-    let b = bytes
-        .iter()
-        .position(|&b| {
-            !matches!(
-                b,
-                0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3
-            ) && !(0x40..=0x4f).contains(&b)
-        })
-        .map_or(&[][..], |i| &bytes[i..]);
-    matches!(b, [0xf4, ..] | [0x0f, 0x0b | 0xb9 | 0xff, ..])
-}
 
 /// Where a block's last instruction sent control, given where the thread
 /// went on (`next`) and the system call it made, if any.
@@ -406,17 +327,52 @@ struct Conn {
 /// A process.
 #[derive(Clone, Default)]
 struct Proc {
-    blocks: Vec<Option<Arc<Block>>>,
+    blocks: Vec<Option<Arc<CodeBlock>>>,
     mem: CodeMemory,
     maps: Vec<Mapping>,
     maps_dirty: bool,
+    /// Signal handlers (from `rt_sigaction`): handler → the signals it handles.
+    handlers: IntMap<u64, Vec<i32>>,
+}
+
+impl Proc {
+    /// `rt_sigaction(signo)` installed `handler` (SIG_DFL 0, SIG_IGN 1: none).
+    fn set_handler(&mut self, signo: i32, handler: u64) {
+        for sigs in self.handlers.values_mut() {
+            sigs.retain(|&s| s != signo);
+        }
+        self.handlers.retain(|_, sigs| !sigs.is_empty());
+        if handler > 1 {
+            self.handlers.entry(handler).or_default().push(signo);
+        }
+    }
+
+    /// The signal a transfer to `handler` delivers: the one it handles, or
+    /// of those, the one the thread just sent itself (`sent`); 0 if unknown.
+    fn signal_to(&self, handler: u64, sent: Option<i32>) -> i32 {
+        match self.handlers.get(&handler).map(Vec::as_slice) {
+            Some([one]) => *one,
+            Some(sigs) => sent.filter(|s| sigs.contains(s)).unwrap_or(0),
+            None => 0,
+        }
+    }
+}
+
+/// The signal a `kill`, `tkill` or `tgkill` call sends (it reaches the
+/// caller before the call returns when it sends it to itself).
+fn sent_signal(nr: u64, args: &[u64; 6]) -> Option<i32> {
+    match nr {
+        NR_KILL | NR_TKILL => Some(args[1] as i32),
+        NR_TGKILL => Some(args[2] as i32),
+        _ => None,
+    }
 }
 
 /// A thread.
 struct Thread {
     id: ThreadId,
     /// The block it runs (its end is resolved by the next one).
-    prev: Option<Arc<Block>>,
+    prev: Option<Arc<CodeBlock>>,
     /// The system call the previous block ended in: nr, arguments, result.
     syscall: Option<(u64, [u64; 6], Option<i64>)>,
     /// A clone to report with that call.
@@ -427,13 +383,10 @@ struct Thread {
 
 /// What comes out next.
 enum Emit {
-    /// A block's instructions from `idx`; the last goes to `next_ip` (and
-    /// is left out unless `retire_last`).
+    /// A block run; its instructions from `idx` on when given one by one.
     Block {
-        block: Arc<Block>,
+        run: BlockRun,
         idx: usize,
-        next_ip: u64,
-        retire_last: bool,
     },
     Item(ExecItem),
 }
@@ -470,6 +423,14 @@ pub struct QemuSource {
     blocks_run: u64,
     /// QEMU translated a block: the program runs.
     translated: bool,
+    /// Blocks decoded, by address and code bytes (QEMU translates a block
+    /// again after its code changed, was flushed, or in a forked child):
+    /// each distinct block is decoded once.
+    decoded: HashMap<Box<[u8]>, Arc<CodeBlock>>,
+    /// The key being looked up (address, code bytes).
+    key: Vec<u8>,
+    /// Files' `PT_LOAD` segments, by path.
+    segments: HashMap<String, Option<Vec<LoadSegment>>>,
 }
 
 fn exit_of(status: std::process::ExitStatus) -> ExitKind {
@@ -591,6 +552,9 @@ impl QemuSource {
             ended_at: None,
             blocks_run: 0,
             translated: false,
+            decoded: HashMap::new(),
+            key: Vec::new(),
+            segments: HashMap::new(),
         };
         // Until QEMU translates the program's first block, it may still
         // refuse the program: nothing is recorded then.
@@ -797,9 +761,13 @@ impl QemuSource {
                 let len = u32::from_le_bytes([avail[1], avail[2], avail[3], avail[4]]) as usize;
                 if avail.len() >= HEADER + len {
                     let tag = avail[0];
-                    let payload = avail[HEADER..HEADER + len].to_vec();
+                    let at = c.pos + HEADER;
                     c.pos += HEADER + len;
-                    self.record(i, tag, &payload)?;
+                    // The record is read in place (handling it reads no connection).
+                    let buf = std::mem::take(&mut c.buf);
+                    let r = self.record(i, tag, &buf[at..at + len]);
+                    self.conns[i].buf = buf;
+                    r?;
                     return Ok(true);
                 }
             }
@@ -868,14 +836,14 @@ impl QemuSource {
                 let (Some(id), Some(addr)) = (p.u32(), p.u64()) else {
                     return Err(corrupt("short block record"));
                 };
-                let block = Block::decode(addr, p.rest())?;
+                let block = self.decode_block(addr, p.rest())?;
                 self.translated = true;
                 let proc = self.process(pid);
                 let id = id as usize;
                 if proc.blocks.len() <= id {
                     proc.blocks.resize(id + 1, None);
                 }
-                proc.blocks[id] = Some(Arc::new(block));
+                proc.blocks[id] = Some(block);
             }
             TAG_PAGE => {
                 let Some(addr) = p.u64() else {
@@ -898,10 +866,18 @@ impl QemuSource {
                     perms: Perms::from_bits(perms).unwrap_or_default(),
                     path,
                 };
+                // QEMU maps a program's segments with the same host rights
+                // (none executable): the host shows them merged.
+                let parts = match self.load_segments(&m.path) {
+                    Some(segs) => split_by_segments(&m, segs),
+                    None => vec![m],
+                };
                 let proc = self.process(pid);
-                // A mapping replaces the ones it overlaps (unmapped since).
-                proc.maps.retain(|o| o.end <= m.start || m.end <= o.start);
-                proc.maps.push(m);
+                for m in parts {
+                    // A mapping replaces the ones it overlaps (unmapped since).
+                    proc.maps.retain(|o| o.end <= m.start || m.end <= o.start);
+                    proc.maps.push(m);
+                }
                 proc.maps.sort_by_key(|m| m.start);
                 proc.maps_dirty = true;
             }
@@ -950,6 +926,30 @@ impl QemuSource {
             _ => return Err(corrupt("unknown record from the QEMU plugin")),
         }
         Ok(())
+    }
+
+    /// The `PT_LOAD` segments of the file at `path`, read once.
+    fn load_segments(&mut self, path: &str) -> Option<&[LoadSegment]> {
+        if !path.starts_with('/') {
+            return None;
+        }
+        self.segments
+            .entry(path.to_string())
+            .or_insert_with(|| load_segments(std::path::Path::new(path)))
+            .as_deref()
+    }
+
+    /// The block at `addr` with these code bytes, decoded once.
+    fn decode_block(&mut self, addr: u64, code: &[u8]) -> Result<Arc<CodeBlock>, ExecError> {
+        self.key.clear();
+        self.key.extend_from_slice(&addr.to_le_bytes());
+        self.key.extend_from_slice(code);
+        if let Some(b) = self.decoded.get(&self.key[..]) {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(CodeBlock::decode(addr, code)?);
+        self.decoded.insert(self.key[..].into(), b.clone());
+        Ok(b)
     }
 
     /// A connection's process starts (its hello was released).
@@ -1022,6 +1022,11 @@ impl QemuSource {
             let w = words[k];
             k += 1;
             if w < MARK {
+                let plain = self.plain_blocks(pid, tid, &words[k - 1..]);
+                if plain > 0 {
+                    k += plain - 1;
+                    continue;
+                }
                 let Some(block) = self
                     .procs
                     .get(&pid)
@@ -1061,6 +1066,10 @@ impl QemuSource {
                     match &mut t.syscall {
                         Some((n, a, r)) if *n == nr => {
                             *r = Some(ret);
+                            if nr == NR_RT_SIGACTION && ret == 0 && a[1] != 0 {
+                                let proc = self.procs.entry(pid).or_default();
+                                proc.set_handler(a[0] as i32, a[5]);
+                            }
                             if ret > 0 && matches!(nr, NR_CLONE | NR_FORK | NR_VFORK | NR_CLONE3) {
                                 let flags = match nr {
                                     NR_CLONE => a[0],
@@ -1089,8 +1098,55 @@ impl QemuSource {
         Ok(())
     }
 
+    /// The common case of [`Self::block`] in a tight loop: blocks of thread
+    /// `tid` (the first words of `words`) whose predecessors end where
+    /// control plainly goes on (no system call, signal, REP iteration or
+    /// mapping change between them). Returns how many words it took.
+    fn plain_blocks(&mut self, pid: u32, tid: u32, words: &[u32]) -> usize {
+        let Some(proc) = self.procs.get(&pid).filter(|p| !p.maps_dirty) else {
+            return 0;
+        };
+        let Some(t) = self
+            .threads
+            .get_mut(&tid)
+            .filter(|t| t.syscall.is_none() && t.clone.is_none() && t.exec.is_none())
+        else {
+            return 0;
+        };
+        let mut n = 0;
+        for &w in words {
+            let (Some(Some(block)), Some(prev)) = (proc.blocks.get(w as usize), t.prev.as_ref())
+            else {
+                break;
+            };
+            let last = prev.last();
+            let start = block.start();
+            if last.rep && start == last.ip {
+                break;
+            }
+            let r = resolve(last, start, None);
+            if r.signal_from.is_some() {
+                break;
+            }
+            let Some(prev) = t.prev.replace(block.clone()) else {
+                break;
+            };
+            self.queue.push_back(Emit::Block {
+                run: BlockRun {
+                    block: prev,
+                    next_ip: r.next_ip,
+                    retire_last: r.retired,
+                },
+                idx: 0,
+            });
+            n += 1;
+        }
+        self.blocks_run += n as u64;
+        n
+    }
+
     /// Thread `tid` runs `block`: the previous block's end is resolved.
-    fn block(&mut self, pid: u32, tid: u32, block: Arc<Block>) {
+    fn block(&mut self, pid: u32, tid: u32, block: Arc<CodeBlock>) {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
@@ -1113,10 +1169,12 @@ impl QemuSource {
         t.prev = Some(block);
         let r = resolve(&last, start, syscall.map(|s| s.0));
         self.queue.push_back(Emit::Block {
-            block: prev,
+            run: BlockRun {
+                block: prev,
+                next_ip: r.next_ip,
+                retire_last: r.retired,
+            },
             idx: 0,
-            next_ip: r.next_ip,
-            retire_last: r.retired,
         });
         if let Some((nr, args, ret)) = syscall {
             self.push_event(Event::SyscallEnter { nr, args });
@@ -1148,8 +1206,10 @@ impl QemuSource {
             }
         }
         if let Some(from_ip) = r.signal_from {
+            let sent = syscall.and_then(|(nr, a, _)| sent_signal(nr, &a));
+            let signo = self.procs.get(&pid).map_or(0, |p| p.signal_to(start, sent));
             self.push_event(Event::Signal {
-                signo: 0,
+                signo,
                 from_ip,
                 handler: Some(start),
             });
@@ -1199,10 +1259,12 @@ impl QemuSource {
             let last = *prev.last();
             let r = resolve(&last, last.fall_through(), None);
             self.queue.push_back(Emit::Block {
-                block: prev,
+                run: BlockRun {
+                    block: prev,
+                    next_ip: r.next_ip,
+                    retire_last: r.retired,
+                },
                 idx: 0,
-                next_ip: r.next_ip,
-                retire_last: r.retired,
             });
             if let Some((nr, args, _)) = t.syscall.take() {
                 self.push_event(Event::SyscallEnter { nr, args });
@@ -1366,30 +1428,11 @@ impl ExecutionSource for QemuSource {
         }
         loop {
             match self.queue.front_mut() {
-                Some(Emit::Block {
-                    block,
-                    idx,
-                    next_ip,
-                    retire_last,
-                }) => {
-                    let i = *idx;
-                    let n = block.insns.len();
-                    if i + 1 < n || (i + 1 == n && *retire_last) {
+                Some(Emit::Block { run, idx }) => {
+                    if *idx < run.count() {
+                        let r = run.insn(*idx);
                         *idx += 1;
-                        let ins = &block.insns[i];
-                        let next = if i + 1 == n {
-                            *next_ip
-                        } else {
-                            ins.fall_through()
-                        };
-                        return Ok(Some(ExecItem::Insn(Retired {
-                            ip: ins.ip,
-                            next_ip: next,
-                            len: ins.len,
-                            class: ins.class,
-                            mode: ExecMode::Bit64,
-                            kernel: false,
-                        })));
+                        return Ok(Some(ExecItem::Insn(r)));
                     }
                     self.queue.pop_front();
                 }
@@ -1407,6 +1450,31 @@ impl ExecutionSource for QemuSource {
                     }
                     return Ok(Some(item));
                 }
+                None => {
+                    if !self.pump()? {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
+        if self.snapshots.is_some() {
+            self.take_snapshot_request();
+        }
+        loop {
+            match self.queue.front() {
+                Some(Emit::Block { run, idx: 0 }) => {
+                    let n = run.count();
+                    let Some(Emit::Block { run, .. }) = self.queue.pop_front() else {
+                        unreachable!()
+                    };
+                    if n > 0 {
+                        return Ok(Some(Step::Block(run)));
+                    }
+                }
+                Some(_) => return Ok(self.next_item()?.map(Step::Item)),
                 None => {
                     if !self.pump()? {
                         return Ok(None);

@@ -1,6 +1,7 @@
 //! Block decoding and the resolution of a block's end.
 
 use super::*;
+use crate::exec::block::always_faults;
 
 fn insn(ip: u64, len: u8, class: InsnClass, target: u64) -> BlockInsn {
     BlockInsn {
@@ -17,7 +18,7 @@ fn insn(ip: u64, len: u8, class: InsnClass, target: u64) -> BlockInsn {
 fn decodes_a_block_once() {
     // mov eax, 1; rep movsb; ud2; jz +0x10
     let code = [0xb8, 1, 0, 0, 0, 0xf3, 0xa4, 0x0f, 0x0b, 0x74, 0x10];
-    let b = Block::decode(0x1000, &code).unwrap();
+    let b = CodeBlock::decode(0x1000, &code).unwrap();
     let got: Vec<(u64, u8, InsnClass, bool, bool)> = b
         .insns
         .iter()
@@ -34,8 +35,8 @@ fn decodes_a_block_once() {
     );
     assert_eq!(b.insns[3].target, 0x101b);
     assert_eq!(b.start(), 0x1000);
-    assert!(Block::decode(0x1000, &[]).is_err());
-    assert!(Block::decode(0x1000, &[0x06]).is_err()); // push es: invalid in 64-bit mode
+    assert!(CodeBlock::decode(0x1000, &[]).is_err());
+    assert!(CodeBlock::decode(0x1000, &[0x06]).is_err()); // push es: invalid in 64-bit mode
 }
 
 #[test]
@@ -139,4 +140,23 @@ fn programs_qemu_cannot_run() {
     check_program(&f).unwrap();
     check_program(std::path::Path::new("/bin/sh")).unwrap();
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_transfer_to_a_handler_names_its_signal() {
+    let mut p = Proc::default();
+    p.set_handler(10, 0x4000);
+    p.set_handler(11, 0x5000);
+    p.set_handler(12, 0x5000);
+    assert_eq!(p.signal_to(0x4000, None), 10);
+    // One handler for two signals: the one the thread sent itself.
+    assert_eq!(p.signal_to(0x5000, None), 0);
+    assert_eq!(p.signal_to(0x5000, Some(12)), 12);
+    assert_eq!(p.signal_to(0x5000, Some(10)), 0);
+    // SIG_DFL for 12: 0x5000 handles 11 only.
+    p.set_handler(12, 0);
+    assert_eq!(p.signal_to(0x5000, None), 11);
+    assert_eq!(p.signal_to(0x6000, None), 0);
+    assert_eq!(sent_signal(NR_TGKILL, &[1, 2, 10, 0, 0, 0]), Some(10));
+    assert_eq!(sent_signal(NR_KILL, &[1, 6, 0, 0, 0, 0]), Some(6));
 }

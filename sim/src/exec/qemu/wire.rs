@@ -25,7 +25,8 @@
 //! [`MARK`] `|` a kind, followed by its arguments (u64 as two words, low first):
 //! [`MARK_SYSCALL`] (nr and six arguments), [`MARK_SYSRET`] (nr, result),
 //! [`MARK_EXIT`] (status: the thread ended in `exit`). For `clone3` the
-//! sixth argument is the flags word of its structure (clone3 has two).
+//! sixth argument is the flags word of its structure (clone3 has two), for
+//! `rt_sigaction` with a new action the handler of that action (it has four).
 
 /// Version of this format (the plugin's hello says which it writes).
 pub const FORMAT_VERSION: u32 = 1;

@@ -1,0 +1,216 @@
+//! Blocks of straight-line code, decoded once, and their executions: the
+//! coarse item a source that sees blocks (QEMU's translation blocks) hands
+//! to the recorder, so that the per-instruction work of a recording is what
+//! the PT logic needs and no more.
+//!
+//! A [`CodeBlock`] is decoded from its code bytes once (iced-x86), when the
+//! source first sees it; a [`BlockRun`] is one execution of it: every
+//! instruction in order, each going to the next, the last one going to
+//! [`BlockRun::next_ip`] (or not retiring, for an instruction that faults).
+//! [`BlockRun::retired`] spells a run out as the [`Retired`] items it
+//! stands for: the per-instruction path, which the recorder's block path
+//! ([`crate::pt::PtLogic::retire_block`], [`crate::exec::log::LogWriter::write_block`])
+//! must match byte for byte.
+
+use std::sync::Arc;
+
+use super::insn::decode_bytes;
+use super::{ExecError, ExecItem, ExecMode, InsnClass, Retired};
+
+/// One instruction of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockInsn {
+    /// Its address.
+    pub ip: u64,
+    /// Its length.
+    pub len: u8,
+    /// Its class.
+    pub class: InsnClass,
+    /// The target of a direct branch (0 for others).
+    pub target: u64,
+    /// A REP-prefixed string instruction (QEMU runs each iteration as a block of its own).
+    pub rep: bool,
+    /// An instruction that always faults (UD2, HLT): it never retires.
+    pub faults: bool,
+}
+
+impl BlockInsn {
+    /// The next sequential address.
+    #[inline]
+    pub fn fall_through(&self) -> u64 {
+        self.ip.wrapping_add(u64::from(self.len))
+    }
+
+    /// The retired instruction it is when it goes to `next_ip`.
+    #[inline]
+    pub fn retired(&self, next_ip: u64) -> Retired {
+        Retired {
+            ip: self.ip,
+            next_ip,
+            len: self.len,
+            class: self.class,
+            mode: ExecMode::Bit64,
+            kernel: false,
+        }
+    }
+}
+
+/// A block of 64-bit user-mode code, decoded once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeBlock {
+    /// Its instructions (at least one).
+    pub insns: Box<[BlockInsn]>,
+    /// Whether every instruction but the last is a non-branch that retires
+    /// (class [`InsnClass::Other`], not faulting): the body a run goes
+    /// through in a straight line, which the fast paths take in one step.
+    pub plain_body: bool,
+}
+
+impl CodeBlock {
+    /// Decodes the block at `start` from its code bytes (64-bit mode).
+    pub fn decode(start: u64, code: &[u8]) -> Result<CodeBlock, ExecError> {
+        let mut insns = Vec::new();
+        let mut off = 0usize;
+        while off < code.len() {
+            let ip = start.wrapping_add(off as u64);
+            let bytes = &code[off..];
+            let d = match decode_bytes(bytes, ip, ExecMode::Bit64) {
+                Ok(d) => d,
+                // QEMU 7.2 lists an instruction that crosses into the next
+                // page, with the bytes of the first page only, when it ends
+                // the block before it (the next block starts there).
+                Err(_) if !insns.is_empty() && bytes.len() < 15 => break,
+                Err(e) => return Err(e),
+            };
+            insns.push(BlockInsn {
+                ip,
+                len: d.len,
+                class: d.class,
+                target: d.target.unwrap_or(0),
+                rep: d.rep_string,
+                faults: always_faults(bytes),
+            });
+            off += usize::from(d.len.max(1));
+        }
+        if insns.is_empty() {
+            return Err(ExecError::NoCode { ip: start });
+        }
+        Ok(CodeBlock::new(insns.into()))
+    }
+
+    /// A block of these instructions (at least one, each following the one before).
+    pub fn new(insns: Box<[BlockInsn]>) -> CodeBlock {
+        let body = &insns[..insns.len().saturating_sub(1)];
+        let plain_body = body
+            .iter()
+            .all(|i| i.class == InsnClass::Other && !i.faults);
+        CodeBlock { insns, plain_body }
+    }
+
+    /// The first address.
+    #[inline]
+    pub fn start(&self) -> u64 {
+        self.insns[0].ip
+    }
+
+    /// The last instruction.
+    #[inline]
+    pub fn last(&self) -> &BlockInsn {
+        &self.insns[self.insns.len() - 1]
+    }
+
+    /// The address after its last instruction.
+    pub fn end(&self) -> u64 {
+        self.last().fall_through()
+    }
+}
+
+/// UD2, UD1, UD0, HLT (after legacy prefixes): they raise an exception
+/// every time and never retire.
+pub fn always_faults(bytes: &[u8]) -> bool {
+    let b = bytes
+        .iter()
+        .position(|&b| {
+            !matches!(
+                b,
+                0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3
+            ) && !(0x40..=0x4f).contains(&b)
+        })
+        .map_or(&[][..], |i| &bytes[i..]);
+    matches!(b, [0xf4, ..] | [0x0f, 0x0b | 0xb9 | 0xff, ..])
+}
+
+/// One execution of a [`CodeBlock`] by the current thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockRun {
+    /// The block.
+    pub block: Arc<CodeBlock>,
+    /// Where the last instruction sent control (its `next_ip`).
+    pub next_ip: u64,
+    /// Whether the last instruction retired (not when it faulted).
+    pub retire_last: bool,
+}
+
+impl BlockRun {
+    /// Instructions the run retires.
+    #[inline]
+    pub fn count(&self) -> usize {
+        self.block.insns.len() - usize::from(!self.retire_last)
+    }
+
+    /// The `i`-th retired instruction (`i < count()`).
+    #[inline]
+    pub fn insn(&self, i: usize) -> Retired {
+        let ins = &self.block.insns[i];
+        let next = if i + 1 == self.block.insns.len() {
+            self.next_ip
+        } else {
+            ins.fall_through()
+        };
+        ins.retired(next)
+    }
+
+    /// The run spelled out instruction by instruction (the per-instruction path).
+    pub fn retired(&self) -> impl Iterator<Item = Retired> + '_ {
+        (0..self.count()).map(|i| self.insn(i))
+    }
+}
+
+/// What a source hands on next: an item, or a block run (which stands for
+/// its instructions, see [`BlockRun::retired`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// One item.
+    Item(ExecItem),
+    /// A block's instructions, all of the current thread.
+    Block(BlockRun),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_spells_out_its_instructions() {
+        // mov eax, 1; nop; jz +0x10
+        let b = Arc::new(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
+        assert!(b.plain_body);
+        assert_eq!(b.end(), 0x1008);
+        let run = BlockRun {
+            block: b.clone(),
+            next_ip: 0x1018,
+            retire_last: true,
+        };
+        let got: Vec<(u64, u64)> = run.retired().map(|r| (r.ip, r.next_ip)).collect();
+        assert_eq!(got, [(0x1000, 0x1005), (0x1005, 0x1006), (0x1006, 0x1018)]);
+        let faulted = BlockRun {
+            block: b,
+            next_ip: 0x1006,
+            retire_last: false,
+        };
+        assert_eq!(faulted.retired().count(), 2);
+        // A jump in the middle: not a plain body.
+        let j = CodeBlock::decode(0x1000, &[0xeb, 0x00, 0x90]).unwrap();
+        assert!(!j.plain_body);
+    }
+}
