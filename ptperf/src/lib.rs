@@ -21,10 +21,12 @@
 //!   the reader found wrong and sums up what it skipped (exit status 2).
 //! - [`profile_llvm`]: LLVM sample profiles (AutoFDO) of a decoded flow.
 //! - [`timeline`]: every thread's calls over time for trace viewers (Chrome JSON, Perfetto).
+//! - [`coverage`]: the code a recording covers per DSO; lcov, drcov and AFL bitmaps.
 //!
 //! The `ptperf` binary dispatches its subcommands to these modules.
 #![deny(missing_docs)]
 
+pub mod coverage;
 pub use error::Error;
 
 pub mod damage;

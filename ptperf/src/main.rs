@@ -15,6 +15,7 @@ const USAGE: &str = "\
    export          Export an Intel PT perf.data into SQLite or PostgreSQL with perf's schema
    profile         Write the LLVM sample profile (AutoFDO) of an Intel PT perf.data (--llvm)
    timeline        Write every thread's calls over time for trace viewers (Chrome JSON, Perfetto)
+   coverage        Show the code a recording covers per DSO; write lcov, drcov or an AFL edge bitmap
 
  See 'ptperf COMMAND -h' for the options of a command.
 ";
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
         "export" => ptperf::export::cli::main(&args[1..]),
         "profile" => ptperf::profile_llvm::cli::main(&args[1..]),
         "timeline" => ptperf::timeline::main(&args[1..]),
+        "coverage" => ptperf::coverage::main(&args[1..]),
         "--version" | "-v" | "version" => {
             ptperf::print_version();
             ExitCode::SUCCESS

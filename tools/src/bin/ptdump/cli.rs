@@ -4,8 +4,8 @@
 
 use std::io::{self, Write};
 
-use pt_decoder::config::{Config, Cpu, Errata};
 use crate::perf::run_perf;
+use pt_decoder::config::{Config, Cpu, Errata};
 use pt_decoder::dump::perf::{PerfDumpArgs, HELP as PERF_HELP};
 use pt_decoder::dump::{dump_with_sideband, write_diag, DumpOptions};
 use pt_decoder::error::ErrorCode;

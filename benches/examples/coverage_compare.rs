@@ -1,0 +1,397 @@
+//! Coverage decoders side by side on the same traces, one core: pt-coverage, ptcov and
+//! iptr-edge-analyzer here, libxdc through `benches/libxdc/compare.sh` (which runs
+//! this first, to export the traces, and its harness after).
+//!
+//! ```text
+//! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only]
+//! coverage_compare --compare-libxdc OUT_DIR
+//! ```
+//!
+//! From the recording's busiest queue (one program: record it with
+//! `intel_pt/noretcomp,tsc=0,mtc=0/u` so that every decoder accepts it) it builds
+//! (a) a fuzzing workload: 10,000 traces of 1-50 KB, each from a PSB of the trace to
+//! the end of a TIP.PGD (where tracing stopped: a system call) where there is one
+//! close enough, else to a packet boundary, and (b) a long trace: the whole trace, repeated `N` times (default:
+//! up to 64 MB). It writes them with the code and the filter ranges into `OUT_DIR` for
+//! the libxdc harness, and prints MB/s and traces/s: (a) warm (after a first pass),
+//! (b) cold (a fresh decoder) and warm. `--ours-only` measures pt-coverage alone (for
+//! recordings the others cannot decode: return compression, timing packets).
+//! `--compare-libxdc` compares libxdc's bitmap of the long trace with ours under
+//! libxdc's edge formula.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use pt_coverage::{CoverageDecoder, EdgeHash, Options};
+use pt_decoder::{Config, Image, PacketDecoder};
+use pt_perf::{Session, SessionOptions};
+use pt_perf_data::MappedFile;
+
+const MAP: usize = 1 << 16;
+const FUZZ_TRACES: usize = 10_000;
+const ROUNDS: usize = 3;
+
+struct Workload {
+    image: Image,
+    config: Config,
+    filter: Vec<(u64, u64)>,
+    fuzz: Vec<Vec<u8>>,
+    long: Vec<u8>,
+}
+
+fn mb(bytes: usize, secs: f64) -> f64 {
+    bytes as f64 / 1e6 / secs
+}
+
+/// Up to four ranges covering the image's sections (libxdc takes four).
+fn filter_ranges(image: &Image) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for s in image.sections() {
+        match spans.last_mut() {
+            Some(last) if s.vaddr() <= last.1 + (1 << 24) => last.1 = last.1.max(s.last()),
+            _ => spans.push((s.vaddr(), s.last())),
+        }
+    }
+    while spans.len() > 4 {
+        // Merge the two closest neighbours.
+        let i = (0..spans.len() - 1)
+            .min_by_key(|&i| spans[i + 1].0 - spans[i].1)
+            .unwrap();
+        spans[i].1 = spans[i + 1].1;
+        spans.remove(i + 1);
+    }
+    spans
+}
+
+fn load(data: &Path, repeat: Option<usize>) -> Workload {
+    let file = MappedFile::open(data).expect("perf.data");
+    let perf = file.parse().expect("a perf.data");
+    let session = Session::new(&perf, SessionOptions::for_file(data)).expect("a session");
+    let (q, queue) = session
+        .queues()
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, q)| {
+            (0..q.segments.len())
+                .map(|s| q.segment_bytes(s).len())
+                .sum::<usize>()
+        })
+        .expect("a queue");
+    let mut trace = Vec::new();
+    for s in 0..queue.segments.len() {
+        trace.extend_from_slice(queue.segment_bytes(s));
+    }
+    let ctx = session.running(q, None);
+    let image = session.image(ctx.pid, None).clone();
+    let config = *session.config();
+    // Packet boundaries and PSBs.
+    let mut pkt = PacketDecoder::new(&trace, &config);
+    // Where a run could end: after a TIP.PGD (a syscall, or the end of the
+    // program), as a fuzzer's traces end where tracing stops.
+    let mut bounds = Vec::new();
+    let mut packets = Vec::new();
+    let mut psbs = Vec::new();
+    if pkt.sync_forward().is_ok() {
+        let mut pgd = false;
+        for r in &mut pkt {
+            let Ok((off, p)) = r else { break };
+            packets.push(off as usize);
+            if pgd {
+                bounds.push(off as usize);
+            }
+            pgd = matches!(
+                p,
+                pt_decoder::Packet::Ip(pt_decoder::IpPacketKind::TipPgd, _)
+            );
+            if matches!(p, pt_decoder::Packet::Psb) {
+                psbs.push(off as usize);
+            }
+        }
+    }
+    bounds.push(trace.len());
+    let mut rng = pt_benches::Rng::new(25);
+    let mut fuzz = Vec::with_capacity(FUZZ_TRACES);
+    while fuzz.len() < FUZZ_TRACES && !psbs.is_empty() {
+        let start = psbs[rng.below(psbs.len() as u64) as usize];
+        let want = 1024 + rng.below(49 * 1024) as usize;
+        let max = start + 50 * 1024;
+        let i = bounds.partition_point(|&b| b < start + want);
+        // After a TIP.PGD if there is one before 50 KB, else at a packet boundary.
+        let end = match bounds.get(i) {
+            Some(&b) if b <= max => b,
+            _ => {
+                let j = packets.partition_point(|&b| b < start + want);
+                packets.get(j).copied().unwrap_or(trace.len())
+            }
+        };
+        fuzz.push(trace[start..end].to_vec());
+    }
+    let n = repeat.unwrap_or((64 << 20) / trace.len().max(1)).max(1);
+    let long = trace.repeat(n);
+    Workload {
+        filter: filter_ranges(&image),
+        image,
+        config,
+        fuzz,
+        long,
+    }
+}
+
+fn export(w: &Workload, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut txt = String::new();
+    let mut bin = Vec::new();
+    for s in w.image.sections() {
+        txt.push_str(&format!("{:x} {:x} {:x}\n", s.vaddr(), s.len(), bin.len()));
+        bin.extend_from_slice(s.bytes());
+    }
+    std::fs::write(dir.join("image.txt"), txt)?;
+    std::fs::write(dir.join("image.bin"), bin)?;
+    let filter: String = w
+        .filter
+        .iter()
+        .map(|(a, b)| format!("{a:x} {b:x}\n"))
+        .collect();
+    std::fs::write(dir.join("filter.txt"), filter)?;
+    let mut idx = String::new();
+    let mut all = Vec::new();
+    for t in &w.fuzz {
+        idx.push_str(&format!("{} {}\n", all.len(), t.len()));
+        all.extend_from_slice(t);
+    }
+    std::fs::write(dir.join("fuzz.bin"), all)?;
+    std::fs::write(dir.join("fuzz.idx"), idx)?;
+    std::fs::write(dir.join("long.bin"), &w.long)
+}
+
+/// Times `decode` over the fuzzing workload (warm: after one untimed pass) and the
+/// long trace (cold with a fresh decoder from `make`, then warm).
+fn measure<D>(
+    name: &str,
+    w: &Workload,
+    mut make: impl FnMut() -> D,
+    mut decode: impl FnMut(&mut D, &[u8]),
+) {
+    let fuzz_bytes: usize = w.fuzz.iter().map(Vec::len).sum();
+    let mut d = make();
+    for t in &w.fuzz {
+        decode(&mut d, t);
+    }
+    let mut best = f64::MAX;
+    for _ in 0..ROUNDS {
+        let t0 = Instant::now();
+        for t in &w.fuzz {
+            decode(&mut d, t);
+        }
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    println!(
+        "{name} fuzz warm: {} traces, {:.1} MB, {best:.3} s: {:.1} MB/s, {:.0} traces/s",
+        w.fuzz.len(),
+        fuzz_bytes as f64 / 1e6,
+        mb(fuzz_bytes, best),
+        w.fuzz.len() as f64 / best
+    );
+    drop(d);
+    let mut d = make();
+    let t0 = Instant::now();
+    decode(&mut d, &w.long);
+    let cold = t0.elapsed().as_secs_f64();
+    let mut best = f64::MAX;
+    for _ in 0..ROUNDS {
+        let t0 = Instant::now();
+        decode(&mut d, &w.long);
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    println!(
+        "{name} long: {:.1} MB: cold {cold:.3} s {:.1} MB/s, warm {best:.3} s {:.1} MB/s",
+        w.long.len() as f64 / 1e6,
+        mb(w.long.len(), cold),
+        mb(w.long.len(), best)
+    );
+}
+
+/// iptr-edge-analyzer's view of the code.
+struct Sections(Vec<(u64, Vec<u8>)>);
+
+#[derive(Debug)]
+struct NoCode;
+
+impl std::fmt::Display for NoCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no code there")
+    }
+}
+
+impl std::error::Error for NoCode {}
+
+impl iptr_edge_analyzer::ReadMemory for Sections {
+    type Error = NoCode;
+
+    fn at_decode_begin(&mut self) -> Result<(), NoCode> {
+        Ok(())
+    }
+
+    fn read_memory<T>(
+        &mut self,
+        address: u64,
+        size: usize,
+        callback: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T, NoCode> {
+        let i = self.0.partition_point(|(a, _)| *a <= address);
+        let (a, bytes) = self.0.get(i.checked_sub(1).ok_or(NoCode)?).ok_or(NoCode)?;
+        let at = (address - a) as usize;
+        let rest = bytes.get(at..).filter(|r| !r.is_empty()).ok_or(NoCode)?;
+        Ok(callback(&rest[..rest.len().min(size)]))
+    }
+}
+
+fn ours(w: &Workload, hash: EdgeHash) -> impl FnMut() -> CoverageDecoder + '_ {
+    move || {
+        CoverageDecoder::new(Options {
+            map_size: MAP,
+            hash,
+            config: w.config,
+            ..Options::default()
+        })
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--compare-libxdc") {
+        return compare_libxdc(Path::new(&args[1]));
+    }
+    let (Some(data), Some(out)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only]");
+        std::process::exit(1);
+    };
+    let repeat = args
+        .iter()
+        .position(|a| a == "--long-repeat")
+        .and_then(|i| args.get(i + 1)?.parse().ok());
+    let ours_only = args.iter().any(|a| a == "--ours-only");
+    let w = load(Path::new(data), repeat);
+    export(&w, Path::new(out)).expect("export");
+    eprintln!(
+        "{} fuzz traces, long trace {} MB, filter {:x?}",
+        w.fuzz.len(),
+        w.long.len() >> 20,
+        w.filter
+    );
+    measure("pt-coverage", &w, ours(&w, EdgeHash::Libxdc), |d, t| {
+        d.reset();
+        let out = d.decode(t, &w.image);
+        std::hint::black_box(out);
+    });
+    // The same with the exact edges and blocks kept.
+    let collect = || {
+        CoverageDecoder::new(Options {
+            collect: true,
+            config: w.config,
+            ..Options::default()
+        })
+    };
+    measure("pt-coverage (exact edges)", &w, collect, |d, t| {
+        d.reset();
+        std::hint::black_box(d.decode(t, &w.image));
+    });
+    if ours_only {
+        return;
+    }
+    let images: Vec<ptcov::PtImage<'_>> = w
+        .image
+        .sections()
+        .iter()
+        .map(|s| ptcov::PtImage::new(s.bytes(), s.vaddr()))
+        .collect();
+    let mut map = vec![0u8; MAP];
+    measure(
+        "ptcov",
+        &w,
+        || {
+            ptcov::PtCoverageDecoderBuilder::new()
+                .images(&images)
+                .build()
+        },
+        |d, t| {
+            map.fill(0);
+            let _ = std::hint::black_box(d.coverage(t, &mut map));
+        },
+    );
+    let sections = || {
+        Sections(
+            w.image
+                .sections()
+                .iter()
+                .map(|s| (s.vaddr(), s.bytes().to_vec()))
+                .collect(),
+        )
+    };
+    measure(
+        "iptr-edge-analyzer",
+        &w,
+        || {
+            let handler = iptr_edge_analyzer::control_flow_handler::fuzz_bitmap::FuzzBitmapControlFlowHandler::new(
+                vec![0u8; MAP],
+                Some(&w.filter),
+            );
+            iptr_edge_analyzer::EdgeAnalyzer::new(handler, sections())
+        },
+        |d, t| {
+            let _ = std::hint::black_box(iptr_decoder::decode(
+                t,
+                iptr_decoder::DecodeOptions::default(),
+                d,
+            ));
+        },
+    );
+    let _ = std::io::stdout().flush();
+}
+
+/// libxdc's bitmap of the long trace against ours with libxdc's formula.
+fn compare_libxdc(dir: &Path) {
+    let theirs = std::fs::read(dir.join("long.libxdc.map")).expect("run the harness first");
+    let long = std::fs::read(dir.join("long.bin")).expect("long.bin");
+    let bin = std::fs::read(dir.join("image.bin")).expect("image.bin");
+    let mut image = Image::new();
+    for line in std::fs::read_to_string(dir.join("image.txt"))
+        .unwrap()
+        .lines()
+    {
+        let v: Vec<u64> = line
+            .split(' ')
+            .map(|x| u64::from_str_radix(x, 16).unwrap())
+            .collect();
+        let (a, s, o) = (v[0], v[1] as usize, v[2] as usize);
+        image.add_bytes(a, bin[o..o + s].to_vec(), "code").unwrap();
+    }
+    let mut d = CoverageDecoder::new(Options {
+        map_size: MAP,
+        hash: EdgeHash::Libxdc,
+        ..Options::default()
+    });
+    let out = d.decode(&long, &image);
+    let ours = d.map();
+    let same = ours.iter().zip(&theirs).filter(|(a, b)| a == b).count();
+    let both = ours
+        .iter()
+        .zip(&theirs)
+        .filter(|(a, b)| **a != 0 && **b != 0)
+        .count();
+    let only_ours = ours
+        .iter()
+        .zip(&theirs)
+        .filter(|(a, b)| **a != 0 && **b == 0)
+        .count();
+    let only_theirs = ours
+        .iter()
+        .zip(&theirs)
+        .filter(|(a, b)| **a == 0 && **b != 0)
+        .count();
+    println!(
+        "bitmap vs libxdc (libxdc's formula): {same}/{MAP} bytes equal; edges hit by both {both}, only ours {only_ours}, only libxdc {only_theirs}; our errors {}",
+        out.errors
+    );
+}

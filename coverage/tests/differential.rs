@@ -1,0 +1,183 @@
+//! The coverage decoder against the flow decoder: on the same trace, the same edges
+//! (with counts), the same basic blocks, and the bitmap AFL's formula gives for that
+//! edge sequence — with and without collecting, for both edge formulas.
+
+use proptest::prelude::*;
+use pt_coverage::reference::{flow_coverage, FlowCoverage};
+use pt_coverage::{CoverageDecoder, EdgeHash, Options};
+use pt_decoder::{Config, Image};
+use pt_encoder::IpCompression;
+use pt_testkit::trace::{self, LOOP_BASE, LOOP_CODE, STEER_BASE, STEER_CODE};
+
+const MAP: usize = 1 << 12;
+
+fn sorted_edges(r: &FlowCoverage) -> Vec<(u64, u64, String, u64)> {
+    let mut v: Vec<_> = r
+        .edge_counts
+        .iter()
+        .map(|(&(f, t), &(k, n))| (f, t, k.name().to_string(), n))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Compares both decoders on `trace`; `false` if the flow decoder reported an error
+/// (then the two need not agree on where to go on).
+fn agree(trace: &[u8], image: &Image) -> bool {
+    agree_on(trace, image, "trace")
+}
+
+fn agree_on(trace: &[u8], image: &Image, what: &str) -> bool {
+    let reference = flow_coverage(trace, image, &Config::default());
+    if !reference.errors.is_empty() {
+        return false;
+    }
+    for hash in [EdgeHash::Afl, EdgeHash::Libxdc] {
+        let options = Options {
+            map_size: MAP,
+            hash,
+            collect: true,
+            ..Options::default()
+        };
+        let mut cov = CoverageDecoder::new(options);
+        // Twice: cold, then warm over the graph of the first run.
+        for round in 0..2 {
+            cov.reset();
+            let out = cov.decode(trace, image);
+            assert_eq!(out.errors, 0, "{what} round {round}: {:?}", out.first_error);
+            let mut edges: Vec<_> = cov
+                .edges()
+                .map(|(e, n)| (e.from, e.to, e.kind.name().to_string(), n))
+                .collect();
+            edges.sort();
+            assert_eq!(
+                edges,
+                sorted_edges(&reference),
+                "{what}: edges, round {round}"
+            );
+            let mut blocks: Vec<_> = cov.blocks().collect();
+            blocks.sort();
+            assert_eq!(
+                blocks,
+                reference.block_list(),
+                "{what}: blocks, round {round}"
+            );
+            assert!(
+                cov.map() == reference.bitmap(hash, MAP),
+                "bitmap, round {round}"
+            );
+        }
+        // The bitmap-only path takes other shortcuts.
+        let mut fast = CoverageDecoder::new(Options {
+            collect: false,
+            ..options
+        });
+        for _ in 0..2 {
+            fast.reset();
+            let out = fast.decode(trace, image);
+            assert_eq!(out.errors, 0);
+            assert!(fast.map() == reference.bitmap(hash, MAP), "bitmap only");
+        }
+    }
+    true
+}
+
+fn image_at(base: u64, code: &[u8]) -> Image {
+    let mut image = Image::new();
+    image.add_bytes(base, code.to_vec(), "code").unwrap();
+    image
+}
+
+#[test]
+fn loop_traces_with_compressed_returns_and_timing() {
+    let image = image_at(LOOP_BASE, LOOP_CODE);
+    for seed in 0..8 {
+        let (t, _) = trace::loop_trace(seed, 20_000, 1 + 3000 * seed as usize);
+        assert!(agree(&t, &image), "seed {seed}: the flow decoder failed");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Generated valid traces: return compression, TIPs in every compression, PSB+
+    /// anywhere, MTC and CYC.
+    #[test]
+    fn generated_loop_traces(seed in any::<u64>(), len in 64usize..6000, psb in 16usize..4000,
+                             comp in 0usize..4) {
+        let comp = [IpCompression::Full, IpCompression::Update16, IpCompression::Update32,
+                    IpCompression::Sext48][comp];
+        let image = image_at(LOOP_BASE, LOOP_CODE);
+        let (t, _) = trace::loop_trace_with(seed, len, psb, comp);
+        prop_assert!(agree(&t, &image));
+    }
+
+    /// Random TNT/TIP streams over code a trace can steer anywhere: where the flow
+    /// decoder finds no error, both agree.
+    #[test]
+    fn steered_traces(steps in proptest::collection::vec((0u8..4, any::<u8>()), 1..40)) {
+        use pt_encoder::IpPacketKind;
+        let image = image_at(STEER_BASE, STEER_CODE);
+        let mut packets = trace::psb_at(STEER_BASE).to_vec();
+        packets.insert(1, trace::mode64());
+        for (kind, v) in steps {
+            match kind {
+                0 | 1 => {
+                    let bits: Vec<bool> = (0..1 + v % 6).map(|i| v >> i & 1 != 0).collect();
+                    packets.push(trace::tnt(&bits));
+                }
+                2 => packets.push(trace::ip(IpPacketKind::Tip, STEER_BASE + u64::from(v % 0x20))),
+                _ => packets.push(trace::ip(IpPacketKind::TipPgd, 0)),
+            }
+        }
+        let t = trace::encode(&packets);
+        agree(&t, &image);
+    }
+}
+
+/// libipt's own test traces: every one the flow decoder decodes without error.
+#[test]
+fn libipt_corpus() {
+    let dir = pt_testkit::corpus();
+    let mut compared = Vec::new();
+    let mut skipped = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ptt"))
+        .collect();
+    files.sort();
+    for path in files {
+        let source = std::fs::read_to_string(&path).unwrap();
+        let Some(org) = source
+            .lines()
+            .find_map(|l| l.strip_prefix("org "))
+            .and_then(|a| pt_decoder::image::parse_c_number(a.split(';').next()?.trim()))
+        else {
+            continue;
+        };
+        let Ok(out) = pt_testgen::gen::generate(&source, &path, None) else {
+            continue;
+        };
+        if out.bin.is_empty() {
+            continue;
+        }
+        let image = image_at(org, &out.bin);
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if agree_on(&out.trace.bytes, &image, &name) {
+            compared.push(name);
+        } else {
+            skipped.push(name);
+        }
+    }
+    eprintln!(
+        "compared {}: {compared:?}\nflow errors, skipped {}",
+        compared.len(),
+        skipped.len()
+    );
+    assert!(
+        compared.len() >= 110,
+        "only {} traces compared",
+        compared.len()
+    );
+}

@@ -1,0 +1,259 @@
+//! `ptperf coverage` on a C program recorded with the simulated PT CPU: its lcov
+//! output is accepted by genhtml and marks executed the lines gcov marks executed on
+//! a `gcc --coverage` build of the same program run with the same input; the
+//! coverage decoder's edges and blocks equal the flow decoder's on the recording.
+//!
+//! Where gcov and the DWARF line table disagree on which lines hold code, the two
+//! cannot agree line for line; the test names those lines and checks each is one of
+//! these (anything else fails):
+//!
+//! * gcov counts a function's declarator line (`static int f(int c)`) where gcc's
+//!   DWARF puts the prologue on the `{` line below it, and the epilogue on the
+//!   closing `}` line, which gcov does not list;
+//! * gcov counts `case`/`default` labels, which have no instructions of their own
+//!   (the switch jumps straight to the statements).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+use common::{dir, ptperf, record};
+use pt_coverage::reference::flow_coverage;
+use pt_coverage::{CoverageDecoder, Options};
+use pt_perf::{Session, SessionOptions};
+use pt_perf_data::MappedFile;
+
+const SRC: &str = "tests/programs/coverage.c";
+const INPUT: &str = "ab1";
+
+fn run(cmd: &mut Command, what: &str) -> String {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// gcov's lines of `src` built with --coverage and run on [`INPUT`]: line →
+/// executed (lines gcov does not count are absent).
+fn gcov_lines(d: &Path) -> BTreeMap<u32, bool> {
+    let cc = pt_testkit::tool("cc", "gcc");
+    let gcov = pt_testkit::tool("gcov", "gcc");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(SRC),
+        d.join("coverage.c"),
+    )
+    .unwrap();
+    run(
+        Command::new(&cc).current_dir(d).args([
+            "--coverage",
+            "-O0",
+            "-c",
+            "coverage.c",
+            "-o",
+            "coverage.o",
+        ]),
+        "cc --coverage",
+    );
+    run(
+        Command::new(&cc)
+            .current_dir(d)
+            .args(["--coverage", "coverage.o", "-o", "progcov"]),
+        "link",
+    );
+    run(Command::new(d.join("progcov")).arg(INPUT), "progcov");
+    run(Command::new(gcov).current_dir(d).arg("coverage.c"), "gcov");
+    let text = std::fs::read_to_string(d.join("coverage.c.gcov")).unwrap();
+    let mut lines = BTreeMap::new();
+    for l in text.lines() {
+        let mut parts = l.splitn(3, ':');
+        let (Some(count), Some(line)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let (count, line) = (count.trim(), line.trim());
+        let Ok(line) = line.parse::<u32>() else {
+            continue;
+        };
+        if count == "-" || line == 0 {
+            continue;
+        }
+        let executed = !(count.starts_with('#') || count.starts_with('='));
+        lines.insert(line, executed);
+    }
+    lines
+}
+
+/// Our lcov's lines of coverage.c: line → executed.
+fn lcov_lines(info: &str) -> BTreeMap<u32, bool> {
+    let mut lines = BTreeMap::new();
+    let mut in_file = false;
+    for l in info.lines() {
+        if let Some(f) = l.strip_prefix("SF:") {
+            in_file = f.ends_with("/coverage.c");
+        } else if let (true, Some(da)) = (in_file, l.strip_prefix("DA:")) {
+            let (line, hits) = da.split_once(',').unwrap();
+            lines.insert(line.parse().unwrap(), hits.parse::<u64>().unwrap() > 0);
+        }
+    }
+    lines
+}
+
+#[test]
+fn lcov_matches_gcov_and_genhtml_takes_it() {
+    let d = dir("coverage-lcov");
+    let gcov = gcov_lines(&d);
+    let prog = common::build("coverage-g", SRC, &["-g", "-O0"]);
+    let data = record(
+        &d,
+        "cov",
+        &["-e", "intel_pt/noretcomp,tsc=0,mtc=0/u"],
+        &[prog.as_os_str(), INPUT.as_ref()],
+    );
+    let info = d.join("cov.info");
+    let drcov = d.join("cov.drcov");
+    let map = d.join("cov.map");
+    let summary = run(
+        ptperf()
+            .args(["coverage", "-F", "-i"])
+            .arg(&data)
+            .arg("--lcov")
+            .arg(&info)
+            .arg("--drcov")
+            .arg(&drcov)
+            .arg("--afl-map")
+            .arg(&map),
+        "ptperf coverage",
+    );
+    let prog_name = prog.to_string_lossy().to_string();
+    assert!(summary.contains(&prog_name), "{summary}");
+    let listed = |f: &str| {
+        summary
+            .lines()
+            .any(|l| l.trim_end().ends_with(&format!(" {f}")))
+    };
+    assert!(
+        listed("classify") && listed("sum") && listed("main"),
+        "{summary}"
+    );
+    assert!(!listed("never_called"), "{summary}");
+
+    // genhtml turns it into an HTML report.
+    let html = d.join("html");
+    run(
+        Command::new(pt_testkit::tool("genhtml", "lcov"))
+            .arg(&info)
+            .arg("-o")
+            .arg(&html),
+        "genhtml",
+    );
+    assert!(html.join("index.html").is_file());
+
+    let ours = lcov_lines(&std::fs::read_to_string(&info).unwrap());
+    let source: Vec<String> =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(SRC))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+    let text = |l: u32| source[l as usize - 1].trim().to_string();
+    let mut explained = Vec::new();
+    for (&line, &executed) in &gcov {
+        match ours.get(&line) {
+            Some(&e) => assert_eq!(e, executed, "line {line} `{}`", text(line)),
+            None => {
+                let t = text(line);
+                let declarator = text(line + 1) == "{";
+                let label = t.starts_with("case ") || t.starts_with("default");
+                assert!(
+                    declarator || label,
+                    "gcov's line {line} `{t}` has no code in DWARF"
+                );
+                explained.push(format!("{line} gcov only: `{t}`"));
+            }
+        }
+    }
+    for (&line, &executed) in &ours {
+        if !gcov.contains_key(&line) {
+            let t = text(line);
+            assert!(
+                t == "{" || t == "}",
+                "our line {line} `{t}` is not in gcov's"
+            );
+            if executed {
+                explained.push(format!("{line} ours only: `{t}`"));
+            }
+        }
+    }
+    let executed = |m: &BTreeMap<u32, bool>| {
+        m.iter()
+            .filter(|(_, &e)| e)
+            .map(|(&l, _)| l)
+            .collect::<BTreeSet<_>>()
+    };
+    eprintln!(
+        "gcov executed {:?}\nours executed {:?}\ndiffering lines: {explained:#?}",
+        executed(&gcov),
+        executed(&ours)
+    );
+    assert!(executed(&gcov).len() > 15);
+
+    // drcov: header, module table, then 8-byte records.
+    let dr = std::fs::read(&drcov).unwrap();
+    let head = String::from_utf8_lossy(&dr[..dr.len().min(2000)]).to_string();
+    assert!(head.starts_with("DRCOV VERSION: 2\n"), "{head}");
+    assert!(head.contains(&prog_name), "{head}");
+    let at = head.find("BB Table: ").unwrap();
+    let nl = at + head[at..].find('\n').unwrap();
+    let n: usize = head[at + 10..nl].trim_end_matches(" bbs").parse().unwrap();
+    assert_eq!(dr.len() - nl - 1, n * 8);
+
+    // The recording's edges and blocks: the coverage decoder's equal the flow
+    // decoder's, and the bitmap written is theirs.
+    let file = MappedFile::open(&data).unwrap();
+    let perf = file.parse().unwrap();
+    let session = Session::new(&perf, SessionOptions::for_file(&data)).unwrap();
+    let mut total = vec![0u8; 1 << 16];
+    let mut edges = 0;
+    for (q, queue) in session.queues().iter().enumerate() {
+        let ctx = session.running(q, None);
+        let image = session.image(ctx.pid, None);
+        for s in 0..queue.segments.len() {
+            let trace = queue.segment_bytes(s);
+            let reference = flow_coverage(trace, image, session.config());
+            assert!(reference.errors.is_empty(), "{:?}", reference.errors);
+            let mut cov = CoverageDecoder::new(Options {
+                collect: true,
+                config: *session.config(),
+                ..Options::default()
+            });
+            let out = cov.decode(trace, image);
+            assert_eq!(out.errors, 0, "{:?}", out.first_error);
+            let mut a: Vec<_> = cov
+                .edges()
+                .map(|(e, n)| (e.from, e.to, e.kind, n))
+                .collect();
+            let mut b: Vec<_> = reference
+                .edge_counts
+                .iter()
+                .map(|(&(f, t), &(k, n))| (f, t, k, n))
+                .collect();
+            a.sort();
+            b.sort();
+            assert_eq!(a, b);
+            let mut blocks: Vec<_> = cov.blocks().collect();
+            blocks.sort();
+            assert_eq!(blocks, reference.block_list());
+            assert!(cov.map() == reference.bitmap(Default::default(), 1 << 16));
+            edges += a.len();
+            for (t, m) in total.iter_mut().zip(cov.map()) {
+                *t = t.wrapping_add(*m);
+            }
+        }
+    }
+    assert!(edges > 1000, "{edges} edges");
+    assert!(std::fs::read(&map).unwrap() == total);
+}
