@@ -451,6 +451,39 @@ pub fn aux_by_thread(data: &Path) -> BTreeMap<u32, Vec<u8>> {
     out
 }
 
+/// Every thread's AUX stream as the trace unit wrote it: each AUXTRACE
+/// record's data up to where the next record of the thread starts (a record
+/// is padded to 8 bytes, and where a recorder cuts its records is its own
+/// business), the last one whole.
+pub fn aux_stream_by_thread(data: &Path) -> BTreeMap<u32, Vec<u8>> {
+    use pt_perf_data::{MappedFile, Record};
+    let file = MappedFile::open(data).unwrap();
+    let perf = file.parse().unwrap();
+    let mut pieces: BTreeMap<u32, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
+    for r in perf.records() {
+        if let (_, Record::Auxtrace(a)) = r.unwrap() {
+            pieces
+                .entry(a.tid)
+                .or_default()
+                .push((a.offset, a.data.to_vec()));
+        }
+    }
+    pieces
+        .into_iter()
+        .map(|(tid, p)| {
+            let mut out = Vec::new();
+            for (i, (offset, bytes)) in p.iter().enumerate() {
+                let len = match p.get(i + 1) {
+                    Some((next, _)) if next > offset => bytes.len().min((next - offset) as usize),
+                    _ => bytes.len(),
+                };
+                out.extend_from_slice(&bytes[..len]);
+            }
+            (tid, out)
+        })
+        .collect()
+}
+
 /// Fails the test where a tool that CI installs is missing.
 pub fn valgrind_installed() {
     pt_testkit::tool("valgrind", "valgrind");
