@@ -454,7 +454,7 @@ pub fn aux_by_thread(data: &Path) -> BTreeMap<u32, Vec<u8>> {
 /// Every thread's AUX stream as the trace unit wrote it: each AUXTRACE
 /// record's data up to where the next record of the thread starts (a record
 /// is padded to 8 bytes, and where a recorder cuts its records is its own
-/// business), the last one whole.
+/// business), the last one without the zero bytes that may pad it.
 pub fn aux_stream_by_thread(data: &Path) -> BTreeMap<u32, Vec<u8>> {
     use pt_perf_data::{MappedFile, Record};
     let file = MappedFile::open(data).unwrap();
@@ -479,6 +479,9 @@ pub fn aux_stream_by_thread(data: &Path) -> BTreeMap<u32, Vec<u8>> {
                 };
                 out.extend_from_slice(&bytes[..len]);
             }
+            // The last record's padding: up to 7 zero bytes.
+            let zeros = out.iter().rev().take(7).take_while(|b| **b == 0).count();
+            out.truncate(out.len() - zeros);
             (tid, out)
         })
         .collect()
