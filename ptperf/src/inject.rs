@@ -136,7 +136,7 @@ impl Output {
             }
             Err(_) => {}
         }
-        let tmp = path.with_file_name(temp_name(name));
+        let tmp = temp_beside(path).unwrap_or_else(|| path.with_file_name(name));
         let file = std::fs::OpenOptions::new()
             .write(true)
             .read(true)
@@ -170,8 +170,7 @@ impl Output {
             Staging::Unnamed(_) => {
                 // linkat cannot replace a file: link under a temporary name,
                 // then rename over the output (the name lives for a moment).
-                let name = self.path.file_name().unwrap_or_default();
-                let tmp = self.path.with_file_name(temp_name(name));
+                let tmp = temp_beside(&self.path).unwrap_or_else(|| self.path.clone());
                 link_proc_fd(&written, &tmp).map_err(|e| {
                     format!(
                         "ptperf inject: {}: cannot give the written file a name: {e}",
@@ -199,12 +198,13 @@ impl Output {
     }
 }
 
-/// `.NAME.PID.tmp`, beside the output.
-fn temp_name(name: &std::ffi::OsStr) -> OsString {
+/// `.NAME.PID.tmp` beside `path`: where a file is written before it is
+/// renamed to `path` once complete (inject's fallback, export's SQLite file).
+pub(crate) fn temp_beside(path: &Path) -> Option<PathBuf> {
     let mut tmp_name = OsString::from(".");
-    tmp_name.push(name);
+    tmp_name.push(path.file_name()?);
     tmp_name.push(format!(".{}.tmp", std::process::id()));
-    tmp_name
+    Some(path.with_file_name(tmp_name))
 }
 
 /// Gives the unnamed file open as `/proc/self/fd/N` the name `to`.

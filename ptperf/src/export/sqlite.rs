@@ -57,7 +57,7 @@ impl SqliteSink {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let tmp = crate::inject::temp_beside(&dir.join(&name)).unwrap_or_else(|| dir.join(&name));
         // A leftover of a killed export with our pid would be stale: start anew.
         let _ = std::fs::remove_file(&tmp);
         let conn = Connection::open(&tmp).map_err(|e| err(sqlite_what(&e)))?;
