@@ -19,6 +19,7 @@ use iced_x86::{
     Code, Encoder, EncodingKind, Instruction, MandatoryPrefix, MemorySize, Mnemonic,
     OpCodeOperandKind as K, OpCodeTableKind, OpKind, Register,
 };
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// Condition-code spellings nasm accepts beside iced's canonical ones.
@@ -469,7 +470,62 @@ struct MemoKey {
 /// pass encodes the same, and matching it against every form of its
 /// mnemonic again is most of an assembler's time.
 #[derive(Default)]
-pub struct EncodeMemo(pt_encoder::hash::IntMap<usize, (MemoKey, Encoded)>);
+pub struct EncodeMemo {
+    /// Indexed by line: passes walk the lines in order, so this is read
+    /// sequentially (a hash table of a 200k-line file misses the cache).
+    lines: Vec<Option<(MemoKey, Encoded)>>,
+    /// Relative branches by what their bytes depend on (mnemonic and
+    /// displacement), shared by every line: a new line with the same
+    /// distance to its target (the common case in long generated tests) is
+    /// not matched against every form again.
+    branches: HashMap<BranchKey, Encoded, pt_encoder::hash::IpBuildHasher>,
+}
+
+/// What a 64-bit relative branch's bytes depend on: the mnemonic, the
+/// displacement from the instruction's address and the target's flags, the
+/// floor and the written size keywords. (In 16- and 32-bit modes targets wrap
+/// at the mode's width, so there the address itself matters.)
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct BranchKey {
+    mnemonic: &'static str,
+    floor: usize,
+    distance: i64,
+    relocs: i32,
+    provisional: bool,
+    foreign: bool,
+    size: Option<u32>,
+    jump: Option<JumpKind>,
+    strict: bool,
+}
+
+/// The mnemonics whose immediate operand can only be a branch target (no
+/// form of theirs takes an immediate).
+fn branch_only(codes: &[Code]) -> bool {
+    codes.iter().all(|c| {
+        !c.op_code().op_kinds().iter().any(|k| {
+            matches!(
+                k,
+                K::imm4_m2z
+                    | K::imm8
+                    | K::imm8_const_1
+                    | K::imm8sex16
+                    | K::imm8sex32
+                    | K::imm8sex64
+                    | K::imm16
+                    | K::imm32
+                    | K::imm32sex64
+                    | K::imm64
+            )
+        })
+    }) && codes.iter().any(|c| {
+        c.op_code().op_kinds().iter().any(|k| {
+            matches!(
+                k,
+                K::br16_1 | K::br32_1 | K::br64_1 | K::br16_2 | K::br32_4 | K::br64_4
+            )
+        })
+    })
+}
 
 /// [`encode_detailed`], remembering the result for line `line` in `memo`.
 pub fn encode_memo(
@@ -527,9 +583,10 @@ fn encode_remembered(
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
     memo: Option<(&mut EncodeMemo, usize)>,
 ) -> Result<Encoded, String> {
-    let codes = table()
-        .get(&insn.mnemonic)
+    let (mnemonic, codes) = table()
+        .get_key_value(&insn.mnemonic)
         .ok_or_else(|| format!("unknown instruction `{}'", insn.mnemonic))?;
+    let mnemonic = mnemonic.as_str();
     let mut ops = Vec::with_capacity(insn.operands.len() + 1);
     for op in &insn.operands {
         ops.push(match op {
@@ -600,15 +657,56 @@ fn encode_remembered(
     }
     let key = memo.as_ref().and_then(|_| memo_key(&ops, ctx));
     if let (Some((memo, line)), Some(key)) = (&memo, key) {
-        if let Some((k, e)) = memo.0.get(line) {
+        if let Some(Some((k, e))) = memo.lines.get(*line) {
             if *k == key {
                 return Ok(e.clone());
             }
         }
     }
-    let encoded = choose(insn, ctx, &ops, codes, opsize_prefix, addr_prefix)?;
-    if let (Some((memo, line)), Some(key)) = (memo, key) {
-        memo.0.insert(line, (key, encoded.clone()));
+    let branch = match (ops.as_slice(), ctx.bits, insn.prefixes.is_empty(), &memo) {
+        (
+            &[Resolved::Imm {
+                value,
+                size,
+                jump,
+                strict,
+            }],
+            64,
+            true,
+            Some(_),
+        ) if branch_only(codes) => Some(BranchKey {
+            mnemonic,
+            floor: ctx.floor,
+            distance: value.value.wrapping_sub(ctx.ip as i64),
+            relocs: value.relocs,
+            provisional: value.provisional,
+            foreign: value.foreign,
+            size,
+            jump,
+            strict,
+        }),
+        _ => None,
+    };
+    let shared = match (&memo, &branch) {
+        (Some((memo, _)), Some(b)) => memo.branches.get(b).cloned(),
+        _ => None,
+    };
+    let encoded = match shared {
+        Some(e) => e,
+        None => choose(insn, ctx, &ops, codes, opsize_prefix, addr_prefix)?,
+    };
+    if let Some((memo, line)) = memo {
+        if let Some(key) = key {
+            if memo.lines.len() <= line {
+                memo.lines.resize(line + 1, None);
+            }
+            if let Some(slot) = memo.lines.get_mut(line) {
+                *slot = Some((key, encoded.clone()));
+            }
+        }
+        if let Some(b) = branch {
+            memo.branches.entry(b).or_insert_with(|| encoded.clone());
+        }
     }
     Ok(encoded)
 }

@@ -111,25 +111,62 @@ enum Sym {
     Equ(i64, bool),
 }
 
-/// Label and `equ` names, borrowed from the parsed lines (every pass builds
-/// the table again; the names are the same).
-type Symbols<'a> = HashMap<&'a str, Sym, pt_encoder::hash::IpBuildHasher>;
+/// Every label and `equ` name of the source, numbered once in line order:
+/// passes then keep their definitions in a vector indexed by that number
+/// instead of building a name table again each time.
+#[derive(Default)]
+struct Names<'a> {
+    ids: HashMap<&'a str, usize, pt_encoder::hash::IpBuildHasher>,
+    names: Vec<&'a str>,
+    /// The number of each line's label, if it has one.
+    of_line: Vec<Option<usize>>,
+}
+
+impl<'a> Names<'a> {
+    fn new(lines: &'a [Line]) -> Self {
+        let mut n = Names::default();
+        for line in lines {
+            let id = line.label.as_deref().map(|name| {
+                *n.ids.entry(name).or_insert_with(|| {
+                    n.names.push(name);
+                    n.names.len() - 1
+                })
+            });
+            n.of_line.push(id);
+        }
+        n
+    }
+}
+
+/// One pass's definitions, indexed by [`Names`] number.
+type Symbols = Vec<Option<Sym>>;
 
 #[derive(Clone, Copy)]
 struct PassScope<'a> {
     /// Index of the section being laid out.
     section: usize,
-    current: &'a Symbols<'a>,
-    previous: &'a Symbols<'a>,
+    names: &'a Names<'a>,
+    current: &'a Symbols,
+    previous: &'a Symbols,
     bases: &'a [u64],
     here: i64,
     section_start: i64,
     provisional: bool,
 }
 
+impl PassScope<'_> {
+    fn get(&self, name: &str) -> Option<&Sym> {
+        let id = *self.names.ids.get(name)?;
+        match self.current.get(id) {
+            Some(Some(s)) => Some(s),
+            _ => self.previous.get(id)?.as_ref(),
+        }
+    }
+}
+
 impl Scope for PassScope<'_> {
     fn symbol(&self, name: &str) -> Option<(i64, bool)> {
-        match self.current.get(name).or_else(|| self.previous.get(name))? {
+        match self.get(name)? {
             Sym::Loc { section, offset } => Some((
                 self.bases
                     .get(*section)
@@ -146,7 +183,7 @@ impl Scope for PassScope<'_> {
     }
     fn foreign(&self, name: &str) -> bool {
         matches!(
-            self.current.get(name).or_else(|| self.previous.get(name)),
+            self.get(name),
             Some(Sym::Loc { section, .. }) if *section != self.section
         )
     }
@@ -192,8 +229,8 @@ impl Scope for MinimalScope<'_> {
     }
 }
 
-struct PassResult<'a> {
-    symbols: Symbols<'a>,
+struct PassResult {
+    symbols: Symbols,
     emitted: Vec<Emitted>,
     sections: Vec<Section>,
     org: u64,
@@ -214,6 +251,16 @@ struct Assembler<'a> {
     minimal: bool,
     /// Each instruction line's last encoding.
     memo: std::cell::RefCell<insn::EncodeMemo>,
+    /// Label and `equ` names.
+    names: Names<'a>,
+}
+
+/// Defines symbol `id` (if the line has one); true if it was defined before.
+fn define(symbols: &mut Symbols, id: Option<usize>, sym: Sym) -> bool {
+    match id.and_then(|i| symbols.get_mut(i)) {
+        Some(slot) => slot.replace(sym).is_some(),
+        None => false,
+    }
 }
 
 fn err(file: &str, line: usize, message: impl Into<String>) -> AsmError {
@@ -339,11 +386,7 @@ fn nop_fill(bits: u32, len: usize) -> Vec<u8> {
 }
 
 impl<'a> Assembler<'a> {
-    fn pass(
-        &mut self,
-        previous: &PassResult<'a>,
-        final_pass: bool,
-    ) -> Result<PassResult<'a>, AsmError> {
+    fn pass(&mut self, previous: &PassResult, final_pass: bool) -> Result<PassResult, AsmError> {
         let mut sections: Vec<Section> = previous.sections.clone();
         for s in &mut sections {
             s.size = 0;
@@ -353,7 +396,7 @@ impl<'a> Assembler<'a> {
         let mut cur = 0usize;
         let mut bits = 16u32;
         let mut default_rel = false;
-        let mut symbols = Symbols::default();
+        let mut symbols: Symbols = vec![None; self.names.names.len()];
         let mut emitted = Vec::with_capacity(self.lines.len());
         let mut org = previous.org;
         let mut org_seen = false;
@@ -375,17 +418,17 @@ impl<'a> Assembler<'a> {
                 ..Emitted::default()
             };
 
+            let id = self.names.of_line.get(idx).copied().flatten();
             if let Some(name) = &line.label {
                 if !matches!(line.stmt, Stmt::Equ(_))
-                    && symbols
-                        .insert(
-                            name.as_str(),
-                            Sym::Loc {
-                                section: cur,
-                                offset,
-                            },
-                        )
-                        .is_some()
+                    && define(
+                        &mut symbols,
+                        id,
+                        Sym::Loc {
+                            section: cur,
+                            offset,
+                        },
+                    )
                 {
                     return Err(err(file, line.number, format!("redefinition of `{name}'")));
                 }
@@ -393,6 +436,7 @@ impl<'a> Assembler<'a> {
 
             let scope = PassScope {
                 section: cur,
+                names: &self.names,
                 current: &symbols,
                 previous: &previous.symbols,
                 bases: &bases,
@@ -414,10 +458,7 @@ impl<'a> Assembler<'a> {
                 Stmt::Equ(e) => {
                     let v = expr::eval(e, &scope).map_err(|m| err(file, number, m.to_string()))?;
                     if let Some(name) = &line.label {
-                        if symbols
-                            .insert(name.as_str(), Sym::Equ(v.value, !v.is_absolute()))
-                            .is_some()
-                        {
+                        if define(&mut symbols, id, Sym::Equ(v.value, !v.is_absolute())) {
                             return Err(err(file, number, format!("redefinition of `{name}'")));
                         }
                     }
@@ -843,9 +884,10 @@ pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
         label_sections: label_sections(lines),
         minimal: false,
         memo: Default::default(),
+        names: Names::new(lines),
     };
     let initial = PassResult {
-        symbols: Symbols::default(),
+        symbols: Symbols::new(),
         emitted: Vec::new(),
         sections: vec![Section::new(".text")],
         org: 0,
@@ -887,16 +929,17 @@ pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
     let mut fin = asm.pass(&prev, true)?;
     asm.place(&mut fin.sections, fin.org)?;
     let _ = fin.org_seen;
-    finish(fin, file)
+    finish(fin, &asm.names, file)
 }
 
-/// For every label, the line whose bytes end where the label is (the last
-/// line before it that emits or aligns, in the same section).
-fn preceding_lines(lines: &[Line]) -> Vec<(String, usize)> {
+/// For every line, the labels whose address is where its bytes end (those
+/// whose last line before them that emits or aligns, in the same section, is
+/// that line).
+fn preceding_lines(lines: &[Line], ids: &Names) -> pt_encoder::hash::IntMap<usize, Vec<usize>> {
     let mut names = vec![".text".to_string()];
     let mut cur = 0;
     let mut last: Vec<Option<usize>> = vec![None];
-    let mut out = Vec::new();
+    let mut out = pt_encoder::hash::IntMap::<usize, Vec<usize>>::default();
     for (i, line) in lines.iter().enumerate() {
         if let Stmt::Section(decl) = &line.stmt {
             cur = match names.iter().position(|n| *n == decl.name) {
@@ -909,8 +952,8 @@ fn preceding_lines(lines: &[Line]) -> Vec<(String, usize)> {
             };
         }
         if let (Some(name), false) = (&line.label, matches!(line.stmt, Stmt::Equ(_))) {
-            if let Some(Some(p)) = last.get(cur) {
-                out.push((name.clone(), *p));
+            if let (Some(Some(p)), Some(&id)) = (last.get(cur), ids.ids.get(name.as_str())) {
+                out.entry(*p).or_insert_with(Vec::new).push(id);
             }
         }
         if matches!(line.stmt, Stmt::Emit { .. } | Stmt::Align { .. }) {
@@ -958,7 +1001,7 @@ fn label_sections(lines: &[Line]) -> super::NameMap<usize> {
 impl<'a> Assembler<'a> {
     /// Lays out with the given instruction lengths, until section placement
     /// settles.
-    fn measure(&mut self, lengths: &[usize], prev: &PassResult<'a>) -> Option<PassResult<'a>> {
+    fn measure(&mut self, lengths: &[usize], prev: &PassResult) -> Option<PassResult> {
         self.fixed = Some(lengths.to_vec());
         let placement = |r: &PassResult| -> Vec<(u64, u64)> {
             r.sections.iter().map(|s| (s.lma, s.vma)).collect()
@@ -1006,9 +1049,10 @@ impl<'a> Assembler<'a> {
         };
         let e = lay.emitted.get(i)?;
         let bases: Vec<u64> = lay.sections.iter().map(|s| s.vma).collect();
-        let empty = Symbols::default();
+        let empty = Symbols::new();
         let scope = PassScope {
             section: e.section,
+            names: &self.names,
             current: symbols,
             previous: &empty,
             bases: &bases,
@@ -1039,7 +1083,7 @@ impl<'a> Assembler<'a> {
     /// queue order, re-checking the others after each change. Alignment can
     /// shrink distances again, so the order matters for matching yasm.
     /// None if the layout cannot be measured this way.
-    fn relax(&mut self, initial: &PassResult<'a>) -> Option<PassResult<'a>> {
+    fn relax(&mut self, initial: &PassResult) -> Option<PassResult> {
         // 1a: shortest forms.
         self.minimal = true;
         let first = self.pass(initial, false);
@@ -1122,7 +1166,7 @@ impl<'a> Assembler<'a> {
         // order. Offsets stay those of the shortest layout, except that a
         // label sees the new length of the line just before it (yasm
         // measures a label as the end of its preceding bytecode).
-        let preceding = preceding_lines(self.lines);
+        let preceding = preceding_lines(self.lines, &self.names);
         let mut symbols = lay.symbols.clone();
         for &i in &relaxable {
             let len = lengths.get(i).copied().unwrap_or(0);
@@ -1134,11 +1178,9 @@ impl<'a> Assembler<'a> {
             }
             let count = lay.emitted.get(i).map_or(1, |e| e.count);
             let delta = ((w - len) as u64).saturating_mul(count);
-            for (name, line) in &preceding {
-                if *line == i {
-                    if let Some(Sym::Loc { offset, .. }) = symbols.get_mut(name.as_str()) {
-                        *offset = offset.wrapping_add(delta);
-                    }
+            for &id in preceding.get(&i).into_iter().flatten() {
+                if let Some(Some(Sym::Loc { offset, .. })) = symbols.get_mut(id) {
+                    *offset = offset.wrapping_add(delta);
                 }
             }
         }
@@ -1210,7 +1252,7 @@ impl<'a> Assembler<'a> {
     }
 }
 
-fn finish(fin: PassResult, file: &str) -> Result<Layout, AsmError> {
+fn finish(fin: PassResult, names: &Names, file: &str) -> Result<Layout, AsmError> {
     let org = fin.org;
     // File image: every section with bytes, at its load address minus org.
     let mut image_len = 0u64;
@@ -1265,8 +1307,9 @@ fn finish(fin: PassResult, file: &str) -> Result<Layout, AsmError> {
         });
     }
     let mut labels: BTreeMap<String, u64> = BTreeMap::new();
-    for (name, sym) in &fin.symbols {
-        match *sym {
+    for (name, sym) in names.names.iter().zip(&fin.symbols) {
+        let Some(sym) = *sym else { continue };
+        match sym {
             Sym::Loc { section, offset } => {
                 let base = fin.sections.get(section).map_or(0, |s| s.vma);
                 labels.insert(name.to_string(), base.wrapping_add(offset));

@@ -266,7 +266,7 @@ pub fn register(name: &str) -> Option<Register> {
 }
 
 /// A `short`, `near` or `far` keyword on a branch target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JumpKind {
     /// `short`: rel8.
     Short,
