@@ -223,6 +223,12 @@ pub trait Scope {
     fn foreign(&self, _name: &str) -> bool {
         false
     }
+    /// [`Self::symbol`] and [`Self::foreign`] in one: `Some((value,
+    /// is_location, foreign))`. A scope with a name table overrides it to
+    /// look the name up once.
+    fn lookup(&self, name: &str) -> Option<(i64, bool, bool)> {
+        self.symbol(name).map(|(v, loc)| (v, loc, self.foreign(name)))
+    }
 }
 
 /// Evaluates an expression.
@@ -242,12 +248,12 @@ pub fn eval(expr: &Expr, scope: &dyn Scope) -> Result<Value, EvalError> {
             foreign: false,
         }),
         Expr::Reg(_) => Err(EvalError::Register),
-        Expr::Sym(name) => match scope.symbol(name) {
-            Some((v, is_loc)) => Ok(Value {
+        Expr::Sym(name) => match scope.lookup(name) {
+            Some((v, is_loc, foreign)) => Ok(Value {
                 value: v,
                 relocs: i32::from(is_loc),
                 provisional: false,
-                foreign: scope.foreign(name),
+                foreign,
             }),
             None if scope.provisional() => {
                 // Forward reference in an early pass: pretend it is right here,

@@ -166,16 +166,20 @@ impl PassScope<'_> {
 
 impl Scope for PassScope<'_> {
     fn symbol(&self, name: &str) -> Option<(i64, bool)> {
-        match self.get(name)? {
+        self.lookup(name).map(|(v, loc, _)| (v, loc))
+    }
+    fn lookup(&self, name: &str) -> Option<(i64, bool, bool)> {
+        match *self.get(name)? {
             Sym::Loc { section, offset } => Some((
                 self.bases
-                    .get(*section)
+                    .get(section)
                     .copied()
                     .unwrap_or(0)
-                    .wrapping_add(*offset) as i64,
+                    .wrapping_add(offset) as i64,
                 true,
+                section != self.section,
             )),
-            Sym::Equ(v, loc) => Some((*v, *loc)),
+            Sym::Equ(v, loc) => Some((v, loc, false)),
         }
     }
     fn here(&self) -> i64 {
@@ -226,6 +230,12 @@ impl Scope for MinimalScope<'_> {
         self.labels
             .get(name)
             .is_some_and(|s| *s != self.inner.section)
+    }
+    fn lookup(&self, name: &str) -> Option<(i64, bool, bool)> {
+        match self.labels.get(name) {
+            Some(s) => Some((self.inner.here, true, *s != self.inner.section)),
+            None => self.inner.lookup(name).map(|(v, loc, _)| (v, loc, false)),
+        }
     }
 }
 
@@ -1112,13 +1122,13 @@ impl<'a> Assembler<'a> {
             .collect();
         // The lines whose lengths a relaxable line's values depend on: from
         // the earliest to the latest of itself and the labels it names.
-        let label_lines: HashMap<&str, usize> = self
+        let label_lines: HashMap<&str, usize, pt_encoder::hash::IpBuildHasher> = self
             .lines
             .iter()
             .enumerate()
             .filter_map(|(i, l)| l.label.as_deref().map(|n| (n, i)))
             .collect();
-        let ranges: HashMap<usize, (usize, usize)> = relaxable
+        let ranges: pt_encoder::hash::IntMap<usize, (usize, usize)> = relaxable
             .iter()
             .map(|&j| {
                 let (mut lo, mut hi) = (j, j);
