@@ -9,7 +9,7 @@
 use iced_x86::Register;
 
 /// A binary operator, by nasm precedence group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinOp {
     /// `|`
     Or,
@@ -38,7 +38,7 @@ pub enum BinOp {
 }
 
 /// A unary operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UnOp {
     /// `-`
     Neg,
@@ -49,7 +49,7 @@ pub enum UnOp {
 }
 
 /// An expression tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Expr {
     /// A number (already converted to 64 bits).
     Num(i64),
@@ -227,7 +227,8 @@ pub trait Scope {
     /// is_location, foreign))`. A scope with a name table overrides it to
     /// look the name up once.
     fn lookup(&self, name: &str) -> Option<(i64, bool, bool)> {
-        self.symbol(name).map(|(v, loc)| (v, loc, self.foreign(name)))
+        self.symbol(name)
+            .map(|(v, loc)| (v, loc, self.foreign(name)))
     }
 }
 

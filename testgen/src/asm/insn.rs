@@ -479,6 +479,60 @@ pub struct EncodeMemo {
     /// distance to its target (the common case in long generated tests) is
     /// not matched against every form again.
     branches: HashMap<BranchKey, Encoded, pt_encoder::hash::IpBuildHasher>,
+    /// Instructions whose bytes depend on nothing but their text and mode
+    /// (`nop`, `push rax`, `mov eax, 5`), by a hash of that: a file of a
+    /// million `nop`s keeps one encoding, not one per line.
+    fixed: pt_encoder::hash::IntMap<u64, Vec<(FixedKey, Encoded)>>,
+    /// Encodings made from scratch (misses).
+    chosen: usize,
+}
+
+impl EncodeMemo {
+    /// How many encodings were made from scratch, not found here.
+    pub fn chosen(&self) -> usize {
+        self.chosen
+    }
+}
+
+/// What a layout-free instruction's bytes depend on.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct FixedKey {
+    insn: Insn,
+    bits: u32,
+    default_rel: bool,
+    floor: usize,
+}
+
+/// True if `insn`'s bytes cannot depend on its address or on any label: no
+/// operand value depends on the layout, no memory operand can be
+/// RIP-relative, and no immediate can be a branch target.
+fn layout_free(insn: &Insn, codes: &[Code]) -> bool {
+    insn.operands.iter().all(|o| match o {
+        Operand::Reg(_) => true,
+        Operand::Mem(m) => {
+            (m.base.is_some() || m.index.is_some())
+                && !m.disp.as_ref().is_some_and(Expr::depends_on_layout)
+        }
+        Operand::Imm(i) => {
+            !i.expr.depends_on_layout()
+                && !codes.iter().any(|c| {
+                    c.op_code().op_kinds().iter().any(|k| {
+                        matches!(
+                            k,
+                            K::br16_1
+                                | K::br32_1
+                                | K::br64_1
+                                | K::br16_2
+                                | K::br32_4
+                                | K::br64_4
+                                | K::xbegin_2
+                                | K::xbegin_4
+                        )
+                    })
+                })
+        }
+        Operand::Far { .. } => false,
+    })
 }
 
 /// What a 64-bit relative branch's bytes depend on: the mnemonic, the
@@ -581,7 +635,7 @@ fn encode_remembered(
     insn: &Insn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
-    memo: Option<(&mut EncodeMemo, usize)>,
+    mut memo: Option<(&mut EncodeMemo, usize)>,
 ) -> Result<Encoded, String> {
     let (mnemonic, codes) = table()
         .get_key_value(&insn.mnemonic)
@@ -655,7 +709,30 @@ fn encode_remembered(
     if let (Some(64), 16 | 32) = (opsize_prefix, ctx.bits) {
         return Err(format!("o64 not valid in {}-bit mode", ctx.bits));
     }
-    let key = memo.as_ref().and_then(|_| memo_key(&ops, ctx));
+    let fixed = memo.as_ref().filter(|_| layout_free(insn, codes)).map(|_| {
+        let key = FixedKey {
+            insn: insn.clone(),
+            bits: ctx.bits,
+            default_rel: ctx.default_rel,
+            floor: ctx.floor,
+        };
+        let hash =
+            std::hash::BuildHasher::hash_one(&pt_encoder::hash::IpBuildHasher::default(), &key);
+        (hash, key)
+    });
+    if let (Some((memo, _)), Some((hash, key))) = (&memo, &fixed) {
+        if let Some((_, e)) = memo
+            .fixed
+            .get(hash)
+            .and_then(|b| b.iter().find(|(k, _)| k == key))
+        {
+            return Ok(e.clone());
+        }
+    }
+    let key = memo
+        .as_ref()
+        .filter(|_| fixed.is_none())
+        .and_then(|_| memo_key(&ops, ctx));
     if let (Some((memo, line)), Some(key)) = (&memo, key) {
         if let Some(Some((k, e))) = memo.lines.get(*line) {
             if *k == key {
@@ -693,9 +770,20 @@ fn encode_remembered(
     };
     let encoded = match shared {
         Some(e) => e,
-        None => choose(insn, ctx, &ops, codes, opsize_prefix, addr_prefix)?,
+        None => {
+            if let Some((memo, _)) = memo.as_mut() {
+                memo.chosen += 1;
+            }
+            choose(insn, ctx, &ops, codes, opsize_prefix, addr_prefix)?
+        }
     };
     if let Some((memo, line)) = memo {
+        if let Some((hash, key)) = fixed {
+            memo.fixed
+                .entry(hash)
+                .or_default()
+                .push((key, encoded.clone()));
+        }
         if let Some(key) = key {
             if memo.lines.len() <= line {
                 memo.lines.resize(line + 1, None);

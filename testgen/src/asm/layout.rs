@@ -263,6 +263,8 @@ struct Assembler<'a> {
     memo: std::cell::RefCell<insn::EncodeMemo>,
     /// Label and `equ` names.
     names: Names<'a>,
+    /// Passes over the lines so far (a file's cost is lines times this).
+    passes: usize,
 }
 
 /// Defines symbol `id` (if the line has one); true if it was defined before.
@@ -397,6 +399,7 @@ fn nop_fill(bits: u32, len: usize) -> Vec<u8> {
 
 impl<'a> Assembler<'a> {
     fn pass(&mut self, previous: &PassResult, final_pass: bool) -> Result<PassResult, AsmError> {
+        self.passes += 1;
         let mut sections: Vec<Section> = previous.sections.clone();
         for s in &mut sections {
             s.size = 0;
@@ -885,6 +888,18 @@ fn repeat(
 
 /// Lays out parsed lines into a flat binary.
 pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
+    layout_counted(lines, file).map(|(l, _)| l)
+}
+
+/// What laying out a file cost: passes over its lines and instructions
+/// matched against their forms from scratch (the memo's misses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Work {
+    passes: usize,
+    chosen: usize,
+}
+
+fn layout_counted(lines: &[Line], file: &str) -> Result<(Layout, Work), AsmError> {
     super::cycles::check(lines, file)?;
     let mut asm = Assembler {
         lines,
@@ -895,6 +910,7 @@ pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
         minimal: false,
         memo: Default::default(),
         names: Names::new(lines),
+        passes: 0,
     };
     let initial = PassResult {
         symbols: Symbols::new(),
@@ -939,7 +955,11 @@ pub fn layout(lines: &[Line], file: &str) -> Result<Layout, AsmError> {
     let mut fin = asm.pass(&prev, true)?;
     asm.place(&mut fin.sections, fin.org)?;
     let _ = fin.org_seen;
-    finish(fin, &asm.names, file)
+    let work = Work {
+        passes: asm.passes,
+        chosen: asm.memo.borrow().chosen(),
+    };
+    finish(fin, &asm.names, file).map(|l| (l, work))
 }
 
 /// For every line, the labels whose address is where its bytes end (those
@@ -1374,6 +1394,38 @@ mod tests {
             Some(&[0x66, 0x66, 0x66, 0x66, 0x66, 0x66, 0x2e][..])
         );
         assert_eq!(f.get(240..243), Some(&[0x66, 0x2e, 0x0f][..]));
+    }
+
+    fn work(source: &str) -> Work {
+        let mut parser = super::super::parse::Parser::new();
+        let lines: Vec<Line> = source
+            .lines()
+            .zip(1..)
+            .map(|(t, n)| parser.parse_line(n, t).unwrap())
+            .collect();
+        layout_counted(&lines, "t.asm").unwrap().1
+    }
+
+    /// Layout costs a fixed number of passes however long the file, and a
+    /// branch is matched against its forms once per distance, not once per
+    /// line and pass: time grows with the lines, not faster.
+    #[test]
+    fn work_grows_with_the_lines_only() {
+        let chain = |n: usize, ahead: usize| {
+            let mut s = String::from("org 0x1000\nbits 64\n");
+            for i in 0..n {
+                s.push_str(&format!("l{i}: jmp l{}\nnop\n", (i + ahead).min(n - 1)));
+            }
+            s
+        };
+        for ahead in [1, 100] {
+            let small = work(&chain(2_000, ahead));
+            let large = work(&chain(20_000, ahead));
+            assert_eq!(small.passes, large.passes, "ahead {ahead}");
+            assert!(large.passes <= 12, "{large:?}");
+            // One distance (plus the near forms near the end): a few forms.
+            assert!(large.chosen <= small.chosen + 8, "{small:?} {large:?}");
+        }
     }
 
     #[test]

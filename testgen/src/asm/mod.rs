@@ -93,7 +93,9 @@ pub struct AsmError {
 /// Assembles nasm-syntax source into a flat binary, as `yasm -f bin` would.
 pub fn assemble(source: &str, file_name: &str) -> Result<Assembly, AsmError> {
     let mut parser = parse::Parser::new();
-    let mut lines = Vec::new();
+    // Sized once: a `Line` is a few hundred bytes, and doubling a vector of
+    // a million of them would hold half as many again in slack.
+    let mut lines = Vec::with_capacity(source.lines().count());
     for (text, number) in source.lines().zip(1..) {
         let line = parser
             .parse_line(number, text)

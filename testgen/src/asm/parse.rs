@@ -277,7 +277,7 @@ pub enum JumpKind {
 }
 
 /// An immediate or branch-target operand.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Imm {
     /// The value.
     pub expr: Expr,
@@ -290,7 +290,7 @@ pub struct Imm {
 }
 
 /// A memory operand `[seg:base+index*scale+disp]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mem {
     /// An explicit size keyword, in bits.
     pub size: Option<u32>,
@@ -311,7 +311,7 @@ pub struct Mem {
 }
 
 /// An instruction operand.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Operand {
     /// A register.
     Reg(Register),
@@ -329,7 +329,7 @@ pub enum Operand {
 }
 
 /// An instruction prefix written before the mnemonic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Prefix {
     /// `lock`.
     Lock,
@@ -346,7 +346,7 @@ pub enum Prefix {
 }
 
 /// An instruction.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Insn {
     /// Prefixes before the mnemonic.
     pub prefixes: Vec<Prefix>,
