@@ -25,17 +25,7 @@ const OTHERS: &[&[u8]] = &[
     &[0x48, 0x85, 0xc0],                         // test rax, rax
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use pt_testkit::Rng;
 
 /// `blocks` blocks of 2-9 instructions each ending in `jcc rel32` to a random block;
 /// the last one jumps back to the first.
@@ -73,7 +63,7 @@ fn main() {
         .unwrap_or(50_000_000);
     let prefetch: Option<u32> = args.next().and_then(|a| a.parse().ok());
     let base = 0x40_0000;
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     let code = generate(blocks, &mut rng);
     let mut image = Image::new();
     image.add_bytes(base, code.clone(), "generated").unwrap();

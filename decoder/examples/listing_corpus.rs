@@ -28,12 +28,9 @@ use iced_x86::{Code, Decoder, DecoderOptions, EncodingKind, Instruction, OpKind,
 use pt_decoder::listing::{Formatter, Syntax};
 use pt_encoder::ExecMode;
 
-/// xorshift.
-fn next(seed: &mut u64) -> u64 {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    *seed
+/// The tests' seeded generator.
+fn next(seed: &mut pt_testkit::Rng) -> u64 {
+    seed.next()
 }
 
 fn hex(b: &[u8]) -> String {
@@ -96,7 +93,8 @@ fn sweep(files: &[String], out: &mut impl Write) {
     }
 }
 
-fn random(count: usize, mut seed: u64, bits: u32, out: &mut impl Write) {
+fn random(count: usize, seed: u64, bits: u32, out: &mut impl Write) {
+    let mut seed = pt_testkit::Rng::new(seed);
     let mut seen = HashSet::new();
     while seen.len() < count {
         let mut b = Vec::new();
@@ -132,7 +130,12 @@ fn random(count: usize, mut seed: u64, bits: u32, out: &mut impl Write) {
 
 /// Random bytes shaped by the form's opcode description: its prefixes, escape or
 /// VEX/EVEX/XOP fields, opcode, ModRM group; the rest random.
-fn form_bytes(code: Code, bits: u32, seed: &mut u64, attempt: usize) -> Option<Vec<u8>> {
+fn form_bytes(
+    code: Code,
+    bits: u32,
+    seed: &mut pt_testkit::Rng,
+    attempt: usize,
+) -> Option<Vec<u8>> {
     use iced_x86::{MandatoryPrefix, OpCodeOperandKind, OpCodeTableKind};
     let oc = code.op_code();
     let mut r = || next(seed);
@@ -315,7 +318,8 @@ fn form_bytes(code: Code, bits: u32, seed: &mut u64, attempt: usize) -> Option<V
     Some(b)
 }
 
-fn forms(bits: u32, mut seed: u64, per: usize, out: &mut impl Write) {
+fn forms(bits: u32, seed: u64, per: usize, out: &mut impl Write) {
+    let mut seed = pt_testkit::Rng::new(seed);
     let mut missing = 0;
     for code in Code::values() {
         let oc = code.op_code();

@@ -748,21 +748,7 @@ fn skip_blocks_takes_tips_like_next() {
     assert_eq!(plain.0, 120 * 5 + 1);
 }
 
-/// A small xorshift generator for the randomized tests.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use pt_testkit::Rng;
 
 /// Stub code (all branches relative), at `STUB + k * 0x40`:
 /// `E: call F; call rbx; sub rdx, 1; jnz E; jmp rcx; F: nop; ret; G: add rax, 1; ret`.
@@ -781,7 +767,7 @@ const MAIN_CODE: &[u8] = &[
 /// MTC, PSB+ and now and then something that does not fit (a wrong return bit, a TIP
 /// to nowhere, an asynchronous branch, MODE.Exec, OVF, a disable and enable).
 fn noisy_calls_trace(seed: u64, rounds: usize) -> Vec<u8> {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut out = Vec::new();
     let mut last = pt_encoder::LastIp::new();
     let mut bits: Vec<bool> = Vec::new();
@@ -1025,7 +1011,7 @@ fn skip_blocks_agrees_with_next_on_random_tnt_traces() {
     let image = image(&code);
     let mut skipped = 0;
     for seed in 1..30 {
-        let mut rng = Rng(seed * 0x9e37_79b9);
+        let mut rng = Rng::new(seed * 0x9e37_79b9);
         let mut t = T {
             buf: vec![0; 1 << 16],
             len: 0,

@@ -775,17 +775,14 @@ mod tests {
         assert!(t.iter().any(|s| s.name() == "@plt"));
     }
 
-    /// A small xorshift generator for the randomized tests.
-    fn rng(seed: &mut u64) -> u64 {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        *seed
+    /// The tests' seeded generator.
+    fn rng(seed: &mut pt_testkit::Rng) -> u64 {
+        seed.next()
     }
 
     #[test]
     fn tree_stays_balanced_through_inserts_and_erases() {
-        let mut seed = 0x1234_5678_9abc_def1;
+        let mut seed = pt_testkit::Rng::new(0x1234_5678_9abc_def1);
         for round in 0..200 {
             let mut t = tree::Tree::new();
             let n = 1 + round % 60;
@@ -808,7 +805,7 @@ mod tests {
 
     #[test]
     fn lookup_is_the_tree_search_at_every_address() {
-        let mut seed = 0x0dd_c0ff_ee15_600d;
+        let mut seed = pt_testkit::Rng::new(0x0dd_c0ff_ee15_600d);
         for _ in 0..300 {
             let n = 1 + rng(&mut seed) % 25;
             let syms: Vec<Symbol> = (0..n)
