@@ -898,32 +898,6 @@ mod tests {
     }
 
     #[test]
-    fn snapshots_follow_perfs_reader() {
-        let mut r = Ring::new(8192);
-        assert_eq!(r.snapshot(8192), None);
-        r.push(&[1; 100]);
-        // Not wrapped: what came since the start.
-        let (off, d) = r.snapshot(8192).unwrap();
-        assert_eq!((off, d.len()), (0, 100));
-        assert_eq!(r.snapshot(8192), None);
-        r.push(&[2; 50]);
-        let (off, d) = r.snapshot(8192).unwrap();
-        assert_eq!((off, d), (100, vec![2; 50]));
-        // Wrapped: the whole ring, oldest first, at the ring position it starts at.
-        r.push(&[3; 9000]);
-        let (off, d) = r.snapshot(8192).unwrap();
-        let head = (150 + 9000) % 8192;
-        assert_eq!(off, head);
-        assert_eq!(d.len(), 8192);
-        assert!(d.iter().all(|&b| b == 3));
-        // Limited to the snapshot size: the newest bytes.
-        r.push(&[4; 10]);
-        let (_, d) = r.snapshot(16).unwrap();
-        assert_eq!(&d[6..], &[4; 10]);
-        assert_eq!(&d[..6], &[3; 6]);
-    }
-
-    #[test]
     fn perfs_snapshot_sizes() {
         assert_eq!(SnapshotOptions::perf(0, false).aux_size, 4 << 20);
         let s = SnapshotOptions::perf(10000, true);
