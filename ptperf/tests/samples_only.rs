@@ -151,6 +151,24 @@ fn perf_record_software_events() {
         stderr(&o)
     );
     compare_all(&data);
+    // --json: one object a sample, named by its event.
+    let o = run({
+        let mut c = ptperf();
+        c.args(["script", "--json", "-i"]).arg(&data);
+        c
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.lines().count(), same_script(&data, &[]));
+    let mut events = std::collections::BTreeSet::new();
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        events.insert(v["event"].as_str().unwrap_or_default().to_string());
+    }
+    assert_eq!(
+        events.into_iter().collect::<Vec<_>>(),
+        ["cpu-clock:u", "task-clock:u"]
+    );
 }
 
 /// A simulated Intel PT recording of the program, its samples injected by

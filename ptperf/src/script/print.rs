@@ -1592,7 +1592,19 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// print for it, whatever `-F` says.
     pub fn json(&mut self, s: &Sample, st: &Stacks) {
         self.buf.extend_from_slice(b"{\"event\":");
-        self.json_str(s.kind.name());
+        match s.kind {
+            // A recorded sample: its event's name as the file gives it.
+            Kind::Recorded(_) => {
+                let name = self
+                    .names
+                    .iter()
+                    .find(|(k, _)| *k == s.kind)
+                    .map(|(_, n)| String::from_utf8_lossy(n).into_owned())
+                    .unwrap_or_default();
+                self.json_str(&name);
+            }
+            k => self.json_str(k.name()),
+        }
         let comm = self.comm(s.tid, s.time);
         if let Some(c) = comm {
             self.json_key("comm");
