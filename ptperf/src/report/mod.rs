@@ -230,6 +230,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
         last_comm.1
     };
     let mut kinds: Vec<pt_perf::sample::Kind> = Vec::new();
+    let mut recorded_damage = false;
     if folded_only {
         let _ = synth.run(&mut |e: Event<'_>| -> Flow {
             let Event::Sample(s, st) = e else {
@@ -279,9 +280,10 @@ fn run(a: &Args) -> Result<Outcome, String> {
         .bad_records;
         if bad > 0 {
             eprintln!(
-                "{CMD}: {}: warning: {bad} records could not be read",
+                "{CMD}: {}: damaged recording: {bad} records could not be read; the output covers the rest",
                 a.input
             );
+            recorded_damage = true;
         }
     } else {
         let _ = synth.run_into(&mut Plain {
@@ -337,7 +339,12 @@ fn run(a: &Args) -> Result<Outcome, String> {
     });
     table::write(&mut out, tables, &names, &keys, layout, printer.as_ref());
     drop(out);
-    Ok(input::finish(CMD, &a.input, &session))
+    let outcome = input::finish(CMD, &a.input, &session);
+    Ok(if recorded_damage {
+        Outcome::Damaged
+    } else {
+        outcome
+    })
 }
 
 /// The overhead table's sink: samples into [`Hists`], runs of instruction

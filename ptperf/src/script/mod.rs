@@ -481,11 +481,13 @@ fn recorded(
     });
     let _ = out.write_all(&printer.buf);
     drop(out);
+    let outcome = input::finish(CMD, &a.input, session);
     if stats.bad_records > 0 {
         eprintln!(
-            "{CMD}: {}: warning: {} records could not be read",
+            "{CMD}: {}: damaged recording: {} records could not be read; the output covers the rest",
             a.input, stats.bad_records
         );
+        return Ok(Outcome::Damaged);
     }
-    Ok(input::finish(CMD, &a.input, session))
+    Ok(outcome)
 }
