@@ -80,7 +80,8 @@
 //! - [`intel_pt`]: AUXTRACE_INFO's intel_pt part, the PMU's config bits, perf's attrs.
 //! - [`features`]: the header features ([`Feature`]).
 //! - [`reader`]: [`MappedFile`], [`PerfFile`] and its record iterators.
-//! - [`pipe`]: [`PipeReader`]. [`writer`]: [`PerfFileWriter`], [`PipeWriter`].
+//! - [`pipe`]: [`PipeReader`]. [`writer`]: [`PerfFileWriter`], [`PipeWriter`], and
+//!   [`write_pipe`] (a perf.data as perf writes a pipe).
 //! - [`recording`]: [`RecordingWriter`], the one writer of Intel PT recordings.
 //! - [`ordered`]: perf's time ordering ([`RoundQueue`]).
 //!
@@ -119,4 +120,4 @@ pub use records::{
     SampleId, StackUser, Switch, SwitchCpuWide, Task, ThreadMapEntry, Throttle, TimeConv,
     TimeConvExt,
 };
-pub use writer::{PerfFileWriter, PipeWriter};
+pub use writer::{write_pipe, PerfFileWriter, PipeWriter};

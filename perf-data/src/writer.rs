@@ -27,7 +27,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::features::{feature_id, AuxtraceIndexEntry, Feature};
 use crate::reader::{FileHeader, Section, FILE_HEADER_SIZE, MAGIC, PIPE_HEADER_SIZE};
 use crate::records::{
-    encode_auxtrace_header, encode_record, record_type, Auxtrace, Record, AUXTRACE_RECORD_SIZE,
+    encode_auxtrace_header, encode_record, record_type, trailing_data_size, Auxtrace, Record,
+    AUXTRACE_RECORD_SIZE,
 };
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
@@ -401,9 +402,266 @@ impl<W: Write> PipeWriter<W> {
         Ok(at)
     }
 
+    /// Writes a record's frame as it is (its header, body and any data after it,
+    /// such as an AUXTRACE record's trace), encoded for the events written before.
+    pub fn write_frame(&mut self, frame: &[u8]) -> Result<u64> {
+        let at = self.offset;
+        self.out.write_all(frame).map_err(io(at))?;
+        self.offset += frame.len() as u64;
+        Ok(at)
+    }
+
     /// Flushes and hands back the output.
     pub fn finish(mut self) -> Result<W> {
         self.out.flush().map_err(io(self.offset))?;
         Ok(self.out)
+    }
+}
+
+/// Writes the file-mode perf.data `perf` to `out` in pipe mode, as perf writes a
+/// pipe (`perf record -o -`, `perf inject -o -`): the pipe header; a HEADER_ATTR
+/// per event; a HEADER_FEATURE per header feature a pipe carries (all but
+/// TRACING_DATA, BUILD_ID and the AUXTRACE index, whose file offsets a pipe does
+/// not have), then the last-feature mark (no HEADER_BUILD_ID: perf 6.1 loses
+/// its place in a pipe after one, and `perf inject -o -` writes none); then the
+/// data's records as they are, in the order perf delivers them (time order),
+/// each AUXTRACE record right after the AUX record that announced its data
+/// (as `perf inject -o -` writes them), in one round: perf decodes a pipe's
+/// trace as the records after it are delivered, so the code mapped before
+/// the trace must come before it, and the whole trace before the round ends. A pipe-mode `perf` is
+/// copied as it is. Nothing is written after a broken frame (the error names
+/// it).
+pub fn write_pipe<W: Write>(perf: &crate::PerfFile<'_>, out: W) -> Result<W> {
+    let bytes = perf.bytes();
+    let mut w = PipeWriter::new(out)?;
+    let data = perf.data_range();
+    if perf.is_pipe() {
+        let start = (data.start as usize).max(PIPE_HEADER_SIZE as usize);
+        if let Some(rest) = bytes.get(start..data.end as usize) {
+            w.write_frame(rest)?;
+        }
+        return w.finish();
+    }
+    for e in perf.events() {
+        let mut ids = Vec::with_capacity(e.ids.len() * 8);
+        for &id in &e.ids {
+            ids.put_u64(id);
+        }
+        let mut attr = e.attr;
+        attr.size = ATTR_SIZE;
+        w.write(&Record::HeaderAttr {
+            attr,
+            ids: crate::U64s::new(&ids),
+        })?;
+    }
+    let skipped = [
+        feature_id::TRACING_DATA,
+        feature_id::BUILD_ID,
+        feature_id::AUXTRACE,
+    ];
+    for id in perf.feature_ids() {
+        if skipped.contains(&id) {
+            continue;
+        }
+        if let Some((section, _)) = perf.feature_raw(id) {
+            w.write(&Record::HeaderFeature {
+                feature: u64::from(id),
+                data: section,
+            })?;
+        }
+    }
+    w.write(&Record::HeaderFeature {
+        feature: u64::from(feature_id::LAST),
+        data: &[],
+    })?;
+    // The frames: (type, start, end).
+    let mut frames = Vec::new();
+    let mut at = data.start;
+    while at + 8 <= data.end {
+        let head = &bytes[at as usize..at as usize + 8];
+        let ty = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        let size = u64::from(u16::from_le_bytes([head[6], head[7]]));
+        let body_end = at + size;
+        if size < 8 || body_end > data.end {
+            return Err(Error::new(
+                at,
+                ErrorKind::RecordPastEnd {
+                    ty,
+                    size,
+                    left: data.end - at,
+                },
+            ));
+        }
+        let extra = trailing_data_size(ty, &bytes[at as usize + 8..body_end as usize]);
+        let end = body_end.saturating_add(extra);
+        if end > data.end {
+            return Err(Error::new(
+                at,
+                ErrorKind::RecordPastEnd {
+                    ty,
+                    size: size + extra,
+                    left: data.end - at,
+                },
+            ));
+        }
+        frames.push((ty, at as usize, end as usize));
+        at = end;
+    }
+    let frame = |at: u64| {
+        frames
+            .binary_search_by_key(&(at as usize), |f| f.1)
+            .ok()
+            .map(|i| &bytes[frames[i].1..frames[i].2])
+    };
+    // The AUXTRACE records not written yet, in file order: (cpu, tid, offset,
+    // file offset).
+    let mut pending: Vec<(u32, u32, u64, u64)> = perf
+        .auxtrace_records()
+        .map(|(at, a)| (a.cpu, a.tid, a.offset, at))
+        .collect();
+    let has_aux = perf.records().any(|r| matches!(r, Ok((_, Record::Aux(_)))));
+    for r in perf.ordered_records() {
+        let (at, r) = r.map_err(|e| Error::new(e.offset, e.kind))?;
+        match r {
+            Record::Auxtrace(_) if has_aux => continue,
+            // The records are in perf's order already: one round, ended
+            // at the end (a round marker between an AUX record and the data
+            // it announces would have perf decode the queue without it).
+            Record::FinishedRound => continue,
+            _ => {}
+        }
+        if let Some(f) = frame(at) {
+            w.write_frame(f)?;
+        }
+        if let Record::Aux(x) = r {
+            let end = x.aux_offset.saturating_add(x.aux_size);
+            let (cpu, tid) = (x.sample_id.cpu, x.sample_id.tid);
+            let mut i = 0;
+            while i < pending.len() {
+                let (c, t, offset, fat) = pending[i];
+                let same = if c != u32::MAX {
+                    Some(c) == cpu
+                } else {
+                    Some(t) == tid
+                };
+                if same && offset < end {
+                    if let Some(f) = frame(fat) {
+                        w.write_frame(f)?;
+                    }
+                    pending.remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+    if has_aux {
+        // Trace no AUX record announced.
+        for &(_, _, _, fat) in &pending {
+            if let Some(f) = frame(fat) {
+                w.write_frame(f)?;
+            }
+        }
+    }
+    w.write(&Record::FinishedRound)?;
+    w.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intel_pt::{config, intel_pt_attr};
+    use crate::{Comm, IntelPtInfo, PerfFile, RecordingSetup, RecordingWriter, SampleId};
+    use std::io::Cursor;
+
+    /// A recording written in pipe mode reads as the same events, features and
+    /// records, preceded by perf's pipe records (attrs, features, the last
+    /// feature's mark).
+    #[test]
+    fn a_recording_written_as_a_pipe() {
+        let pmu = 8;
+        let trace = EventDesc {
+            attr: intel_pt_attr(pmu, config::DEFAULT, true, false),
+            ids: vec![7],
+            name: Some("intel_pt//u".into()),
+        };
+        let mut setup = RecordingSetup::new(trace, IntelPtInfo::new(pmu));
+        setup.cmdline = vec!["ptperf".into(), "record".into()];
+        let mut w = RecordingWriter::new(Cursor::new(Vec::new()), "mem", setup).unwrap();
+        w.finish_init().unwrap();
+        w.write(&Record::Comm(Comm {
+            misc: 0,
+            pid: 5,
+            tid: 5,
+            comm: "x".into(),
+            sample_id: SampleId {
+                pid: Some(5),
+                tid: Some(5),
+                time: Some(1),
+                id: Some(7),
+                ..Default::default()
+            },
+        }))
+        .unwrap();
+        let psb = [0x02, 0x82].repeat(8);
+        let aux = Auxtrace {
+            offset: 0,
+            reference: 0,
+            idx: 0,
+            tid: 5,
+            cpu: u32::MAX,
+            data: &psb,
+        };
+        w.write(&Record::Auxtrace(aux)).unwrap();
+        w.finish_round().unwrap();
+        let file = w.finish().unwrap().into_inner();
+        let perf = PerfFile::parse(&file).unwrap();
+        let pipe = write_pipe(&perf, Vec::new()).unwrap();
+        let piped = PerfFile::parse(&pipe).unwrap();
+        assert!(piped.is_pipe());
+        assert!(piped.warnings().is_empty(), "{:?}", piped.warnings());
+        let names = |p: &PerfFile<'_>| -> Vec<&'static str> {
+            p.records().map(|r| r.unwrap().1.name()).collect()
+        };
+        let (a, b) = (names(&perf), names(&piped));
+        let head = b.len() - a.len();
+        // No AUX record: the trace where perf delivers it.
+        assert_eq!(
+            a,
+            [
+                "AUXTRACE_INFO",
+                "FINISHED_INIT",
+                "COMM",
+                "AUXTRACE",
+                "FINISHED_ROUND"
+            ]
+        );
+        assert_eq!(
+            b[head..],
+            [
+                "AUXTRACE_INFO",
+                "FINISHED_INIT",
+                "AUXTRACE",
+                "COMM",
+                "FINISHED_ROUND"
+            ]
+        );
+        assert!(
+            b[..head].iter().all(|n| ["ATTR", "FEATURE"].contains(n)),
+            "{b:?}"
+        );
+        assert_eq!(piped.events()[0].attr, perf.events()[0].attr);
+        assert_eq!(piped.events()[0].ids, [7]);
+        assert_eq!(
+            piped.feature(feature_id::CMDLINE).unwrap().unwrap(),
+            perf.feature(feature_id::CMDLINE).unwrap().unwrap()
+        );
+        let trace: Vec<_> = piped
+            .auxtrace_records()
+            .map(|(_, a)| a.data.to_vec())
+            .collect();
+        assert_eq!(trace, [psb]);
+        // A pipe goes through as it is.
+        assert_eq!(write_pipe(&piped, Vec::new()).unwrap(), pipe);
     }
 }

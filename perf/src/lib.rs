@@ -103,6 +103,9 @@
 //! * [`itrace`]: the `--itrace` options; [`sample`]: the samples perf synthesizes;
 //!   [`synth`]: states into samples, queue after queue in time order
 //!   ([`auxtrace_heap`], ties broken as perf's heap breaks them).
+//! * [`recorded`]: the samples a recording without trace holds (`perf record -e
+//!   cpu-clock`, `perf inject --itrace`'s output) as [`sample::Sample`]s, for
+//!   a session [`session::Session::without_trace`].
 //!
 //! Bad input never panics: a session's problems are [`session::Warning`]s naming
 //! their file offsets, a decoder's are states with an [`decode::Error`], and
@@ -115,6 +118,7 @@ pub mod auxtrace_heap;
 pub mod code;
 pub mod decode;
 pub mod itrace;
+pub mod recorded;
 pub mod sample;
 pub mod session;
 pub mod synth;

@@ -116,6 +116,10 @@ pub enum Kind {
     Exstop,
     /// `pwrx` (`--itrace=p`).
     Pwrx,
+    /// Not synthesized: a PERF_RECORD_SAMPLE of the recording (`perf record
+    /// -e cycles`, `perf inject --itrace`'s output), of the event at this
+    /// index of the file's events ([`crate::recorded`]).
+    Recorded(u16),
 }
 
 impl Kind {
@@ -132,14 +136,16 @@ impl Kind {
             Kind::Pwre => "pwre",
             Kind::Exstop => "exstop",
             Kind::Pwrx => "pwrx",
+            Kind::Recorded(_) => "recorded",
         }
     }
 
-    /// Whether perf synthesizes it as a `PERF_TYPE_SYNTH` event (with raw data).
+    /// Whether perf synthesizes it as a `PERF_TYPE_SYNTH` event (with raw data;
+    /// false for a recorded sample).
     pub fn is_synth(self) -> bool {
         !matches!(
             self,
-            Kind::Instructions | Kind::Branches | Kind::Transactions
+            Kind::Instructions | Kind::Branches | Kind::Transactions | Kind::Recorded(_)
         )
     }
 }

@@ -86,6 +86,35 @@ pub fn session<'a>(
         path: path.into(),
         source,
     })?;
+    Ok(warned(cmd, path, session))
+}
+
+/// [`session`], or for a recording without Intel PT trace that holds samples
+/// (`perf record -e cpu-clock`'s, `perf inject --itrace`'s output) its
+/// side-band ([`Session::without_trace`]): script and report show those
+/// samples, as perf does.
+pub fn session_or_samples<'a>(
+    cmd: &str,
+    path: &str,
+    perf: &PerfFile<'a>,
+    options: SessionOptions,
+) -> Result<Session<'a>, Error> {
+    match Session::new(perf, options.clone()) {
+        Err(pt_perf::session::SessionError::NotIntelPt) if pt_perf::recorded::has_samples(perf) => {
+            Ok(warned(cmd, path, Session::without_trace(perf, options)))
+        }
+        r => r
+            .map(|s| warned(cmd, path, s))
+            .map_err(|source| Error::Session {
+                cmd: cmd.into(),
+                path: path.into(),
+                source,
+            }),
+    }
+}
+
+/// `session` after its warnings went to stderr.
+fn warned<'a>(cmd: &str, path: &str, session: Session<'a>) -> Session<'a> {
     let warnings = session.warnings();
     for w in warnings.iter().take(SHOWN) {
         eprintln!("{cmd}: {path}: warning: {w}");
@@ -96,7 +125,7 @@ pub fn session<'a>(
             warnings.len() - SHOWN
         );
     }
-    Ok(session)
+    session
 }
 
 /// What the trace's decoding lost that the output does not show: decoder errors

@@ -41,8 +41,8 @@ fn recording() -> &'static Path {
     })
 }
 
-/// Samples `perf script --itrace=bpw` (the export's default: branches,
-/// PTWRITE and power events) prints for `file`.
+/// Samples `perf script --itrace=bpw` (branches, PTWRITE and power events)
+/// prints for `file`.
 fn perf_branch_samples(file: &Path) -> u64 {
     let perf = pt_testkit::tool("perf", "linux-perf");
     let out = run(Command::new(perf)
@@ -163,7 +163,7 @@ fn sqlite_export() {
     let out = run(ptperf()
         .args(["export", "sqlite"])
         .arg(&db)
-        .args(["branches", "calls", "-i"])
+        .args(["branches", "calls", "--itrace=bpw", "-i"])
         .arg(file));
     assert!(out.status.success(), "{}", stderr(&out));
     let conn = Connection::open(&db).unwrap();
@@ -193,6 +193,7 @@ fn postgres_export() {
             "postgres",
             &server.conninfo("pt_test"),
             "calls",
+            "--itrace=bpw",
             "-i",
         ])
         .arg(file));
@@ -386,7 +387,7 @@ fn same_tables_as_perfs_export_to_sqlite_with_callchains() {
 /// PTWRITE and power events: the program's recording with PTW, MWAIT, PWRE,
 /// EXSTOP (with its FUP) and PWRX packets after its first PSB+ (the simulator
 /// traces no PTWRITE instruction and models no power events), exported by
-/// default (`--itrace=bpw`, perf's p and w) and by perf's export-to-sqlite.py:
+/// with `--itrace=bpw` (perf's p and w) and by perf's export-to-sqlite.py:
 /// the samples and the ptwrite, cbr, mwait, pwre, exstop and pwrx tables agree.
 /// Without pwr_evt in the config, perf makes no mwait, pwre, exstop and pwrx
 /// events but still synthesizes their samples, which it takes for its first
@@ -547,14 +548,38 @@ fn postgres_ptwrite_power_events_and_callchains() {
     assert_eq!(n, 5, "power_events_view: cbr, mwait, pwre, exstop, pwrx");
 }
 
+/// By default the export holds the samples perf's export-to-sqlite.py gets when
+/// run as its documentation shows (`perf script -s export-to-sqlite.py DB
+/// branches calls`, no --itrace: perf script's default, the calls as branch
+/// samples with PTWRITE and power events): the same tables row for row, so
+/// the same row counts, as `perf script` prints lines.
+#[test]
+fn default_samples_are_those_of_perfs_documented_run() {
+    let file = recording();
+    let dir = scratch("export_default_vs_perf");
+    compare_with_perf_as(file, &dir, &[], "", &["branches", "calls"]);
+    let perf = pt_testkit::tool("perf", "linux-perf");
+    let out = run(Command::new(perf)
+        .args(["script", "-i"])
+        .arg(file)
+        .env("PERF_PAGER", "cat")
+        .env("HOME", perf_support::tmp()));
+    assert!(out.status.success(), "perf script: {}", stderr(&out));
+    let lines = String::from_utf8_lossy(&out.stdout).lines().count();
+    let samples = rows(&dir.join("ours.db"), "samples", "id").len();
+    // perf's zero row, then one per sample.
+    assert_eq!(samples, lines + 1);
+    assert!(lines < perf_branch_samples(file) as usize, "only the calls");
+}
+
 /// Exports `file` with perf's export-to-sqlite.py and with ours and compares
 /// perf's tables and `extra` (table, columns) row for row, and the schemas.
 fn compare_with_perf(file: &Path, name: &str, extra: &[(&str, &str)]) {
     compare_with_perf_as(file, &scratch(name), extra, "bpw", &["branches", "calls"]);
 }
 
-/// [`compare_with_perf`] in `dir`, both sides given `--itrace=ITRACE` and the
-/// script's arguments `words`.
+/// [`compare_with_perf`] in `dir`, both sides given `--itrace=ITRACE` (none
+/// if empty: the defaults) and the script's arguments `words`.
 fn compare_with_perf_as(
     file: &Path,
     dir: &Path,
@@ -572,11 +597,16 @@ fn compare_with_perf_as(
     // perf looks for the vdso in the build-id cache beside the file, as we do.
     let mut cache = file.as_os_str().to_owned();
     cache.push(".debug");
+    let itrace_arg: Vec<String> = if itrace.is_empty() {
+        vec![]
+    } else {
+        vec![format!("--itrace={itrace}")]
+    };
     let out = run(Command::new(perf)
         .arg("--buildid-dir")
         .arg(cache)
         .arg("script")
-        .arg(format!("--itrace={itrace}"))
+        .args(&itrace_arg)
         .arg("-i")
         .arg(file)
         .arg("-s")
@@ -595,7 +625,7 @@ fn compare_with_perf_as(
         .args(["export", "sqlite"])
         .arg(&ours)
         .args(words)
-        .arg(format!("--itrace={itrace}"))
+        .args(&itrace_arg)
         .arg("-i")
         .arg(file));
     assert!(out.status.success(), "{}", stderr(&out));
@@ -617,7 +647,7 @@ fn compare_with_perf_as(
         // perf's script writes Python 3 quotients (1333.812) into these
         // integer columns; ours are their integer parts, as its PostgreSQL
         // script writes them.
-        itrace.contains('p').then_some((
+        (itrace.is_empty() || itrace.contains('p')).then_some((
             "cbr",
             "id, cbr, CAST(mhz AS INTEGER), CAST(percent AS INTEGER)",
         )),

@@ -396,3 +396,94 @@ fn perf_record_output_reads_as_perf_reads_it() {
     assert_eq!((ev.attr.type_, ev.attr.config), (1, 9));
     assert_eq!(ev.name.as_deref(), Some("dummy"));
 }
+
+/// Every SIGUSR2 takes a snapshot on the ptrace and valgrind sources too:
+/// a program that runs until it is stopped, N signals half a second apart,
+/// then Ctrl-C. N AUXTRACE records whose offsets never overlap (their
+/// padded sizes included), together the execution up to the last signal
+/// as perf decodes it, without a trace error, as our decoder does.
+/// (Valgrind runs the program before the recorder replays it: a signal
+/// is kept as the instruction count valgrind had reached, and the replay
+/// takes its snapshot there.)
+#[test]
+fn repeated_snapshots_on_ptrace_and_valgrind() {
+    valgrind_installed();
+    let prog = build("bursts", "tests/programs/bursts.c", &["-O1"]);
+    const N: usize = 4;
+    for source in ["ptrace", "valgrind"] {
+        let d = dir(&format!("perf-crosscheck-snapshots-{source}"));
+        let data = d.join("bursts.data");
+        let args = ["--source", source, "-e", "intel_pt/psb_period=0/u", "-S"];
+        let child = start_recording(&prog, &args, &data);
+        for n in 1..=N {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            signal(&child, libc::SIGUSR2);
+            if source == "ptrace" {
+                // Written at once, as perf record does.
+                wait_for_auxtrace(&data, n);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        signal(&child, libc::SIGINT);
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert!(
+            err.contains("[ perf record: Captured and wrote"),
+            "{source}: {err}"
+        );
+        assert!(!err.contains("warning"), "{source}: {err}");
+        // N snapshots whose offsets do not overlap.
+        let mapped = pt_perf_data::MappedFile::open(&data).unwrap();
+        let perf_file = mapped.parse().unwrap();
+        let mut pieces: Vec<(u32, u64, u64)> = perf_file
+            .records()
+            .map(Result::unwrap)
+            .filter_map(|(_, r)| match r {
+                pt_perf_data::Record::Auxtrace(a) => Some((a.idx, a.offset, a.data.len() as u64)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pieces.len(), N, "{source}: {pieces:x?}");
+        pieces.sort();
+        for w in pieces.windows(2) {
+            let ((ia, oa, sa), (ib, ob, _)) = (w[0], w[1]);
+            assert!(
+                ia != ib || oa + sa <= ob,
+                "{source}: snapshots overlap: {pieces:x?}"
+            );
+        }
+        // perf decodes them without a trace error: the execution up to the
+        // last snapshot, from its start.
+        let (errors, _) = perf(&[
+            OsStr::new("--buildid-dir"),
+            debug_of(&data).as_os_str(),
+            OsStr::new("script"),
+            OsStr::new("--itrace=e"),
+            OsStr::new("-i"),
+            data.as_os_str(),
+        ]);
+        assert_eq!(errors, "", "{source}: perf's trace errors");
+        let got = perf_instructions(&data);
+        let want = truth(&data, &log_of(&data));
+        assert_eq!(got.len(), 1, "{source}");
+        let (tid, g) = got.iter().next().unwrap();
+        let w = &want[tid];
+        assert!(
+            g.len() > 10_000 && g.len() < w.len(),
+            "{source}: {} of {}",
+            g.len(),
+            w.len()
+        );
+        assert_eq!(
+            g[..],
+            w[..g.len()],
+            "{source}: not the execution up to the last snapshot"
+        );
+        assert_same_threads(
+            &format!("{source} snapshots, our decoder"),
+            &our_instructions(&data),
+            &got,
+        );
+        perf_report_quiet(&data);
+    }
+}

@@ -282,6 +282,8 @@ pub struct Session<'a> {
     timeless_order: Vec<usize>,
     /// The timed records perf's decoder is shown, in its order.
     event_times: Vec<EventTime>,
+    /// An Intel PT recording (see [`Session::without_trace`]).
+    traced: bool,
 }
 
 /// A timed record as perf's Intel PT decoder sees it go by: every record of the
@@ -466,6 +468,7 @@ impl<'a> Session<'a> {
             skipped,
             timeless_order: Vec::new(),
             event_times: Vec::new(),
+            traced: true,
         };
         s.read_queues(perf, &options);
         let build_ids = s.read_build_ids(perf);
@@ -485,6 +488,61 @@ impl<'a> Session<'a> {
         }
         s.find_unsynced();
         Ok(s)
+    }
+
+    /// The side-band of a recording without Intel PT trace (`perf record -e
+    /// cycles`, `perf inject --itrace`'s output): threads, their names and
+    /// their code, no queue; for the PERF_RECORD_SAMPLEs it holds
+    /// ([`crate::recorded`]). Timed when every event's samples carry TIME.
+    pub fn without_trace(perf: &PerfFile<'a>, options: SessionOptions) -> Self {
+        let warnings: Vec<Warning> = perf.warnings().iter().copied().map(Warning::File).collect();
+        let mut skipped = Skipped::default();
+        for w in perf.warnings() {
+            match *w {
+                pt_perf_data::Warning::DataSizeZero { .. } => skipped.unfinished = true,
+                pt_perf_data::Warning::BadFeature { .. } => skipped.features += 1,
+                _ => {}
+            }
+        }
+        let events = perf.events();
+        let timed = !options.timeless
+            && !events.is_empty()
+            && events
+                .iter()
+                .all(|e| e.attr.sample_type.has(SampleType::TIME));
+        let mut info = IntelPtInfo::new(u32::MAX);
+        info.time_mult = 1;
+        info.mtc = None;
+        let mut finder = maps::Finder {
+            sysroot: options.sysroot.clone(),
+            buildid_dirs: options.buildid_dirs.clone(),
+            vdso: options.vdso.clone(),
+        };
+        finder.buildid_dirs.dedup();
+        let mut s = Session {
+            info,
+            pt_config: 0,
+            config: Config::default(),
+            timed,
+            have_tsc: false,
+            queues: Vec::new(),
+            tasks: tasks::Tasks::default(),
+            maps: maps::Maps::new(finder),
+            warnings,
+            skipped,
+            timeless_order: Vec::new(),
+            event_times: Vec::new(),
+            traced: false,
+        };
+        let build_ids = s.read_build_ids(perf);
+        s.read_side_band(perf, &build_ids);
+        s
+    }
+
+    /// Whether the recording holds Intel PT trace (false for a session
+    /// [`Session::without_trace`]).
+    pub fn traced(&self) -> bool {
+        self.traced
     }
 
     /// The segments whose trace holds no PSB: a decoder cannot start anywhere in

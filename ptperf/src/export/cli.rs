@@ -34,9 +34,11 @@ schema (that of perf's export-to-sqlite.py and export-to-postgresql.py).
 
       --itrace OPTS     the samples to export, as perf script's --itrace: 'b'
                         branches, 'iNUNIT' instructions, 'w' PTWRITE, 'p'
-                        power events, 'g' call chains (default: bpw; perf
-                        gives call chains to all samples but branches, e.g.
-                        --itrace=bpwi100ig)
+                        power events, 'g' call chains (default: perf script's,
+                        as perf's scripts are documented to run: calls as
+                        branch samples, PTWRITE, power events; 'g' with
+                        callchains; perf gives call chains to all samples
+                        but branches, e.g. --itrace=bpwi100ig)
   -i, --input FILE      the perf.data (default: perf.data)
   -f, --force           replace an existing SQLite file
       --symfs DIR       look for the recorded files under DIR
@@ -301,10 +303,12 @@ mod tests {
 
     #[test]
     fn itrace_options() {
-        // By default: branches, PTWRITE and power events; chains with callchains.
+        // By default perf script's (calls as branch samples, PTWRITE, power
+        // events); chains with callchains.
         let a = args("sqlite pt.db").unwrap().unwrap();
         let i = a.itrace;
-        assert!(i.branches && i.ptwrites && i.pwr_events && !i.instructions && !i.callchain);
+        assert!(i.branches && i.calls && !i.returns && i.ptwrites && i.pwr_events);
+        assert!(!i.instructions && !i.callchain);
         let a = args("sqlite pt.db calls callchains").unwrap().unwrap();
         assert!(a.itrace.branches && a.itrace.callchain);
         // As given, with g added for callchains.

@@ -1,7 +1,8 @@
 //! Where the exported samples come from: a perf.data decoded as perf decodes
 //! it, the samples `ptperf script --itrace=…` synthesizes (perf's
-//! intel-pt.c: [`pt_perf::synth`]; by default `bpw`: branches, PTWRITE and power
-//! events, as perf's scripts get them), each resolved to its thread, file and symbol
+//! intel-pt.c: [`pt_perf::synth`]; by default those of `perf script` without
+//! `--itrace`, as perf's export scripts get them when run as their documentation
+//! shows), each resolved to its thread, file and symbol
 //! as perf resolves them, with the recording's context switches in time
 //! order. [`Exporter`] only sees [`ExportSample`]s.
 
@@ -502,8 +503,14 @@ fn synth_raw(r: Raw, cbr2khz: u64) -> Option<[u8; 12]> {
 /// exstop, pwrx) that perf's scripts synthesize by default and whose tables
 /// the export fills; call chains (`g`) when the export stores them.
 pub fn default_itrace(export: &super::ExportOptions) -> pt_perf::itrace::SynthOpts {
-    let s = if export.callchains { "bpwg" } else { "bpw" };
-    pt_perf::itrace::SynthOpts::parse(s).expect("valid --itrace options")
+    // perf's scripts are documented as `perf script -s export-to-sqlite.py DB
+    // branches calls`, with no --itrace: perf script's default, the calls
+    // (and trace begins and ends) as branch samples, TSX, PTWRITE and power
+    // events. perf gives its samples no call chains then; `callchains` asks
+    // for them (perf needs `--itrace=…g`), so it adds g.
+    let mut o = pt_perf::itrace::SynthOpts::default_for(true);
+    o.callchain = export.callchains;
+    o
 }
 
 /// Exports the samples of `session` (of the recording `perf`) into `ex`: those

@@ -19,7 +19,12 @@
 //! - `--filter`: perf's address filters
 //!   (`filter|start|stop|tracestop START[/SIZE][@FILE]`, symbols allowed).
 //! - `-o`: the output, `perf.data` by default (an existing one becomes
-//!   `perf.data.old`, as perf does).
+//!   `perf.data.old`, as perf does). `-o -` writes perf's pipe mode to
+//!   standard output (`ptperf record -o - -- CMD | perf script -i -`) and, as
+//!   perf does, gives the program standard error for its standard output;
+//!   the recording is made in a temporary file and streamed out when it ends
+//!   ([`pt_perf_data::write_pipe`]), and the code in no file (the vDSO) goes
+//!   to the user's build-id cache (`~/.debug`), where readers of a pipe look.
 //! - `--backend`: `auto` uses perf where Intel PT works, else the simulator.
 //! - `--source` (simulator): `qemu` runs the program in QEMU's user-mode
 //!   emulator with our TCG plugin (the fastest), `valgrind` runs it under valgrind, `ptrace` single-steps it,
@@ -396,15 +401,111 @@ fn backup(out: &Path) -> Result<(), String> {
     }
 }
 
-/// perf's closing lines.
+/// Set in pipe mode (`-o -`): the output is standard output.
+static PIPE: AtomicBool = AtomicBool::new(false);
+
+/// perf's closing lines (in pipe mode perf names the output `-` and counts
+/// no bytes).
 pub(crate) fn closing_lines(out: &Path, wakeups: u64) {
-    let size = std::fs::metadata(out).map_or(0, |m| m.len());
+    let pipe = PIPE.load(Ordering::Relaxed);
+    let size = if pipe {
+        0
+    } else {
+        std::fs::metadata(out).map_or(0, |m| m.len())
+    };
     eprintln!("[ perf record: Woken up {wakeups} times to write data ]");
     eprintln!(
         "[ perf record: Captured and wrote {:.3} MB {} ]",
         size as f64 / 1024.0 / 1024.0,
-        out.display()
+        if pipe { Path::new("-") } else { out }.display()
     );
+}
+
+/// Pipe mode (`-o -`): the recording is made in a temporary folder, and
+/// standard output is kept apart for it while the program writes its
+/// standard output to standard error (as perf's workload does).
+struct PipeOut {
+    dir: PathBuf,
+    stdout: std::os::fd::OwnedFd,
+}
+
+impl PipeOut {
+    fn start() -> Result<(Self, PathBuf), String> {
+        use std::os::fd::FromRawFd;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!("ptperf-pipe-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // SAFETY: duplicating our own standard descriptors.
+        let saved = unsafe { libc::dup(1) };
+        if saved < 0 || unsafe { libc::dup2(2, 1) } < 0 {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(format!(
+                "standard output: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: `saved` is a descriptor of ours that nothing else owns.
+        let stdout = unsafe { std::os::fd::OwnedFd::from_raw_fd(saved) };
+        let out = dir.join("perf.data");
+        PIPE.store(true, Ordering::Relaxed);
+        Ok((PipeOut { dir, stdout }, out))
+    }
+
+    /// Streams the recording out in pipe mode, keeps its code copies in the
+    /// user's build-id cache, and removes the temporary folder.
+    fn finish(self) -> Result<(), String> {
+        let data = self.dir.join("perf.data");
+        let r = Self::stream(&data, self.stdout);
+        let mut debug = data.clone().into_os_string();
+        debug.push(".debug");
+        let debug = PathBuf::from(debug);
+        let kept = match pt_perf::session::default_buildid_dir() {
+            Some(cache) if debug.is_dir() => copy_tree(&debug, &cache)
+                .map_err(|e| format!("build-id cache {}: {e}", cache.display())),
+            _ => Ok(()),
+        };
+        let _ = std::fs::remove_dir_all(&self.dir);
+        r.and(kept)
+    }
+
+    fn stream(data: &Path, stdout: std::os::fd::OwnedFd) -> Result<(), String> {
+        let file =
+            pt_perf_data::MappedFile::open(data).map_err(|e| format!("{}: {e}", data.display()))?;
+        let perf = file
+            .parse()
+            .map_err(|e| format!("{}: {e}", data.display()))?;
+        let out = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::from(stdout));
+        match pt_perf_data::write_pipe(&perf, out) {
+            Ok(_) => Ok(()),
+            // A reader that went away: perf ends quietly too.
+            Err(e) if e.kind == pt_perf_data::ErrorKind::Io(std::io::ErrorKind::BrokenPipe) => {
+                Ok(())
+            }
+            Err(e) => Err(format!("standard output: {e}")),
+        }
+    }
+}
+
+/// Copies the files and links under `from` into `to` (those `to` has are kept).
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let ty = e.file_type()?;
+        if ty.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if std::fs::symlink_metadata(&dst).is_ok() {
+            continue;
+        } else if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
 }
 
 /// The name of a signal, for messages.
@@ -457,7 +558,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    let o = match parse_args(args) {
+    let mut o = match parse_args(args) {
         Ok(o) => o,
         Err(ArgError(msg, usage)) => {
             if !msg.is_empty() {
@@ -491,6 +592,19 @@ pub fn main(args: &[OsString]) -> ExitCode {
         }
         b => b,
     };
+    let mut pipe = None;
+    if o.output.as_os_str() == "-" {
+        match PipeOut::start() {
+            Ok((p, out)) => {
+                o.output = out;
+                pipe = Some(p);
+            }
+            Err(e) => {
+                eprintln!("ptperf record: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     // As perf: the output's folder must exist (no folder is made).
     if let Some(dir) = o.output.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.is_dir() {
@@ -513,6 +627,15 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Backend::Perf => hw::record(&o),
         _ => sim::record(&o),
     };
+    if let Some(p) = pipe {
+        // What was recorded goes out, also when the recording failed late.
+        if let Err(e) = p.finish() {
+            if r.is_ok() {
+                eprintln!("ptperf record: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let outcome = match r {
         Ok(x) => x,
         Err(e) => {

@@ -89,9 +89,10 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     let mut signalled = None;
     if o.snapshot.is_some() {
         let signal = catch_snapshot_signal();
-        if kind == Source::Qemu && !replay {
+        if matches!(kind, Source::Qemu | Source::Valgrind) && !replay {
             // The source hands requests on where its items reach the
-            // moment they came (QEMU runs ahead of the recorder).
+            // moment they came (QEMU runs ahead of the recorder; valgrind
+            // runs the program before the recorder replays it).
             let to_recorder = Arc::new(AtomicBool::new(false));
             rec.snapshot_requests = Some(to_recorder.clone());
             signalled = Some((signal, to_recorder));
@@ -131,6 +132,7 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         } else if kind == Source::Valgrind {
             let opts = ValgrindOptions {
                 stop_flag: Some(flag.clone()),
+                snapshots: signalled.take(),
                 ..ValgrindOptions::default()
             };
             let r = ValgrindSource::record_with_progress(prog, args, opts, &mut |n| {

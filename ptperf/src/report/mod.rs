@@ -150,14 +150,14 @@ fn run(a: &Args) -> Result<Outcome, String> {
         opts.callchain = true;
         opts.callchain_sz = pt_perf::itrace::DEFAULT_CALLCHAIN_SZ;
     }
-    let children = opts.callchain && !a.no_children && !folded_only;
+    let mut children = opts.callchain && !a.no_children && !folded_only;
     // Call graphs below the entries.
-    let trees = opts.callchain && graph && !folded_only;
+    let mut trees = opts.callchain && graph && !folded_only;
     let mut params = cg.params;
     if a.inverted || (!a.no_children && !cg.params.order_set) {
         params.order = callgraph::Order::Caller;
     }
-    let layout = table::Layout {
+    let mut layout = table::Layout {
         children,
         graph,
         caller: params.order == callgraph::Order::Caller,
@@ -172,7 +172,20 @@ fn run(a: &Args) -> Result<Outcome, String> {
     if let Some(v) = &vdso {
         so.vdso.push(("[vdso]".into(), v.path().to_path_buf()));
     }
-    let session = input::session(CMD, &a.input, &perf, so)?;
+    let session = input::session_or_samples(CMD, &a.input, &perf, so)?;
+    if !session.traced() {
+        if folded_only {
+            return Err(format!("{CMD}: {}: --folded and --flamegraph need call chains: this recording holds samples without them", a.input));
+        }
+        if cg.given && graph {
+            // perf's words for samples without call chains.
+            eprintln!("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?");
+            let mut out = pt_cli::stdout();
+            let _ = out.write_all(HEADER.as_bytes());
+            return Ok(Outcome::Whole);
+        }
+        opts = SynthOpts::default();
+    }
     let plan = Plan {
         opts,
         sel: Default::default(),
@@ -188,6 +201,10 @@ fn run(a: &Args) -> Result<Outcome, String> {
         },
         xed: false,
     };
+    if !session.traced() {
+        // Recorded samples (no trace): their call chains are not shown yet.
+        (children, trees, layout.children) = (false, false, false);
+    }
     let mut synth = Synth::new(&session, opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     let names = printer.event_names();
@@ -213,6 +230,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
         last_comm.1
     };
     let mut kinds: Vec<pt_perf::sample::Kind> = Vec::new();
+    let mut recorded_damage = false;
     if folded_only {
         let _ = synth.run(&mut |e: Event<'_>| -> Flow {
             let Event::Sample(s, st) = e else {
@@ -252,6 +270,21 @@ fn run(a: &Args) -> Result<Outcome, String> {
             }
             Flow::Continue(())
         });
+    } else if !session.traced() {
+        // perf report on a recording of samples: each PERF_RECORD_SAMPLE.
+        let bad = pt_perf::recorded::for_each(&perf, &session, |r| {
+            let s = &r.sample;
+            hists.add(s, || printer.comm(s.tid, s.time));
+            std::ops::ControlFlow::Continue(())
+        })
+        .bad_records;
+        if bad > 0 {
+            eprintln!(
+                "{CMD}: {}: damaged recording: {bad} records could not be read; the output covers the rest",
+                a.input
+            );
+            recorded_damage = true;
+        }
     } else {
         let _ = synth.run_into(&mut Plain {
             hists: &mut hists,
@@ -306,7 +339,12 @@ fn run(a: &Args) -> Result<Outcome, String> {
     });
     table::write(&mut out, tables, &names, &keys, layout, printer.as_ref());
     drop(out);
-    Ok(input::finish(CMD, &a.input, &session))
+    let outcome = input::finish(CMD, &a.input, &session);
+    Ok(if recorded_damage {
+        Outcome::Damaged
+    } else {
+        outcome
+    })
 }
 
 /// The overhead table's sink: samples into [`Hists`], runs of instruction

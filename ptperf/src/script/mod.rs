@@ -386,7 +386,10 @@ fn run(a: &Args) -> Result<Outcome, String> {
     let file = input::open(CMD, &a.input)?;
     let perf = input::parse(CMD, &a.input, &file)?;
     let (so, _vdso) = session_options(&a.input, &plan, a.symfs.as_deref());
-    let session = input::session(CMD, &a.input, &perf, so)?;
+    let session = input::session_or_samples(CMD, &a.input, &perf, so)?;
+    if !session.traced() {
+        return recorded(a, &plan, &perf, &session);
+    }
     let mut synth = Synth::new(&session, plan.opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     printer.cbr2khz = synth.cbr2khz();
@@ -427,4 +430,64 @@ fn run(a: &Args) -> Result<Outcome, String> {
     }
     input::trace_warnings(CMD, &a.input, &synth);
     Ok(input::finish(CMD, &a.input, &session))
+}
+
+/// `ptperf script` on a recording of samples without trace (`perf record -e
+/// cpu-clock`'s, `perf inject --itrace`'s output): its PERF_RECORD_SAMPLEs
+/// printed as perf prints them, through the same printer and filters.
+fn recorded(
+    a: &Args,
+    plan: &Plan,
+    perf: &pt_perf_data::PerfFile<'_>,
+    session: &pt_perf::session::Session<'_>,
+) -> Result<Outcome, String> {
+    const CMD: &str = "ptperf script";
+    let mut printer = Printer::new(session, perf, plan, &plan.opts)?;
+    printer.full_source_path = a.full_source_path;
+    let mut out =
+        std::io::BufWriter::with_capacity(1 << 16, xed::XedFilter::new(pt_cli::stdout(), plan.xed));
+    let keep = |s: &Sample| {
+        plan.tids
+            .as_ref()
+            .map_or(true, |v| v.contains(&(s.tid as u32)))
+            && plan
+                .pids
+                .as_ref()
+                .map_or(true, |v| v.contains(&(s.pid as u32)))
+            && plan
+                .cpus
+                .as_ref()
+                .map_or(true, |v| v.contains(&(s.cpu as u32)))
+            && plan.time.map_or(true, |r| {
+                s.time
+                    .map_or(true, |t| t >= r.start && (r.end == 0 || t <= r.end))
+            })
+    };
+    let mut stacks = Stacks::default();
+    let stats = pt_perf::recorded::for_each(perf, session, |r| {
+        if keep(&r.sample) {
+            stacks.callchain.clear();
+            stacks.callchain.extend_from_slice(r.callchain);
+            if a.json {
+                printer.json(&r.sample, &stacks);
+            } else {
+                printer.sample_with(&r.sample, &stacks);
+            }
+            if printer.buf.len() >= 1 << 16 {
+                flush(&mut out, &mut printer.buf);
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    let _ = out.write_all(&printer.buf);
+    drop(out);
+    let outcome = input::finish(CMD, &a.input, session);
+    if stats.bad_records > 0 {
+        eprintln!(
+            "{CMD}: {}: damaged recording: {} records could not be read; the output covers the rest",
+            a.input, stats.bad_records
+        );
+        return Ok(Outcome::Damaged);
+    }
+    Ok(outcome)
 }

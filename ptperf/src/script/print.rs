@@ -351,6 +351,9 @@ pub(crate) mod w {
     }
 }
 
+/// perf's `PERF_TYPE_SYNTH`: the type of events perf synthesizes.
+const PERF_TYPE_SYNTH: u32 = 4_000_000_000;
+
 /// perf's `PERF_SAMPLE_*` bits used here.
 mod st {
     pub const IP: u64 = 1 << 0;
@@ -508,6 +511,9 @@ pub struct Printer<'s, 'a> {
     last_sym: Option<(usize, u64, std::rc::Rc<str>)>,
     /// Hardware events print `-F ip` only (no call chains, no flags).
     ip_only: bool,
+    /// By event index: the recorded samples of this event are printed as
+    /// branches (perf's `is_bts_event`).
+    bts: Vec<bool>,
     /// The upper half of the last IP printed by the `-F ip` path, and its text.
     /// The last address printed with "%16x" and its text.
     ip_text: (u64, [u8; 16]),
@@ -592,13 +598,27 @@ impl<'s, 'a> Printer<'s, 'a> {
             .map(|e| e.attr)
             .unwrap_or_default();
         let timeless = !session.is_timed() || opts.timeless_decoding;
-        let mut base = pt.sample_type.0 & st::MASK | st::IP | st::TID | st::PERIOD;
+        // A recording of samples (no trace): the fields are checked against
+        // its first sampling event's (perf checks the first event of each
+        // type; dummy and PMU events such as intel_pt// do not sample).
+        let sampler = (!session.traced()).then(|| {
+            perf.events()
+                .iter()
+                .find(|e| e.attr.type_ < 6 && !(e.attr.type_ == 1 && e.attr.config == 9))
+                .map(|e| (e.attr, e.name.clone().unwrap_or_default()))
+                .unwrap_or_default()
+        });
+        let sampling = sampler.as_ref().map(|(a, _)| *a);
+        let mut base = match sampling {
+            Some(a) => a.sample_type.0 & st::MASK,
+            None => pt.sample_type.0 & st::MASK | st::IP | st::TID | st::PERIOD,
+        };
         if timeless {
             base &= !st::TIME;
-        } else {
+        } else if sampling.is_none() {
             base |= st::TIME;
         }
-        if !session.per_cpu() {
+        if sampling.is_none() && !session.per_cpu() {
             base &= !st::CPU;
         }
         let modf = modifiers(pt.flags, 0);
@@ -618,19 +638,26 @@ impl<'s, 'a> Printer<'s, 'a> {
             names.push((k, n.into_bytes()));
         };
         let pwr_evt = session.pt_config() & (1 << 4) != 0;
-        if opts.branches {
+        // A recording of samples synthesizes nothing (perf ignores --itrace
+        // there).
+        let synthesized = if sampling.is_some() {
+            SynthOpts::default()
+        } else {
+            *opts
+        };
+        if synthesized.branches {
             add(Kind::Branches, true);
         }
-        if opts.instructions {
+        if synthesized.instructions {
             add(Kind::Instructions, true);
         }
-        if opts.transactions {
+        if synthesized.transactions {
             add(Kind::Transactions, false);
         }
-        if opts.ptwrites {
+        if synthesized.ptwrites {
             add(Kind::Ptwrite, false);
         }
-        if opts.pwr_events {
+        if synthesized.pwr_events {
             add(Kind::Cbr, false);
             add(Kind::Psb, false);
             if pwr_evt {
@@ -640,26 +667,80 @@ impl<'s, 'a> Printer<'s, 'a> {
                 add(Kind::Pwrx, false);
             }
         }
+        // Recorded samples are printed by their event's name, as they are;
+        // a BTS-like event's (branches sampled at every branch) as branches.
+        let mut bts = Vec::new();
+        if sampling.is_some() {
+            for (i, e) in perf.events().iter().enumerate() {
+                let name = e.name.clone().unwrap_or_default();
+                names.push((Kind::Recorded(i as u16), name.into_bytes()));
+                bts.push(pt_perf::recorded::is_bts_event(&e.attr));
+            }
+        }
+        let recorded_chains = sampling.is_some()
+            && perf
+                .events()
+                .iter()
+                .any(|e| e.attr.sample_type.has(pt_perf_data::SampleType::CALLCHAIN));
         let name_width = evnames.iter().map(String::len).max().unwrap_or(0);
 
         // The first hardware event decides which default fields stay
         // (perf's evsel__check_attr).
-        let hw_type = if opts.branches { base | st::ADDR } else { base };
+        let hw_type = if opts.branches && sampling.is_none() {
+            base | st::ADDR
+        } else {
+            base
+        };
         let synth_type = base & !st::PERIOD;
         let mut sel = plan.sel;
-        let first_hw = names
-            .iter()
-            .find(|(k, _)| !k.is_synth())
-            .map(|(_, n)| String::from_utf8_lossy(n).into_owned());
+        let first_hw = match &sampler {
+            Some((_, name)) => Some(name.clone()),
+            None => names
+                .iter()
+                .find(|(k, _)| !k.is_synth())
+                .map(|(_, n)| String::from_utf8_lossy(n).into_owned()),
+        };
         let first_synth = names
             .iter()
             .find(|(k, _)| k.is_synth())
             .map(|(_, n)| String::from_utf8_lossy(n).into_owned());
-        for (t, stype, name) in [
-            (OutType::Hardware, hw_type, first_hw),
-            (OutType::Synth, synth_type, first_synth),
-        ] {
-            let Some(name) = name else { continue };
+        // (output type, sample type, event name, whether fields it lacks are
+        // dropped from the output, whether user-set ADDR and CPU pass).
+        let mut checked: Vec<(OutType, u64, String, bool, bool)> = Vec::new();
+        if let Some((attr, name)) = &sampler {
+            // perf checks the first event of each type (hardware, software,
+            // …, PMUs such as intel_pt// last), dummy events aside, against
+            // the one field list; only the sampling event's lacks matter to
+            // what is printed. User-set ADDR and CPU pass where the file has
+            // the AUXTRACE feature.
+            let allow = perf
+                .feature_ids()
+                .contains(&pt_perf_data::feature_id::AUXTRACE);
+            let order = |t: u32| if t == PERF_TYPE_SYNTH { 6 } else { t.min(7) };
+            for rank in 0..8 {
+                let first = perf.events().iter().find(|e| {
+                    order(e.attr.type_) == rank && !(e.attr.type_ == 1 && e.attr.config == 9)
+                });
+                if let Some(e) = first {
+                    let is_sampler = e.attr == *attr;
+                    let stype = if is_sampler {
+                        base
+                    } else {
+                        e.attr.sample_type.0 & st::MASK
+                    };
+                    let n = if is_sampler {
+                        name.clone()
+                    } else {
+                        e.name.clone().unwrap_or_default()
+                    };
+                    checked.push((OutType::Hardware, stype, n, is_sampler, allow));
+                }
+            }
+        } else {
+            checked.extend(first_hw.map(|n| (OutType::Hardware, hw_type, n, true, true)));
+            checked.extend(first_synth.map(|n| (OutType::Synth, synth_type, n, true, true)));
+        }
+        for (t, stype, name, remove, allow) in checked {
             let o = &mut sel.out[t as usize];
             let checks: [(u64, u64, &str, &str, bool); 4] = [
                 (f::ADDR, st::ADDR, "ADDR", "addr", true),
@@ -672,14 +753,16 @@ impl<'s, 'a> Printer<'s, 'a> {
                     continue;
                 }
                 if o.user_set_fields & field != 0 {
-                    if allow_user {
+                    if allow_user && allow {
                         continue;
                     }
                     return Err(format!(
                         "Samples for '{name}' event do not have {msg} attribute set. Cannot print '{fname}' field."
                     ));
                 }
-                o.fields &= !field;
+                if remove {
+                    o.fields &= !field;
+                }
             }
             if o.fields & f::SYMOFFSET != 0 && o.fields & f::SYM == 0 {
                 return Err("Display of offsets requested but symbol is notselected.".into());
@@ -711,6 +794,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             ip_text: (u64::MAX, [b' '; 16]),
             ip_only: sel.out[OutType::Hardware as usize].fields == f::IP
                 && !opts.callchain
+                && !recorded_chains
                 && !sel.flags,
             prefix: Default::default(),
             prefix_key: None,
@@ -723,7 +807,8 @@ impl<'s, 'a> Printer<'s, 'a> {
             comm_cache: None,
             spacing: 0,
             flag_texts: Default::default(),
-            callchains: opts.callchain,
+            callchains: opts.callchain || recorded_chains,
+            bts,
             pad_dso: if plan.pad_dso { 50 } else { 0 },
             srclines: None,
             srcline_cache: Default::default(),
@@ -1143,7 +1228,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// formatted when the thread, CPU or name change, else copied.
     fn start(&mut self, fields: u64, s: &Sample) {
         // Events with call chains (all but branches) have the name unpadded.
-        let unpadded = self.callchains && fields & f::IP != 0 && s.kind != Kind::Branches;
+        let unpadded = self.callchains && fields & f::IP != 0 && !self.is_branch(s.kind);
         let comm = if fields & f::COMM != 0 {
             self.comm(s.tid, s.time)
         } else {
@@ -1507,7 +1592,19 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// print for it, whatever `-F` says.
     pub fn json(&mut self, s: &Sample, st: &Stacks) {
         self.buf.extend_from_slice(b"{\"event\":");
-        self.json_str(s.kind.name());
+        match s.kind {
+            // A recorded sample: its event's name as the file gives it.
+            Kind::Recorded(_) => {
+                let name = self
+                    .names
+                    .iter()
+                    .find(|(k, _)| *k == s.kind)
+                    .map(|(_, n)| String::from_utf8_lossy(n).into_owned())
+                    .unwrap_or_default();
+                self.json_str(&name);
+            }
+            k => self.json_str(k.name()),
+        }
         let comm = self.comm(s.tid, s.time);
         if let Some(c) = comm {
             self.json_key("comm");
@@ -1726,6 +1823,16 @@ impl<'s, 'a> Printer<'s, 'a> {
         true
     }
 
+    /// Whether `k`'s samples are printed as branches (`ip => addr`).
+    #[inline]
+    fn is_branch(&self, k: Kind) -> bool {
+        match k {
+            Kind::Branches => true,
+            Kind::Recorded(i) => self.bts.get(usize::from(i)).copied().unwrap_or(false),
+            _ => false,
+        }
+    }
+
     /// One sample's line, without call chain or branch stack.
     pub fn sample(&mut self, s: &Sample) {
         self.sample_with(s, &Stacks::default());
@@ -1734,7 +1841,7 @@ impl<'s, 'a> Printer<'s, 'a> {
     /// One sample's line (and lines of its call chain).
     #[inline(always)]
     pub fn sample_with(&mut self, s: &Sample, st: &Stacks) {
-        if self.ip_only && !s.kind.is_synth() && s.kind != Kind::Branches {
+        if self.ip_only && !s.kind.is_synth() && !self.is_branch(s.kind) {
             self.ip_run(std::iter::once(s.ip), 1);
             return;
         }
@@ -1776,7 +1883,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             self.head.set(|b| b.extend_from_slice(written));
             self.head_key = Some(key);
         }
-        if s.kind == Kind::Branches {
+        if self.is_branch(s.kind) {
             // perf_sample__fprintf_bts
             if fields & f::CALLINDENT != 0 {
                 self.callindent(s, fields);

@@ -50,6 +50,11 @@ pub fn spin() -> &'static PathBuf {
 /// and stderr piped, and waits for the program's "ready" line: the
 /// program has run that far (with either execution source).
 pub fn start_spin(args: &[&str], data: &Path) -> std::process::Child {
+    start_recording(spin(), args, data)
+}
+
+/// [`start_spin`] with another program that writes "ready\n" first.
+pub fn start_recording(program: &Path, args: &[&str], data: &Path) -> std::process::Child {
     use std::io::Read;
     let mut child = ptperf()
         .args(["record", "--backend", "sim"])
@@ -57,7 +62,7 @@ pub fn start_spin(args: &[&str], data: &Path) -> std::process::Child {
         .arg("-o")
         .arg(data)
         .arg("--")
-        .arg(spin())
+        .arg(program)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -69,6 +69,13 @@ pub struct ValgrindOptions {
     /// cleared, and if it becomes true again during the replay, the replay
     /// ends there.
     pub stop_flag: Option<Arc<AtomicBool>>,
+    /// Snapshot requests (SIGUSR2), as the QEMU source takes them: `.0` is
+    /// set when one comes. Valgrind runs the program before the replay, so a
+    /// request is kept as the number of instructions valgrind had reported
+    /// then, and the replay sets `.1` (the recorder's
+    /// [`crate::record::SimRecording::snapshot_requests`]) once it has
+    /// yielded that many: one snapshot per request, where it came.
+    pub snapshots: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
 }
 
 impl Default for ValgrindOptions {
@@ -77,6 +84,7 @@ impl Default for ValgrindOptions {
             valgrind: OsString::from("valgrind"),
             disable_aslr: true,
             stop_flag: None,
+            snapshots: None,
         }
     }
 }
@@ -518,6 +526,8 @@ struct Run {
     sealed: u64,
     root: u32,
     stopped: bool,
+    /// Instructions reported when each snapshot request came.
+    snapshot_marks: VecDeque<u64>,
 }
 
 impl Run {
@@ -778,6 +788,12 @@ pub struct ValgrindSource {
     stop_flag: Option<Arc<AtomicBool>>,
     done: bool,
     superblocks: u64,
+    /// See [`ValgrindOptions::snapshots`].
+    snapshots: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+    /// Instruction counts where the replay hands a snapshot request on.
+    snapshot_marks: VecDeque<u64>,
+    /// Instructions yielded so far.
+    yielded: u64,
 }
 
 impl ValgrindSource {
@@ -852,6 +868,7 @@ impl ValgrindSource {
             sealed: 0,
             root,
             stopped: false,
+            snapshot_marks: VecDeque::new(),
         };
         run.procs.insert(
             root,
@@ -876,10 +893,13 @@ impl ValgrindSource {
             // This stop request is served; another one ends the replay.
             f.store(false, Ordering::Relaxed);
         }
-        Ok(Self::replay(run, opts.stop_flag))
+        let mut src = Self::replay(run, opts.stop_flag);
+        src.snapshots = opts.snapshots;
+        Ok(src)
     }
 
-    fn replay(run: Run, stop_flag: Option<Arc<AtomicBool>>) -> Self {
+    fn replay(mut run: Run, stop_flag: Option<Arc<AtomicBool>>) -> Self {
+        let snapshot_marks = std::mem::take(&mut run.snapshot_marks);
         let mut images = run.images;
         let mut chains: HashMap<u32, Vec<usize>> = HashMap::new();
         for (i, img) in images.iter().enumerate() {
@@ -932,6 +952,9 @@ impl ValgrindSource {
             stop_flag,
             done: false,
             superblocks,
+            snapshots: None,
+            snapshot_marks,
+            yielded: 0,
         };
         if let Some(chain) = src.chains.get(&src.root).cloned() {
             src.stack.push(src.frame(chain));
@@ -950,6 +973,26 @@ impl ValgrindSource {
             left: 0,
             pos: vec![StreamPos::default(); n],
             started: false,
+        }
+    }
+
+    /// Hands the next snapshot request on to the recorder once the replay
+    /// reached it and the recorder took the one before (one per step, so
+    /// that requests close together are not merged). A request that comes
+    /// during the replay applies where the replay is.
+    fn hand_on_snapshot(&mut self) {
+        let Some((signal, to_recorder)) = &self.snapshots else {
+            return;
+        };
+        if signal.swap(false, Ordering::Relaxed) {
+            self.snapshot_marks.push_back(self.yielded);
+        }
+        match self.snapshot_marks.front() {
+            Some(&m) if m <= self.yielded && !to_recorder.load(Ordering::Relaxed) => {
+                to_recorder.store(true, Ordering::Relaxed);
+                self.snapshot_marks.pop_front();
+            }
+            _ => {}
         }
     }
 
@@ -1481,6 +1524,14 @@ fn collect(
     let mut last_read = std::time::Instant::now();
     let mut pause = Duration::from_micros(50);
     while !run.tasks.is_empty() {
+        if let Some((signal, _)) = &opts.snapshots {
+            if signal.swap(false, Ordering::Relaxed) {
+                // The request applies to what valgrind reported up to now.
+                run.read_all();
+                let n = run.instructions();
+                run.snapshot_marks.push_back(n);
+            }
+        }
         if !run.stopped
             && opts
                 .stop_flag
@@ -1624,6 +1675,10 @@ impl ExecutionSource for ValgrindSource {
         loop {
             if let Some((item, image)) = self.queue.pop_front() {
                 self.image = image;
+                if matches!(item, ExecItem::Insn(_)) {
+                    self.yielded += 1;
+                }
+                self.hand_on_snapshot();
                 return Ok(Some(item));
             }
             if self.done {

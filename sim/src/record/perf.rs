@@ -35,10 +35,10 @@
 //!   any reader maps it as a file.
 //! - **Snapshot mode** (`-S`): each thread's AUX area is a ring of
 //!   [`SnapshotOptions::aux_size`] bytes the trace overwrites; a snapshot
-//!   copies what each ring gained since the last one (the whole ring once it
-//!   has wrapped, at most [`SnapshotOptions::size`] bytes) with perf's
-//!   offset convention (the offset is the ring position the copy starts at),
-//!   and AUXTRACE_INFO says snapshot_mode so that perf removes the overlap.
+//!   copies what each ring gained since the last one (as much of it as the
+//!   ring still holds, at most [`SnapshotOptions::size`] bytes) at its
+//!   offset in the thread's trace stream: snapshots never overlap, and
+//!   AUXTRACE_INFO says snapshot_mode, as perf writes it.
 //!
 //! Checkpoints make the file on disk complete (perf reads a killed
 //! recording up to the last one).
@@ -171,15 +171,13 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> String + '_ {
 }
 
 /// One thread's AUX area in snapshot mode: a ring the trace overwrites, and
-/// what perf's snapshot reader keeps of it.
+/// where the last snapshot ended.
 struct Ring {
     buf: Vec<u8>,
     /// Bytes written ever.
     written: u64,
-    /// perf's `mm->prev`: where the last snapshot ended (adjusted head).
+    /// `written` at the last snapshot.
     prev: u64,
-    /// Whether perf has seen the ring wrap (sticky).
-    wrapped: bool,
 }
 
 impl Ring {
@@ -188,7 +186,6 @@ impl Ring {
             buf: vec![0; size as usize],
             written: 0,
             prev: 0,
-            wrapped: false,
         }
     }
 
@@ -205,46 +202,41 @@ impl Ring {
         self.written += bytes.len() as u64;
     }
 
-    /// What perf's snapshot reader copies now (intel_pt_find_snapshot and
-    /// auxtrace's read): (offset, the two pieces), or None when nothing is new.
+    /// A snapshot: the trace written since the last one that the ring still
+    /// holds, at most `max` bytes, the newest; (its stream offset, bytes), or
+    /// None when nothing is new.
+    ///
+    /// An AUXTRACE record's size is a multiple of 8 (perf pads the data with
+    /// zeros): the stream is padded with PAD packets (zeros) to a multiple of
+    /// 8 here, so that the padding is trace and the next snapshot starts
+    /// after it.
+    ///
+    /// perf copies the whole ring once it has wrapped (the kernel does not
+    /// say how much is new) and numbers it from the adjusted head, so that
+    /// snapshots taken close together overlap and the reader has to find
+    /// and cut the overlap. The simulator knows what is new: its snapshots
+    /// are consecutive pieces of one stream whose offsets never overlap.
     fn snapshot(&mut self, max: u64) -> Option<(u64, Vec<u8>)> {
         let len = self.buf.len() as u64;
-        let mut head = self.written % len;
-        // perf's first-wrap test: anything non-zero in the ring's last 4 KiB.
-        if !self.wrapped {
-            let tail = self.buf.len().saturating_sub(4096);
-            self.wrapped = self.buf[tail..].iter().any(|&b| b != 0);
+        let pad = (self.written.wrapping_neg() % 8) as usize;
+        if pad != 0 && self.written != self.prev {
+            self.push(&[0; 8][..pad]);
         }
-        let old;
-        if self.wrapped {
-            old = head;
-            head += len;
-        } else {
-            old = self.prev % len;
-            if old > head {
-                head += len;
-            }
-        }
-        if old == head {
+        let size = (self.written - self.prev).min(len).min(max) & !7;
+        self.prev = self.written;
+        if size == 0 {
             return None;
         }
-        let (head_off, old_off) = (head % len, old % len);
-        let mut size = if head_off > old_off {
-            head_off - old_off
+        let offset = self.written - size;
+        let head = (self.written % len) as usize;
+        let size = size as usize;
+        let mut data = Vec::with_capacity(size);
+        if size > head {
+            data.extend_from_slice(&self.buf[self.buf.len() - (size - head)..]);
+            data.extend_from_slice(&self.buf[..head]);
         } else {
-            len - (old_off - head_off)
-        };
-        size = size.min(max);
-        let offset = head - size;
-        let mut data = Vec::with_capacity(size as usize);
-        if size > head_off {
-            let len1 = (size - head_off) as usize;
-            data.extend_from_slice(&self.buf[self.buf.len() - len1..]);
-            data.extend_from_slice(&self.buf[..head_off as usize]);
-        } else {
-            data.extend_from_slice(&self.buf[(head_off - size) as usize..head_off as usize]);
+            data.extend_from_slice(&self.buf[head - size..head]);
         }
-        self.prev = head;
         Some((offset, data))
     }
 }
@@ -851,6 +843,35 @@ fn complete_vdso(merged: &mut [u8], read: &[bool], own: Option<&[u8]>) {
 mod tests {
     use super::*;
 
+    /// Snapshots are the stream's consecutive pieces: what is new since the
+    /// last one, the newest `max` bytes of it the ring still holds, at their
+    /// stream offsets; never overlapping, none when nothing is new.
+    #[test]
+    fn ring_snapshots_never_overlap() {
+        let stream: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
+        let mut r = Ring::new(4096);
+        assert_eq!(r.snapshot(4096), None);
+        r.push(&stream[..100]);
+        // Padded with PAD packets to a multiple of 8.
+        let padded = |b: &[u8]| [b, &[0; 8][..b.len().wrapping_neg() % 8]].concat();
+        assert_eq!(r.snapshot(4096), Some((0, padded(&stream[..100]))));
+        assert_eq!(r.snapshot(4096), None);
+        r.push(&stream[104..3000]);
+        r.push(&stream[3000..5000]);
+        // The ring wrapped: the last 4096 bytes, from offset 904.
+        assert_eq!(r.snapshot(8192), Some((904, stream[904..5000].to_vec())));
+        r.push(&stream[5000..5010]);
+        assert_eq!(r.snapshot(4096), Some((5000, padded(&stream[5000..5010]))));
+        // At most `max` bytes (a multiple of 8), the newest.
+        r.push(&stream[5016..9000]);
+        assert_eq!(r.snapshot(1003), Some((8000, stream[8000..9000].to_vec())));
+        // One push larger than the ring.
+        r.push(&stream[..]);
+        let (off, data) = r.snapshot(4096).unwrap();
+        assert_eq!(off, 9000 + 10_000 - 4096);
+        assert_eq!(data, stream[10_000 - 4096..]);
+    }
+
     /// A recorded vDSO gets this process's pages where it matches them, and
     /// only then.
     #[test]
@@ -874,32 +895,6 @@ mod tests {
         assert_eq!(short, own[..4096]);
         complete_vdso(&mut rec, &read, None);
         assert_eq!(rec, before);
-    }
-
-    #[test]
-    fn snapshots_follow_perfs_reader() {
-        let mut r = Ring::new(8192);
-        assert_eq!(r.snapshot(8192), None);
-        r.push(&[1; 100]);
-        // Not wrapped: what came since the start.
-        let (off, d) = r.snapshot(8192).unwrap();
-        assert_eq!((off, d.len()), (0, 100));
-        assert_eq!(r.snapshot(8192), None);
-        r.push(&[2; 50]);
-        let (off, d) = r.snapshot(8192).unwrap();
-        assert_eq!((off, d), (100, vec![2; 50]));
-        // Wrapped: the whole ring, oldest first, at the ring position it starts at.
-        r.push(&[3; 9000]);
-        let (off, d) = r.snapshot(8192).unwrap();
-        let head = (150 + 9000) % 8192;
-        assert_eq!(off, head);
-        assert_eq!(d.len(), 8192);
-        assert!(d.iter().all(|&b| b == 3));
-        // Limited to the snapshot size: the newest bytes.
-        r.push(&[4; 10]);
-        let (_, d) = r.snapshot(16).unwrap();
-        assert_eq!(&d[6..], &[4; 10]);
-        assert_eq!(&d[..6], &[3; 6]);
     }
 
     #[test]
