@@ -424,12 +424,18 @@ fn with_encoder<R>(bits: u32, f: impl FnOnce(&mut Reused) -> R) -> R {
     })
 }
 
+/// Why an instruction cannot be encoded, in yasm's words (its messages are
+/// free text: the operand combination, the value out of range, the mode).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EncodeError(pub String);
+
 /// Encodes an instruction at `ctx.ip`.
 pub fn encode(
     insn: &Insn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, EncodeError> {
     encode_detailed(insn, ctx, eval).map(|e| e.bytes)
 }
 
@@ -448,8 +454,8 @@ pub fn encode_detailed(
     insn: &Insn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
-) -> Result<Encoded, String> {
-    encode_remembered(insn, ctx, eval, None)
+) -> Result<Encoded, EncodeError> {
+    encode_remembered(insn, ctx, eval, None).map_err(EncodeError)
 }
 
 /// What an instruction's encoding depends on besides its text: the values
@@ -478,8 +484,8 @@ pub fn encode_memo(
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
     memo: &mut EncodeMemo,
     line: usize,
-) -> Result<Encoded, String> {
-    encode_remembered(insn, ctx, eval, Some((memo, line)))
+) -> Result<Encoded, EncodeError> {
+    encode_remembered(insn, ctx, eval, Some((memo, line))).map_err(EncodeError)
 }
 
 fn memo_key(ops: &[Resolved<'_>], ctx: &Context) -> Option<MemoKey> {
@@ -1311,6 +1317,7 @@ mod tests {
             Expr::Num(n) => Ok(Value::num(*n)),
             _ => crate::asm::expr::eval(e, &Fixed),
         })
+        .map_err(|e| e.0)
     }
 
     struct Fixed;
