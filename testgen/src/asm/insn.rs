@@ -14,7 +14,7 @@
 //! * a memory operand without a size is an error when the size matters.
 
 use super::expr::{EvalError, Expr, Value};
-use super::parse::{Insn, JumpKind, Mem, Operand, Prefix};
+use super::parse::{AsmInsn, JumpKind, Mem, Operand, Prefix};
 use iced_x86::{
     Code, Encoder, EncodingKind, Instruction, MandatoryPrefix, MemorySize, Mnemonic,
     OpCodeOperandKind as K, OpCodeTableKind, OpKind, Register,
@@ -432,7 +432,7 @@ pub struct EncodeError(pub String);
 
 /// Encodes an instruction at `ctx.ip`.
 pub fn encode(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
 ) -> Result<Vec<u8>, EncodeError> {
@@ -451,7 +451,7 @@ pub struct Encoded {
 
 /// Encodes an instruction at `ctx.ip`, with details about the encoding.
 pub fn encode_detailed(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
 ) -> Result<Encoded, EncodeError> {
@@ -479,7 +479,7 @@ pub struct EncodeMemo(pt_encoder::hash::IntMap<usize, (MemoKey, Encoded)>);
 
 /// [`encode_detailed`], remembering the result for line `line` in `memo`.
 pub fn encode_memo(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
     memo: &mut EncodeMemo,
@@ -528,7 +528,7 @@ fn memo_key(ops: &[Resolved<'_>], ctx: &Context) -> Option<MemoKey> {
 }
 
 fn encode_remembered(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
     memo: Option<(&mut EncodeMemo, usize)>,
@@ -621,7 +621,7 @@ fn encode_remembered(
 
 /// The encoding yasm picks among the forms of `codes` that take `ops`.
 fn choose(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     ops: &[Resolved<'_>],
     codes: &[Code],
@@ -731,7 +731,7 @@ fn choose(
 fn collect(
     codes: &[Code],
     ops: &[Resolved<'_>],
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     addr_prefix: Option<u32>,
     found: &mut Vec<Candidate>,
@@ -819,7 +819,7 @@ fn build(
     kinds: &[K],
     explicit: &[(usize, K)],
     ops: &[Resolved<'_>],
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     addr_prefix: Option<u32>,
     force_disp32: bool,
