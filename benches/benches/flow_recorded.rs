@@ -54,7 +54,7 @@ fn words(path: &Path) -> std::io::Result<()> {
 }
 
 /// Records `cmd` (or reuses the recording) and loads its image; `Err` says why not.
-fn recorded(name: &str, cmd: &[String]) -> Result<Recorded, String> {
+fn recorded(name: &str, cmd: &[String]) -> Result<Recorded, Box<dyn std::error::Error>> {
     let dir = dir();
     let data = dir.join(format!("{name}.data"));
     if !data.exists() {
@@ -65,8 +65,7 @@ fn recorded(name: &str, cmd: &[String]) -> Result<Recorded, String> {
         if !have_valgrind {
             return Err("valgrind is not installed".into());
         }
-        let mut source = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())
-            .map_err(|e| e.to_string())?;
+        let mut source = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())?;
         let rec = SimRecording::new(TraceConfig {
             tsc: true,
             mtc: Some(3),

@@ -26,7 +26,7 @@ fn dir() -> PathBuf {
 }
 
 /// gzip of 200 KB, recorded once (`ptperf record`'s default configuration).
-fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
+fn recorded() -> Result<(Vec<u8>, Image, Config), Box<dyn std::error::Error>> {
     let dir = dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let data = dir.join("gzip.data");
@@ -47,8 +47,7 @@ fn recorded() -> Result<(Vec<u8>, Image, Config), String> {
             "-f".to_string(),
             input.display().to_string(),
         ];
-        let mut source = ValgrindSource::record("gzip", &args, ValgrindOptions::default())
-            .map_err(|e| e.to_string())?;
+        let mut source = ValgrindSource::record("gzip", &args, ValgrindOptions::default())?;
         let rec = SimRecording::new(TraceConfig::perf_default());
         eprintln!("recording gzip on the simulator");
         let summary = record_perf_data(&mut source, &rec, &PerfDataOptions::new(&data), |_| {})?;

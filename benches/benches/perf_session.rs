@@ -28,7 +28,7 @@ fn dir() -> PathBuf {
 }
 
 /// Records `cmd` into `NAME.data` unless it is there.
-fn record(name: &str, cmd: &[String]) -> Result<PathBuf, String> {
+fn record(name: &str, cmd: &[String]) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let dir = dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let data = dir.join(format!("{name}.data"));
@@ -37,8 +37,7 @@ fn record(name: &str, cmd: &[String]) -> Result<PathBuf, String> {
     }
     // The recording needs valgrind: a missing one fails the bench, never skips it.
     pt_testkit::tool("valgrind", "valgrind");
-    let mut source = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())
-        .map_err(|e| e.to_string())?;
+    let mut source = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())?;
     let rec = SimRecording::new(TraceConfig {
         tsc: true,
         mtc: Some(3),

@@ -1,6 +1,6 @@
 //! The block cache: straight-line runs of instructions, decoded once and reused.
 //!
-//! A [`Block`] is the run of instructions from a start IP up to and including the first
+//! A [`CachedBlock`] is the run of instructions from a start IP up to and including the first
 //! one that ends a block ([`Insn::ends_block`]: anything that can change the flow, plus
 //! MOV CR3 and VMPTRLD, to which synchronous events bind), or up to the end of the
 //! section that holds it. The instruction-flow decoder then handles a whole block with
@@ -104,7 +104,7 @@ pub enum BlockEnd {
 
 /// A run of instructions decoded once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
+pub struct CachedBlock {
     /// The first instruction's address.
     pub ip: u64,
     /// The execution mode it was decoded in.
@@ -126,7 +126,7 @@ pub struct Block {
 }
 
 /// What the hot loop of a flow decoder needs from a block, in 16 bytes (kept apart
-/// from the full [`Block`] so that the walk touches little memory).
+/// from the full [`CachedBlock`] so that the walk touches little memory).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockSummary {
     /// How many instructions the block holds.
@@ -141,7 +141,7 @@ pub struct BlockSummary {
     links: [u32; 2],
 }
 
-impl Block {
+impl CachedBlock {
     /// The address after the last instruction.
     pub fn fall_through(&self) -> u64 {
         self.last.next_ip()
@@ -187,7 +187,7 @@ type IpMap = pt_encoder::hash::IpMap<u32>;
 
 /// Decoded blocks keyed by (IP, execution mode).
 pub struct BlockCache {
-    blocks: Vec<Block>,
+    blocks: Vec<CachedBlock>,
     /// Parallel to `blocks`.
     hot: Vec<BlockSummary>,
     sizes: Vec<u8>,
@@ -304,7 +304,7 @@ impl BlockCache {
     /// # Panics
     /// If `id` does not come from this cache since its last clear.
     #[inline]
-    pub fn block(&self, id: BlockId) -> &Block {
+    pub fn block(&self, id: BlockId) -> &CachedBlock {
         &self.blocks[id.index()]
     }
 
@@ -318,7 +318,7 @@ impl BlockCache {
     }
 
     /// The block at `id`, or `None` if the id is stale.
-    pub fn get(&self, id: BlockId) -> Option<&Block> {
+    pub fn get(&self, id: BlockId) -> Option<&CachedBlock> {
         self.blocks.get(id.index())
     }
 
@@ -529,7 +529,7 @@ impl BlockCache {
             // Not even one instruction: the first one is bad.
             return Err(CodeError::new(ErrorCode::BadInsn, ip));
         };
-        self.blocks.push(Block {
+        self.blocks.push(CachedBlock {
             ip,
             mode,
             section,

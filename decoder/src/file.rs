@@ -1,7 +1,8 @@
 //! Trace files as libipt's tools take them: `<file>[:<from>[-<to>]]` ([`split_range`],
 //! [`TraceFile`]), mapped where possible, read with a bound from a pipe, devices that
 //! never end refused; and numbers as libipt's tools read them ([`parse_u64`], C's
-//! `strtoull` with base 0). ptdump, ptxed and the side-band options share them.
+//! `strtoull` with base 0), and the refusal of an option's value ([`OptionError`]).
+//! ptdump, ptxed and the side-band options share them.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -42,6 +43,56 @@ pub fn os_reason(e: &io::Error) -> String {
     match text.rfind(" (os error ") {
         Some(at) if text.ends_with(')') => text[..at].to_string(),
         _ => text,
+    }
+}
+
+/// An option of libipt's tools (or of ours beside them) refused: libipt's
+/// message, without the program name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OptionError {
+    /// The value is not what the option takes.
+    #[error("{option}: bad argument: {value}.")]
+    Bad {
+        /// The option.
+        option: String,
+        /// Its value.
+        value: String,
+    },
+    /// The value is larger than the option's field.
+    #[error("{option}: value too big: {value}.")]
+    TooBig {
+        /// The option.
+        option: String,
+        /// Its value.
+        value: String,
+    },
+    /// `--pevent:sample-config` takes `<id>:<sample type>`.
+    #[error("bad sample config {0}: invalid argument.")]
+    SampleConfig(String),
+    /// A second `--perf` file (the files given).
+    #[error("--perf: duplicate perf.data files: {0}.")]
+    DuplicatePerf(String),
+    /// Not an option of this tool.
+    #[error("unknown option: {0}.")]
+    Unknown(String),
+}
+
+impl OptionError {
+    /// [`OptionError::Bad`] of `option` and `value`.
+    pub fn bad(option: &str, value: &str) -> Self {
+        OptionError::Bad {
+            option: option.to_string(),
+            value: value.to_string(),
+        }
+    }
+
+    /// A list of numbers: `<n>[,<n>...]`.
+    pub fn parse_list(option: &str, value: &str) -> Result<Vec<u32>, OptionError> {
+        value
+            .split(',')
+            .map(|s| s.trim().parse().map_err(|_| Self::bad(option, value)))
+            .collect()
     }
 }
 

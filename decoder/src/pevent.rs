@@ -19,6 +19,7 @@
 //! assert_eq!(String::from_utf8(out).unwrap(), "PERF_RECORD_ITRACE_START  1/2  { }\n");
 //! ```
 
+use crate::file::OptionError;
 use pt_perf_data::records::{encode_record, misc, parse_record, record_type};
 use pt_perf_data::{
     AttrFlags, AuxFlags, EventAttr, EventDesc, EventTable, IntelPtInfo, Record, SampleId,
@@ -729,13 +730,15 @@ impl SbOptions {
 
     /// Takes option `arg` (with its value); the error is libipt's message without the
     /// program name.
-    pub fn set(&mut self, arg: &str, value: Option<&str>) -> Result<(), String> {
+    pub fn set(&mut self, arg: &str, value: Option<&str>) -> Result<(), OptionError> {
         let v = value.unwrap_or("");
-        let num = |max: u64| -> Result<u64, String> {
-            let n =
-                crate::file::parse_u64(v).ok_or_else(|| format!("{arg}: bad argument: {v}."))?;
+        let num = |max: u64| -> Result<u64, OptionError> {
+            let n = crate::file::parse_u64(v).ok_or_else(|| OptionError::bad(arg, v))?;
             if n > max {
-                return Err(format!("{arg}: value too big: {v}."));
+                return Err(OptionError::TooBig {
+                    option: arg.to_string(),
+                    value: v.to_string(),
+                });
             }
             Ok(n)
         };
@@ -765,7 +768,7 @@ impl SbOptions {
                     Some((id, crate::file::parse_u64(st)?))
                 });
                 let Some(pair) = pair else {
-                    return Err(format!("bad sample config {v}: invalid argument."));
+                    return Err(OptionError::SampleConfig(v.to_string()));
                 };
                 self.config.sample_config.push(pair);
             }
@@ -779,7 +782,7 @@ impl SbOptions {
             "--pevent:vdso-x64" => self.vdso[0] = Some(v.to_string()),
             "--pevent:vdso-x32" => self.vdso[1] = Some(v.to_string()),
             "--pevent:vdso-ia32" => self.vdso[2] = Some(v.to_string()),
-            _ => return Err(format!("unknown option: {arg}.")),
+            _ => return Err(OptionError::Unknown(arg.to_string())),
         }
         Ok(())
     }

@@ -35,7 +35,7 @@
 use pt_decoder::image::Image;
 use pt_encoder::ExecMode;
 
-use crate::decode::insn::{Branch, Insn, Op, INSN_BUF};
+use crate::decode::insn::{Branch, Op, PerfInsn, INSN_BUF};
 use crate::decode::{PlainInsn, RunBlock, Step, TntWalk, WalkError, Walker};
 
 use pt_encoder::hash::IpMap;
@@ -53,7 +53,7 @@ pub enum End {
 
 /// A run of instructions up to a branch, decoded once.
 #[derive(Clone, Copy, Debug)]
-pub struct Block {
+pub struct WalkBlock {
     /// The first instruction's IP.
     pub ip: u64,
     /// How many instructions (0 only for a block of nothing at `End::Bad`).
@@ -61,7 +61,7 @@ pub struct Block {
     /// The last instruction's IP.
     pub last_ip: u64,
     /// The last instruction, as perf sees it (a branch if `end` is `Branch`).
-    pub last: Insn,
+    pub last: PerfInsn,
     /// Why the block ends.
     pub end: End,
     /// Where its instructions start in the cache's arena.
@@ -111,7 +111,7 @@ type Key = (u64, ExecMode);
 struct Cache {
     /// The mode its instructions are decoded in.
     mode: ExecMode,
-    blocks: Vec<Block>,
+    blocks: Vec<WalkBlock>,
     /// Per block, the last two blocks the walk went on to from it (IP, block),
     /// so that following a branch seldom needs the hash map.
     succ: Vec<[(u64, u32); 2]>,
@@ -147,7 +147,7 @@ impl Cache {
         let first = self.insns.len() as u32;
         let mut at = ip;
         let mut n = 0u32;
-        let mut last = Insn::default();
+        let mut last = PerfInsn::default();
         let mut last_ip = ip;
         // The section's bytes from `ip` on: instructions inside it decode
         // straight from them (one at its end may go on into the next section).
@@ -169,7 +169,7 @@ impl Cache {
             let Ok(pi) = pt_decoder::insn::decode(&bytes[..got], at, self.mode) else {
                 break End::Bad;
             };
-            let insn = Insn::from_pt(&pi, &bytes[..got]);
+            let insn = PerfInsn::from_pt(&pi, &bytes[..got]);
             let kept = usize::from(pi.size).min(got);
             bytes[kept..].fill(0);
             self.insns.push(PlainInsn {
@@ -189,7 +189,7 @@ impl Cache {
             }
         };
         let id = self.blocks.len() as u32;
-        self.blocks.push(Block {
+        self.blocks.push(WalkBlock {
             ip,
             ninsn: n,
             last_ip,
@@ -341,7 +341,7 @@ impl CodeWalker {
     }
 
     /// The block that starts at `ip` in `image`.
-    pub fn block(&mut self, image: &Image, ip: u64) -> Block {
+    pub fn block(&mut self, image: &Image, ip: u64) -> WalkBlock {
         let c = self.cache(image);
         let id = c.lookup(image, ip);
         c.blocks[id as usize]
@@ -349,7 +349,7 @@ impl CodeWalker {
 
     /// The instruction IPs of `block` (one of this walker's for `image`), first to
     /// last, into `out`.
-    pub fn block_insns(&mut self, image: &Image, block: &Block, out: &mut Vec<u64>) {
+    pub fn block_insns(&mut self, image: &Image, block: &WalkBlock, out: &mut Vec<u64>) {
         let c = self.cache(image);
         let insns = &c.insns[block.first as usize..][..block.ninsn as usize];
         out.extend(insns.iter().map(|i| i.ip));
@@ -359,7 +359,7 @@ impl CodeWalker {
     pub fn walk(
         &mut self,
         image: &Image,
-        insn: &mut Insn,
+        insn: &mut PerfInsn,
         ip: &mut u64,
         to_ip: u64,
         max_insn_cnt: u64,
@@ -424,10 +424,10 @@ impl CodeWalker {
                         b.last
                     } else {
                         // A plain instruction: its length and bytes are in the block.
-                        Insn {
+                        PerfInsn {
                             length: pi.len,
                             buf: pi.bytes,
-                            ..Insn::default()
+                            ..PerfInsn::default()
                         }
                     };
                     self.cursor = Some(Cursor {
@@ -724,7 +724,7 @@ impl<'w, 'i> ImageWalker<'w, 'i> {
 impl Walker for ImageWalker<'_, '_> {
     fn walk(
         &mut self,
-        insn: &mut Insn,
+        insn: &mut PerfInsn,
         ip: &mut u64,
         to_ip: u64,
         max_insn_cnt: u64,
@@ -785,7 +785,7 @@ mod tests {
     fn walks_to_the_branch() {
         let im = image();
         let mut w = CodeWalker::new();
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         let mut ip = 0x1000;
         let n = w.walk(&im, &mut insn, &mut ip, 0, 0).unwrap();
         assert_eq!((n, ip, insn.op, insn.rel), (3, 0x1005, Op::Jcc, -7));
@@ -797,7 +797,7 @@ mod tests {
     fn blocks_are_keyed_on_the_execution_mode() {
         let im = image();
         let mut w = CodeWalker::new();
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         let mut ip = 0x1000;
         assert_eq!(w.walk(&im, &mut insn, &mut ip, 0, 0), Ok(3));
         w.set_mode(ExecMode::Bit32);
@@ -818,7 +818,7 @@ mod tests {
     fn walks_one_at_a_time() {
         let im = image();
         let mut w = CodeWalker::new();
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         let mut ips = Vec::new();
         let mut ip = 0x1000;
         for _ in 0..3 {
@@ -836,7 +836,7 @@ mod tests {
     fn stops_at_to_ip() {
         let im = image();
         let mut w = CodeWalker::new();
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         let mut ip = 0x1000;
         let n = w.walk(&im, &mut insn, &mut ip, 0x1004, 0).unwrap();
         assert_eq!((n, ip, insn.length), (1, 0x1004, 0));
@@ -848,7 +848,7 @@ mod tests {
     fn no_code_is_an_error() {
         let im = image();
         let mut w = CodeWalker::new();
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         let mut ip = 0x2000;
         assert_eq!(
             w.walk(&im, &mut insn, &mut ip, 0, 0),

@@ -4,23 +4,23 @@
 //! execution log, restricted by [`TracedFilter`] to what the configuration
 //! traces.
 //!
-//! The recording is read with pt-perf-data: each thread's AUX stream (its
-//! AUXTRACE records, by `idx`), cut where the thread execs (the trace unit
-//! restarts there with a PSB+), each piece decoded with the image its
-//! process's MMAP2 records describe (the vDSO and code in no file come from
-//! the build-id cache and the dumps beside the file, see
-//! [`pt_sim::record::PerfDataSink`]). The simulator writes a thread's trace
-//! before the side-band that follows it, so file order tells which program
-//! a chunk of trace belongs to. Snapshot recordings are not checked here.
+//! The recording is read with pt-perf's session: each thread's AUX queue, cut
+//! where the thread execs (the trace unit restarts there with a PSB+), each
+//! piece decoded with the image its process's MMAP2 records describe (the vDSO
+//! and code in no file come from the build-id cache and the dumps beside the
+//! file, see [`pt_sim::record::PerfDataSink`]). The simulator writes a thread's
+//! trace before the side-band that follows it, so file order (the records'
+//! offsets the session keeps) tells which program a chunk of trace belongs to.
+//! Snapshot recordings are not checked here.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use pt_decoder::event::EventKind;
 use pt_decoder::image::Image;
 use pt_decoder::{Config, Decoder, Granularity, Item};
 use pt_hal::config::TraceConfig;
-use pt_perf_data::{misc, Feature, MappedFile, Record};
+use pt_perf::session::{Session, SessionOptions};
+use pt_perf_data::MappedFile;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::{ExecutionSource, ThreadId};
 use pt_sim::record::FilterSpec;
@@ -105,8 +105,8 @@ impl TracePiece {
     }
 }
 
-/// A full-trace recording of the simulator, read back for checking (a small
-/// reader of our own files; the decoder's perf.data session supersedes it).
+/// A full-trace recording of the simulator, read back for checking through
+/// pt-perf's session.
 #[derive(Clone, Debug)]
 pub struct Recording {
     /// The configuration of the intel_pt event.
@@ -128,29 +128,12 @@ impl Recording {
     }
 }
 
-/// The file an MMAP2 names, as the decoder loads it: `[vdso]` through the
-/// build-id cache beside the perf.data.
-fn image_file(name: &str, perf_data: &Path, build_ids: &HashMap<String, Vec<u8>>) -> PathBuf {
-    if name == "[vdso]" {
-        let cache = pt_elf::BuildIdCache::new(pt_sim::record::debug_dir(perf_data));
-        if let Some(p) = build_ids
-            .get(name)
-            .and_then(|id| cache.linked(id, pt_elf::EntryKind::Vdso))
-        {
-            return p;
-        }
-    }
-    PathBuf::from(name)
-}
-
 fn read_recording(path: &Path) -> Result<Recording, Error> {
     let err = |e: &dyn std::fmt::Display| Error::recording(path, e);
     let file = MappedFile::open(path).map_err(|e| err(&e))?;
     let perf = file.parse().map_err(|e| err(&e))?;
-    let info = perf
-        .intel_pt_info()
-        .ok_or_else(|| err(&"no intel_pt AUXTRACE_INFO: not an Intel PT recording"))?
-        .map_err(|e| err(&e))?;
+    let session = Session::new(&perf, SessionOptions::for_file(path)).map_err(|e| err(&e))?;
+    let info = session.info();
     let pt = perf
         .events()
         .iter()
@@ -165,98 +148,150 @@ fn read_recording(path: &Path) -> Result<Recording, Error> {
     .map_err(|e| err(&e))?;
     let filter = String::from_utf8_lossy(info.filter.as_deref().unwrap_or(&[])).into_owned();
     let filters = FilterSpec::parse_list(&filter).map_err(|e| err(&e))?;
-    let mtc = info.mtc.unwrap_or_default();
-    let decoder = Config {
-        mtc_freq: config.mtc.unwrap_or(0),
-        nom_freq: info.max_non_turbo_ratio.unwrap_or(0) as u8,
-        cpuid_0x15_eax: mtc.tsc_ctc_ratio_d as u32,
-        cpuid_0x15_ebx: mtc.tsc_ctc_ratio_n as u32,
-        ..Config::default()
-    };
-    let mut build_ids = HashMap::new();
-    if let Some(Ok(Feature::BuildId(v))) = perf.feature(pt_perf_data::feature_id::BUILD_ID) {
-        for b in v {
-            let name = String::from_utf8_lossy(&b.filename).into_owned();
-            build_ids.insert(name, b.build_id.as_bytes().to_vec());
-        }
-    }
-    // Per process: its executable mappings; per thread: execs, comm, the piece
-    // being filled.
-    let mut maps: HashMap<u32, Vec<MapLine>> = HashMap::new();
-    let mut execs: HashMap<ThreadId, u32> = HashMap::new();
-    let mut comms: HashMap<u32, String> = HashMap::new();
-    let mut open: HashMap<ThreadId, usize> = HashMap::new();
-    let mut pieces: Vec<TracePiece> = Vec::new();
-    // Thread → process, from ITRACE_START (which comes before a thread's trace).
-    let mut pids: HashMap<u32, u32> = HashMap::new();
-    for r in perf.records() {
-        let (_, r) = r.map_err(|e| err(&e))?;
-        match r {
-            Record::Comm(c) if c.misc & misc::COMM_EXEC != 0 => {
-                let t = ThreadId {
-                    pid: c.pid,
-                    tid: c.tid,
-                };
-                *execs.entry(t).or_default() += 1;
-                comms.insert(c.pid, c.comm.to_str_lossy().into_owned());
-                maps.insert(c.pid, Vec::new());
-                open.remove(&t);
-            }
-            Record::Mmap2(m) if m.prot & 4 != 0 => {
-                let name = m.filename.to_str_lossy();
-                let line = MapLine {
-                    start: m.start,
-                    end: m.start + m.len,
-                    file_offset: m.pgoff,
-                    perms: "r-xp".into(),
-                    path: image_file(&name, path, &build_ids),
-                };
-                let v = maps.entry(m.pid).or_default();
-                v.retain(|o| o.end <= line.start || o.start >= line.end);
-                v.push(line);
-                for (t, &i) in &open {
-                    if t.pid == m.pid {
-                        pieces[i].maps = v.clone();
-                    }
-                }
-            }
-            Record::Fork(f) if f.pid != f.ppid => {
-                let m = maps.get(&f.ppid).cloned().unwrap_or_default();
-                maps.insert(f.pid, m);
-                if let Some(c) = comms.get(&f.ppid).cloned() {
-                    comms.insert(f.pid, c);
-                }
-            }
-            Record::ItraceStart(s) => {
-                pids.insert(s.tid, s.pid);
-            }
-            Record::Auxtrace(a) => {
-                let t = ThreadId {
-                    pid: pids.get(&a.tid).copied().unwrap_or(a.tid),
-                    tid: a.tid,
-                };
-                let i = *open.entry(t).or_insert_with(|| {
-                    pieces.push(TracePiece {
-                        thread: t,
-                        execs: execs.get(&t).copied().unwrap_or(0),
-                        comm: comms.get(&t.pid).cloned().unwrap_or_default(),
+    let side = FileOrder::new(&session);
+    let mut pieces: Vec<(u64, TracePiece)> = Vec::new();
+    for q in session.queues() {
+        let Some(tid) = q.tid else { continue };
+        let thread = ThreadId {
+            pid: side.pid(tid),
+            tid,
+        };
+        // The thread's AUX data, cut where it execs (its trace unit restarts there).
+        let execs = side.execs(tid);
+        let mut open: Option<usize> = None;
+        for p in &q.pieces {
+            let at = p.record_offset;
+            let n = execs.iter().filter(|&&x| x < at).count();
+            let open_n = open.map(|i| pieces[i].1.execs);
+            if open_n != Some(n as u32) {
+                // Its program runs until the next exec of the thread (or the end).
+                let until = execs.iter().copied().find(|&x| x > at).unwrap_or(u64::MAX);
+                pieces.push((
+                    at,
+                    TracePiece {
+                        thread,
+                        execs: n as u32,
+                        comm: side.comm(tid, at),
                         data: Vec::new(),
-                        maps: maps.get(&t.pid).cloned().unwrap_or_default(),
-                    });
-                    pieces.len() - 1
-                });
-                pieces[i].data.extend_from_slice(a.data);
+                        maps: side.maps(thread.pid, until, &session),
+                    },
+                ));
+                open = Some(pieces.len() - 1);
             }
-            _ => {}
+            if let Some(i) = open {
+                pieces[i].1.data.extend_from_slice(p.data);
+            }
         }
     }
+    // In file order, as the threads' traces came.
+    pieces.sort_by_key(|(at, _)| *at);
     Ok(Recording {
         config,
         filters,
-        decoder,
-        snapshot: info.snapshot_mode != 0,
-        pieces,
+        decoder: *session.config(),
+        snapshot: session.snapshot(),
+        pieces: pieces.into_iter().map(|(_, p)| p).collect(),
     })
+}
+
+/// The session's side-band taken in file order, as the kernel sees it (an exec
+/// replaces the process's mappings, a fork copies them): the simulator writes a
+/// thread's trace before the side-band that follows it, so a record's file offset
+/// says which program a piece of trace belongs to.
+struct FileOrder<'s> {
+    threads: Vec<&'s pt_perf::session::Thread>,
+}
+
+impl<'s> FileOrder<'s> {
+    fn new(session: &'s Session<'_>) -> Self {
+        FileOrder {
+            threads: session.threads().collect(),
+        }
+    }
+
+    fn of(&self, tid: u32) -> impl Iterator<Item = &'s pt_perf::session::Thread> + '_ {
+        self.threads.iter().copied().filter(move |t| t.tid == tid)
+    }
+
+    /// The process of `tid` (itself when no record said).
+    fn pid(&self, tid: u32) -> u32 {
+        self.of(tid).find_map(|t| t.pid).unwrap_or(tid)
+    }
+
+    /// The file offsets of the execs of `tid`, in order.
+    fn execs(&self, tid: u32) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .of(tid)
+            .flat_map(|t| t.comms.iter())
+            .filter(|c| c.exec)
+            .map(|c| c.record_offset)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The name of `tid` at file offset `at`: its last COMM before it.
+    fn comm(&self, tid: u32, at: u64) -> String {
+        self.of(tid)
+            .flat_map(|t| t.comms.iter())
+            .filter(|c| c.record_offset < at)
+            .max_by_key(|c| c.record_offset)
+            .map(|c| c.comm.clone())
+            .unwrap_or_default()
+    }
+
+    /// The executable mappings of `pid` just before file offset `until`: those
+    /// since its last exec, or else inherited at its fork, later ones replacing
+    /// what they overlap.
+    fn maps(&self, pid: u32, until: u64, session: &Session<'_>) -> Vec<MapLine> {
+        let exec = self
+            .threads
+            .iter()
+            .filter(|t| t.pid == Some(pid))
+            .flat_map(|t| t.comms.iter())
+            .filter(|c| c.exec && c.record_offset < until)
+            .map(|c| c.record_offset)
+            .max();
+        // The process's fork: that of its main thread, from another process.
+        let fork = self
+            .of(pid)
+            .filter_map(|t| Some((t.fork_offset?, t.parent_tid?)))
+            .filter(|&(at, _)| at < until)
+            .max_by_key(|&(at, _)| at)
+            .map(|(at, ptid)| (at, self.pid(ptid)))
+            .filter(|&(_, ppid)| ppid != pid);
+        let (mut v, since) = match (exec, fork) {
+            (Some(e), _) => (Vec::new(), e),
+            (None, Some((f, ppid))) => (self.maps(ppid, f, session), f),
+            (None, None) => (Vec::new(), 0),
+        };
+        for m in session.mappings() {
+            let exec_prot = m.prot.is_some_and(|p| p & 4 != 0);
+            let span = since..until;
+            if m.pid != Some(pid) || !exec_prot || !span.contains(&m.record_offset) {
+                continue;
+            }
+            let line = MapLine {
+                start: m.start,
+                end: m.end(),
+                file_offset: m.pgoff,
+                perms: "r-xp".into(),
+                path: code_path(m, session),
+            };
+            v.retain(|o: &MapLine| o.end <= line.start || o.start >= line.end);
+            v.push(line);
+        }
+        v
+    }
+}
+
+/// The file a mapping's code is read from: the session's lookup (the vDSO and
+/// dumps through the build-id cache beside the perf.data), else its own name.
+fn code_path(m: &pt_perf::session::Mapping, session: &Session<'_>) -> PathBuf {
+    match session.code_file(m) {
+        Ok(c) => c.path.clone(),
+        Err(_) => PathBuf::from(&m.filename),
+    }
 }
 
 /// The instructions each thread's trace shows, in order: the ground truth

@@ -312,7 +312,9 @@ fn user_mode_sources_are_refused_with_os() {
     assert!(s.identical() && s.decoded > 0, "{s:?}");
     let rec = SimRecording::new(TraceConfig::default());
     let opts = PerfDataOptions::new(tmp("unseen-os").join("t.data"));
-    let e = record_perf_data(&mut os(false), &rec, &opts, |_| {}).unwrap_err();
+    let e = record_perf_data(&mut os(false), &rec, &opts, |_| {})
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("kernel tracing (OS=1) cannot be simulated"),
         "{e}"

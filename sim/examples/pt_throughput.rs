@@ -19,7 +19,7 @@ fn rate(n: u64, secs: f64) -> String {
     format!("{:7.1} M instructions/s", n as f64 / secs / 1e6)
 }
 
-fn main() -> Result<(), String> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let log = match args.next() {
         Some(p) => std::fs::read(&p).map_err(|e| format!("{p}: {e}"))?,
@@ -29,16 +29,15 @@ fn main() -> Result<(), String> {
                 "/bin/true",
                 std::iter::empty::<&str>(),
                 Default::default(),
-            )
-            .map_err(|e| e.to_string())?;
-            let mut w = LogWriter::new(Vec::new()).map_err(|e| e.to_string())?;
-            pt_sim::exec::log::write_source(&mut t, &mut w).map_err(|e| e.to_string())?;
-            w.finish().map_err(|e| e.to_string())?
+            )?;
+            let mut w = LogWriter::new(Vec::new())?;
+            pt_sim::exec::log::write_source(&mut t, &mut w)?;
+            w.finish()?
         }
     };
     let rounds: u32 = args.next().and_then(|r| r.parse().ok()).unwrap_or(3);
-    let mut src = LogReader::new(&log[..]).map_err(|e| e.to_string())?;
-    let items = collect(&mut src).map_err(|e| e.to_string())?;
+    let mut src = LogReader::new(&log[..])?;
+    let items = collect(&mut src)?;
     let mem = src.memory().clone();
     let insns = items
         .iter()
@@ -53,8 +52,8 @@ fn main() -> Result<(), String> {
 
     let t = Instant::now();
     for _ in 0..rounds {
-        let mut r = LogReader::new(&log[..]).map_err(|e| e.to_string())?;
-        while r.next_item().map_err(|e| e.to_string())?.is_some() {}
+        let mut r = LogReader::new(&log[..])?;
+        while r.next_item()?.is_some() {}
     }
     println!(
         "log replay alone:           {}",
@@ -84,7 +83,7 @@ fn main() -> Result<(), String> {
         let mut bytes = 0usize;
         let t = Instant::now();
         for _ in 0..rounds {
-            let mut l = PtLogic::new(cfg, SimParams::default()).map_err(|e| e.to_string())?;
+            let mut l = PtLogic::new(cfg, SimParams::default())?;
             l.enable();
             for it in &items {
                 l.item(it, &mem);
@@ -101,21 +100,20 @@ fn main() -> Result<(), String> {
         let t = Instant::now();
         let mut sim_bytes = 0usize;
         for _ in 0..rounds {
-            let mut b = SimBackend::new(SimParams::default(), SimOutput::default())
-                .map_err(|e| e.to_string())?;
-            b.configure(&cfg).map_err(|e| e.to_string())?;
-            b.start().map_err(|e| e.to_string())?;
-            let mut r = LogReader::new(&log[..]).map_err(|e| e.to_string())?;
+            let mut b = SimBackend::new(SimParams::default(), SimOutput::default())?;
+            b.configure(&cfg)?;
+            b.start()?;
+            let mut r = LogReader::new(&log[..])?;
             let mut out: Vec<TraceItem> = Vec::new();
-            while let Some(it) = r.next_item().map_err(|e| e.to_string())? {
+            while let Some(it) = r.next_item()? {
                 b.feed(&it, r.memory());
                 if b.unread() >= b.capacity() / 2 {
-                    b.read(&mut out).map_err(|e| e.to_string())?;
+                    b.read(&mut out)?;
                     out.clear();
                 }
             }
-            b.stop().map_err(|e| e.to_string())?;
-            b.read(&mut out).map_err(|e| e.to_string())?;
+            b.stop()?;
+            b.read(&mut out)?;
             sim_bytes += out
                 .iter()
                 .map(|i| match i {

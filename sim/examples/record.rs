@@ -30,7 +30,7 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 /// Replays a log and prints what it holds.
-fn replay(path: &str) -> Result<(), String> {
+fn replay(path: &str) -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let mut r = LogReader::open(path).map_err(|e| format!("{path}: {e}"))?;
     let (mut insns, mut events) = (0u64, 0u64);
@@ -43,7 +43,7 @@ fn replay(path: &str) -> Result<(), String> {
                 last = Some(e);
             }
             Ok(None) => break,
-            Err(e) => return Err(format!("{path}: {e}")),
+            Err(e) => return Err(format!("{path}: {e}").into()),
         }
     }
     println!(
@@ -58,7 +58,7 @@ fn replay(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn run() -> Result<(), String> {
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--dump") {
         let path = args.get(1).ok_or("--dump needs a file")?;
@@ -96,7 +96,7 @@ fn run() -> Result<(), String> {
             "--aslr" => aslr = true,
             "--no-verify" => verify = false,
             "--valgrind" => use_valgrind = true,
-            a => return Err(format!("unknown option {a}")),
+            a => return Err(format!("unknown option {a}").into()),
         }
         i += 1;
     }
@@ -112,10 +112,7 @@ fn run() -> Result<(), String> {
     if use_valgrind {
         return record_valgrind(cmd, out.as_deref());
     }
-    eprintln!(
-        "PTRACE_SINGLEBLOCK: {:?}",
-        probe_block_step().map_err(|e| e.to_string())?
-    );
+    eprintln!("PTRACE_SINGLEBLOCK: {:?}", probe_block_step()?);
     let opts = TraceOptions {
         disable_aslr: !aslr,
         step_limit: limit,
@@ -124,7 +121,7 @@ fn run() -> Result<(), String> {
         ..TraceOptions::default()
     };
     let start = Instant::now();
-    let mut tracer = Tracer::spawn(&cmd[0], &cmd[1..], opts).map_err(|e| e.to_string())?;
+    let mut tracer = Tracer::spawn(&cmd[0], &cmd[1..], opts)?;
     let mut writer = match &out {
         Some(path) => {
             let f = std::fs::File::create(path).map_err(|e| format!("{path}: {e}"))?;
@@ -155,10 +152,9 @@ fn run() -> Result<(), String> {
             }
         }
         if let Some(w) = &mut writer {
-            w.write_item(&item, tracer.memory())
-                .map_err(|e| e.to_string())?;
+            w.write_item(&item, tracer.memory())?;
             if last_flush.elapsed().as_secs() >= 1 {
-                w.flush().map_err(|e| e.to_string())?;
+                w.flush()?;
                 last_flush = Instant::now();
             }
         }
@@ -178,12 +174,12 @@ fn run() -> Result<(), String> {
         s.stops as f64 / secs
     );
     if let (Some(w), Some(path)) = (writer, &out) {
-        w.finish().map_err(|e| e.to_string())?;
+        w.finish()?;
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let t = Instant::now();
         let mut r = LogReader::open(path).map_err(|e: ExecError| e.to_string())?;
         let mut n = 0u64;
-        while let Some(item) = r.next_item().map_err(|e| e.to_string())? {
+        while let Some(item) = r.next_item()? {
             n += u64::from(matches!(item, ExecItem::Insn(_)));
         }
         let rs = t.elapsed().as_secs_f64();
@@ -197,10 +193,9 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn record_valgrind(cmd: &[String], out: Option<&str>) -> Result<(), String> {
+fn record_valgrind(cmd: &[String], out: Option<&str>) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
-    let mut src = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())
-        .map_err(|e| e.to_string())?;
+    let mut src = ValgrindSource::record(&cmd[0], &cmd[1..], ValgrindOptions::default())?;
     let ran = start.elapsed().as_secs_f64();
     let mut writer = match out {
         Some(path) => {
@@ -210,18 +205,17 @@ fn record_valgrind(cmd: &[String], out: Option<&str>) -> Result<(), String> {
         None => None,
     };
     let (mut insns, mut events) = (0u64, 0u64);
-    while let Some(item) = src.next_item().map_err(|e| e.to_string())? {
+    while let Some(item) = src.next_item()? {
         match &item {
             ExecItem::Insn(_) => insns += 1,
             ExecItem::Event(_) => events += 1,
         }
         if let Some(w) = &mut writer {
-            w.write_item(&item, src.memory())
-                .map_err(|e| e.to_string())?;
+            w.write_item(&item, src.memory())?;
         }
     }
     if let Some(w) = writer {
-        w.finish().map_err(|e| e.to_string())?;
+        w.finish()?;
     }
     let total = start.elapsed().as_secs_f64();
     println!(

@@ -22,7 +22,9 @@
 //! TSC ([`Timed`]): command names, executable mappings, threads and
 //! processes created and ended, the side-band perf writes as COMM, MMAP2,
 //! FORK and EXIT records. A [`RecordSink`] takes the streams and the events;
-//! [`PerfDataSink`] writes them as a perf.data file that perf itself decodes.
+//! [`PerfDataSink`] writes them as a perf.data file that perf itself decodes,
+//! [`MemorySink`] keeps them in memory. Errors are [`RecordError`]s; those of
+//! files name the file.
 //!
 //! Everything reaches the sink as it is produced and is made durable at each
 //! checkpoint, so a recording that is killed leaves a file that decodes up
@@ -31,8 +33,8 @@
 //! the event, and has the sink copy its AUX areas out ([`RecordSink::snapshot`]).
 
 use std::fs::File;
-use std::io::BufWriter;
-use std::path::Path;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -43,15 +45,20 @@ use crate::backend::{SimBackend, SimOutput};
 use crate::clock::Clock;
 use crate::exec::log::LogWriter;
 use crate::exec::{
-    BlockRun, CloneKind, CodeMemory, Event, ExecItem, ExecutionSource, ExitKind, Mapping, Step,
-    StopReason, ThreadCursor, ThreadId,
+    BlockRun, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind,
+    Mapping, Step, StopReason, ThreadCursor, ThreadId,
 };
 use crate::pt::{PtError, SimParams};
 use pt_encoder::hash::IntMap;
 
+mod error;
 mod filter;
+mod memory;
 mod perf;
+use error::io_at;
+pub use error::RecordError;
 pub use filter::{resolve_filters, FilterError, FilterSpec, MAX_FILTERS};
+pub use memory::MemorySink;
 pub use perf::{
     debug_dir, sim_pmu_type, PerfDataOptions, PerfDataSink, SnapshotOptions, SIM_CPUID,
 };
@@ -226,31 +233,31 @@ pub type ProcessMemory<'a> = &'a dyn Fn(u32) -> Option<&'a CodeMemory>;
 pub trait RecordSink {
     /// A thread's trace starts (before its first byte): perf's AUX area of
     /// the thread (and its ITRACE_START).
-    fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), String>;
+    fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), RecordError>;
 
     /// Bytes of `thread`'s trace, appended to its stream.
-    fn trace(&mut self, thread: ThreadId, bytes: &[u8], tsc: u64) -> Result<(), String>;
+    fn trace(&mut self, thread: ThreadId, bytes: &[u8], tsc: u64) -> Result<(), RecordError>;
 
     /// `size` bytes of `thread`'s trace were lost (its output area was
     /// overwritten before they were read): perf's AUX record with the
     /// truncated flag.
-    fn lost(&mut self, thread: ThreadId, size: u64, tsc: u64) -> Result<(), String>;
+    fn lost(&mut self, thread: ThreadId, size: u64, tsc: u64) -> Result<(), RecordError>;
 
     /// Something happened to the tasks. Every thread's trace up to this time
     /// has been delivered.
-    fn task_event(&mut self, event: &Timed) -> Result<(), String>;
+    fn task_event(&mut self, event: &Timed) -> Result<(), RecordError>;
 
     /// A snapshot was requested (every thread's trace up to now has been
     /// delivered and tracing is stopped): perf's `-S` mode copies its AUX
     /// areas out here. Other sinks ignore it.
-    fn snapshot(&mut self, tsc: u64) -> Result<(), String> {
+    fn snapshot(&mut self, tsc: u64) -> Result<(), RecordError> {
         let _ = tsc;
         Ok(())
     }
 
     /// A checkpoint: make durable what was delivered, so that a recording
     /// killed later keeps a decodable prefix.
-    fn checkpoint(&mut self, memory: ProcessMemory<'_>, tsc: u64) -> Result<(), String>;
+    fn checkpoint(&mut self, memory: ProcessMemory<'_>, tsc: u64) -> Result<(), RecordError>;
 
     /// The end; `summary` says how the recording went.
     fn finish(
@@ -258,7 +265,7 @@ pub trait RecordSink {
         summary: &RecordSummary,
         memory: ProcessMemory<'_>,
         tsc: u64,
-    ) -> Result<(), String>;
+    ) -> Result<(), RecordError>;
 }
 
 /// Instructions between checkpoints (progress report, files flushed).
@@ -348,7 +355,7 @@ impl Recorder<'_> {
         c.tsc()
     }
 
-    fn event(&mut self, event: TaskEvent) -> Result<(), String> {
+    fn event(&mut self, event: TaskEvent) -> Result<(), RecordError> {
         // Trace bytes of an earlier time go first.
         if let Some(t) = self.on {
             self.drain(t)?;
@@ -358,11 +365,11 @@ impl Recorder<'_> {
     }
 
     /// Moves a thread's new trace bytes to the sink.
-    fn drain(&mut self, id: ThreadId) -> Result<(), String> {
+    fn drain(&mut self, id: ThreadId) -> Result<(), RecordError> {
         let Some(b) = self.threads.get_mut(&id).and_then(|t| t.backend.as_mut()) else {
             return Ok(());
         };
-        b.read(&mut self.items).map_err(|e| e.to_string())?;
+        b.read(&mut self.items)?;
         let tsc = self.tsc();
         let mut items = std::mem::take(&mut self.items);
         for it in items.drain(..) {
@@ -384,10 +391,12 @@ impl Recorder<'_> {
 
     /// The configuration of a thread's trace unit: the recording's, with the
     /// address filters resolved in the thread's process as it is mapped now.
-    fn config_for(&self, pid: u32) -> Result<TraceConfig, String> {
+    fn config_for(&self, pid: u32) -> Result<TraceConfig, RecordError> {
         let mut cfg = self.rec.config;
         if self.rec.filters.len() > cfg.ranges.len() {
-            return Err(format!("at most {} address filters", cfg.ranges.len()));
+            return Err(RecordError::TooManyFilters {
+                max: cfg.ranges.len(),
+            });
         }
         let maps = self.procs.get(&pid).map(|p| &p.maps[..]).unwrap_or(&[]);
         for (slot, r) in cfg
@@ -403,7 +412,7 @@ impl Recorder<'_> {
     /// The mappings of `pid` changed: the kernel applies perf's address
     /// filters again, restarting the trace units of its threads whose ranges
     /// moved (they come back on at their next instruction, with a PSB+).
-    fn refilter(&mut self, pid: u32) -> Result<(), String> {
+    fn refilter(&mut self, pid: u32) -> Result<(), RecordError> {
         if self.rec.filters.iter().all(|f| f.object.is_none()) {
             return Ok(());
         }
@@ -420,7 +429,7 @@ impl Recorder<'_> {
             }
             if let Some(t) = self.threads.get_mut(&id) {
                 if let Some(b) = t.backend.as_mut() {
-                    b.configure(&cfg).map_err(|e| e.to_string())?;
+                    b.configure(&cfg)?;
                 }
                 t.config = cfg;
             }
@@ -432,19 +441,19 @@ impl Recorder<'_> {
     /// the AUX areas), everything traced so far goes to the sink, which takes
     /// its snapshot; the running thread's trace unit comes back on at its
     /// next instruction.
-    fn snapshot(&mut self) -> Result<(), String> {
+    fn snapshot(&mut self) -> Result<(), RecordError> {
         self.switch_out()?;
         let tsc = self.tsc();
         self.sink.snapshot(tsc)
     }
 
     /// Clears TraceEn of the thread that is on, if any.
-    fn switch_out(&mut self) -> Result<(), String> {
+    fn switch_out(&mut self) -> Result<(), RecordError> {
         let Some(id) = self.on.take() else {
             return Ok(());
         };
         if let Some(b) = self.threads.get_mut(&id).and_then(|t| t.backend.as_mut()) {
-            b.stop().map_err(|e| e.to_string())?;
+            b.stop()?;
             self.now = self.now.max(b.cpu_ref().logic().clock().cycles());
         }
         self.drain(id)
@@ -452,7 +461,7 @@ impl Recorder<'_> {
 
     /// Makes `id` the thread that is on: its trace unit is set up at its
     /// first instruction, and catches up with the shared clock.
-    fn switch_in(&mut self, id: ThreadId, mem: &CodeMemory) -> Result<(), String> {
+    fn switch_in(&mut self, id: ThreadId, mem: &CodeMemory) -> Result<(), RecordError> {
         if self.on == Some(id) {
             return Ok(());
         }
@@ -469,8 +478,8 @@ impl Recorder<'_> {
         let t = self.thread(id);
         if t.backend.is_none() {
             t.config = cfg;
-            let mut b = SimBackend::new(rec.params, rec.output).map_err(|e| e.to_string())?;
-            b.configure(&cfg).map_err(|e| e.to_string())?;
+            let mut b = SimBackend::new(rec.params, rec.output)?;
+            b.configure(&cfg)?;
             // The process of the thread (its CR3 stand-in).
             b.feed(
                 &ExecItem::Event(Event::Exec {
@@ -496,7 +505,7 @@ impl Recorder<'_> {
             return Ok(());
         };
         b.cpu().catch_up(now);
-        b.start().map_err(|e| e.to_string())?;
+        b.start()?;
         self.on = Some(id);
         Ok(())
     }
@@ -510,7 +519,7 @@ impl Recorder<'_> {
     }
 
     /// The thread has ended (or the recording has): its stream is complete.
-    fn end_thread(&mut self, id: ThreadId, how: Option<ExitKind>) -> Result<(), String> {
+    fn end_thread(&mut self, id: ThreadId, how: Option<ExitKind>) -> Result<(), RecordError> {
         if self.on == Some(id) {
             self.switch_out()?;
         }
@@ -531,7 +540,12 @@ impl Recorder<'_> {
     }
 
     /// A block run of `thread` (the instructions [`BlockRun::retired`] spells out).
-    fn block(&mut self, thread: ThreadId, run: &BlockRun, mem: &CodeMemory) -> Result<(), String> {
+    fn block(
+        &mut self,
+        thread: ThreadId,
+        run: &BlockRun,
+        mem: &CodeMemory,
+    ) -> Result<(), RecordError> {
         if self.on != Some(thread) {
             self.switch_in(thread, mem)?;
         }
@@ -557,7 +571,7 @@ impl Recorder<'_> {
         item: &ExecItem,
         mem: &CodeMemory,
         shows_kernel: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), RecordError> {
         match item {
             ExecItem::Insn(_) => {
                 self.switch_in(thread, mem)?;
@@ -657,6 +671,64 @@ impl Recorder<'_> {
     }
 }
 
+/// The execution log a recording writes (the ground truth of `ptperf record
+/// --decode`), with its file: every error names it (a full disk included).
+struct ExecLog<W: Write> {
+    w: LogWriter<W>,
+    path: PathBuf,
+}
+
+impl ExecLog<BufWriter<File>> {
+    /// Creates the log `path` (and its folder).
+    fn create(path: &Path, shows_kernel: bool) -> Result<Self, RecordError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+        }
+        let out = BufWriter::new(File::create(path).map_err(io_at(path))?);
+        ExecLog::new(out, path, shows_kernel)
+    }
+}
+
+impl<W: Write> ExecLog<W> {
+    fn new(out: W, path: &Path, shows_kernel: bool) -> Result<Self, RecordError> {
+        let path = path.to_path_buf();
+        match LogWriter::with_kernel(out, shows_kernel) {
+            Ok(w) => Ok(ExecLog { w, path }),
+            Err(e) => Err(RecordError::ExecutionLog {
+                path,
+                source: e.into(),
+            }),
+        }
+    }
+
+    fn fail(&self, e: impl Into<ExecError>) -> RecordError {
+        RecordError::ExecutionLog {
+            path: self.path.clone(),
+            source: e.into(),
+        }
+    }
+
+    fn item(&mut self, item: &ExecItem, mem: &CodeMemory) -> Result<(), RecordError> {
+        self.w.write_item(item, mem).map_err(|e| self.fail(e))
+    }
+
+    fn block(&mut self, run: &BlockRun, mem: &CodeMemory) -> Result<(), RecordError> {
+        self.w.write_block(run, mem).map_err(|e| self.fail(e))
+    }
+
+    fn flush(&mut self) -> Result<(), RecordError> {
+        self.w.flush().map_err(|e| self.fail(e))
+    }
+
+    fn finish(self) -> Result<W, RecordError> {
+        let ExecLog { w, path } = self;
+        w.finish().map_err(|e| RecordError::ExecutionLog {
+            path,
+            source: e.into(),
+        })
+    }
+}
+
 /// Runs `source` through the simulator into `sink` (see the module docs);
 /// writes the execution log to `rec.log` if set (`rec.trace` is not used:
 /// the sink decides where traces go). `progress(instructions)` is called at
@@ -668,24 +740,14 @@ pub fn record_into(
     rec: &SimRecording,
     sink: &mut dyn RecordSink,
     mut progress: impl FnMut(u64),
-) -> Result<RecordSummary, String> {
+) -> Result<RecordSummary, RecordError> {
     let started = std::time::Instant::now();
     if rec.config.os && !source.shows_kernel() {
-        return Err(PtError::KernelTracing.to_string());
+        return Err(PtError::KernelTracing.into());
     }
     let shows_kernel = source.shows_kernel();
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |e: std::io::Error| format!("{}: {e}", p.display())
-    };
     let mut log = match &rec.log {
-        Some(p) => {
-            if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(io(dir))?;
-            }
-            let out = BufWriter::new(File::create(p).map_err(io(p))?);
-            Some(LogWriter::with_kernel(out, shows_kernel).map_err(io(p))?)
-        }
+        Some(p) => Some(ExecLog::create(p, shows_kernel)?),
         None => None,
     };
     let mut r = Recorder {
@@ -712,11 +774,10 @@ pub fn record_into(
         };
         match &step {
             Step::Item(item) => {
-                if let Some(l) = &mut log {
-                    if let Err(e) = l.write_item(item, source.memory()) {
-                        r.summary.source_error = Some(format!("execution log: {e}"));
-                        break;
-                    }
+                if let Some(Err(e)) = log.as_mut().map(|l| l.item(item, source.memory())) {
+                    r.summary.source_error = Some(e.to_string());
+                    log = None;
+                    break;
                 }
                 let thread = cursor.follow(item);
                 r.item(thread, item, source.memory(), shows_kernel)?;
@@ -725,11 +786,10 @@ pub fn record_into(
             Step::Block(run) if run.count() == 0 => {}
             Step::Block(run) => {
                 let mem = source.memory();
-                if let Some(l) = &mut log {
-                    if let Err(e) = l.write_block(run, mem) {
-                        r.summary.source_error = Some(format!("execution log: {e}"));
-                        break;
-                    }
+                if let Some(Err(e)) = log.as_mut().map(|l| l.block(run, mem)) {
+                    r.summary.source_error = Some(e.to_string());
+                    log = None;
+                    break;
                 }
                 cursor.saw_insn();
                 r.block(cursor.current(), run, mem)?;
@@ -751,8 +811,12 @@ pub fn record_into(
             let mem = |pid| source.process_memory(pid);
             let tsc = r.tsc();
             r.sink.checkpoint(&mem, tsc)?;
-            if let Some(l) = &mut log {
-                l.flush().map_err(|e| e.to_string())?;
+            if let Some(Err(e)) = log.as_mut().map(ExecLog::flush) {
+                // The recording ends here (its perf.data is completed), as
+                // it would at a write error of the log.
+                r.summary.source_error = Some(e.to_string());
+                log = None;
+                break;
             }
         }
     }
@@ -763,8 +827,8 @@ pub fn record_into(
             r.end_thread(id, None)?;
         }
     }
-    if let Some(l) = log {
-        l.finish().map_err(|e| e.to_string())?;
+    if let Some(Err(e)) = log.map(ExecLog::finish) {
+        r.summary.source_error.get_or_insert(e.to_string());
     }
     r.summary.threads = r
         .order
@@ -786,15 +850,13 @@ pub fn record_perf_data(
     rec: &SimRecording,
     opts: &PerfDataOptions,
     progress: impl FnMut(u64),
-) -> Result<RecordSummary, String> {
+) -> Result<RecordSummary, RecordError> {
     if rec.config.os && !source.shows_kernel() {
-        return Err(PtError::KernelTracing.to_string());
+        return Err(PtError::KernelTracing.into());
     }
     // A configuration the simulated CPU refuses (its CPUID 14H) is refused
     // before anything is written.
-    SimBackend::new(rec.params, rec.output)
-        .and_then(|mut b| b.configure(&rec.config))
-        .map_err(|e| e.to_string())?;
+    SimBackend::new(rec.params, rec.output).and_then(|mut b| b.configure(&rec.config))?;
     let mut sink = PerfDataSink::create(rec, opts)?;
     record_into(source, rec, &mut sink, progress)
 }
@@ -804,7 +866,7 @@ mod sink_tests {
     //! The recorder's output as a sink sees it: one stream per thread, each
     //! starting with a PSB, and task events in time order, consistent with
     //! the TSC of the streams.
-    use std::collections::{HashMap, VecDeque};
+    use std::collections::VecDeque;
 
     use super::*;
     use crate::exec::{ExecError, ExecMode, InsnClass, Retired};
@@ -821,47 +883,6 @@ mod sink_tests {
         }
         fn memory(&self) -> &CodeMemory {
             &self.mem
-        }
-    }
-
-    #[derive(Default)]
-    struct Collect {
-        starts: Vec<(ThreadId, u64)>,
-        streams: HashMap<ThreadId, Vec<u8>>,
-        events: Vec<Timed>,
-        finished: bool,
-    }
-
-    impl RecordSink for Collect {
-        fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), String> {
-            self.starts.push((start.id, start.tsc));
-            Ok(())
-        }
-        fn trace(&mut self, thread: ThreadId, bytes: &[u8], _: u64) -> Result<(), String> {
-            self.streams
-                .entry(thread)
-                .or_default()
-                .extend_from_slice(bytes);
-            Ok(())
-        }
-        fn lost(&mut self, _: ThreadId, _: u64, _: u64) -> Result<(), String> {
-            Ok(())
-        }
-        fn task_event(&mut self, event: &Timed) -> Result<(), String> {
-            self.events.push(event.clone());
-            Ok(())
-        }
-        fn checkpoint(&mut self, _: ProcessMemory<'_>, _: u64) -> Result<(), String> {
-            Ok(())
-        }
-        fn finish(
-            &mut self,
-            _: &RecordSummary,
-            _: ProcessMemory<'_>,
-            _: u64,
-        ) -> Result<(), String> {
-            self.finished = true;
-            Ok(())
         }
     }
 
@@ -933,7 +954,7 @@ mod sink_tests {
             mem,
         };
         let rec = SimRecording::new(TraceConfig::perf_default());
-        let mut sink = Collect::default();
+        let mut sink = MemorySink::default();
         record_into(&mut src, &rec, &mut sink, |_| {}).unwrap();
         let mmaps: Vec<&str> = sink
             .events
@@ -984,9 +1005,9 @@ mod sink_tests {
             mem,
         };
         let rec = SimRecording::new(TraceConfig::perf_default());
-        let mut sink = Collect::default();
+        let mut sink = MemorySink::default();
         let s = record_into(&mut src, &rec, &mut sink, |_| {}).unwrap();
-        assert!(sink.finished);
+        assert_eq!(sink.summary.as_ref(), Some(&s));
         assert_eq!(s.instructions, 9 + 15 + 3);
         assert_eq!(s.exit, Some(ExitKind::Exited(1)));
         assert_eq!(
@@ -1031,5 +1052,75 @@ mod sink_tests {
         assert!(fork_tsc <= worker_start, "{fork_tsc:#x} {worker_start:#x}");
         assert!(sink.events[2].tsc > worker_start);
         assert!(sink.events[3].tsc > sink.events[2].tsc);
+    }
+
+    /// A writer that takes `room` bytes, then fails as a full disk does.
+    struct Full {
+        room: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if b.len() > self.room {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.room -= b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The execution log's writer fails (a full disk): the error names the
+    /// log file and keeps the OS error as its source.
+    #[test]
+    fn a_failing_execution_log_names_its_file() {
+        let mem = loop_page();
+        let path = Path::new("/some/where/exec.log");
+        let mut log = ExecLog::new(Full { room: 4096 }, path, false).unwrap();
+        let mut failed = None;
+        for item in loop_items(20_000) {
+            if let Err(e) = log.item(&item, &mem).and_then(|_| log.flush()) {
+                failed = Some(e);
+                break;
+            }
+        }
+        let e = failed.expect("a full disk is noticed");
+        assert!(matches!(&e, RecordError::ExecutionLog { path: p, .. } if p == path));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("execution log /some/where/exec.log: "),
+            "{text}"
+        );
+        assert!(text.contains("(os error 28)"), "{text}");
+        let source = std::error::Error::source(&e).expect("the log's error is kept");
+        assert!(source.to_string().contains("os error 28"), "{source}");
+        // At the start already.
+        let e = ExecLog::new(Full { room: 3 }, path, false).err().unwrap();
+        assert!(e
+            .to_string()
+            .starts_with("execution log /some/where/exec.log: "));
+    }
+
+    /// A recording whose log is on a full disk (`/dev/full`) ends where the
+    /// log failed, the sink finished, and says which file it could not write.
+    #[test]
+    fn a_full_disk_under_the_execution_log_ends_the_recording_and_names_it() {
+        // Linux's device that refuses every write with ENOSPC.
+        let full = Path::new("/dev/full");
+        let mut src = Items {
+            items: loop_items(3 * CHECKPOINT as usize).into(),
+            mem: loop_page(),
+        };
+        let mut rec = SimRecording::new(TraceConfig::perf_default());
+        rec.log = Some(full.to_path_buf());
+        let mut sink = MemorySink::default();
+        let s = record_into(&mut src, &rec, &mut sink, |_| {}).unwrap();
+        let e = s.source_error.as_deref().expect("the failure is reported");
+        assert!(e.starts_with("execution log /dev/full: "), "{e}");
+        assert!(e.contains("os error 28"), "{e}");
+        assert!(s.instructions < 3 * 3 * CHECKPOINT, "it stopped early");
+        assert!(sink.summary.is_some(), "the sink is finished");
     }
 }

@@ -17,9 +17,7 @@ use pt_sim::exec::{
     ThreadId,
 };
 use pt_sim::pt::{FifoModel, PtLogic, SimParams, TntPolicy};
-use pt_sim::record::{
-    record_into, ProcessMemory, RecordSink, RecordSummary, SimRecording, ThreadStart, Timed,
-};
+use pt_sim::record::{record_into, MemorySink, RecordSummary, SimRecording};
 
 const BASE: u64 = 0x10000;
 const SPACING: u64 = 0x100;
@@ -326,51 +324,19 @@ impl ExecutionSource for Steps {
     }
 }
 
-#[derive(Default)]
-struct Streams {
-    streams: HashMap<ThreadId, Vec<u8>>,
-    events: Vec<Timed>,
-}
-
-impl RecordSink for Streams {
-    fn open_thread(&mut self, _: &ThreadStart<'_>) -> Result<(), String> {
-        Ok(())
-    }
-    fn trace(&mut self, thread: ThreadId, bytes: &[u8], _: u64) -> Result<(), String> {
-        self.streams
-            .entry(thread)
-            .or_default()
-            .extend_from_slice(bytes);
-        Ok(())
-    }
-    fn lost(&mut self, _: ThreadId, _: u64, _: u64) -> Result<(), String> {
-        Ok(())
-    }
-    fn task_event(&mut self, event: &Timed) -> Result<(), String> {
-        self.events.push(event.clone());
-        Ok(())
-    }
-    fn checkpoint(&mut self, _: ProcessMemory<'_>, _: u64) -> Result<(), String> {
-        Ok(())
-    }
-    fn finish(&mut self, _: &RecordSummary, _: ProcessMemory<'_>, _: u64) -> Result<(), String> {
-        Ok(())
-    }
-}
-
 fn recording(
     steps: Vec<Step>,
     mem: &CodeMemory,
     cfg: TraceConfig,
     params: SimParams,
-) -> (Streams, RecordSummary) {
+) -> (MemorySink, RecordSummary) {
     let mut src = Steps {
         steps: steps.into(),
         mem: mem.clone(),
     };
     let mut rec = SimRecording::new(cfg);
     rec.params = params;
-    let mut sink = Streams::default();
+    let mut sink = MemorySink::default();
     let s = record_into(&mut src, &rec, &mut sink, |_| {}).unwrap();
     (sink, s)
 }

@@ -111,6 +111,12 @@ pub struct Sideband {
     current: Option<usize>,
 }
 
+/// A side-band directive refused, in pttc's words (pttc's messages are free
+/// text: which argument is missing or bad, which record could not be written).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SidebandError(String);
+
 fn num(token: &str, bits: u32, what: &str) -> Result<u64, String> {
     token_to_uint(token, bits).map_err(|e| match e {
         NumError::Parse => format!("bad {what}"),
@@ -126,10 +132,10 @@ fn arg<'a>(t: &mut Strtok<'a>, what: &str) -> Result<&'a str, String> {
 
 impl Sideband {
     /// The offset of the next byte in the current stream (for `@sb` labels).
-    pub fn offset(&self) -> Result<u64, String> {
+    pub fn offset(&self) -> Result<u64, SidebandError> {
         self.current
             .map(|i| self.files[i].bytes.len() as u64)
-            .ok_or_else(|| "no sideband file".to_string())
+            .ok_or_else(|| SidebandError("no sideband file".into()))
     }
 
     /// The streams in the order pttc prints their names (last opened first).
@@ -178,6 +184,17 @@ impl Sideband {
     /// `root` names the files; `labels` give sections and `org` for
     /// `pevent-mmap-section`, whose file name is `<root>.bin`.
     pub fn process(
+        &mut self,
+        name: &str,
+        payload: &str,
+        root: &str,
+        labels: &Labels,
+    ) -> Result<(), SidebandError> {
+        self.directive(name, payload, root, labels)
+            .map_err(SidebandError)
+    }
+
+    fn directive(
         &mut self,
         name: &str,
         payload: &str,
@@ -446,9 +463,13 @@ mod tests {
 
     fn run(lines: &[(&str, &str)]) -> Result<Sideband, String> {
         let mut sb = Sideband::default();
-        sb.process("primary", "pevent", "r", &labels())?;
+        let mut process = |name, payload| {
+            sb.process(name, payload, "r", &labels())
+                .map_err(|e| e.to_string())
+        };
+        process("primary", "pevent")?;
         for (name, payload) in lines {
-            sb.process(name, payload, "r", &labels())?;
+            process(name, payload)?;
         }
         Ok(sb)
     }
@@ -545,7 +566,7 @@ mod tests {
             "syntax error (unknown directive)"
         );
         let mut sb = Sideband::default();
-        assert_eq!(sb.offset().unwrap_err(), "no sideband file");
+        assert_eq!(sb.offset().unwrap_err().to_string(), "no sideband file");
         assert!(sb.process("raw-8", "1", "r", &labels()).is_err());
         sb.process("primary", "raw", "r", &labels()).unwrap();
         sb.process("raw-32", "0x01020304", "r", &labels()).unwrap();

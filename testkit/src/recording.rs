@@ -13,8 +13,8 @@ use pt_sim::exec::ptrace::{TraceOptions, Tracer};
 use pt_sim::exec::{CloneKind, ThreadId};
 use pt_sim::pt::SimParams;
 use pt_sim::record::{
-    record_into, ProcessMemory, RecordSink, RecordSummary, SimRecording, TaskEvent, ThreadStart,
-    Timed,
+    record_into, ProcessMemory, RecordError, RecordSink, RecordSummary, SimRecording, TaskEvent,
+    ThreadStart, Timed,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -297,7 +297,7 @@ fn first_tsc(bytes: &[u8]) -> Option<u64> {
 }
 
 impl RecordSink for PerfSink {
-    fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), String> {
+    fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), RecordError> {
         self.threads.push(start.id);
         self.last_tsc = self.last_tsc.max(start.tsc);
         if !self.layout.per_cpu || start.first {
@@ -313,7 +313,7 @@ impl RecordSink for PerfSink {
         Ok(())
     }
 
-    fn trace(&mut self, thread: ThreadId, bytes: &[u8], _tsc: u64) -> Result<(), String> {
+    fn trace(&mut self, thread: ThreadId, bytes: &[u8], _tsc: u64) -> Result<(), RecordError> {
         if self.layout.per_cpu && self.on_cpu != Some(thread) {
             if let Some(prev) = self.on_cpu {
                 // The switch happened just before the new thread's PSB+.
@@ -346,11 +346,11 @@ impl RecordSink for PerfSink {
         Ok(())
     }
 
-    fn lost(&mut self, _thread: ThreadId, _size: u64, _tsc: u64) -> Result<(), String> {
+    fn lost(&mut self, _thread: ThreadId, _size: u64, _tsc: u64) -> Result<(), RecordError> {
         Ok(())
     }
 
-    fn task_event(&mut self, event: &Timed) -> Result<(), String> {
+    fn task_event(&mut self, event: &Timed) -> Result<(), RecordError> {
         let t = event.tsc;
         self.last_tsc = self.last_tsc.max(t);
         let r = match &event.event {
@@ -411,7 +411,7 @@ impl RecordSink for PerfSink {
         Ok(())
     }
 
-    fn checkpoint(&mut self, _memory: ProcessMemory<'_>, _tsc: u64) -> Result<(), String> {
+    fn checkpoint(&mut self, _memory: ProcessMemory<'_>, _tsc: u64) -> Result<(), RecordError> {
         Ok(())
     }
 
@@ -420,7 +420,7 @@ impl RecordSink for PerfSink {
         _summary: &RecordSummary,
         _memory: ProcessMemory<'_>,
         _tsc: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), RecordError> {
         Ok(())
     }
 }
@@ -474,28 +474,6 @@ impl PerfSink {
         if !l.timed {
             track.sample_type = SampleType(track.sample_type.0 & !SampleType::TIME);
         }
-        let events = vec![
-            EventDesc {
-                attr: pt,
-                ids: vec![PT_ID],
-                name: Some("intel_pt//u".into()),
-            },
-            EventDesc {
-                attr: track,
-                ids: vec![TRACK_ID],
-                name: Some("dummy:u".into()),
-            },
-        ];
-        let f = std::fs::File::create(path).unwrap();
-        let mut w = PerfFileWriter::new(f, events).unwrap();
-        w.set_feature(pmu_mappings(PT_PMU));
-        for f in host_features("6.1.187", &["perf-session-test".into()]) {
-            if !matches!(f, Feature::CpuId(_)) {
-                w.set_feature(f);
-            }
-        }
-        // A Skylake: the errata perf and we apply are the same.
-        w.set_feature(Feature::CpuId("GenuineIntel,6,94,3".into()));
         let mut info = IntelPtInfo::new(PT_PMU);
         info.cap_user_time_zero = l.timed as u64;
         info.time_mult = 1;
@@ -508,6 +486,28 @@ impl PerfSink {
             m.tsc_ctc_ratio_d = clock.cpuid_15_eax as u64;
         }
         info.max_non_turbo_ratio = Some(clock.nom_freq as u64);
+        let mut setup = RecordingSetup::new(
+            EventDesc {
+                attr: pt,
+                ids: vec![PT_ID],
+                name: Some("intel_pt//u".into()),
+            },
+            info,
+        );
+        setup.tracking = Some(EventDesc {
+            attr: track,
+            ids: vec![TRACK_ID],
+            name: Some("dummy:u".into()),
+        });
+        setup.perf_version = "6.1.187".into();
+        setup.cmdline = vec!["perf-session-test".into()];
+        // The workspace's one Intel PT writer: a failure names the file.
+        fn written<T>(r: Result<T, RecordingError>) -> T {
+            r.unwrap_or_else(|e| panic!("writing the recording: {e}"))
+        }
+        let mut w = written(RecordingWriter::create(path, setup));
+        // A Skylake: the errata perf and we apply are the same.
+        w.set_feature(Feature::CpuId("GenuineIntel,6,94,3".into()));
         if l.vdso_cache {
             if let Some((bytes, id)) = own_vdso() {
                 let mut dir = path.as_os_str().to_owned();
@@ -521,11 +521,7 @@ impl PerfSink {
                 }]));
             }
         }
-        w.write(&Record::AuxtraceInfo(AuxtraceInfo {
-            kind: auxtrace_type::INTEL_PT,
-            private: AuxtracePrivate::IntelPt(info),
-        }))
-        .unwrap();
+        written(w.finish_init());
         let cpu = l.per_cpu.then_some(0u32);
         let sid = |pid: u32, tid: u32, id: u64, t: u64| SampleId {
             pid: Some(pid),
@@ -667,7 +663,7 @@ impl PerfSink {
                     sample_id: sid(*pid, *tid, PT_ID, t),
                 }),
             };
-            w.write(&rec).unwrap();
+            written(w.write(&rec));
         }
         for (qi, ranges) in &pieces {
             let (t, data) = &self.streams[*qi];
@@ -685,7 +681,7 @@ impl PerfSink {
                     }
                     _ => (*off, r.clone()),
                 };
-                w.write_auxtrace(
+                written(w.write_auxtrace(
                     &Auxtrace {
                         offset: off,
                         reference: self.last_tsc,
@@ -695,13 +691,12 @@ impl PerfSink {
                         data: &[],
                     },
                     &[&data[r.clone()]],
-                )
-                .unwrap();
+                ));
                 prev = Some(r);
             }
         }
-        w.write(&Record::FinishedRound).unwrap();
-        w.finish().unwrap();
+        written(w.finish_round());
+        written(w.finish());
     }
 }
 
@@ -807,15 +802,43 @@ pub fn our_flows(file: &Path, options: SessionOptions) -> (Flows, Vec<String>) {
     (flows, notes)
 }
 
+/// Where two flows ([`compare`]) part.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlowDifference {
+    /// They have different threads.
+    #[error("threads differ: ours {ours:?}, perf {perf:?}")]
+    Threads {
+        /// Our threads.
+        ours: Vec<u32>,
+        /// perf's.
+        perf: Vec<u32>,
+    },
+    /// A thread's instructions differ.
+    #[error("tid {tid}: {ours_len} instructions here, {perf_len} in perf; first difference at {at}: ours [{ours}] perf [{perf}]")]
+    Instructions {
+        /// The thread.
+        tid: u32,
+        /// Our count of its instructions.
+        ours_len: usize,
+        /// perf's.
+        perf_len: usize,
+        /// The index of the first difference.
+        at: usize,
+        /// Our addresses around it (hex).
+        ours: String,
+        /// perf's.
+        perf: String,
+    },
+}
+
 /// Compares two flows thread by thread; on a difference, where it is.
-pub fn compare(ours: &Flows, perf: &Flows) -> Result<(), String> {
+pub fn compare(ours: &Flows, perf: &Flows) -> Result<(), FlowDifference> {
     let tids = |f: &Flows| f.keys().copied().collect::<Vec<_>>();
     if tids(ours) != tids(perf) {
-        return Err(format!(
-            "threads differ: ours {:?}, perf {:?}",
-            tids(ours),
-            tids(perf)
-        ));
+        return Err(FlowDifference::Threads {
+            ours: tids(ours),
+            perf: tids(perf),
+        });
     }
     for (tid, a) in ours {
         let b = &perf[tid];
@@ -833,13 +856,14 @@ pub fn compare(ours: &Flows, perf: &Flows) -> Result<(), String> {
                     .collect::<Vec<_>>()
                     .join(" ")
             };
-            return Err(format!(
-                "tid {tid}: {} instructions here, {} in perf; first difference at {at}: ours [{}] perf [{}]",
-                a.len(),
-                b.len(),
-                show(a),
-                show(b)
-            ));
+            return Err(FlowDifference::Instructions {
+                tid: *tid,
+                ours_len: a.len(),
+                perf_len: b.len(),
+                at,
+                ours: show(a),
+                perf: show(b),
+            });
         }
     }
     Ok(())

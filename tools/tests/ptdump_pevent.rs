@@ -7,11 +7,12 @@
 //! checked.
 
 use pt_encoder::Packet;
-use pt_perf_data::records::{encode_record, misc};
+use pt_perf_data::records::misc;
 use pt_perf_data::*;
 use pt_testkit::trace::encode as bytes;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+mod common;
 
 const ALL: u64 = SampleType::TID
     | SampleType::TIME
@@ -19,18 +20,6 @@ const ALL: u64 = SampleType::TID
     | SampleType::STREAM_ID
     | SampleType::CPU
     | SampleType::IDENTIFIER;
-
-fn events(sample_type: u64) -> EventTable {
-    EventTable::new(vec![EventDesc {
-        attr: EventAttr {
-            sample_type: SampleType(sample_type),
-            flags: AttrFlags(AttrFlags::SAMPLE_ID_ALL),
-            ..Default::default()
-        },
-        ids: Vec::new(),
-        name: None,
-    }])
-}
 
 fn sid(time: u64, n: u64) -> SampleId {
     SampleId {
@@ -145,36 +134,16 @@ fn records<'a>() -> Vec<Record<'a>> {
 }
 
 fn sideband(sample_type: u64) -> Vec<u8> {
-    let ev = events(sample_type);
-    let mut out = Vec::new();
-    for r in records() {
-        let mut r = r;
-        if sample_type & SampleType::IDENTIFIER == 0 || sample_type & SampleType::ID == 0 {
-            // Without both, there is one id.
-            if let Some(s) = sample_id_mut(&mut r) {
+    let mut records = records();
+    if sample_type & SampleType::IDENTIFIER == 0 || sample_type & SampleType::ID == 0 {
+        // Without both, there is one id.
+        for r in &mut records {
+            if let Some(s) = common::sample_id_mut(r) {
                 s.identifier = None;
             }
         }
-        encode_record(&r, &ev, &mut out).expect("encode");
     }
-    out
-}
-
-fn sample_id_mut<'r>(r: &'r mut Record<'_>) -> Option<&'r mut SampleId> {
-    Some(match r {
-        Record::Mmap(x) => &mut x.sample_id,
-        Record::Mmap2(x) => &mut x.sample_id,
-        Record::Comm(x) => &mut x.sample_id,
-        Record::Fork(x) | Record::Exit(x) => &mut x.sample_id,
-        Record::Lost(x) => &mut x.sample_id,
-        Record::LostSamples(x) => &mut x.sample_id,
-        Record::Throttle(x) => &mut x.sample_id,
-        Record::Aux(x) => &mut x.sample_id,
-        Record::ItraceStart(x) => &mut x.sample_id,
-        Record::Switch(x) => &mut x.sample_id,
-        Record::SwitchCpuWide(x) => &mut x.sample_id,
-        _ => return None,
-    })
+    common::encode(&records, sample_type)
 }
 
 /// A trace whose time runs from 2 to 7 (TSC 2, then MTCs of 2 ticks).
@@ -240,20 +209,7 @@ const CASES: &[(&str, &str)] = &[
 ];
 
 fn run(exe: &Path, dir: &Path, flags: &str, libs: bool) -> String {
-    let mut c = Command::new(exe);
-    c.args(flags.split_whitespace())
-        .arg("trace.pt")
-        .current_dir(dir);
-    if libs {
-        c.env(
-            "LD_LIBRARY_PATH",
-            std::env::var_os("PT_REFERENCE_LIBS").unwrap_or_default(),
-        );
-    }
-    let out = c.output().expect("run ptdump");
-    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
-    s.push_str(&String::from_utf8_lossy(&out.stderr));
-    s
+    common::run(exe, dir, flags, &["trace.pt"], libs)
 }
 
 fn ours(flags: &str) -> String {

@@ -11,11 +11,13 @@
 //! snapshots were checked.
 
 use pt_encoder::{ExecMode, IpCompression, ModeExec, Packet};
-use pt_perf_data::records::{encode_record, misc};
+use pt_perf_data::records::misc;
 use pt_perf_data::*;
 use pt_testkit::trace::encode as bytes;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+mod common;
 
 /// Where `kernel.elf` loads.
 const KERNEL: u64 = 0xffff_ffff_8100_0000;
@@ -44,18 +46,6 @@ fn kernel_elf() -> Vec<u8> {
 }
 
 const TID_TIME: u64 = SampleType::TID | SampleType::TIME;
-
-fn events(sample_type: u64) -> EventTable {
-    EventTable::new(vec![EventDesc {
-        attr: EventAttr {
-            sample_type: SampleType(sample_type),
-            flags: AttrFlags(AttrFlags::SAMPLE_ID_ALL),
-            ..Default::default()
-        },
-        ids: Vec::new(),
-        name: None,
-    }])
-}
 
 fn sid(pid: u32, time: u64) -> SampleId {
     SampleId {
@@ -205,15 +195,6 @@ fn secondary<'a>() -> Vec<Record<'a>> {
     ]
 }
 
-fn encode(records: &[Record<'_>], sample_type: u64) -> Vec<u8> {
-    let ev = events(sample_type);
-    let mut out = Vec::new();
-    for r in records {
-        encode_record(r, &ev, &mut out).expect("encode");
-    }
-    out
-}
-
 /// The primary records with an identifier: 1 (sample_type TID|TIME|IDENTIFIER) and 7
 /// (with CPU too) in turn, for `--pevent:sample-config 7:0x10086`.
 fn mixed() -> Vec<u8> {
@@ -224,27 +205,12 @@ fn mixed() -> Vec<u8> {
         } else {
             (7, TID_TIME | SampleType::CPU | SampleType::IDENTIFIER)
         };
-        if let Some(s) = sample_id_mut(&mut r) {
+        if let Some(s) = common::sample_id_mut(&mut r) {
             s.identifier = Some(id);
         }
-        encode_record(&r, &events(st), &mut out).expect("encode");
+        out.extend(common::encode(&[r], st));
     }
     out
-}
-
-fn sample_id_mut<'r>(r: &'r mut Record<'_>) -> Option<&'r mut SampleId> {
-    Some(match r {
-        Record::Mmap(x) => &mut x.sample_id,
-        Record::Mmap2(x) => &mut x.sample_id,
-        Record::Comm(x) => &mut x.sample_id,
-        Record::Fork(x) | Record::Exit(x) => &mut x.sample_id,
-        Record::Lost(x) => &mut x.sample_id,
-        Record::Aux(x) => &mut x.sample_id,
-        Record::ItraceStart(x) => &mut x.sample_id,
-        Record::Switch(x) => &mut x.sample_id,
-        Record::SwitchCpuWide(x) => &mut x.sample_id,
-        _ => return None,
-    })
 }
 
 /// Enabled at `ip` at time `tsc`, one instruction, disabled.
@@ -293,10 +259,10 @@ fn write_files() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ptxed_pevent");
     std::fs::create_dir_all(dir.join("root")).unwrap();
     std::fs::write(dir.join("trace.pt"), trace()).unwrap();
-    std::fs::write(dir.join("primary.sb"), encode(&primary(), TID_TIME)).unwrap();
+    std::fs::write(dir.join("primary.sb"), common::encode(&primary(), TID_TIME)).unwrap();
     std::fs::write(dir.join("mixed.sb"), mixed()).unwrap();
     let st = TID_TIME | SampleType::CPU;
-    std::fs::write(dir.join("secondary.sb"), encode(&secondary(), st)).unwrap();
+    std::fs::write(dir.join("secondary.sb"), common::encode(&secondary(), st)).unwrap();
     std::fs::write(dir.join("root/a.bin"), [0x90u8; 16]).unwrap();
     let b: Vec<u8> = [0x48u8, 0x89, 0xc0]
         .repeat(5)
@@ -382,20 +348,8 @@ fn cases() -> Vec<(&'static str, String)> {
 }
 
 fn run(exe: &Path, dir: &Path, flags: &str, libs: bool) -> String {
-    let mut c = Command::new(exe);
-    c.args(flags.split_whitespace())
-        .args(["--raw", "root/a.bin:0x1000", "--pt", "trace.pt"])
-        .current_dir(dir);
-    if libs {
-        c.env(
-            "LD_LIBRARY_PATH",
-            std::env::var_os("PT_REFERENCE_LIBS").unwrap_or_default(),
-        );
-    }
-    let out = c.output().expect("run ptxed");
-    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
-    s.push_str(&String::from_utf8_lossy(&out.stderr));
-    s
+    let inputs = ["--raw", "root/a.bin:0x1000", "--pt", "trace.pt"];
+    common::run(exe, dir, flags, &inputs, libs)
 }
 
 /// Ours, with libipt's handling of decode errors (resync at the next PSB, quietly).

@@ -2,6 +2,8 @@
 //! pt-perf's session, which builds on this crate: the ptdump binary (pt-tools) does
 //! it (tools/src/bin/ptdump/perf.rs).
 
+use crate::file::OptionError;
+
 /// The `--perf*` options of ptdump.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PerfDumpArgs {
@@ -29,26 +31,23 @@ impl PerfDumpArgs {
     }
 
     /// Takes `arg` with its value.
-    pub fn set(&mut self, arg: &str, value: &str) -> Result<(), String> {
-        let list = |v: &str| -> Result<Vec<u32>, String> {
-            v.split(',')
-                .map(|s| {
-                    s.trim()
-                        .parse()
-                        .map_err(|_| format!("{arg}: bad argument: {v}."))
-                })
-                .collect()
-        };
+    pub fn set(&mut self, arg: &str, value: &str) -> Result<(), OptionError> {
         match arg {
             "--perf" => {
                 if self.file.is_some() {
-                    return Err(format!("--perf: duplicate perf.data files: {value}."));
+                    return Err(OptionError::DuplicatePerf(value.to_string()));
                 }
                 self.file = Some(value.to_string());
             }
-            "--perf:cpu" => self.cpus.get_or_insert_with(Vec::new).extend(list(value)?),
-            "--perf:tid" => self.tids.get_or_insert_with(Vec::new).extend(list(value)?),
-            _ => return Err(format!("unknown option: {arg}.")),
+            "--perf:cpu" => self
+                .cpus
+                .get_or_insert_with(Vec::new)
+                .extend(OptionError::parse_list(arg, value)?),
+            "--perf:tid" => self
+                .tids
+                .get_or_insert_with(Vec::new)
+                .extend(OptionError::parse_list(arg, value)?),
+            _ => return Err(OptionError::Unknown(arg.to_string())),
         }
         Ok(())
     }

@@ -167,7 +167,7 @@ impl<'a> Decoder<'a> {
         ret
     }
 
-    pub(super) fn fup_with_nlip(&self, insn: &Insn, ip: u64, walked: &Res<Walked>) -> bool {
+    pub(super) fn fup_with_nlip(&self, insn: &PerfInsn, ip: u64, walked: &Res<Walked>) -> bool {
         self.p.fup_with_nlip
             && walked.is_ok()
             && insn.branch == Branch::Indirect
@@ -175,7 +175,7 @@ impl<'a> Decoder<'a> {
     }
 
     pub(super) fn walk_fup(&mut self, code: &mut dyn Walker) -> Res {
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         let ip = self.last_ip;
         loop {
             let r = self.walk_insn(code, &mut insn, ip);
@@ -242,7 +242,7 @@ impl<'a> Decoder<'a> {
     }
 
     pub(super) fn walk_tip(&mut self, code: &mut dyn Walker) -> Res {
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         let r = self.walk_insn(code, &mut insn, 0);
         if r == Ok(Walked::Return)
             && self.pkt_state == PktState::TipPgd
@@ -318,7 +318,7 @@ impl<'a> Decoder<'a> {
     }
 
     pub(super) fn walk_tnt(&mut self, code: &mut dyn Walker) -> Res {
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         loop {
             if self.emulated_ptwrite {
                 return self.emulated_ptwrite_state();

@@ -48,7 +48,7 @@ pub const INSN_BUF: usize = 16;
 
 /// perf's `struct intel_pt_insn`: one classified instruction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Insn {
+pub struct PerfInsn {
     /// The operation.
     pub op: Op,
     /// The branch kind.
@@ -84,9 +84,9 @@ pub fn classify(kind: InsnKind) -> (Op, Branch) {
     }
 }
 
-impl Insn {
+impl PerfInsn {
     /// perf's view of `insn`, whose bytes start `bytes`.
-    pub fn from_pt(insn: &PtInsn, bytes: &[u8]) -> Insn {
+    pub fn from_pt(insn: &PtInsn, bytes: &[u8]) -> PerfInsn {
         let (op, branch) = classify(insn.kind);
         let rel = match (branch, insn.target) {
             (Branch::Conditional | Branch::Unconditional, Some(t)) => {
@@ -97,7 +97,7 @@ impl Insn {
         let mut buf = [0u8; INSN_BUF];
         let n = usize::from(insn.size).min(bytes.len()).min(INSN_BUF);
         buf[..n].copy_from_slice(&bytes[..n]);
-        Insn {
+        PerfInsn {
             op,
             branch,
             emulated_ptwrite: false,
@@ -131,9 +131,9 @@ mod tests {
     use pt_decoder::insn::decode;
     use pt_encoder::ExecMode;
 
-    fn perf(bytes: &[u8]) -> Insn {
+    fn perf(bytes: &[u8]) -> PerfInsn {
         let i = decode(bytes, 0x1000, ExecMode::Bit64).unwrap();
-        Insn::from_pt(&i, bytes)
+        PerfInsn::from_pt(&i, bytes)
     }
 
     #[test]

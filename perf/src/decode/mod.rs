@@ -38,7 +38,7 @@ pub use timing::tsc_8b;
 use timing::{add_cycles, multdiv};
 use timing::{lower_power_of_2, CYC_ENABLE, CYC_THRESHOLD, CYC_THRESHOLD_SHIFT};
 
-use insn::{Branch, Insn, Op, INSN_BUF};
+use insn::{Branch, Op, PerfInsn, INSN_BUF};
 use packet::{Kind, Pkt};
 use pt_encoder::ExecMode;
 
@@ -204,7 +204,7 @@ pub trait Walker {
     /// returned, and `insn` describes the last one. `nr`: VMX non-root.
     fn walk(
         &mut self,
-        insn: &mut Insn,
+        insn: &mut PerfInsn,
         ip: &mut u64,
         to_ip: u64,
         max_insn_cnt: u64,
@@ -256,7 +256,7 @@ pub struct RunBlock {
     /// The branch's IP.
     pub last_ip: u64,
     /// The branch.
-    pub last: Insn,
+    pub last: PerfInsn,
     /// Where the walker keeps it (the walker's own).
     pub handle: [u32; 2],
     /// Where the walker keeps its instructions (for [`Step::plain_at`]).
@@ -497,7 +497,7 @@ type Res<T = ()> = Result<T, Stop>;
 /// What a walk over instructions ended with (perf's 0 and INTEL_PT_RETURN).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Walked {
-    /// A branch to deal with (the instruction is in the walk's `Insn`).
+    /// A branch to deal with (the instruction is in the walk's `PerfInsn`).
     Branch,
     /// A state to return (an instruction sample or a direct branch).
     Return,
@@ -825,7 +825,7 @@ impl<'a> Decoder<'a> {
     // ---- the instruction walk ---------------------------------------------------
 
     /// perf's `intel_pt_walk_insn`.
-    fn walk_insn(&mut self, code: &mut dyn Walker, insn: &mut Insn, ip: u64) -> Res<Walked> {
+    fn walk_insn(&mut self, code: &mut dyn Walker, insn: &mut PerfInsn, ip: u64) -> Res<Walked> {
         self.mtc_insn = true;
         let max = self.next_sample();
         let mut cur = self.ip;
@@ -911,7 +911,7 @@ impl<'a> Decoder<'a> {
         result
     }
 
-    fn set_insn_state(&mut self, insn: &Insn) {
+    fn set_insn_state(&mut self, insn: &PerfInsn) {
         self.state.insn_op = insn.op;
         self.state.insn_len = insn.length;
         self.state.insn = insn.buf;

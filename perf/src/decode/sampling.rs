@@ -71,7 +71,7 @@ impl<'a> Decoder<'a> {
         if max != 1 {
             return;
         }
-        let mut insn = Insn::default();
+        let mut insn = PerfInsn::default();
         let mut ip = self.ip;
         self.tell_exec_mode(code);
         let Ok(cnt) = code.walk(&mut insn, &mut ip, 0, max, self.state.to_nr) else {

@@ -33,7 +33,7 @@ mod timing;
 /// perf's `intel_pt_walk_next_insn` does.
 #[derive(Default)]
 struct Code {
-    insns: BTreeMap<u64, Insn>,
+    insns: BTreeMap<u64, PerfInsn>,
     /// Each instruction's bytes, for an image of the same code.
     bytes: BTreeMap<u64, Vec<u8>>,
     /// Where the next instruction goes.
@@ -62,7 +62,7 @@ impl Code {
         let i = pt_decoder::insn::decode(bytes, self.at, pt_encoder::ExecMode::Bit64)
             .expect("the test's instruction decodes");
         assert_eq!(usize::from(i.size), bytes.len(), "one instruction");
-        self.insns.insert(self.at, Insn::from_pt(&i, bytes));
+        self.insns.insert(self.at, PerfInsn::from_pt(&i, bytes));
         self.bytes.insert(self.at, bytes.to_vec());
         self.at += u64::from(i.size);
         self
@@ -175,7 +175,7 @@ impl Code {
 impl Walker for Code {
     fn walk(
         &mut self,
-        insn: &mut Insn,
+        insn: &mut PerfInsn,
         ip: &mut u64,
         to_ip: u64,
         max_insn_cnt: u64,
@@ -394,7 +394,7 @@ fn ip_compression_as_perf_rebuilds_it() {
 fn the_code_map_walks_as_perf_walks() {
     let mut c = Code::new();
     c.at(0x1000).nops(3).jz(0x1000);
-    let mut insn = Insn::default();
+    let mut insn = PerfInsn::default();
     let mut ip = 0x1000;
     assert_eq!(c.walk(&mut insn, &mut ip, 0, 0, false), Ok(4));
     assert_eq!(

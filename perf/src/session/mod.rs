@@ -691,13 +691,13 @@ impl<'a> Session<'a> {
             match r {
                 Record::Comm(c) => {
                     let comm = c.comm.to_str_lossy();
-                    self.tasks.comm(c.pid, c.tid, &comm, c.is_exec(), t);
+                    self.tasks.comm(c.pid, c.tid, &comm, c.is_exec(), t, at);
                     if c.is_exec() {
                         self.maps.exec(c.pid, t);
                     }
                 }
                 Record::Fork(f) => {
-                    self.tasks.fork(f.pid, f.tid, f.ptid, t);
+                    self.tasks.fork(f.pid, f.tid, f.ptid, t, at);
                     self.maps.fork(f.pid, f.ppid, t);
                 }
                 Record::Exit(e) => {

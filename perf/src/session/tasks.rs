@@ -16,6 +16,10 @@ pub struct CommChange {
     pub comm: String,
     /// Set by an exec.
     pub exec: bool,
+    /// The file offset of the COMM record (of the FORK, for a name inherited
+    /// from the parent): where a reader that goes by file order, as our
+    /// simulator's recordings allow, puts the change.
+    pub record_offset: u64,
 }
 
 /// A thread, as the side-band records describe it: one lifetime of a thread id
@@ -30,6 +34,8 @@ pub struct Thread {
     pub parent_tid: Option<u32>,
     /// When it was created (FORK), if recorded.
     pub start: Option<u64>,
+    /// The file offset of its FORK record, if recorded.
+    pub fork_offset: Option<u64>,
     /// When it exited (EXIT), if recorded.
     pub exit: Option<u64>,
     /// Its names in time order.
@@ -43,6 +49,7 @@ impl Thread {
             pid: None,
             parent_tid: None,
             start: None,
+            fork_offset: None,
             exit: None,
             comms: Vec::new(),
         }
@@ -107,17 +114,20 @@ impl Tasks {
         &mut v[n]
     }
 
-    pub fn comm(&mut self, pid: u32, tid: u32, comm: &str, exec: bool, time: Option<u64>) {
+    /// A COMM record at file offset `at`.
+    pub fn comm(&mut self, pid: u32, tid: u32, comm: &str, exec: bool, time: Option<u64>, at: u64) {
         let t = self.live(tid);
         t.pid = Some(pid);
         t.comms.push(CommChange {
             time: time.unwrap_or(0),
             comm: comm.to_string(),
             exec,
+            record_offset: at,
         });
     }
 
-    pub fn fork(&mut self, pid: u32, tid: u32, ptid: u32, time: Option<u64>) {
+    /// A FORK record at file offset `at`.
+    pub fn fork(&mut self, pid: u32, tid: u32, ptid: u32, time: Option<u64>, at: u64) {
         // The parent's name as of now is the child's first (perf's thread__fork).
         let parent_comm = self
             .thread(ptid, time)
@@ -139,12 +149,14 @@ impl Tasks {
         t.pid = Some(pid);
         t.parent_tid = Some(ptid);
         t.start = time;
+        t.fork_offset = Some(at);
         if t.comms.is_empty() {
             if let Some(c) = parent_comm {
                 t.comms.push(CommChange {
                     time: time.unwrap_or(0),
                     comm: c,
                     exec: false,
+                    record_offset: at,
                 });
             }
         }
@@ -238,22 +250,29 @@ mod tests {
     #[test]
     fn threads_names_and_lifetimes() {
         let mut t = Tasks::default();
-        t.comm(10, 10, "sh", false, Some(5));
-        t.fork(11, 11, 10, Some(10));
+        t.comm(10, 10, "sh", false, Some(5), 0x100);
+        t.fork(11, 11, 10, Some(10), 0x200);
         assert_eq!(
             t.thread(11, Some(12)).unwrap().comm_at(Some(12)),
             Some("sh")
         );
-        t.comm(11, 11, "ls", true, Some(20));
+        t.comm(11, 11, "ls", true, Some(20), 0x300);
         let c = t.thread(11, None).unwrap();
         assert_eq!(c.comm_at(Some(15)), Some("sh"));
         assert_eq!(c.comm_at(Some(25)), Some("ls"));
         assert_eq!(c.comm_at(None), Some("ls"));
         assert_eq!(c.pid, Some(11));
         assert_eq!(c.parent_tid, Some(10));
+        assert_eq!(c.fork_offset, Some(0x200));
+        let offsets: Vec<(u64, bool)> = c.comms.iter().map(|c| (c.record_offset, c.exec)).collect();
+        assert_eq!(
+            offsets,
+            [(0x200, false), (0x300, true)],
+            "the inherited name at the FORK"
+        );
         t.exit(11, 11, Some(30));
         // The tid used again: a new lifetime.
-        t.fork(11, 11, 10, Some(40));
+        t.fork(11, 11, 10, Some(40), 0x400);
         assert_eq!(t.threads.get(&11).unwrap().len(), 2);
         assert_eq!(t.thread(11, Some(25)).unwrap().exit, Some(30));
         assert_eq!(t.thread(11, Some(45)).unwrap().start, Some(40));

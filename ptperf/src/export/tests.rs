@@ -109,6 +109,7 @@ fn a_call_and_its_return() {
         time: 0,
         comm: "prog".into(),
         exec: true,
+        record_offset: 0,
     }];
     let t = ThreadRef {
         key: 1,

@@ -180,7 +180,8 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     let s = record_perf_data(source.as_mut(), &rec, &opts, |n| {
         checkpoints += 1;
         progress.show("recorded", n)
-    })?;
+    })
+    .map_err(|e| e.to_string())?;
     progress.done();
     drop(plugin);
     if !o.quiet {

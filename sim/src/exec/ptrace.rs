@@ -1652,9 +1652,12 @@ impl Drop for Tracer {
 
 /// [`probe_block_step`], once per process.
 pub fn block_step_support() -> Result<BlockStep, ExecError> {
-    static PROBED: std::sync::OnceLock<Result<BlockStep, String>> = std::sync::OnceLock::new();
+    // The probe's error is shared by every later call (it is not Clone): each
+    // caller gets it back as the source of its own.
+    static PROBED: std::sync::OnceLock<Result<BlockStep, std::sync::Arc<ExecError>>> =
+        std::sync::OnceLock::new();
     PROBED
-        .get_or_init(|| probe_block_step().map_err(|e| e.to_string()))
+        .get_or_init(|| probe_block_step().map_err(std::sync::Arc::new))
         .clone()
         .map_err(|e| ExecError::Os {
             what: "block-step probe",

@@ -34,17 +34,57 @@ pub struct FilterSpec {
     pub object: Option<PathBuf>,
 }
 
-/// Why a filter string is refused: perf's error lines (without a trailing newline).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a filter string is refused: perf's error lines (without a trailing
+/// newline), the filter as typed included.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct FilterError(pub String);
 
-impl std::fmt::Display for FilterError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Why a filter's symbols cannot be resolved, in perf's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum Unresolved {
+    #[error("File '{0}' not found or has no symbols.\nFailed to load symbols from: {0}")]
+    NoSymbols(String),
+    #[error("{}", ambiguous(.name, .matches))]
+    Ambiguous {
+        name: String,
+        /// (start, global) of each symbol of that name.
+        matches: Vec<(u64, bool)>,
+    },
+    #[error("N'th occurrence (N={n}) of symbol '{name}' not found.\nNote that symbols must be functions.")]
+    NoNth { name: String, n: i64 },
+    #[error("Global symbol '{0}' not found.\nNote that symbols must be functions.")]
+    NoGlobal(String),
+    #[error("Symbol '{0}' not found.\nNote that symbols must be functions.")]
+    NotFound(String),
+    #[error("Kernel addresses are restricted. Unable to resolve kernel symbols.")]
+    Kernel,
+    #[error("Failed to determine filter for {0}\nCannot determine file size.")]
+    FileSize(String),
+    #[error("Symbol '{name}' ({start:#x}) comes before '{from}' ({addr:#x})")]
+    BeforeSymbol {
+        name: String,
+        start: u64,
+        from: String,
+        addr: u64,
+    },
+    #[error("Symbol '{name}' ({start:#x}) comes before address {addr:#x})")]
+    BeforeAddress { name: String, start: u64, addr: u64 },
 }
 
-impl std::error::Error for FilterError {}
+/// perf's list of the symbols a name matches, and how to pick one.
+fn ambiguous(name: &str, matches: &[(u64, bool)]) -> String {
+    let mut e = format!("Multiple symbols with name '{name}'\n");
+    for (i, (start, global)) in matches.iter().enumerate() {
+        let bind = if *global { 'g' } else { 'l' };
+        e.push_str(&format!("#{}\t{start:#x}\t{bind}\t{name}\n", i + 1));
+    }
+    e.push_str(&format!(
+        "Disambiguate symbol name by inserting #n after the name e.g. {name} #2\n"
+    ));
+    e.push_str("Or select a global symbol by inserting #0 or #g or #G");
+    e
+}
 
 /// One filter as typed, before symbols are resolved.
 #[derive(Debug, Default)]
@@ -189,14 +229,8 @@ struct Sym {
 /// The symbols of `path` as perf loads them for a filter ([`pt_elf`]'s table:
 /// file offsets, zero sizes stretched, duplicates dropped, `.plt` entries,
 /// demangled names), in address order.
-fn functions(path: &Path) -> Result<Vec<Sym>, String> {
-    let not_found = || {
-        format!(
-            "File '{}' not found or has no symbols.\nFailed to load symbols from: {}",
-            path.display(),
-            path.display()
-        )
-    };
+fn functions(path: &Path) -> Result<Vec<Sym>, Unresolved> {
+    let not_found = || Unresolved::NoSymbols(path.display().to_string());
     if !path.is_file() {
         return Err(not_found());
     }
@@ -222,7 +256,7 @@ fn functions(path: &Path) -> Result<Vec<Sym>, String> {
 
 /// perf's lookup of `name` (`idx`: None any, Some(0) global, Some(n) the n'th):
 /// (start, size).
-fn find_sym(syms: &[Sym], name: &str, idx: Option<i64>) -> Result<(u64, u64), String> {
+fn find_sym(syms: &[Sym], name: &str, idx: Option<i64>) -> Result<(u64, u64), Unresolved> {
     let matches: Vec<&Sym> = syms
         .iter()
         .filter(|s| s.name == name)
@@ -231,51 +265,37 @@ fn find_sym(syms: &[Sym], name: &str, idx: Option<i64>) -> Result<(u64, u64), St
     let pick = match idx {
         Some(n) if n > 0 => matches.get(n as usize - 1).copied(),
         _ if matches.len() > 1 => {
-            let mut e = format!("Multiple symbols with name '{name}'\n");
-            for (i, s) in matches.iter().enumerate() {
-                e.push_str(&format!(
-                    "#{}\t{:#x}\t{}\t{}\n",
-                    i + 1,
-                    s.start,
-                    if s.global { 'g' } else { 'l' },
-                    s.name
-                ));
-            }
-            e.push_str(&format!(
-                "Disambiguate symbol name by inserting #n after the name e.g. {name} #2\n"
-            ));
-            e.push_str("Or select a global symbol by inserting #0 or #g or #G");
-            return Err(e);
+            return Err(Unresolved::Ambiguous {
+                name: name.to_string(),
+                matches: matches.iter().map(|s| (s.start, s.global)).collect(),
+            });
         }
         _ => matches.first().copied(),
     };
     match pick {
         Some(s) => Ok((s.start, s.size)),
         None => Err(match idx {
-            Some(n) if n > 0 => format!(
-                "N'th occurrence (N={n}) of symbol '{name}' not found.\nNote that symbols must be functions."
-            ),
-            Some(_) => {
-                format!("Global symbol '{name}' not found.\nNote that symbols must be functions.")
-            }
-            None => format!("Symbol '{name}' not found.\nNote that symbols must be functions."),
+            Some(n) if n > 0 => Unresolved::NoNth {
+                name: name.to_string(),
+                n,
+            },
+            Some(_) => Unresolved::NoGlobal(name.to_string()),
+            None => Unresolved::NotFound(name.to_string()),
         }),
     }
 }
 
-fn resolve(p: &mut Parsed) -> Result<(), String> {
+fn resolve(p: &mut Parsed) -> Result<(), Unresolved> {
     if p.sym_from.is_none() && p.sym_to.is_none() {
         return Ok(());
     }
     let Some(file) = &p.filename else {
-        return Err("Kernel addresses are restricted. Unable to resolve kernel symbols.".into());
+        return Err(Unresolved::Kernel);
     };
     let path = PathBuf::from(file);
     if p.sym_from.as_ref().is_some_and(|(n, _)| n == "*") {
         let len = std::fs::metadata(&path)
-            .map_err(|_| {
-                format!("Failed to determine filter for {file}\nCannot determine file size.")
-            })?
+            .map_err(|_| Unresolved::FileSize(file.clone()))?
             .len();
         p.addr = 0;
         p.size = len;
@@ -293,14 +313,17 @@ fn resolve(p: &mut Parsed) -> Result<(), String> {
         let (start, size) = find_sym(&syms, name, *idx)?;
         if start + size < p.addr {
             return Err(match &p.sym_from {
-                Some((from, _)) => format!(
-                    "Symbol '{name}' ({start:#x}) comes before '{from}' ({:#x})",
-                    p.addr
-                ),
-                None => format!(
-                    "Symbol '{name}' ({start:#x}) comes before address {:#x})",
-                    p.addr
-                ),
+                Some((from, _)) => Unresolved::BeforeSymbol {
+                    name: name.clone(),
+                    start,
+                    from: from.clone(),
+                    addr: p.addr,
+                },
+                None => Unresolved::BeforeAddress {
+                    name: name.clone(),
+                    start,
+                    addr: p.addr,
+                },
             });
         }
         p.size = start + size - p.addr;
@@ -337,7 +360,7 @@ impl FilterSpec {
         }
         let mut out = Vec::new();
         for mut p in parsed {
-            resolve(&mut p).map_err(|e| failed(Some(e)))?;
+            resolve(&mut p).map_err(|e| failed(Some(e.to_string())))?;
             let object = match &p.filename {
                 Some(f) => {
                     Some(std::fs::canonicalize(f).map_err(|e| failed(Some(format!("{f}: {e}"))))?)

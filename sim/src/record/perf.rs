@@ -54,7 +54,10 @@ use pt_perf_data::{
     RecordingWriter, SampleId, Task,
 };
 
-use super::{FilterSpec, ProcessMemory, RecordSink, RecordSummary, SimRecording, TaskEvent};
+use super::error::io_at;
+use super::{
+    FilterSpec, ProcessMemory, RecordError, RecordSink, RecordSummary, SimRecording, TaskEvent,
+};
 use super::{ThreadStart, Timed};
 use crate::exec::{Mapping, ThreadId};
 use crate::pt::SimParams;
@@ -164,10 +167,6 @@ pub fn sim_pmu_type() -> u32 {
         used.push(ty);
     }
     (8..).find(|t| !used.contains(t)).unwrap_or(8)
-}
-
-fn io(path: &Path) -> impl Fn(std::io::Error) -> String + '_ {
-    move |e| format!("{}: {e}", path.display())
 }
 
 /// One thread's AUX area in snapshot mode: a ring the trace overwrites, and
@@ -285,15 +284,15 @@ pub struct PerfDataSink {
 impl PerfDataSink {
     /// Starts the file for `rec` (its directory is created, as `perf record
     /// -o` does; an existing file is replaced).
-    pub fn create(rec: &SimRecording, opts: &PerfDataOptions) -> Result<Self, String> {
+    pub fn create(rec: &SimRecording, opts: &PerfDataOptions) -> Result<Self, RecordError> {
         let path = opts.path.clone();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            std::fs::create_dir_all(dir).map_err(io_at(dir))?;
         }
         // Absolute: MMAP2 records name the dumps in it, as the kernel names files.
-        let debug = std::path::absolute(opts.debug_dir()).map_err(io(&path))?;
+        let debug = std::path::absolute(opts.debug_dir()).map_err(io_at(&path))?;
         if debug.exists() {
-            std::fs::remove_dir_all(&debug).map_err(io(&debug))?;
+            std::fs::remove_dir_all(&debug).map_err(io_at(&debug))?;
         }
         let cfg = &rec.config;
         let config = opts
@@ -329,7 +328,7 @@ impl PerfDataSink {
         setup.time_conv = true;
         setup.perf_version = format!("6.1 (ptperf {})", env!("CARGO_PKG_VERSION"));
         setup.cmdline = opts.cmdline.clone();
-        let mut w = RecordingWriter::create(&path, setup).map_err(|e| e.to_string())?;
+        let mut w = RecordingWriter::create(&path, setup)?;
         // The simulated CPU, not the host's.
         w.set_feature(Feature::CpuId(SIM_CPUID.into()));
         w.set_feature(Feature::CpuDesc("Simulated Intel PT CPU (pt-sim)".into()));
@@ -352,7 +351,7 @@ impl PerfDataSink {
             build_ids: BTreeMap::new(),
             looked_up: HashSet::new(),
         };
-        sink.writer()?.finish_init().map_err(|e| e.to_string())?;
+        sink.writer()?.finish_init()?;
         Ok(sink)
     }
 
@@ -366,19 +365,16 @@ impl PerfDataSink {
         &self.info
     }
 
-    fn writer(&mut self) -> Result<&mut RecordingWriter, String> {
-        let p = self.path.display().to_string();
-        self.w
-            .as_mut()
-            .ok_or_else(|| format!("{p}: the recording has finished"))
+    fn writer(&mut self) -> Result<&mut RecordingWriter, RecordError> {
+        self.w.as_mut().ok_or_else(|| RecordError::Finished {
+            path: self.path.clone(),
+        })
     }
 
-    fn write(&mut self, r: &Record<'_>) -> Result<(), String> {
+    fn write(&mut self, r: &Record<'_>) -> Result<(), RecordError> {
         // The writer's errors name the file.
-        self.writer()?
-            .write(r)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        self.writer()?.write(r)?;
+        Ok(())
     }
 
     fn perf_time(&self, tsc: u64) -> Option<u64> {
@@ -397,7 +393,7 @@ impl PerfDataSink {
 
     /// Writes a thread's pending AUX data: the kernel's AUX record, then
     /// perf's AUXTRACE copy of the data.
-    fn flush(&mut self, t: ThreadId) -> Result<(), String> {
+    fn flush(&mut self, t: ThreadId) -> Result<(), RecordError> {
         let Some(a) = self.areas.get_mut(&t) else {
             return Ok(());
         };
@@ -431,7 +427,7 @@ impl PerfDataSink {
         Ok(())
     }
 
-    fn flush_all(&mut self) -> Result<(), String> {
+    fn flush_all(&mut self) -> Result<(), RecordError> {
         for t in self.order.clone() {
             self.flush(t)?;
         }
@@ -476,16 +472,16 @@ impl PerfDataSink {
 
     /// Writes the code in no file that the memory holds now: dumps and the
     /// vDSO's build-id cache entry.
-    fn write_code(&mut self, memory: ProcessMemory<'_>) -> Result<(), String> {
+    fn write_code(&mut self, memory: ProcessMemory<'_>) -> Result<(), RecordError> {
         for d in &self.dumps {
             let Some(mem) = memory(d.pid) else { continue };
             let Some(bytes) = read_range(mem, d.start, d.end) else {
                 continue;
             };
             if let Some(dir) = d.path.parent() {
-                std::fs::create_dir_all(dir).map_err(io(dir))?;
+                std::fs::create_dir_all(dir).map_err(io_at(dir))?;
             }
-            std::fs::write(&d.path, &bytes).map_err(io(&d.path))?;
+            std::fs::write(&d.path, &bytes).map_err(io_at(&d.path))?;
         }
         if self.vdsos.is_empty() {
             return Ok(());
@@ -529,13 +525,11 @@ impl PerfDataSink {
                 cache.remove("[vdso]", old.as_bytes(), vdso);
             }
         }
-        cache
-            .add("[vdso]", bid.as_bytes(), vdso, &merged)
-            .map_err(|e| e.to_string())?;
+        cache.add("[vdso]", bid.as_bytes(), vdso, &merged)?;
         Ok(())
     }
 
-    fn set_build_ids(&mut self) -> Result<(), String> {
+    fn set_build_ids(&mut self) -> Result<(), RecordError> {
         let entries = self
             .build_ids
             .iter()
@@ -550,7 +544,7 @@ impl PerfDataSink {
         Ok(())
     }
 
-    fn take_snapshot(&mut self, tsc: u64) -> Result<(), String> {
+    fn take_snapshot(&mut self, tsc: u64) -> Result<(), RecordError> {
         let Some(opts) = self.snapshot else {
             return Ok(());
         };
@@ -635,7 +629,7 @@ fn prot_flags(m: &Mapping) -> (u32, u32) {
 }
 
 impl RecordSink for PerfDataSink {
-    fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), String> {
+    fn open_thread(&mut self, start: &ThreadStart<'_>) -> Result<(), RecordError> {
         let idx = self.order.len() as u32;
         self.order.push(start.id);
         self.areas.insert(
@@ -657,11 +651,9 @@ impl RecordSink for PerfDataSink {
         }))
     }
 
-    fn trace(&mut self, thread: ThreadId, bytes: &[u8], tsc: u64) -> Result<(), String> {
+    fn trace(&mut self, thread: ThreadId, bytes: &[u8], tsc: u64) -> Result<(), RecordError> {
         let Some(a) = self.areas.get_mut(&thread) else {
-            return Err(format!(
-                "trace bytes of thread {thread}, which has no trace"
-            ));
+            return Err(RecordError::NoTrace { thread });
         };
         a.last_tsc = tsc;
         if let Some(r) = &mut a.ring {
@@ -675,7 +667,7 @@ impl RecordSink for PerfDataSink {
         Ok(())
     }
 
-    fn lost(&mut self, thread: ThreadId, _size: u64, tsc: u64) -> Result<(), String> {
+    fn lost(&mut self, thread: ThreadId, _size: u64, tsc: u64) -> Result<(), RecordError> {
         self.flush(thread)?;
         let Some(a) = self.areas.get(&thread) else {
             return Ok(());
@@ -691,7 +683,7 @@ impl RecordSink for PerfDataSink {
         }))
     }
 
-    fn task_event(&mut self, event: &Timed) -> Result<(), String> {
+    fn task_event(&mut self, event: &Timed) -> Result<(), RecordError> {
         // The trace before the event goes first (see the module docs).
         self.flush_all()?;
         let tsc = event.tsc;
@@ -778,20 +770,20 @@ impl RecordSink for PerfDataSink {
         Ok(())
     }
 
-    fn snapshot(&mut self, tsc: u64) -> Result<(), String> {
+    fn snapshot(&mut self, tsc: u64) -> Result<(), RecordError> {
         self.take_snapshot(tsc)?;
         // On disk at once, as perf record writes a snapshot when it is
         // taken: a recording killed later keeps it.
-        self.writer()?.checkpoint().map_err(|e| e.to_string())
+        Ok(self.writer()?.checkpoint()?)
     }
 
-    fn checkpoint(&mut self, memory: ProcessMemory<'_>, _tsc: u64) -> Result<(), String> {
+    fn checkpoint(&mut self, memory: ProcessMemory<'_>, _tsc: u64) -> Result<(), RecordError> {
         self.flush_all()?;
         self.write_code(memory)?;
         self.set_build_ids()?;
         // A round: the file on disk is complete up to here (perf reads a
         // recording killed later up to this point).
-        self.writer()?.finish_round().map_err(|e| e.to_string())
+        Ok(self.writer()?.finish_round()?)
     }
 
     fn finish(
@@ -799,7 +791,7 @@ impl RecordSink for PerfDataSink {
         _summary: &RecordSummary,
         memory: ProcessMemory<'_>,
         tsc: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), RecordError> {
         self.flush_all()?;
         if self.snapshot.is_some_and(|s| s.on_exit) {
             self.take_snapshot(tsc)?;
@@ -808,12 +800,10 @@ impl RecordSink for PerfDataSink {
         }
         self.write_code(memory)?;
         self.set_build_ids()?;
-        let p = self.path.display().to_string();
-        let w = self
-            .w
-            .take()
-            .ok_or_else(|| format!("{p}: the recording has finished"))?;
-        w.finish().map_err(|e| e.to_string())?;
+        let w = self.w.take().ok_or_else(|| RecordError::Finished {
+            path: self.path.clone(),
+        })?;
+        w.finish()?;
         Ok(())
     }
 }

@@ -14,7 +14,7 @@
 //! * a memory operand without a size is an error when the size matters.
 
 use super::expr::{EvalError, Expr, Value};
-use super::parse::{Insn, JumpKind, Mem, Operand, Prefix};
+use super::parse::{AsmInsn, JumpKind, Mem, Operand, Prefix};
 use iced_x86::{
     Code, Encoder, EncodingKind, Instruction, MandatoryPrefix, MemorySize, Mnemonic,
     OpCodeOperandKind as K, OpCodeTableKind, OpKind, Register,
@@ -425,12 +425,18 @@ fn with_encoder<R>(bits: u32, f: impl FnOnce(&mut Reused) -> R) -> R {
     })
 }
 
+/// Why an instruction cannot be encoded, in yasm's words (its messages are
+/// free text: the operand combination, the value out of range, the mode).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EncodeError(pub String);
+
 /// Encodes an instruction at `ctx.ip`.
 pub fn encode(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, EncodeError> {
     encode_detailed(insn, ctx, eval).map(|e| e.bytes)
 }
 
@@ -446,11 +452,11 @@ pub struct Encoded {
 
 /// Encodes an instruction at `ctx.ip`, with details about the encoding.
 pub fn encode_detailed(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
-) -> Result<Encoded, String> {
-    encode_remembered(insn, ctx, eval, None)
+) -> Result<Encoded, EncodeError> {
+    encode_remembered(insn, ctx, eval, None).map_err(EncodeError)
 }
 
 /// What an instruction's encoding depends on besides its text: the values
@@ -497,7 +503,7 @@ impl EncodeMemo {
 /// What a layout-free instruction's bytes depend on.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct FixedKey {
-    insn: Insn,
+    insn: AsmInsn,
     bits: u32,
     default_rel: bool,
     floor: usize,
@@ -506,7 +512,7 @@ struct FixedKey {
 /// True if `insn`'s bytes cannot depend on its address or on any label: no
 /// operand value depends on the layout, no memory operand can be
 /// RIP-relative, and no immediate can be a branch target.
-fn layout_free(insn: &Insn, codes: &[Code]) -> bool {
+fn layout_free(insn: &AsmInsn, codes: &[Code]) -> bool {
     insn.operands.iter().all(|o| match o {
         Operand::Reg(_) => true,
         Operand::Mem(m) => {
@@ -583,13 +589,13 @@ fn branch_only(codes: &[Code]) -> bool {
 
 /// [`encode_detailed`], remembering the result for line `line` in `memo`.
 pub fn encode_memo(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
     memo: &mut EncodeMemo,
     line: usize,
-) -> Result<Encoded, String> {
-    encode_remembered(insn, ctx, eval, Some((memo, line)))
+) -> Result<Encoded, EncodeError> {
+    encode_remembered(insn, ctx, eval, Some((memo, line))).map_err(EncodeError)
 }
 
 fn memo_key(ops: &[Resolved<'_>], ctx: &Context) -> Option<MemoKey> {
@@ -632,7 +638,7 @@ fn memo_key(ops: &[Resolved<'_>], ctx: &Context) -> Option<MemoKey> {
 }
 
 fn encode_remembered(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
     mut memo: Option<(&mut EncodeMemo, usize)>,
@@ -801,7 +807,7 @@ fn encode_remembered(
 
 /// The encoding yasm picks among the forms of `codes` that take `ops`.
 fn choose(
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     ops: &[Resolved<'_>],
     codes: &[Code],
@@ -911,7 +917,7 @@ fn choose(
 fn collect(
     codes: &[Code],
     ops: &[Resolved<'_>],
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     addr_prefix: Option<u32>,
     found: &mut Vec<Candidate>,
@@ -999,7 +1005,7 @@ fn build(
     kinds: &[K],
     explicit: &[(usize, K)],
     ops: &[Resolved<'_>],
-    insn: &Insn,
+    insn: &AsmInsn,
     ctx: &Context,
     addr_prefix: Option<u32>,
     force_disp32: bool,
@@ -1497,6 +1503,7 @@ mod tests {
             Expr::Num(n) => Ok(Value::num(*n)),
             _ => crate::asm::expr::eval(e, &Fixed),
         })
+        .map_err(|e| e.0)
     }
 
     struct Fixed;

@@ -808,7 +808,8 @@ fn emit_body(
                 floor,
             };
             let mut eval = |e: &Expr| expr::eval(e, scope);
-            let first = insn::encode_memo(insn, &ctx, &mut eval, &mut memo.borrow_mut(), line)?;
+            let first = insn::encode_memo(insn, &ctx, &mut eval, &mut memo.borrow_mut(), line)
+                .map_err(|e| e.0)?;
             let (one, branch_disp) = (first.bytes, first.branch_disp);
             let per_rep = insn.operands.iter().any(|o| match o {
                 super::parse::Operand::Imm(i) => i.expr.depends_on_layout(),
@@ -828,7 +829,7 @@ fn emit_body(
                     floor,
                 };
                 let mut eval = |e: &Expr| expr::eval(e, scope);
-                insn::encode(insn, &ctx, &mut eval)
+                insn::encode(insn, &ctx, &mut eval).map_err(|e| e.0)
             })
             .map(|(bytes, unit)| (bytes, unit, branch_disp))
         }

@@ -345,9 +345,9 @@ pub enum Prefix {
     AddrSize(u32),
 }
 
-/// An instruction.
+/// An instruction as the assembler parsed it (mnemonic and operands, not yet encoded).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Insn {
+pub struct AsmInsn {
     /// Prefixes before the mnemonic.
     pub prefixes: Vec<Prefix>,
     /// The mnemonic, lower case.
@@ -369,7 +369,7 @@ pub enum DataItem {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
     /// An instruction.
-    Insn(Insn),
+    Insn(AsmInsn),
     /// `db`/`dw`/`dd`/`dq` with its unit size in bytes.
     Data {
         /// Unit size in bytes.
@@ -885,7 +885,7 @@ impl Parser {
                         return Err(format!("unknown instruction `{w}'"));
                     }
                     let operands = self.operands(toks.get(pos + 1..).unwrap_or_default())?;
-                    return Ok(Body::Insn(Insn {
+                    return Ok(Body::Insn(AsmInsn {
                         prefixes,
                         mnemonic: lower,
                         operands,

@@ -66,9 +66,18 @@ fn tokens(line: &str) -> impl Iterator<Item = &str> {
     line.split(' ').filter(|t| !t.is_empty())
 }
 
+/// Why pttc would stop reading a listing's labels (pttc's words).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ListingError(pub String);
+
 /// The label list pttc builds from a listing, in its order; an error where
 /// pttc would stop.
-pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
+pub fn labels(listing: &str) -> Result<Vec<(String, u64)>, ListingError> {
+    listing_labels(listing).map_err(ListingError)
+}
+
+fn listing_labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
     let lines: Vec<&str> = listing.lines().collect();
     let mut labels = List::default();
     let append = |labels: &mut List, name: &str, v: u64| labels.append(name, v);

@@ -159,7 +159,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Command, CliError> {
                 } else {
                     None
                 };
-                sb.set(a, value).map_err(cli_err)?;
+                sb.set(a, value).map_err(|e| cli_err(e.to_string()))?;
                 if sb.any() {
                     // Side-band records are placed by the trace's time.
                     options.track_time = true;
@@ -168,7 +168,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Command, CliError> {
             _ if PerfDumpArgs::takes(a) => {
                 idx += 1;
                 let v = arg_value(a, args.get(idx))?;
-                perf.set(a, v).map_err(cli_err)?;
+                perf.set(a, v).map_err(|e| cli_err(e.to_string()))?;
             }
             _ => return Err(cli_err(format!("unknown option: {a}."))),
         }

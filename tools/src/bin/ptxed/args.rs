@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use pt_decoder::config::{Config, Cpu, Errata};
-use pt_decoder::file::{os_reason, parse_u64, FileError, TraceFile};
+use pt_decoder::file::{os_reason, parse_u64, FileError, OptionError, TraceFile};
 use pt_decoder::flow::FlowOptions;
 use pt_decoder::image::{Image, LoadError};
 
@@ -146,8 +146,8 @@ enum ArgError {
         arg: String,
         why: String,
     },
-    #[error("{0}")]
-    Perf(String),
+    #[error(transparent)]
+    Perf(#[from] OptionError),
 }
 
 /// Why a file could not be mapped, in words.
@@ -389,14 +389,14 @@ impl<'a> Parser<'a> {
                         Some(true) => Some(self.value(arg)?),
                         _ => None,
                     };
-                    self.sb.set(arg, value).map_err(ArgError::Perf)?;
+                    self.sb.set(arg, value)?;
                 }
                 _ if PerfArgs::takes(arg).is_some() => {
                     let value = match PerfArgs::takes(arg) {
                         Some(true) => Some(self.value(arg)?),
                         _ => None,
                     };
-                    self.perf.set(arg, value).map_err(ArgError::Perf)?;
+                    self.perf.set(arg, value)?;
                 }
                 _ => {
                     let filter = arg.strip_prefix("--filter:addr").and_then(|rest| {

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use pt_decoder::driver::{Granularity, Item, Resync};
 use pt_decoder::error::ErrorCode;
+use pt_decoder::file::OptionError;
 use pt_perf::session::{PerfItem, Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
@@ -46,16 +47,6 @@ pub(super) const HELP: &str = "  --perf <file>                        decode a p
   --perf:timeless                      decode without timestamps (as perf's timeless decoding).
 ";
 
-fn list(opt: &str, v: &str) -> Result<Vec<u32>, String> {
-    v.split(',')
-        .map(|s| {
-            s.trim()
-                .parse::<u32>()
-                .map_err(|_| format!("{opt}: bad argument: {v}."))
-        })
-        .collect()
-}
-
 impl PerfArgs {
     /// Whether `arg` is one of ours, and whether it takes a value.
     pub fn takes(arg: &str) -> Option<bool> {
@@ -68,22 +59,28 @@ impl PerfArgs {
     }
 
     /// Takes option `arg` with its value.
-    pub fn set(&mut self, arg: &str, value: Option<&str>) -> Result<(), String> {
+    pub fn set(&mut self, arg: &str, value: Option<&str>) -> Result<(), OptionError> {
         let v = value.unwrap_or("");
         match arg {
             "--perf" => {
                 if let Some(f) = &self.file {
-                    return Err(format!("--perf: duplicate perf.data files: {f}, {v}."));
+                    return Err(OptionError::DuplicatePerf(format!("{f}, {v}")));
                 }
                 self.file = Some(v.to_string());
             }
-            "--perf:cpu" => self.cpus.get_or_insert_with(Vec::new).extend(list(arg, v)?),
-            "--perf:tid" => self.tids.get_or_insert_with(Vec::new).extend(list(arg, v)?),
+            "--perf:cpu" => self
+                .cpus
+                .get_or_insert_with(Vec::new)
+                .extend(OptionError::parse_list(arg, v)?),
+            "--perf:tid" => self
+                .tids
+                .get_or_insert_with(Vec::new)
+                .extend(OptionError::parse_list(arg, v)?),
             "--perf:sysroot" => self.sysroot = Some(PathBuf::from(v)),
             "--perf:buildid-dir" => self.buildid_dirs.push(PathBuf::from(v)),
             "--perf:vdso" => self.vdso.push(("[vdso]".into(), PathBuf::from(v))),
             "--perf:timeless" => self.timeless = true,
-            _ => return Err(format!("unknown option: {arg}.")),
+            _ => return Err(OptionError::Unknown(arg.to_string())),
         }
         Ok(())
     }
