@@ -12,6 +12,7 @@
 //! | [`debug_file`] | where symbols and DWARF are found: debuglink, the caches, `/usr/lib/debug`, `--symfs` | `dso__read_binary_type_filename` |
 //! | [`symbols`] | perf's symbol table of a file: which symbols it keeps, `name@plt` entries, ifunc resolvers, duplicates, and its tree search; [`Symbols`] caches one per file | `symbol-elf.c`, `symbol.c` |
 //! | [`demangle`] | names as perf prints them (C++ and Rust, without parameters) | `demangle_sym` |
+//! | [`kallsyms`] | the kernel's symbols from a kallsyms list, the running kernel's build id | `kallsyms__parse`, `dso__load_kallsyms` |
 //! | [`bias`] | load bias and file offsets through `PT_LOAD` segments | `map__map_ip` |
 //! | [`srcline`] | source lines as perf prints them (binutils' `addr2line` answers) | `srcline.c` |
 //! | [`vdso`] | this process's vDSO as a file that leaves nothing behind | `vdso__get_file` |
@@ -52,6 +53,7 @@ pub mod build_id;
 pub mod cache;
 pub mod debug_file;
 pub mod demangle;
+pub mod kallsyms;
 pub mod srcline;
 pub mod symbols;
 pub mod vdso;

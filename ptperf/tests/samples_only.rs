@@ -125,8 +125,7 @@ fn compare_all(data: &Path) {
     same_report(data);
 }
 
-/// `perf record -e cpu-clock:u -e task-clock:u`: two software events (user
-/// space: kernel symbols need perf's kallsyms, which ptperf does not read).
+/// `perf record -e cpu-clock:u -e task-clock:u`: two software events.
 #[test]
 fn perf_record_software_events() {
     let d = dir("samples-only-cpu-clock");
@@ -169,6 +168,35 @@ fn perf_record_software_events() {
         events.into_iter().collect::<Vec<_>>(),
         ["cpu-clock:u", "task-clock:u"]
     );
+}
+
+/// `perf record -e cpu-clock` without `:u`: kernel samples too, named from
+/// the kernel's kallsyms (perf's copy in its build-id cache, or the running
+/// kernel's) as `sym+off ([kernel.kallsyms])`, `[k]` in report.
+#[test]
+fn perf_record_kernel_samples() {
+    let d = dir("samples-only-kernel");
+    let data = d.join("cpu-clock.data");
+    let mut p = perf_cmd();
+    p.args(["record", "-q", "-e", "cpu-clock", "-c", "20000", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(busy());
+    let o = run(p);
+    assert!(
+        o.status.success(),
+        "perf record -e cpu-clock failed (perf_event_open of kernel samples is needed): {}",
+        stderr(&o)
+    );
+    let mut s = perf_cmd();
+    s.args(["script", "-F", "ip,sym,dso", "-i"]).arg(&data);
+    let text = String::from_utf8_lossy(&run(s).stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("([kernel.kallsyms])") && !l.contains("[unknown]")),
+        "no named kernel sample in perf's output:\n{text}"
+    );
+    compare_all(&data);
 }
 
 /// A simulated Intel PT recording of the program, its samples injected by

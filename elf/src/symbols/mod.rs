@@ -637,6 +637,16 @@ impl Symbols {
         })
     }
 
+    /// The kernel's symbols from the kallsyms list at `path`
+    /// ([`crate::kallsyms`]; empty if it cannot be read).
+    pub fn kallsyms_table(&mut self, path: &Path) -> TableId {
+        self.load(path, || {
+            std::fs::read_to_string(path)
+                .map(|t| crate::kallsyms::parse(&t))
+                .unwrap_or_default()
+        })
+    }
+
     /// Table `id`.
     pub fn table(&self, id: TableId) -> &SymbolTable {
         &self.tables[id]

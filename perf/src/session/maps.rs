@@ -105,6 +105,18 @@ impl Mapping {
         self.start.saturating_add(self.len)
     }
 
+    /// The name perf gives its dso: the kernel's map is recorded as
+    /// `[kernel.kallsyms]_text` (the symbol its address is taken from) and named
+    /// `[kernel.kallsyms]`; other names as recorded.
+    pub fn dso_name(&self) -> &str {
+        match (self.kind, self.filename.find(']')) {
+            (MappingKind::Kernel, Some(i)) if self.filename.starts_with('[') => {
+                self.filename.get(..=i).unwrap_or(&self.filename)
+            }
+            _ => &self.filename,
+        }
+    }
+
     /// Whether `ip` lies in it.
     pub fn contains(&self, ip: u64) -> bool {
         self.start <= ip && ip < self.end()
@@ -194,6 +206,30 @@ pub(crate) struct Finder {
 }
 
 impl Finder {
+    /// The kallsyms list perf names the kernel's addresses of `m` with: the
+    /// build-id cache's copy of the recorded kernel's, else the running kernel's
+    /// when it is the recorded one (or the recording names none).
+    pub fn kallsyms(&self, m: &Mapping) -> Option<PathBuf> {
+        let recorded = m.build_id.filter(|b| b.len > 0);
+        if let Some(id) = recorded {
+            for dir in &self.buildid_dirs {
+                let cache = BuildIdCache::new(dir);
+                if let Some(p) = cache
+                    .lookup("[kernel.kallsyms]", id.as_bytes(), EntryKind::Kallsyms)
+                    .into_iter()
+                    .find(|p| p.is_file())
+                {
+                    return Some(p);
+                }
+            }
+        }
+        let running = match recorded {
+            Some(id) => pt_elf::kallsyms::running_build_id().is_some_and(|r| r == id.as_bytes()),
+            None => true,
+        };
+        running.then(|| PathBuf::from("/proc/kallsyms"))
+    }
+
     /// The candidate files of a mapping, in perf's order: the build-id cache, then
     /// the path (under the sysroot).
     fn candidates(&self, m: &Mapping) -> Vec<(PathBuf, bool)> {
@@ -549,6 +585,23 @@ mod tests {
         assert_eq!(MappingKind::of("[vsyscall]", false), MappingKind::Special);
         assert_eq!(MappingKind::of("/usr/bin/ls", false), MappingKind::File);
         assert_eq!(MappingKind::of("/usr/bin/ls", true), MappingKind::Kernel);
+    }
+
+    #[test]
+    fn dso_names_as_perf_names_them() {
+        let k = |name: &str| Mapping {
+            pid: None,
+            kind: MappingKind::of(name, true),
+            ..m(1, 0, 1, name, 0)
+        };
+        assert_eq!(k("[kernel.kallsyms]_text").dso_name(), "[kernel.kallsyms]");
+        assert_eq!(k("[kernel.kallsyms]").dso_name(), "[kernel.kallsyms]");
+        assert_eq!(
+            k("/lib/modules/6.1.0/kernel/fs/ext4.ko").dso_name(),
+            "/lib/modules/6.1.0/kernel/fs/ext4.ko"
+        );
+        assert_eq!(m(1, 0, 1, "/usr/bin/ls", 0).dso_name(), "/usr/bin/ls");
+        assert_eq!(m(1, 0, 1, "[vdso]", 0).dso_name(), "[vdso]");
     }
 
     #[test]

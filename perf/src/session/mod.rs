@@ -1057,6 +1057,26 @@ impl<'a> Session<'a> {
         &self.maps.mappings
     }
 
+    /// The symbol table perf names the addresses of mapping `m` with, loaded into
+    /// `symbols`: for the kernel its kallsyms list ([`pt_elf::kallsyms`]), for the
+    /// rest the symbols of the file its code was found in.
+    pub fn symbol_table(
+        &self,
+        m: &Mapping,
+        symbols: &mut pt_elf::Symbols,
+    ) -> Option<pt_elf::TableId> {
+        if m.kind == MappingKind::Kernel && m.dso_name() == "[kernel.kallsyms]" {
+            return self
+                .maps
+                .finder
+                .kallsyms(m)
+                .map(|p| symbols.kallsyms_table(&p));
+        }
+        let file = self.code_file(m).ok()?;
+        let bid = m.build_id.filter(|b| b.len > 0);
+        Some(symbols.dso_table(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes())))
+    }
+
     /// Where the code of `mapping` (one of [`Session::mappings`]) was found, or why
     /// it was not.
     pub fn code_file(&self, mapping: &Mapping) -> Result<&CodeFile, &MissingCode> {

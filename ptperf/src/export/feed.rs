@@ -92,7 +92,7 @@ impl<'s, 'a> Resolver<'s, 'a> {
                 let code = self.session.code_file(m).ok();
                 let recorded = m.build_id.filter(|b| b.len > 0);
                 let recorded = recorded.as_ref().map(|b| b.as_bytes());
-                let syms = code.map(|c| self.symbols.dso_table(&c.path, &key, recorded));
+                let syms = self.session.symbol_table(m, &mut self.symbols);
                 // perf reads the build id from the file when the recording
                 // names none.
                 let build_id = match recorded {

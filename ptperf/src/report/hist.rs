@@ -602,7 +602,7 @@ impl<'s, 'a> Hists<'s, 'a> {
         let dso = match self.dso_ids.get(&m.filename) {
             Some(&d) => d,
             None => {
-                let sh = short(&m.filename);
+                let sh = short(m.dso_name());
                 let d = match self.short_ids.get(sh) {
                     Some(&d) => d,
                     None => {
@@ -625,14 +625,7 @@ impl<'s, 'a> Hists<'s, 'a> {
         let tid = match self.tables.get(&key) {
             Some(&t) => t,
             None => {
-                let bid = m.build_id.filter(|b| b.len > 0);
-                let t = session.code_file(m).ok().map(|file| {
-                    self.symbols.dso_table(
-                        &file.path,
-                        &m.filename,
-                        bid.as_ref().map(|b| b.as_bytes()),
-                    )
-                });
+                let t = session.symbol_table(m, &mut self.symbols);
                 self.tables.insert(key, t);
                 t
             }

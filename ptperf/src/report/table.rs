@@ -274,17 +274,17 @@ pub(super) fn write(
                         l.loc.dso.as_deref().unwrap_or("[unknown]"),
                         widths[i],
                     ),
-                    SortKey::Sym => match &l.loc.sym {
-                        SymKey::Named(n, _) => {
-                            line.push_str("[.] ");
-                            line.push_str(n);
+                    SortKey::Sym => {
+                        line.push_str(level(&l.loc));
+                        match &l.loc.sym {
+                            SymKey::Named(n, _) => line.push_str(n),
+                            SymKey::Addr(0) => line.push_str("0000000000000000"),
+                            SymKey::Addr(x) => {
+                                line.push_str("0x");
+                                hex16(&mut line, *x);
+                            }
                         }
-                        SymKey::Addr(0) => line.push_str("[.] 0000000000000000"),
-                        SymKey::Addr(x) => {
-                            line.push_str("[.] 0x");
-                            hex16(&mut line, *x);
-                        }
-                    },
+                    }
                 }
                 if key == SortKey::Sym && i + 1 < keys.len() {
                     let n = line[start..].len();
@@ -412,6 +412,21 @@ fn compare(a: &Entry, b: &Entry, keys: &[SortKey]) -> Ordering {
         }
     }
     Ordering::Equal
+}
+
+/// perf's privilege level column: `[k] ` for the kernel's code (its map, or an
+/// address in the kernel's half outside any map), `[.] ` for user space.
+fn level(loc: &super::hist::Loc) -> &'static str {
+    let kernel = match (&loc.dso, &loc.sym) {
+        (Some(d), _) => d.starts_with("[kernel.") || d.starts_with("[guest.kernel"),
+        (None, SymKey::Addr(x)) => *x >= 0xffff_8000_0000_0000,
+        (None, SymKey::Named(..)) => false,
+    };
+    if kernel {
+        "[k] "
+    } else {
+        "[.] "
+    }
 }
 
 #[cfg(test)]

@@ -947,16 +947,12 @@ impl<'s, 'a> Printer<'s, 'a> {
         let dso = match self.dso_names.get(&m.filename) {
             Some(d) => d.clone(),
             None => {
-                let d: std::rc::Rc<str> = m.filename.as_str().into();
+                let d: std::rc::Rc<str> = m.dso_name().into();
                 self.dso_names.insert(m.filename.clone(), d.clone());
                 d
             }
         };
-        let table = self.session.code_file(m).ok().map(|file| {
-            let bid = m.build_id.filter(|b| b.len > 0);
-            self.symbols
-                .dso_table(&file.path, &m.filename, bid.as_ref().map(|b| b.as_bytes()))
-        });
+        let table = self.session.symbol_table(m, &mut self.symbols);
         let end = m.start.saturating_add(m.len);
         let holes = self
             .session
@@ -1124,7 +1120,7 @@ impl<'s, 'a> Printer<'s, 'a> {
             let search = self.symbols.options().search.clone();
             self.srclines
                 .get_or_insert_with(|| pt_elf::srcline::SrcLines::new(full).with_search(search))
-                .srcline(&m.filename, path, bid.as_ref().map(|b| b.as_bytes()), addr)
+                .srcline(m.dso_name(), path, bid.as_ref().map(|b| b.as_bytes()), addr)
         });
         self.srcline_cache.insert((stamp, pid, ip), text.clone());
         text
