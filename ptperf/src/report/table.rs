@@ -275,7 +275,7 @@ pub(super) fn write(
                         widths[i],
                     ),
                     SortKey::Sym => {
-                        line.push_str(level(&l.loc));
+                        line.push_str(level(l.loc));
                         match &l.loc.sym {
                             SymKey::Named(n, _) => line.push_str(n),
                             SymKey::Addr(0) => line.push_str("0000000000000000"),
