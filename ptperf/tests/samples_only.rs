@@ -83,12 +83,17 @@ fn same_script(data: &Path, args: &[&str]) -> usize {
 
 /// `report --stdio -i DATA`: the same text.
 fn same_report(data: &Path) {
+    same_report_with(data, &[]);
+}
+
+/// `report --stdio ARGS -i DATA`: the same text.
+fn same_report_with(data: &Path, args: &[&str]) {
     let mut p = perf_cmd();
-    p.args(["report", "--stdio", "-i"]).arg(data);
+    p.args(["report", "--stdio"]).args(args).arg("-i").arg(data);
     let theirs = run(p);
     assert!(theirs.status.success(), "{}", stderr(&theirs));
     let mut o = ptperf();
-    o.args(["report", "--stdio", "-i"]).arg(data);
+    o.args(["report", "--stdio"]).args(args).arg("-i").arg(data);
     let ours = run(o);
     assert!(ours.status.success(), "{}", stderr(&ours));
     assert_eq!(
@@ -197,6 +202,41 @@ fn perf_record_kernel_samples() {
         "no named kernel sample in perf's output:\n{text}"
     );
     compare_all(&data);
+}
+
+/// `perf record -g -e cpu-clock:u`: samples with their recorded call chains,
+/// printed by script and folded into report's children and call graphs as perf
+/// does.
+#[test]
+fn perf_record_call_chains() {
+    let d = dir("samples-only-callchains");
+    let data = d.join("callchains.data");
+    let mut p = perf_cmd();
+    p.args([
+        "record",
+        "-q",
+        "-g",
+        "-e",
+        "cpu-clock:u",
+        "-c",
+        "50000",
+        "-o",
+    ])
+    .arg(&data)
+    .arg("--")
+    .arg(busy());
+    let o = run(p);
+    assert!(o.status.success(), "perf record -g failed: {}", stderr(&o));
+    assert!(same_script(&data, &[]) > 10, "too few samples");
+    same_script(&data, &["-F", "comm,tid,ip,sym,dso"]);
+    for args in [
+        &[][..],
+        &["--no-children"],
+        &["-G"],
+        &["--children", "-g", "caller"],
+    ] {
+        same_report_with(&data, args);
+    }
 }
 
 /// A simulated Intel PT recording of the program, its samples injected by

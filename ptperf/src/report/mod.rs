@@ -111,6 +111,38 @@ enum SortKey {
     Sym,
 }
 
+/// One sample's line of the folded stacks (`comm;outer;…;inner`), its call
+/// chain (innermost first; the sample's IP when it has none) named as the
+/// report names locations.
+fn folded_line(
+    hists: &mut Hists,
+    comm: Option<&str>,
+    s: &pt_perf::sample::Sample,
+    callchain: &[u64],
+) -> String {
+    let mut line = String::from(comm.unwrap_or(":-1"));
+    let chain: &[u64] = if callchain.is_empty() {
+        std::slice::from_ref(&s.ip)
+    } else {
+        callchain
+    };
+    for &ip in chain.iter().rev() {
+        let id = hists.locate(s.code, s.pid, ip, s.time);
+        let loc = hists.loc(id);
+        line.push(';');
+        match (&loc.sym, &loc.dso) {
+            (SymKey::Named(n, _), _) => line.push_str(n),
+            (SymKey::Addr(_), Some(d)) => {
+                line.push('[');
+                line.push_str(d);
+                line.push(']');
+            }
+            (SymKey::Addr(_), None) => line.push_str("[unknown]"),
+        }
+    }
+    line
+}
+
 /// Runs `ptperf report ARGS`.
 pub fn main(args: &[OsString]) -> ExitCode {
     crate::reading::<Args>("ptperf report", args, |a| run(&a))
@@ -138,13 +170,6 @@ fn run(a: &Args) -> Result<Outcome, String> {
     let mut opts = opts;
     let cg = callgraph::Setting::parse(&a.call_graph, a.no_call_graph)?;
     let graph = !cg.none;
-    if cg.given && graph && !opts.callchain {
-        // perf says so and prints an empty report.
-        eprintln!("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?");
-        let mut out = pt_cli::stdout();
-        let _ = out.write_all(HEADER.as_bytes());
-        return Ok(Outcome::Whole);
-    }
     let folded_only = a.folded || a.flamegraph.is_some();
     if folded_only && !opts.callchain {
         opts.callchain = true;
@@ -173,18 +198,28 @@ fn run(a: &Args) -> Result<Outcome, String> {
         so.vdso.push(("[vdso]".into(), v.path().to_path_buf()));
     }
     let session = input::session_or_samples(CMD, &a.input, &perf, so)?;
+    // Call chains: synthesized from the trace (`--itrace=…g`), or recorded
+    // with the samples (`perf record -g`).
+    let recorded_chains = !session.traced()
+        && perf
+            .events()
+            .iter()
+            .any(|e| e.attr.sample_type.has(pt_perf_data::SampleType::CALLCHAIN));
     if !session.traced() {
-        if folded_only {
+        if folded_only && !recorded_chains {
             return Err(format!("{CMD}: {}: --folded and --flamegraph need call chains: this recording holds samples without them", a.input));
         }
-        if cg.given && graph {
-            // perf's words for samples without call chains.
-            eprintln!("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?");
-            let mut out = pt_cli::stdout();
-            let _ = out.write_all(HEADER.as_bytes());
-            return Ok(Outcome::Whole);
-        }
         opts = SynthOpts::default();
+        children = recorded_chains && !a.no_children && !folded_only;
+        trees = recorded_chains && graph && !folded_only;
+        layout.children = children;
+    }
+    if cg.given && graph && !opts.callchain && !recorded_chains {
+        // perf says so and prints an empty report.
+        eprintln!("Error:\nSelected -g or --branch-history.\nBut no callchain or branch data.\nDid you call 'perf record' without -g or -b?");
+        let mut out = pt_cli::stdout();
+        let _ = out.write_all(HEADER.as_bytes());
+        return Ok(Outcome::Whole);
     }
     let plan = Plan {
         opts,
@@ -201,10 +236,6 @@ fn run(a: &Args) -> Result<Outcome, String> {
         },
         xed: false,
     };
-    if !session.traced() {
-        // Recorded samples (no trace): their call chains are not shown yet.
-        (children, trees, layout.children) = (false, false, false);
-    }
     let mut synth = Synth::new(&session, opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;
     let names = printer.event_names();
@@ -231,7 +262,34 @@ fn run(a: &Args) -> Result<Outcome, String> {
     };
     let mut kinds: Vec<pt_perf::sample::Kind> = Vec::new();
     let mut recorded_damage = false;
-    if folded_only {
+    if !session.traced() {
+        // perf report on a recording of samples: each PERF_RECORD_SAMPLE, with
+        // its recorded call chain.
+        let bad = pt_perf::recorded::for_each(&perf, &session, |r| {
+            let s = &r.sample;
+            if !kinds.contains(&s.kind) {
+                kinds.push(s.kind);
+            }
+            if folded_only {
+                let line = folded_line(&mut hists, comm_of(s), s, r.callchain);
+                *folded.entry(line).or_default() += s.period;
+            } else if children || trees {
+                let comm = comm_of(s);
+                acc.add(&mut hists, s, comm, r.callchain);
+            } else {
+                hists.add(s, || comm_of(s));
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .bad_records;
+        if bad > 0 {
+            eprintln!(
+                "{CMD}: {}: damaged recording: {bad} records could not be read; the output covers the rest",
+                a.input
+            );
+            recorded_damage = true;
+        }
+    } else if folded_only {
         let _ = synth.run(&mut |e: Event<'_>| -> Flow {
             let Event::Sample(s, st) = e else {
                 return Flow::Continue(());
@@ -239,26 +297,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
             if !kinds.contains(&s.kind) {
                 kinds.push(s.kind);
             }
-            let mut line = String::from(comm_of(s).unwrap_or(":-1"));
-            let chain: &[u64] = if st.callchain.is_empty() {
-                std::slice::from_ref(&s.ip)
-            } else {
-                &st.callchain
-            };
-            for &ip in chain.iter().rev() {
-                let id = hists.locate(s.code, s.pid, ip, s.time);
-                let loc = hists.loc(id);
-                line.push(';');
-                match (&loc.sym, &loc.dso) {
-                    (SymKey::Named(n, _), _) => line.push_str(n),
-                    (SymKey::Addr(_), Some(d)) => {
-                        line.push('[');
-                        line.push_str(d);
-                        line.push(']');
-                    }
-                    (SymKey::Addr(_), None) => line.push_str("[unknown]"),
-                }
-            }
+            let line = folded_line(&mut hists, comm_of(s), s, &st.callchain);
             *folded.entry(line).or_default() += s.period;
             Flow::Continue(())
         });
@@ -270,21 +309,6 @@ fn run(a: &Args) -> Result<Outcome, String> {
             }
             Flow::Continue(())
         });
-    } else if !session.traced() {
-        // perf report on a recording of samples: each PERF_RECORD_SAMPLE.
-        let bad = pt_perf::recorded::for_each(&perf, &session, |r| {
-            let s = &r.sample;
-            hists.add(s, || printer.comm(s.tid, s.time));
-            std::ops::ControlFlow::Continue(())
-        })
-        .bad_records;
-        if bad > 0 {
-            eprintln!(
-                "{CMD}: {}: damaged recording: {bad} records could not be read; the output covers the rest",
-                a.input
-            );
-            recorded_damage = true;
-        }
     } else {
         let _ = synth.run_into(&mut Plain {
             hists: &mut hists,
