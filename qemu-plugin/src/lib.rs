@@ -43,11 +43,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-#[path = "../../sim/src/exec/qemu/wire.rs"]
-#[allow(dead_code)]
-mod wire;
-
-use wire::*;
+use pt_qemu_wire::*;
 
 /// QEMU's plugin API, version 1 (the functions this plugin calls).
 mod api {
@@ -182,6 +178,8 @@ struct Vcpu {
 /// reads them there. Word 0 counts the words that follow.
 struct Ring {
     base: *mut u32,
+    /// Word 0 as last stored (only this vCPU's thread stores it).
+    n: usize,
 }
 
 impl Ring {
@@ -218,7 +216,7 @@ impl Ring {
                     };
                     if p as isize != -1 {
                         with_conn(|c| c.send(TAG_RING, &[&tid.to_le_bytes(), name.as_bytes()]));
-                        return Ring { base: p.cast() };
+                        return Ring { base: p.cast(), n: 0 };
                     }
                 }
             }
@@ -235,18 +233,17 @@ impl Ring {
             )
         };
         assert!(p as isize != -1, "pt-qemu-plugin: out of memory");
-        Ring { base: p.cast() }
+        Ring { base: p.cast(), n: 0 }
     }
 
     #[inline]
     fn len(&self) -> usize {
-        // SAFETY: word 0 of the mapping.
-        unsafe { self.base.read_volatile() as usize }
+        self.n
     }
 
     #[inline]
     fn push(&mut self, w: u32) -> usize {
-        let n = self.len();
+        let n = self.n;
         // SAFETY: n < RUN_WORDS (the owner flushes before), inside the mapping;
         // the count is stored after the word, so a reader after a crash
         // never counts a word not written.
@@ -254,6 +251,7 @@ impl Ring {
             self.base.add(1 + n).write_volatile(w);
             self.base.write_volatile(n as u32 + 1);
         }
+        self.n = n + 1;
         n + 1
     }
 
@@ -265,6 +263,7 @@ impl Ring {
     fn clear(&mut self) {
         // SAFETY: word 0 of the mapping.
         unsafe { self.base.write_volatile(0) };
+        self.n = 0;
     }
 }
 

@@ -42,7 +42,8 @@
 //! QEMU 7.2's user mode maps no vDSO for x86-64 guests: the program's time
 //! calls are system calls, and a recording has no `[vdso]`.
 
-pub mod wire;
+/// The plugin's stream (its own crate, which the plugin shares).
+pub use pt_qemu_wire as wire;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
@@ -53,6 +54,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -327,7 +329,7 @@ struct Conn {
 /// A process.
 #[derive(Clone, Default)]
 struct Proc {
-    blocks: Vec<Option<Arc<CodeBlock>>>,
+    blocks: Vec<Option<Rc<CodeBlock>>>,
     mem: CodeMemory,
     maps: Vec<Mapping>,
     maps_dirty: bool,
@@ -372,7 +374,7 @@ fn sent_signal(nr: u64, args: &[u64; 6]) -> Option<i32> {
 struct Thread {
     id: ThreadId,
     /// The block it runs (its end is resolved by the next one).
-    prev: Option<Arc<CodeBlock>>,
+    prev: Option<Rc<CodeBlock>>,
     /// The system call the previous block ended in: nr, arguments, result.
     syscall: Option<(u64, [u64; 6], Option<i64>)>,
     /// A clone to report with that call.
@@ -383,13 +385,18 @@ struct Thread {
 
 /// What comes out next.
 enum Emit {
-    /// A block run; its instructions from `idx` on when given one by one.
-    Block {
-        run: BlockRun,
+    /// Block runs of the current thread (none retiring nothing); when
+    /// given one by one, the instructions of `runs[run]` from `idx` on.
+    Blocks {
+        runs: Vec<BlockRun>,
+        run: usize,
         idx: usize,
     },
     Item(ExecItem),
 }
+
+/// Most block runs in one [`Emit::Blocks`].
+const BATCH: usize = 4096;
 
 /// A program run under QEMU with the plugin; see the module docs.
 pub struct QemuSource {
@@ -426,9 +433,11 @@ pub struct QemuSource {
     /// Blocks decoded, by address and code bytes (QEMU translates a block
     /// again after its code changed, was flushed, or in a forked child):
     /// each distinct block is decoded once.
-    decoded: HashMap<Box<[u8]>, Arc<CodeBlock>>,
+    decoded: HashMap<Box<[u8]>, Rc<CodeBlock>>,
     /// The key being looked up (address, code bytes).
     key: Vec<u8>,
+    /// A run record's words (a buffer kept between records).
+    words: Vec<u32>,
     /// Files' `PT_LOAD` segments, by path.
     segments: HashMap<String, Option<Vec<LoadSegment>>>,
 }
@@ -554,6 +563,7 @@ impl QemuSource {
             translated: false,
             decoded: HashMap::new(),
             key: Vec::new(),
+            words: Vec::new(),
             segments: HashMap::new(),
         };
         // Until QEMU translates the program's first block, it may still
@@ -885,16 +895,19 @@ impl QemuSource {
                 let Some(tid) = p.u32() else {
                     return Err(corrupt("short run record"));
                 };
-                let words: Vec<u32> = p
-                    .rest()
-                    .chunks_exact(4)
-                    .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-                    .collect();
+                let mut words = std::mem::take(&mut self.words);
+                words.clear();
+                words.extend(
+                    p.rest()
+                        .chunks_exact(4)
+                        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
+                );
                 if !self.known.contains(&tid) {
-                    self.conns[i].deferred.push((tid, words));
+                    self.conns[i].deferred.push((tid, words.clone()));
                 } else {
                     self.run(pid, tid, &words)?;
                 }
+                self.words = words;
             }
             TAG_NATIVE_EXEC => {
                 let tid = p.u32().unwrap_or(0);
@@ -940,14 +953,14 @@ impl QemuSource {
     }
 
     /// The block at `addr` with these code bytes, decoded once.
-    fn decode_block(&mut self, addr: u64, code: &[u8]) -> Result<Arc<CodeBlock>, ExecError> {
+    fn decode_block(&mut self, addr: u64, code: &[u8]) -> Result<Rc<CodeBlock>, ExecError> {
         self.key.clear();
         self.key.extend_from_slice(&addr.to_le_bytes());
         self.key.extend_from_slice(code);
         if let Some(b) = self.decoded.get(&self.key[..]) {
             return Ok(b.clone());
         }
-        let b = Arc::new(CodeBlock::decode(addr, code)?);
+        let b = Rc::new(CodeBlock::decode(addr, code)?);
         self.decoded.insert(self.key[..].into(), b.clone());
         Ok(b)
     }
@@ -1007,6 +1020,28 @@ impl QemuSource {
             self.queue
                 .push_back(Emit::Item(ExecItem::Event(Event::Switch(id))));
         }
+    }
+
+    /// Queues a block run (after what is queued: the current thread's).
+    #[inline]
+    fn push_run(&mut self, run: BlockRun) {
+        if run.count() == 0 {
+            // One instruction that faulted: nothing retired.
+            return;
+        }
+        if let Some(Emit::Blocks { runs, .. }) = self.queue.back_mut() {
+            if runs.len() < BATCH {
+                runs.push(run);
+                return;
+            }
+        }
+        let mut runs = Vec::with_capacity(256);
+        runs.push(run);
+        self.queue.push_back(Emit::Blocks {
+            runs,
+            run: 0,
+            idx: 0,
+        });
     }
 
     fn push_event(&mut self, e: Event) {
@@ -1113,8 +1148,15 @@ impl QemuSource {
         else {
             return 0;
         };
+        // The runs go to the batch at the queue's end (the thread's), or a new one.
+        let mut runs = match self.queue.back_mut() {
+            Some(Emit::Blocks { runs, .. }) if runs.len() < BATCH => std::mem::take(runs),
+            _ => Vec::new(),
+        };
+        let fresh = runs.is_empty();
+        let room = BATCH.saturating_sub(runs.len()).max(1);
         let mut n = 0;
-        for &w in words {
+        for &w in words.iter().take(room) {
             let (Some(Some(block)), Some(prev)) = (proc.blocks.get(w as usize), t.prev.as_ref())
             else {
                 break;
@@ -1128,25 +1170,31 @@ impl QemuSource {
             if r.signal_from.is_some() {
                 break;
             }
-            let Some(prev) = t.prev.replace(block.clone()) else {
-                break;
-            };
-            self.queue.push_back(Emit::Block {
-                run: BlockRun {
-                    block: prev,
-                    next_ip: r.next_ip,
-                    retire_last: r.retired,
-                },
-                idx: 0,
+            let prev = std::mem::replace(t.prev.as_mut().expect("checked above"), block.clone());
+            runs.push(BlockRun {
+                block: prev,
+                next_ip: r.next_ip,
+                retire_last: r.retired,
             });
             n += 1;
+        }
+        if fresh {
+            if !runs.is_empty() {
+                self.queue.push_back(Emit::Blocks {
+                    runs,
+                    run: 0,
+                    idx: 0,
+                });
+            }
+        } else if let Some(Emit::Blocks { runs: back, .. }) = self.queue.back_mut() {
+            *back = runs;
         }
         self.blocks_run += n as u64;
         n
     }
 
     /// Thread `tid` runs `block`: the previous block's end is resolved.
-    fn block(&mut self, pid: u32, tid: u32, block: Arc<CodeBlock>) {
+    fn block(&mut self, pid: u32, tid: u32, block: Rc<CodeBlock>) {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
@@ -1168,13 +1216,10 @@ impl QemuSource {
         let exec = t.exec.take();
         t.prev = Some(block);
         let r = resolve(&last, start, syscall.map(|s| s.0));
-        self.queue.push_back(Emit::Block {
-            run: BlockRun {
-                block: prev,
-                next_ip: r.next_ip,
-                retire_last: r.retired,
-            },
-            idx: 0,
+        self.push_run(BlockRun {
+            block: prev,
+            next_ip: r.next_ip,
+            retire_last: r.retired,
         });
         if let Some((nr, args, ret)) = syscall {
             self.push_event(Event::SyscallEnter { nr, args });
@@ -1258,13 +1303,10 @@ impl QemuSource {
         if let Some(prev) = t.prev.take() {
             let last = *prev.last();
             let r = resolve(&last, last.fall_through(), None);
-            self.queue.push_back(Emit::Block {
-                run: BlockRun {
-                    block: prev,
-                    next_ip: r.next_ip,
-                    retire_last: r.retired,
-                },
-                idx: 0,
+            self.push_run(BlockRun {
+                block: prev,
+                next_ip: r.next_ip,
+                retire_last: r.retired,
             });
             if let Some((nr, args, _)) = t.syscall.take() {
                 self.push_event(Event::SyscallEnter { nr, args });
@@ -1428,11 +1470,16 @@ impl ExecutionSource for QemuSource {
         }
         loop {
             match self.queue.front_mut() {
-                Some(Emit::Block { run, idx }) => {
-                    if *idx < run.count() {
-                        let r = run.insn(*idx);
-                        *idx += 1;
-                        return Ok(Some(ExecItem::Insn(r)));
+                Some(Emit::Blocks { runs, run, idx }) => {
+                    if let Some(b) = runs.get(*run) {
+                        if *idx < b.count() {
+                            let r = b.insn(*idx);
+                            *idx += 1;
+                            return Ok(Some(ExecItem::Insn(r)));
+                        }
+                        *run += 1;
+                        *idx = 0;
+                        continue;
                     }
                     self.queue.pop_front();
                 }
@@ -1465,14 +1512,11 @@ impl ExecutionSource for QemuSource {
         }
         loop {
             match self.queue.front() {
-                Some(Emit::Block { run, idx: 0 }) => {
-                    let n = run.count();
-                    let Some(Emit::Block { run, .. }) = self.queue.pop_front() else {
+                Some(Emit::Blocks { run: 0, idx: 0, .. }) => {
+                    let Some(Emit::Blocks { runs, .. }) = self.queue.pop_front() else {
                         unreachable!()
                     };
-                    if n > 0 {
-                        return Ok(Some(Step::Block(run)));
-                    }
+                    return Ok(Some(Step::Blocks(runs)));
                 }
                 Some(_) => return Ok(self.next_item()?.map(Step::Item)),
                 None => {
