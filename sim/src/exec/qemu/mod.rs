@@ -20,8 +20,16 @@
 //! instruction, for instructions that always fault) and resumed in the
 //! handler, which the PT logic writes as FUP + TIP.PGD, TIP.PGE (user-mode
 //! tracing). A memory fault in the middle of a block is seen at the block's
-//! end (the plugin has no per-instruction callback, which would cost its
-//! speed): the instructions after the fault are reported as retired.
+//! end: the instructions after the fault are reported as retired. Plugin
+//! API 1 offers no sound way to see it at the instruction that faulted at
+//! this speed: a callback per instruction, or per memory access
+//! (`qemu_plugin_register_vcpu_mem_cb`, called after an access completes,
+//! so the last one called would name the faulting instruction as the next
+//! one) costs a host call for most guest instructions (gzip: nearly every
+//! block loads or stores); the inline counter it offers
+//! (`qemu_plugin_register_vcpu_insn_exec_inline`, add to one address) is
+//! one counter for all vCPUs, which threads would race on (a per-vCPU
+//! scoreboard came with API 2, QEMU 9).
 //! A REP string instruction that QEMU re-enters per iteration is one
 //! instruction.
 //!
@@ -48,13 +56,13 @@ pub use pt_qemu_wire as wire;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -241,6 +249,146 @@ pub fn probe(qemu: &OsStr, plugin: &std::path::Path) -> Result<(i32, i32), QemuE
         ours: PLUGIN_API_VERSION,
         said,
     })
+}
+
+/// The CPU QEMU emulates, as its guests see it in CPUID (and as perf writes
+/// it in a perf.data's CPUID feature: `vendor,family,model,stepping`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmulatedCpu {
+    /// perf's CPUID string, e.g. `AuthenticAMD,15,107,1` (QEMU 7.2's default CPU).
+    pub cpuid: String,
+    /// The brand string (CPUID 8000_0002H-8000_0004H), e.g. `QEMU TCG CPU version 2.5+`.
+    pub brand: String,
+}
+
+impl EmulatedCpu {
+    /// From the registers of CPUID leaf 0 (EBX, EDX, ECX: the vendor), leaf
+    /// 1's EAX and the brand string's bytes; family and model as perf
+    /// computes them (extended model from family 6 on, extended family for 15).
+    pub fn from_cpuid(vendor: [u32; 3], leaf1_eax: u32, brand: &[u8]) -> EmulatedCpu {
+        let mut v = Vec::with_capacity(12);
+        for r in vendor {
+            v.extend_from_slice(&r.to_le_bytes());
+        }
+        let mut family = (leaf1_eax >> 8) & 0xf;
+        let mut model = (leaf1_eax >> 4) & 0xf;
+        if family >= 6 {
+            model += ((leaf1_eax >> 16) & 0xf) << 4;
+        }
+        if family == 0xf {
+            family += (leaf1_eax >> 20) & 0xff;
+        }
+        let end = brand.iter().position(|&b| b == 0).unwrap_or(brand.len());
+        EmulatedCpu {
+            cpuid: format!(
+                "{},{family},{model},{}",
+                String::from_utf8_lossy(&v),
+                leaf1_eax & 0xf
+            ),
+            brand: String::from_utf8_lossy(&brand[..end]).trim().to_string(),
+        }
+    }
+}
+
+/// A static x86-64 Linux program of 0x10b bytes, written here byte by byte
+/// (no assembler is needed at run time): it executes CPUID leaves 0, 1 and
+/// 8000_0002H-8000_0004H, writes EBX, EDX, ECX of leaf 0, EAX of leaf 1 and
+/// the 48 brand bytes (64 bytes) to stdout and exits 0. One RWX `PT_LOAD`
+/// at 0x400000 whose memory extends to a buffer at 0x401000.
+fn cpuid_program() -> Vec<u8> {
+    const BASE: u64 = 0x40_0000;
+    let mut code: Vec<u8> = Vec::new();
+    code.extend_from_slice(&[0xbf, 0x00, 0x10, 0x40, 0x00]); // mov edi, 0x401000
+    code.extend_from_slice(&[0x31, 0xc0, 0x31, 0xc9, 0x0f, 0xa2]); // xor eax,eax; xor ecx,ecx; cpuid
+    code.extend_from_slice(&[0x89, 0x1f, 0x89, 0x57, 0x04, 0x89, 0x4f, 0x08]); // [rdi]=ebx, [+4]=edx, [+8]=ecx
+    code.extend_from_slice(&[0xb8, 1, 0, 0, 0, 0x31, 0xc9, 0x0f, 0xa2]); // mov eax,1; xor ecx,ecx; cpuid
+    code.extend_from_slice(&[0x89, 0x47, 0x0c]); // [+12]=eax
+    for k in 0..3u8 {
+        let leaf = 0x8000_0002u32 + u32::from(k);
+        code.push(0xb8); // mov eax, leaf
+        code.extend_from_slice(&leaf.to_le_bytes());
+        code.extend_from_slice(&[0x0f, 0xa2]); // cpuid
+        let d = 16 + 16 * k;
+        code.extend_from_slice(&[
+            0x89,
+            0x47,
+            d,
+            0x89,
+            0x5f,
+            d + 4,
+            0x89,
+            0x4f,
+            d + 8,
+            0x89,
+            0x57,
+            d + 12,
+        ]);
+    }
+    code.extend_from_slice(&[0x48, 0x89, 0xfe]); // mov rsi, rdi
+    code.extend_from_slice(&[0xba, 64, 0, 0, 0]); // mov edx, 64
+    code.extend_from_slice(&[0xbf, 1, 0, 0, 0]); // mov edi, 1
+    code.extend_from_slice(&[0xb8, 1, 0, 0, 0, 0x0f, 0x05]); // write
+    code.extend_from_slice(&[0xb8, 60, 0, 0, 0, 0x31, 0xff, 0x0f, 0x05]); // exit(0)
+    let entry = BASE + 64 + 56;
+    let size = (64 + 56 + code.len()) as u64;
+    let mut f = Vec::with_capacity(size as usize);
+    f.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+    f.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    f.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&entry.to_le_bytes());
+    f.extend_from_slice(&64u64.to_le_bytes()); // e_phoff
+    f.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    f.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    for h in [64u16, 56, 1, 64, 0, 0] {
+        f.extend_from_slice(&h.to_le_bytes()); // ehsize, phentsize, phnum, shentsize, shnum, shstrndx
+    }
+    f.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    f.extend_from_slice(&7u32.to_le_bytes()); // RWX
+    f.extend_from_slice(&0u64.to_le_bytes()); // p_offset
+    f.extend_from_slice(&BASE.to_le_bytes());
+    f.extend_from_slice(&BASE.to_le_bytes());
+    f.extend_from_slice(&size.to_le_bytes());
+    f.extend_from_slice(&0x1040u64.to_le_bytes()); // p_memsz: through the buffer
+    f.extend_from_slice(&0x1000u64.to_le_bytes());
+    f.extend_from_slice(&code);
+    f
+}
+
+/// The CPU `qemu` emulates by default: runs a program that reads CPUID
+/// under it (QEMU's CPU model, not the host's, is what the recorded
+/// program saw, and what a perf.data of the recording names).
+pub fn emulated_cpu(qemu: &OsStr) -> Result<EmulatedCpu, QemuError> {
+    let qemu_path = super::ptrace::resolve_program(qemu)
+        .map_err(|_| QemuError::NoQemu(qemu.to_string_lossy().into_owned()))?;
+    let os = |what| move |e| ExecError::Os { what, source: e };
+    // SAFETY: a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"pt-cpuid".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(os("memfd_create")(std::io::Error::last_os_error()).into());
+    }
+    // SAFETY: a new descriptor we own.
+    let mut f = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    std::io::Write::write_all(&mut f, &cpuid_program()).map_err(os("writing a CPUID probe"))?;
+    let path = format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd());
+    let o = Command::new(&qemu_path)
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| ExecError::ExecFailed {
+            command: qemu_path.display().to_string(),
+            source: e,
+        })?;
+    let b = &o.stdout;
+    if !o.status.success() || b.len() != 64 {
+        return Err(QemuError::DidNotRun {
+            qemu: qemu_path.display().to_string(),
+            path: "a CPUID probe".into(),
+            status: o.status.to_string(),
+        });
+    }
+    let w = |i: usize| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+    Ok(EmulatedCpu::from_cpuid([w(0), w(1), w(2)], w(3), &b[16..]))
 }
 
 /// Checks that `path` is a program QEMU's x86-64 emulator runs (an x86-64
@@ -662,6 +810,9 @@ impl QemuSource {
                 self.finish_all();
                 return Ok(!self.queue.is_empty());
             }
+            if self.release_orphans() {
+                continue;
+            }
             self.wait_io()?;
         }
     }
@@ -787,6 +938,30 @@ impl QemuSource {
             }
         }
         Ok(false)
+    }
+
+    /// Held connections whose process ended while nothing else can release
+    /// them any more (the other connections ended, or the recording is
+    /// being stopped): they are taken as they are, so that the recording
+    /// ends. Returns whether one was released.
+    fn release_orphans(&mut self) -> bool {
+        let stuck = |c: &Conn| c.held && c.eof && !c.done;
+        if !self.conns.iter().any(stuck) {
+            return false;
+        }
+        let others_ended = self.conns.iter().all(|c| c.done || stuck(c));
+        if !(self.stopping || others_ended && self.main_status.is_some()) {
+            return false;
+        }
+        let Some(i) = self.conns.iter().position(stuck) else {
+            return false;
+        };
+        if let Some(pid) = self.conns[i].pid {
+            self.known.insert(pid);
+        }
+        self.conns[i].held = false;
+        self.start_process(i);
+        true
     }
 
     /// Whether connection `i` waits for something another gives first.
