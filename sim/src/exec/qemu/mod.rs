@@ -940,12 +940,13 @@ impl QemuSource {
         Ok(false)
     }
 
-    /// Held connections whose process ended while nothing else can release
-    /// them any more (the other connections ended, or the recording is
-    /// being stopped): they are taken as they are, so that the recording
-    /// ends. Returns whether one was released.
+    /// Held connections that nothing can release any more (the other
+    /// connections ended, or the recording is being stopped): they are
+    /// taken as they are, so that the recording ends (a process still
+    /// running would otherwise wait for the recorder to read it, forever).
+    /// Returns whether one was released.
     fn release_orphans(&mut self) -> bool {
-        let stuck = |c: &Conn| c.held && c.eof && !c.done;
+        let stuck = |c: &Conn| c.held && !c.done;
         if !self.conns.iter().any(stuck) {
             return false;
         }
