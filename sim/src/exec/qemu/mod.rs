@@ -3,9 +3,10 @@
 //! reports every translation block once (address and code) and then one
 //! word per block executed, plus system calls, threads, forks and execs
 //! ([`wire`] is the format). QEMU with the plugin runs at close to its own
-//! speed; the recorder takes one [`BlockRun`] per block executed
-//! ([`ExecutionSource::next_step`]): the PT logic and the execution log
-//! go through a block's straight-line body in one step.
+//! speed; the recorder takes one [`BlockRun`] per block executed, in
+//! batches of a thread's runs between events ([`Step::Blocks`] from
+//! [`ExecutionSource::next_step`]): the PT logic and the execution log go
+//! through a block in one step where nothing is due inside it.
 //!
 //! # From blocks to retired instructions
 //! Each distinct block (address and code bytes) is decoded once, when it is
