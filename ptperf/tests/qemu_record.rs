@@ -143,6 +143,55 @@ fn fork_and_exec() {
     assert_eq!(tiny_tids.len(), 2, "{tiny_tids:?}");
 }
 
+/// A `#!/bin/sh` wrapper that runs a child in `$(...)` and then execs the
+/// program, as pyenv's `python3` shim does: the shell waits for its child
+/// while the recorder holds the child's records until it has given the
+/// fork (the parent hands its words over right after the fork returns, and
+/// a held connection whose process ended is taken once nothing else can
+/// release it). The recording ends, in time, and is exact.
+#[test]
+fn shell_wrapper_that_waits_for_a_child_then_execs() {
+    need_qemu();
+    let d = dir("qemu-wrapper");
+    let busy = program("spin", "tests/programs/spin.c", &["-O1"]);
+    let wrapper = d.join("wrapper");
+    // The child writes a long trace (300,000 blocks and more), more than
+    // the recorder reads ahead of a connection it holds.
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nn=$({b} 300000)\nexec {b} 1000 \"$n\"\n",
+            b = busy.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = d.join("wrapper.data");
+    let mut child = ptperf()
+        .args(["record", "--source", "qemu", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&wrapper)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ptperf record of a shell wrapper did not end in 5 minutes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_recorded("wrapper", &o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = check_exact("shell wrapper", &data);
+    assert_eq!(got.len(), 2, "the shell (then spin) and its child");
+}
+
 /// The block path (QEMU's block runs straight into the PT logic) writes the
 /// trace the per-instruction path writes: the recording's execution log,
 /// replayed instruction by instruction (`--source log`), gives

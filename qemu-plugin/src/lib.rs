@@ -43,11 +43,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-#[path = "../../sim/src/exec/qemu/wire.rs"]
-#[allow(dead_code)]
-mod wire;
-
-use wire::*;
+use pt_qemu_wire::*;
 
 /// QEMU's plugin API, version 1 (the functions this plugin calls).
 mod api {
@@ -174,6 +170,9 @@ struct Vcpu {
     ring: Option<Ring>,
     /// When the words were last handed over.
     flushed: Option<std::time::Instant>,
+    /// Hand the words over after the next block: a fork or clone returned
+    /// in the parent (see `on_syscall_ret`).
+    flush_after_block: bool,
 }
 
 /// A vCPU's words not handed over yet, in a file of the recorder's
@@ -182,6 +181,8 @@ struct Vcpu {
 /// reads them there. Word 0 counts the words that follow.
 struct Ring {
     base: *mut u32,
+    /// Word 0 as last stored (only this vCPU's thread stores it).
+    n: usize,
 }
 
 impl Ring {
@@ -218,7 +219,10 @@ impl Ring {
                     };
                     if p as isize != -1 {
                         with_conn(|c| c.send(TAG_RING, &[&tid.to_le_bytes(), name.as_bytes()]));
-                        return Ring { base: p.cast() };
+                        return Ring {
+                            base: p.cast(),
+                            n: 0,
+                        };
                     }
                 }
             }
@@ -235,18 +239,20 @@ impl Ring {
             )
         };
         assert!(p as isize != -1, "pt-qemu-plugin: out of memory");
-        Ring { base: p.cast() }
+        Ring {
+            base: p.cast(),
+            n: 0,
+        }
     }
 
     #[inline]
     fn len(&self) -> usize {
-        // SAFETY: word 0 of the mapping.
-        unsafe { self.base.read_volatile() as usize }
+        self.n
     }
 
     #[inline]
     fn push(&mut self, w: u32) -> usize {
-        let n = self.len();
+        let n = self.n;
         // SAFETY: n < RUN_WORDS (the owner flushes before), inside the mapping;
         // the count is stored after the word, so a reader after a crash
         // never counts a word not written.
@@ -254,6 +260,7 @@ impl Ring {
             self.base.add(1 + n).write_volatile(w);
             self.base.write_volatile(n as u32 + 1);
         }
+        self.n = n + 1;
         n + 1
     }
 
@@ -265,6 +272,7 @@ impl Ring {
     fn clear(&mut self) {
         // SAFETY: word 0 of the mapping.
         unsafe { self.base.write_volatile(0) };
+        self.n = 0;
     }
 }
 
@@ -494,6 +502,7 @@ fn vcpu(index: c_uint) -> Option<&'static mut Vcpu> {
             tid: 0,
             ring: None,
             flushed: None,
+            flush_after_block: false,
         }));
         slot.store(p, Ordering::Relaxed);
     }
@@ -550,6 +559,10 @@ extern "C" fn on_block(vcpu_index: c_uint, udata: *mut c_void) {
     let Some(v) = vcpu(vcpu_index) else { return };
     room(v, 1);
     push(v, udata as usize as u32);
+    if v.flush_after_block {
+        v.flush_after_block = false;
+        flush(v);
+    }
 }
 
 extern "C" fn on_vcpu_init(_: api::PluginId, vcpu_index: c_uint) {
@@ -699,6 +712,14 @@ extern "C" fn on_syscall_ret(_: api::PluginId, vcpu_index: c_uint, nr: i64, ret:
     push(v, MARK_SYSRET);
     push_u64(v, nr as u64);
     push_u64(v, ret as u64);
+    if ret > 0 && matches!(nr, NR_CLONE | NR_FORK | NR_VFORK | NR_CLONE3) {
+        // The parent: the recorder holds the child's records until it has
+        // given the clone, which it does at the parent's next block. Those
+        // go out now, not at some later system call: a parent that waits
+        // for its child would otherwise keep them while the child waits
+        // for the recorder to read it (a shell's `$(...)`, a pyenv shim).
+        v.flush_after_block = true;
+    }
 }
 
 /// In a fork's child: the other threads' buffers are copies of the

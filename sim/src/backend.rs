@@ -590,12 +590,19 @@ impl SimCpu {
                 continue;
             }
             let skip = start.saturating_sub(s);
-            let mut buf = vec![0u8; (len - skip) as usize];
-            self.mem.read(phys + skip, &mut buf);
-            bytes.extend_from_slice(&buf);
+            let at = bytes.len();
+            bytes.resize(at + (len - skip) as usize, 0);
+            self.mem.read(phys + skip, &mut bytes[at..]);
         }
-        self.chunks
-            .retain(|&(s, _, len)| s + len > self.written.saturating_sub(capacity));
+        // The chunks are in stream order: those overwritten by now are the first.
+        let oldest = self.written.saturating_sub(capacity);
+        while self
+            .chunks
+            .front()
+            .is_some_and(|&(s, _, len)| s + len <= oldest)
+        {
+            self.chunks.pop_front();
+        }
         let n = bytes.len();
         if n > 0 {
             out.push(TraceItem::Data {

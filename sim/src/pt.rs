@@ -812,6 +812,13 @@ impl PtLogic {
         if self.packet_en {
             self.stats.traced += 1;
         }
+        self.retire_end(r, mem);
+    }
+
+    /// What a retired instruction writes once it ran (the clock advanced,
+    /// `next_ip` set): its branch's packets, a kernel entry's start.
+    #[inline]
+    fn retire_end(&mut self, r: &Retired, mem: &CodeMemory) {
         if r.class == InsnClass::KernelEntry && !r.kernel {
             self.enter_kernel(r, mem);
             return;
@@ -904,6 +911,19 @@ impl PtLogic {
             return;
         }
         let insns = &run.block.insns;
+        if run.block.plain_body && n == insns.len() && self.quiet_for(insns[0].ip, n) {
+            // The whole block in one step: nothing is due before its last
+            // instruction's end (see `quiet_for`), which writes what it writes.
+            self.clock
+                .advance(u64::from(self.params.clock.cycles_per_insn) * n as u64);
+            self.stats.instructions += n as u64;
+            if self.packet_en {
+                self.stats.traced += n as u64;
+            }
+            self.next_ip = Some(run.next_ip);
+            self.retire_end(&insns[n - 1].retired(run.next_ip), mem);
+            return;
+        }
         // The first instruction settles what the block was entered with
         // (a pending far transfer or kernel entry, a mode, a TIP.PGE).
         self.retire(&run.insn(0), mem);
@@ -926,6 +946,32 @@ impl PtLogic {
         for j in i..n {
             self.retire(&run.insn(j), mem);
         }
+    }
+
+    /// Whether `n` instructions from `ip` on (non-branches but the last, in
+    /// 64-bit user mode) go through [`Self::retire`] with nothing written
+    /// or changed before the last one's end but the clock, the counters and
+    /// the next IP: the conditions of [`Self::retire_plain_run`], for all
+    /// `n` (the clock stays before the next MTC edge after the last).
+    #[inline]
+    fn quiet_for(&self, ip: u64, n: usize) -> bool {
+        if self.pending_far.is_some()
+            || self.pending_entry.is_some()
+            || self.in_kernel
+            || self.overflowing
+            || self.params.fifo.is_some()
+            || self.mode != Some(ExecMode::Bit64)
+            || !self.filters.is_empty()
+            || !self.stops.is_empty()
+            || (self.since_psb >= self.psb_period && self.trigger_en())
+            || self.want_packet_en(ip) != self.packet_en
+        {
+            return false;
+        }
+        let cpi = u64::from(self.params.clock.cycles_per_insn);
+        self.next_mtc_cycle == u64::MAX
+            || cpi == 0
+            || self.clock.cycles().saturating_add(cpi * n as u64) < self.next_mtc_cycle
     }
 
     /// Retires the longest prefix of `body` (non-branches, each going to the

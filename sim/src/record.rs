@@ -565,6 +565,44 @@ impl Recorder<'_> {
         Ok(())
     }
 
+    /// Block runs of `thread`, in order (as [`Self::block`] of each).
+    fn blocks(
+        &mut self,
+        thread: ThreadId,
+        runs: &[BlockRun],
+        mem: &CodeMemory,
+    ) -> Result<(), String> {
+        if self.on != Some(thread) {
+            self.switch_in(thread, mem)?;
+        }
+        let mut at = 0;
+        while at < runs.len() {
+            let t = match self.threads.get_mut(&thread) {
+                Some(t) => t,
+                None => self.thread(thread),
+            };
+            let mut n = 0;
+            let mut drain = false;
+            for run in &runs[at..] {
+                at += 1;
+                n += run.count() as u64;
+                if let Some(b) = t.backend.as_mut() {
+                    b.feed_block(run, mem);
+                    if b.unread() >= b.capacity() / 2 {
+                        drain = true;
+                        break;
+                    }
+                }
+            }
+            t.summary.instructions += n;
+            self.summary.instructions += n;
+            if drain {
+                self.drain(thread)?;
+            }
+        }
+        Ok(())
+    }
+
     fn item(
         &mut self,
         thread: ThreadId,
@@ -793,6 +831,18 @@ pub fn record_into(
                 }
                 cursor.saw_insn();
                 r.block(cursor.current(), run, mem)?;
+            }
+            Step::Blocks(runs) if runs.iter().all(|run| run.count() == 0) => {}
+            Step::Blocks(runs) => {
+                let mem = source.memory();
+                if let Some(l) = &mut log {
+                    if let Err(e) = runs.iter().try_for_each(|run| l.write_block(run, mem)) {
+                        r.summary.source_error = Some(format!("execution log: {e}"));
+                        break;
+                    }
+                }
+                cursor.saw_insn();
+                r.blocks(cursor.current(), runs, mem)?;
             }
         }
         if let Some(req) = &rec.snapshot_requests {

@@ -1,11 +1,12 @@
 //! The block path against the per-instruction path: the same executions,
-//! handed over as block runs ([`Step::Block`]) and spelled out as retired
+//! handed over as block runs ([`Step::Block`], batched as [`Step::Blocks`])
+//! and spelled out as retired
 //! instructions ([`BlockRun::retired`]), give byte-identical PT (the PT
 //! logic alone and whole recordings, every configuration the logic takes)
 //! and byte-identical execution logs.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::rc::Rc;
 
 use proptest::prelude::*;
 use pt_hal::config::{AddrRange, TraceConfig};
@@ -57,7 +58,7 @@ fn start(i: usize) -> u64 {
 /// add rax, rbx), then the end; direct branches go to other blocks.
 struct Program {
     mem: CodeMemory,
-    blocks: Vec<(Arc<CodeBlock>, End)>,
+    blocks: Vec<(Rc<CodeBlock>, End)>,
 }
 
 fn program(shapes: &[(Vec<u8>, u8)]) -> Program {
@@ -103,7 +104,7 @@ fn program(shapes: &[(Vec<u8>, u8)]) -> Program {
         assert!(code.len() as u64 <= SPACING);
         let off = (at - BASE) as usize;
         page[off..off + code.len()].copy_from_slice(&code);
-        blocks.push((Arc::new(CodeBlock::decode(at, &code).unwrap()), end));
+        blocks.push((Rc::new(CodeBlock::decode(at, &code).unwrap()), end));
     }
     let mut mem = CodeMemory::new();
     mem.set_page(BASE, &page);
@@ -199,6 +200,26 @@ fn spelled(steps: &[Step]) -> Vec<ExecItem> {
         match s {
             Step::Item(i) => v.push(i.clone()),
             Step::Block(run) => v.extend(run.retired().map(ExecItem::Insn)),
+            Step::Blocks(runs) => {
+                for run in runs {
+                    v.extend(run.retired().map(ExecItem::Insn));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The same execution with consecutive block runs in batches of up to `n`.
+fn batched(steps: &[Step], n: usize) -> Vec<Step> {
+    let mut v: Vec<Step> = Vec::new();
+    for s in steps {
+        match (s, v.last_mut()) {
+            (Step::Block(run), Some(Step::Blocks(runs))) if runs.len() < n => {
+                runs.push(run.clone())
+            }
+            (Step::Block(run), _) => v.push(Step::Blocks(vec![run.clone()])),
+            (s, _) => v.push(s.clone()),
         }
     }
     v
@@ -279,6 +300,7 @@ fn logic_output(
                     l.retire(&r, mem);
                 }
             }
+            Step::Blocks(_) => unreachable!("not batched here"),
         }
     }
     l.finish();
@@ -298,6 +320,7 @@ fn log_bytes(steps: &[Step], mem: &CodeMemory, blocks: bool) -> Vec<u8> {
                 }
             }
             Step::Item(i) => w.write_item(i, mem).unwrap(),
+            Step::Blocks(_) => unreachable!("not batched here"),
         }
     }
     w.finish().unwrap()
@@ -313,7 +336,7 @@ impl ExecutionSource for Steps {
     fn next_item(&mut self) -> Result<Option<ExecItem>, ExecError> {
         Ok(self.steps.pop_front().map(|s| match s {
             Step::Item(i) => i,
-            Step::Block(_) => unreachable!("spelled out before"),
+            Step::Block(_) | Step::Blocks(_) => unreachable!("spelled out before"),
         }))
     }
     fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
@@ -382,18 +405,26 @@ proptest! {
         walk in prop::collection::vec((any::<u8>(), any::<u8>()), 1..200),
         cfg in configs(),
         params in (1u32..4, Just(false), any::<bool>()),
+        batch in 1usize..40,
     ) {
         let p = program(&shapes);
         let steps = execution(&p, &walk);
         let (cfg, params) = (config(cfg), self::params(params));
         let items: Vec<Step> = spelled(&steps).into_iter().map(Step::Item).collect();
         let (a, sa) = recording(items, &p.mem, cfg, params);
+        let in_batches = batched(&steps, batch);
         let (b, sb) = recording(steps, &p.mem, cfg, params);
         prop_assert_eq!(sa.instructions, sb.instructions);
         prop_assert_eq!(sa.traced, sb.traced);
         prop_assert_eq!(&sa.threads, &sb.threads);
-        prop_assert_eq!(a.streams, b.streams);
-        prop_assert_eq!(a.events, b.events);
+        prop_assert_eq!(&a.streams, &b.streams);
+        prop_assert_eq!(&a.events, &b.events);
+        let (c, sc) = recording(in_batches, &p.mem, cfg, params);
+        prop_assert_eq!(sa.instructions, sc.instructions);
+        prop_assert_eq!(sa.traced, sc.traced);
+        prop_assert_eq!(&sa.threads, &sc.threads);
+        prop_assert_eq!(a.streams, c.streams);
+        prop_assert_eq!(a.events, c.events);
     }
 }
 

@@ -418,6 +418,15 @@ impl<'a> Session<'a> {
         // The decoder's configuration.
         let mut config = Config::default();
         match perf.feature(feature_id::CPUID) {
+            // Another vendor's CPU (QEMU's emulated AuthenticAMD under the
+            // simulated PT CPU): no Intel erratum applies, as in perf, which
+            // reads only Intel's (GenuineIntel,6,92: FUP with NLIP).
+            Some(Ok(Feature::CpuId(s)))
+                if s.split(',').next().is_some_and(|v| {
+                    v != "GenuineIntel"
+                        && v.len() == 12
+                        && v.bytes().all(|b| b.is_ascii_alphanumeric())
+                }) => {}
             Some(Ok(Feature::CpuId(s))) => match parse_cpuid(&s) {
                 Some(cpu) => {
                     config.cpu = Some(cpu);

@@ -103,6 +103,7 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     let flag = catch_interrupts();
     // The QEMU plugin lives as long as the recording.
     let mut plugin = None;
+    let mut cpu = None;
     let mut source: Box<dyn ExecutionSource> = if replay {
         let path = &o.command[0];
         if !o.quiet {
@@ -124,6 +125,14 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
                 snapshots: signalled.take(),
             };
             pt_sim::exec::qemu::probe(&opts.qemu, &opts.plugin).map_err(|e| e.to_string())?;
+            // The perf.data names the CPU QEMU emulates (what the program saw).
+            cpu = match pt_sim::exec::qemu::emulated_cpu(&opts.qemu) {
+                Ok(c) => Some((c.cpuid, c.brand)),
+                Err(e) => {
+                    eprintln!("ptperf record: warning: the CPU QEMU emulates is unknown ({e}): the perf.data names the simulated CPU");
+                    None
+                }
+            };
             match QemuSource::spawn(prog, args, opts) {
                 Ok(s) => Ok(Box::new(s) as Box<dyn ExecutionSource>),
                 Err(QemuError::Exec(e)) => Err(e),
@@ -175,6 +184,7 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         event_name: Some(event.name.clone()),
         snapshot: o.snapshot,
         cmdline: o.cmdline.clone(),
+        cpu,
     };
     let mut checkpoints = 0u64;
     let s = record_perf_data(source.as_mut(), &rec, &opts, |n| {

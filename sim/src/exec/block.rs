@@ -12,7 +12,7 @@
 //! ([`crate::pt::PtLogic::retire_block`], [`crate::exec::log::LogWriter::write_block`])
 //! must match byte for byte.
 
-use std::sync::Arc;
+use std::rc::Rc;
 
 use super::insn::decode_bytes;
 use super::{ExecError, ExecItem, ExecMode, InsnClass, Retired};
@@ -143,8 +143,9 @@ pub fn always_faults(bytes: &[u8]) -> bool {
 /// One execution of a [`CodeBlock`] by the current thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockRun {
-    /// The block.
-    pub block: Arc<CodeBlock>,
+    /// The block (shared with the source's table of blocks: a count, not
+    /// an atomic one, as a run is handed on block by block).
+    pub block: Rc<CodeBlock>,
     /// Where the last instruction sent control (its `next_ip`).
     pub next_ip: u64,
     /// Whether the last instruction retired (not when it faulted).
@@ -184,6 +185,11 @@ pub enum Step {
     Item(ExecItem),
     /// A block's instructions, all of the current thread.
     Block(BlockRun),
+    /// Block runs of the current thread, in order (each as [`Step::Block`]):
+    /// a source that sees many blocks between events hands them over in
+    /// batches, so that the recorder's per-step work (a call, the thread's
+    /// lookup) is not per block.
+    Blocks(Vec<BlockRun>),
 }
 
 #[cfg(test)]
@@ -193,7 +199,7 @@ mod tests {
     #[test]
     fn a_run_spells_out_its_instructions() {
         // mov eax, 1; nop; jz +0x10
-        let b = Arc::new(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
+        let b = Rc::new(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
         assert!(b.plain_body);
         assert_eq!(b.end(), 0x1008);
         let run = BlockRun {

@@ -374,6 +374,29 @@ impl<W: Write> LogWriter<W> {
                 rep_string: b.rep,
             }
         };
+        let st = &self.threads.state;
+        if run.block.plain_body
+            && n == insns.len()
+            && st.ip == Some(insns[0].ip)
+            && st.mode == Some(ExecMode::Bit64)
+            && !st.kernel
+        {
+            // The whole block where its pages are logged: every instruction
+            // but the last predicted (a count), the last as it goes.
+            let first = page_base(insns[0].ip);
+            let end = run.block.end().wrapping_sub(1);
+            let pages = (page_base(end).wrapping_sub(first) / PAGE_SIZE) as usize + 1;
+            if (0..pages).all(|k| self.page_logged(first.wrapping_add(k as u64 * PAGE_SIZE), mem)) {
+                self.pending_seq += n as u64 - 1;
+                self.insns += n as u64 - 1;
+                self.threads.state.ip = Some(insns[n - 1].ip);
+                self.write_flow(&run.insn(n - 1), &decoded(n - 1));
+                if self.buf.len() >= WRITE_CHUNK {
+                    self.write_out()?;
+                }
+                return Ok(());
+            }
+        }
         self.write_decoded(&run.insn(0), &decoded(0), mem)?;
         let mut i = 1;
         if run.block.plain_body && n > 2 {
@@ -458,6 +481,14 @@ impl<W: Write> LogWriter<W> {
             }
             self.checked = [self.checked[1], base];
         }
+        self.write_flow(r, d);
+        Ok(())
+    }
+
+    /// The part of [`Self::write_decoded`] after the pages: the thread's
+    /// mode, privilege and IP where they change, then where it went.
+    #[inline]
+    fn write_flow(&mut self, r: &Retired, d: &DecodedInsn) {
         let st = &mut self.threads.state;
         if st.mode != Some(r.mode) {
             if self.pending_seq > 0 {
@@ -498,7 +529,6 @@ impl<W: Write> LogWriter<W> {
         st.predictor.retire(d, r.ip);
         st.ip = Some(r.next_ip);
         self.insns += 1;
-        Ok(())
     }
 
     fn put_pending(&mut self) {

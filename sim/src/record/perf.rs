@@ -119,6 +119,10 @@ pub struct PerfDataOptions {
     pub snapshot: Option<SnapshotOptions>,
     /// The recorder's command line (HEADER_CMDLINE).
     pub cmdline: Vec<String>,
+    /// The CPU the program ran on when it is not the simulated one's
+    /// ([`SIM_CPUID`]): perf's CPUID string and the CPU's description
+    /// (the qemu source: the CPU QEMU emulates).
+    pub cpu: Option<(String, String)>,
 }
 
 impl PerfDataOptions {
@@ -130,6 +134,7 @@ impl PerfDataOptions {
             event_name: None,
             snapshot: None,
             cmdline: Vec::new(),
+            cpu: None,
         }
     }
 
@@ -330,8 +335,16 @@ impl PerfDataSink {
         setup.cmdline = opts.cmdline.clone();
         let mut w = RecordingWriter::create(&path, setup)?;
         // The simulated CPU, not the host's.
-        w.set_feature(Feature::CpuId(SIM_CPUID.into()));
-        w.set_feature(Feature::CpuDesc("Simulated Intel PT CPU (pt-sim)".into()));
+        match &opts.cpu {
+            Some((cpuid, desc)) => {
+                w.set_feature(Feature::CpuId(cpuid.clone()));
+                w.set_feature(Feature::CpuDesc(desc.clone()));
+            }
+            None => {
+                w.set_feature(Feature::CpuId(SIM_CPUID.into()));
+                w.set_feature(Feature::CpuDesc("Simulated Intel PT CPU (pt-sim)".into()));
+            }
+        }
         w.set_feature(Feature::NrCpus {
             available: 1,
             online: 1,

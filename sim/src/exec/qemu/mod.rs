@@ -3,9 +3,10 @@
 //! reports every translation block once (address and code) and then one
 //! word per block executed, plus system calls, threads, forks and execs
 //! ([`wire`] is the format). QEMU with the plugin runs at close to its own
-//! speed; the recorder takes one [`BlockRun`] per block executed
-//! ([`ExecutionSource::next_step`]): the PT logic and the execution log
-//! go through a block's straight-line body in one step.
+//! speed; the recorder takes one [`BlockRun`] per block executed, in
+//! batches of a thread's runs between events ([`Step::Blocks`] from
+//! [`ExecutionSource::next_step`]): the PT logic and the execution log go
+//! through a block in one step where nothing is due inside it.
 //!
 //! # From blocks to retired instructions
 //! Each distinct block (address and code bytes) is decoded once, when it is
@@ -20,8 +21,16 @@
 //! instruction, for instructions that always fault) and resumed in the
 //! handler, which the PT logic writes as FUP + TIP.PGD, TIP.PGE (user-mode
 //! tracing). A memory fault in the middle of a block is seen at the block's
-//! end (the plugin has no per-instruction callback, which would cost its
-//! speed): the instructions after the fault are reported as retired.
+//! end: the instructions after the fault are reported as retired. Plugin
+//! API 1 offers no sound way to see it at the instruction that faulted at
+//! this speed: a callback per instruction, or per memory access
+//! (`qemu_plugin_register_vcpu_mem_cb`, called after an access completes,
+//! so the last one called would name the faulting instruction as the next
+//! one) costs a host call for most guest instructions (gzip: nearly every
+//! block loads or stores); the inline counter it offers
+//! (`qemu_plugin_register_vcpu_insn_exec_inline`, add to one address) is
+//! one counter for all vCPUs, which threads would race on (a per-vCPU
+//! scoreboard came with API 2, QEMU 9).
 //! A REP string instruction that QEMU re-enters per iteration is one
 //! instruction.
 //!
@@ -42,16 +51,18 @@
 //! QEMU 7.2's user mode maps no vDSO for x86-64 guests: the program's time
 //! calls are system calls, and a recording has no `[vdso]`.
 
-pub mod wire;
+/// The plugin's stream (its own crate, which the plugin shares).
+pub use pt_qemu_wire as wire;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -241,6 +252,146 @@ pub fn probe(qemu: &OsStr, plugin: &std::path::Path) -> Result<(i32, i32), QemuE
     })
 }
 
+/// The CPU QEMU emulates, as its guests see it in CPUID (and as perf writes
+/// it in a perf.data's CPUID feature: `vendor,family,model,stepping`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmulatedCpu {
+    /// perf's CPUID string, e.g. `AuthenticAMD,15,107,1` (QEMU 7.2's default CPU).
+    pub cpuid: String,
+    /// The brand string (CPUID 8000_0002H-8000_0004H), e.g. `QEMU TCG CPU version 2.5+`.
+    pub brand: String,
+}
+
+impl EmulatedCpu {
+    /// From the registers of CPUID leaf 0 (EBX, EDX, ECX: the vendor), leaf
+    /// 1's EAX and the brand string's bytes; family and model as perf
+    /// computes them (extended model from family 6 on, extended family for 15).
+    pub fn from_cpuid(vendor: [u32; 3], leaf1_eax: u32, brand: &[u8]) -> EmulatedCpu {
+        let mut v = Vec::with_capacity(12);
+        for r in vendor {
+            v.extend_from_slice(&r.to_le_bytes());
+        }
+        let mut family = (leaf1_eax >> 8) & 0xf;
+        let mut model = (leaf1_eax >> 4) & 0xf;
+        if family >= 6 {
+            model += ((leaf1_eax >> 16) & 0xf) << 4;
+        }
+        if family == 0xf {
+            family += (leaf1_eax >> 20) & 0xff;
+        }
+        let end = brand.iter().position(|&b| b == 0).unwrap_or(brand.len());
+        EmulatedCpu {
+            cpuid: format!(
+                "{},{family},{model},{}",
+                String::from_utf8_lossy(&v),
+                leaf1_eax & 0xf
+            ),
+            brand: String::from_utf8_lossy(&brand[..end]).trim().to_string(),
+        }
+    }
+}
+
+/// A static x86-64 Linux program of 0x10b bytes, written here byte by byte
+/// (no assembler is needed at run time): it executes CPUID leaves 0, 1 and
+/// 8000_0002H-8000_0004H, writes EBX, EDX, ECX of leaf 0, EAX of leaf 1 and
+/// the 48 brand bytes (64 bytes) to stdout and exits 0. One RWX `PT_LOAD`
+/// at 0x400000 whose memory extends to a buffer at 0x401000.
+fn cpuid_program() -> Vec<u8> {
+    const BASE: u64 = 0x40_0000;
+    let mut code: Vec<u8> = Vec::new();
+    code.extend_from_slice(&[0xbf, 0x00, 0x10, 0x40, 0x00]); // mov edi, 0x401000
+    code.extend_from_slice(&[0x31, 0xc0, 0x31, 0xc9, 0x0f, 0xa2]); // xor eax,eax; xor ecx,ecx; cpuid
+    code.extend_from_slice(&[0x89, 0x1f, 0x89, 0x57, 0x04, 0x89, 0x4f, 0x08]); // [rdi]=ebx, [+4]=edx, [+8]=ecx
+    code.extend_from_slice(&[0xb8, 1, 0, 0, 0, 0x31, 0xc9, 0x0f, 0xa2]); // mov eax,1; xor ecx,ecx; cpuid
+    code.extend_from_slice(&[0x89, 0x47, 0x0c]); // [+12]=eax
+    for k in 0..3u8 {
+        let leaf = 0x8000_0002u32 + u32::from(k);
+        code.push(0xb8); // mov eax, leaf
+        code.extend_from_slice(&leaf.to_le_bytes());
+        code.extend_from_slice(&[0x0f, 0xa2]); // cpuid
+        let d = 16 + 16 * k;
+        code.extend_from_slice(&[
+            0x89,
+            0x47,
+            d,
+            0x89,
+            0x5f,
+            d + 4,
+            0x89,
+            0x4f,
+            d + 8,
+            0x89,
+            0x57,
+            d + 12,
+        ]);
+    }
+    code.extend_from_slice(&[0x48, 0x89, 0xfe]); // mov rsi, rdi
+    code.extend_from_slice(&[0xba, 64, 0, 0, 0]); // mov edx, 64
+    code.extend_from_slice(&[0xbf, 1, 0, 0, 0]); // mov edi, 1
+    code.extend_from_slice(&[0xb8, 1, 0, 0, 0, 0x0f, 0x05]); // write
+    code.extend_from_slice(&[0xb8, 60, 0, 0, 0, 0x31, 0xff, 0x0f, 0x05]); // exit(0)
+    let entry = BASE + 64 + 56;
+    let size = (64 + 56 + code.len()) as u64;
+    let mut f = Vec::with_capacity(size as usize);
+    f.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+    f.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    f.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&entry.to_le_bytes());
+    f.extend_from_slice(&64u64.to_le_bytes()); // e_phoff
+    f.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    f.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    for h in [64u16, 56, 1, 64, 0, 0] {
+        f.extend_from_slice(&h.to_le_bytes()); // ehsize, phentsize, phnum, shentsize, shnum, shstrndx
+    }
+    f.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    f.extend_from_slice(&7u32.to_le_bytes()); // RWX
+    f.extend_from_slice(&0u64.to_le_bytes()); // p_offset
+    f.extend_from_slice(&BASE.to_le_bytes());
+    f.extend_from_slice(&BASE.to_le_bytes());
+    f.extend_from_slice(&size.to_le_bytes());
+    f.extend_from_slice(&0x1040u64.to_le_bytes()); // p_memsz: through the buffer
+    f.extend_from_slice(&0x1000u64.to_le_bytes());
+    f.extend_from_slice(&code);
+    f
+}
+
+/// The CPU `qemu` emulates by default: runs a program that reads CPUID
+/// under it (QEMU's CPU model, not the host's, is what the recorded
+/// program saw, and what a perf.data of the recording names).
+pub fn emulated_cpu(qemu: &OsStr) -> Result<EmulatedCpu, QemuError> {
+    let qemu_path = super::ptrace::resolve_program(qemu)
+        .map_err(|_| QemuError::NoQemu(qemu.to_string_lossy().into_owned()))?;
+    let os = |what| move |e| ExecError::Os { what, source: e };
+    // SAFETY: a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"pt-cpuid".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(os("memfd_create")(std::io::Error::last_os_error()).into());
+    }
+    // SAFETY: a new descriptor we own.
+    let mut f = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    std::io::Write::write_all(&mut f, &cpuid_program()).map_err(os("writing a CPUID probe"))?;
+    let path = format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd());
+    let o = Command::new(&qemu_path)
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| ExecError::ExecFailed {
+            command: qemu_path.display().to_string(),
+            source: e,
+        })?;
+    let b = &o.stdout;
+    if !o.status.success() || b.len() != 64 {
+        return Err(QemuError::DidNotRun {
+            qemu: qemu_path.display().to_string(),
+            path: "a CPUID probe".into(),
+            status: o.status.to_string(),
+        });
+    }
+    let w = |i: usize| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+    Ok(EmulatedCpu::from_cpuid([w(0), w(1), w(2)], w(3), &b[16..]))
+}
+
 /// Checks that `path` is a program QEMU's x86-64 emulator runs (an x86-64
 /// ELF, or a script whose interpreter is one).
 pub fn check_program(path: &std::path::Path) -> Result<(), QemuError> {
@@ -327,7 +478,7 @@ struct Conn {
 /// A process.
 #[derive(Clone, Default)]
 struct Proc {
-    blocks: Vec<Option<Arc<CodeBlock>>>,
+    blocks: Vec<Option<Rc<CodeBlock>>>,
     mem: CodeMemory,
     maps: Vec<Mapping>,
     maps_dirty: bool,
@@ -372,7 +523,7 @@ fn sent_signal(nr: u64, args: &[u64; 6]) -> Option<i32> {
 struct Thread {
     id: ThreadId,
     /// The block it runs (its end is resolved by the next one).
-    prev: Option<Arc<CodeBlock>>,
+    prev: Option<Rc<CodeBlock>>,
     /// The system call the previous block ended in: nr, arguments, result.
     syscall: Option<(u64, [u64; 6], Option<i64>)>,
     /// A clone to report with that call.
@@ -383,13 +534,18 @@ struct Thread {
 
 /// What comes out next.
 enum Emit {
-    /// A block run; its instructions from `idx` on when given one by one.
-    Block {
-        run: BlockRun,
+    /// Block runs of the current thread (none retiring nothing); when
+    /// given one by one, the instructions of `runs[run]` from `idx` on.
+    Blocks {
+        runs: Vec<BlockRun>,
+        run: usize,
         idx: usize,
     },
     Item(ExecItem),
 }
+
+/// Most block runs in one [`Emit::Blocks`].
+const BATCH: usize = 4096;
 
 /// A program run under QEMU with the plugin; see the module docs.
 pub struct QemuSource {
@@ -426,9 +582,11 @@ pub struct QemuSource {
     /// Blocks decoded, by address and code bytes (QEMU translates a block
     /// again after its code changed, was flushed, or in a forked child):
     /// each distinct block is decoded once.
-    decoded: HashMap<Box<[u8]>, Arc<CodeBlock>>,
+    decoded: HashMap<Box<[u8]>, Rc<CodeBlock>>,
     /// The key being looked up (address, code bytes).
     key: Vec<u8>,
+    /// A run record's words (a buffer kept between records).
+    words: Vec<u32>,
     /// Files' `PT_LOAD` segments, by path.
     segments: HashMap<String, Option<Vec<LoadSegment>>>,
 }
@@ -554,6 +712,7 @@ impl QemuSource {
             translated: false,
             decoded: HashMap::new(),
             key: Vec::new(),
+            words: Vec::new(),
             segments: HashMap::new(),
         };
         // Until QEMU translates the program's first block, it may still
@@ -651,6 +810,9 @@ impl QemuSource {
             if self.all_done() {
                 self.finish_all();
                 return Ok(!self.queue.is_empty());
+            }
+            if self.release_orphans() {
+                continue;
             }
             self.wait_io()?;
         }
@@ -779,6 +941,31 @@ impl QemuSource {
         Ok(false)
     }
 
+    /// Held connections that nothing can release any more (the other
+    /// connections ended, or the recording is being stopped): they are
+    /// taken as they are, so that the recording ends (a process still
+    /// running would otherwise wait for the recorder to read it, forever).
+    /// Returns whether one was released.
+    fn release_orphans(&mut self) -> bool {
+        let stuck = |c: &Conn| c.held && !c.done;
+        if !self.conns.iter().any(stuck) {
+            return false;
+        }
+        let others_ended = self.conns.iter().all(|c| c.done || stuck(c));
+        if !(self.stopping || others_ended && self.main_status.is_some()) {
+            return false;
+        }
+        let Some(i) = self.conns.iter().position(stuck) else {
+            return false;
+        };
+        if let Some(pid) = self.conns[i].pid {
+            self.known.insert(pid);
+        }
+        self.conns[i].held = false;
+        self.start_process(i);
+        true
+    }
+
     /// Whether connection `i` waits for something another gives first.
     fn held(&mut self, i: usize) -> bool {
         let c = &self.conns[i];
@@ -885,16 +1072,19 @@ impl QemuSource {
                 let Some(tid) = p.u32() else {
                     return Err(corrupt("short run record"));
                 };
-                let words: Vec<u32> = p
-                    .rest()
-                    .chunks_exact(4)
-                    .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-                    .collect();
+                let mut words = std::mem::take(&mut self.words);
+                words.clear();
+                words.extend(
+                    p.rest()
+                        .chunks_exact(4)
+                        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
+                );
                 if !self.known.contains(&tid) {
-                    self.conns[i].deferred.push((tid, words));
+                    self.conns[i].deferred.push((tid, words.clone()));
                 } else {
                     self.run(pid, tid, &words)?;
                 }
+                self.words = words;
             }
             TAG_NATIVE_EXEC => {
                 let tid = p.u32().unwrap_or(0);
@@ -940,14 +1130,14 @@ impl QemuSource {
     }
 
     /// The block at `addr` with these code bytes, decoded once.
-    fn decode_block(&mut self, addr: u64, code: &[u8]) -> Result<Arc<CodeBlock>, ExecError> {
+    fn decode_block(&mut self, addr: u64, code: &[u8]) -> Result<Rc<CodeBlock>, ExecError> {
         self.key.clear();
         self.key.extend_from_slice(&addr.to_le_bytes());
         self.key.extend_from_slice(code);
         if let Some(b) = self.decoded.get(&self.key[..]) {
             return Ok(b.clone());
         }
-        let b = Arc::new(CodeBlock::decode(addr, code)?);
+        let b = Rc::new(CodeBlock::decode(addr, code)?);
         self.decoded.insert(self.key[..].into(), b.clone());
         Ok(b)
     }
@@ -1007,6 +1197,28 @@ impl QemuSource {
             self.queue
                 .push_back(Emit::Item(ExecItem::Event(Event::Switch(id))));
         }
+    }
+
+    /// Queues a block run (after what is queued: the current thread's).
+    #[inline]
+    fn push_run(&mut self, run: BlockRun) {
+        if run.count() == 0 {
+            // One instruction that faulted: nothing retired.
+            return;
+        }
+        if let Some(Emit::Blocks { runs, .. }) = self.queue.back_mut() {
+            if runs.len() < BATCH {
+                runs.push(run);
+                return;
+            }
+        }
+        let mut runs = Vec::with_capacity(256);
+        runs.push(run);
+        self.queue.push_back(Emit::Blocks {
+            runs,
+            run: 0,
+            idx: 0,
+        });
     }
 
     fn push_event(&mut self, e: Event) {
@@ -1113,8 +1325,15 @@ impl QemuSource {
         else {
             return 0;
         };
+        // The runs go to the batch at the queue's end (the thread's), or a new one.
+        let mut runs = match self.queue.back_mut() {
+            Some(Emit::Blocks { runs, .. }) if runs.len() < BATCH => std::mem::take(runs),
+            _ => Vec::new(),
+        };
+        let fresh = runs.is_empty();
+        let room = BATCH.saturating_sub(runs.len()).max(1);
         let mut n = 0;
-        for &w in words {
+        for &w in words.iter().take(room) {
             let (Some(Some(block)), Some(prev)) = (proc.blocks.get(w as usize), t.prev.as_ref())
             else {
                 break;
@@ -1128,25 +1347,31 @@ impl QemuSource {
             if r.signal_from.is_some() {
                 break;
             }
-            let Some(prev) = t.prev.replace(block.clone()) else {
-                break;
-            };
-            self.queue.push_back(Emit::Block {
-                run: BlockRun {
-                    block: prev,
-                    next_ip: r.next_ip,
-                    retire_last: r.retired,
-                },
-                idx: 0,
+            let prev = std::mem::replace(t.prev.as_mut().expect("checked above"), block.clone());
+            runs.push(BlockRun {
+                block: prev,
+                next_ip: r.next_ip,
+                retire_last: r.retired,
             });
             n += 1;
+        }
+        if fresh {
+            if !runs.is_empty() {
+                self.queue.push_back(Emit::Blocks {
+                    runs,
+                    run: 0,
+                    idx: 0,
+                });
+            }
+        } else if let Some(Emit::Blocks { runs: back, .. }) = self.queue.back_mut() {
+            *back = runs;
         }
         self.blocks_run += n as u64;
         n
     }
 
     /// Thread `tid` runs `block`: the previous block's end is resolved.
-    fn block(&mut self, pid: u32, tid: u32, block: Arc<CodeBlock>) {
+    fn block(&mut self, pid: u32, tid: u32, block: Rc<CodeBlock>) {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
@@ -1168,13 +1393,10 @@ impl QemuSource {
         let exec = t.exec.take();
         t.prev = Some(block);
         let r = resolve(&last, start, syscall.map(|s| s.0));
-        self.queue.push_back(Emit::Block {
-            run: BlockRun {
-                block: prev,
-                next_ip: r.next_ip,
-                retire_last: r.retired,
-            },
-            idx: 0,
+        self.push_run(BlockRun {
+            block: prev,
+            next_ip: r.next_ip,
+            retire_last: r.retired,
         });
         if let Some((nr, args, ret)) = syscall {
             self.push_event(Event::SyscallEnter { nr, args });
@@ -1258,13 +1480,10 @@ impl QemuSource {
         if let Some(prev) = t.prev.take() {
             let last = *prev.last();
             let r = resolve(&last, last.fall_through(), None);
-            self.queue.push_back(Emit::Block {
-                run: BlockRun {
-                    block: prev,
-                    next_ip: r.next_ip,
-                    retire_last: r.retired,
-                },
-                idx: 0,
+            self.push_run(BlockRun {
+                block: prev,
+                next_ip: r.next_ip,
+                retire_last: r.retired,
             });
             if let Some((nr, args, _)) = t.syscall.take() {
                 self.push_event(Event::SyscallEnter { nr, args });
@@ -1428,11 +1647,16 @@ impl ExecutionSource for QemuSource {
         }
         loop {
             match self.queue.front_mut() {
-                Some(Emit::Block { run, idx }) => {
-                    if *idx < run.count() {
-                        let r = run.insn(*idx);
-                        *idx += 1;
-                        return Ok(Some(ExecItem::Insn(r)));
+                Some(Emit::Blocks { runs, run, idx }) => {
+                    if let Some(b) = runs.get(*run) {
+                        if *idx < b.count() {
+                            let r = b.insn(*idx);
+                            *idx += 1;
+                            return Ok(Some(ExecItem::Insn(r)));
+                        }
+                        *run += 1;
+                        *idx = 0;
+                        continue;
                     }
                     self.queue.pop_front();
                 }
@@ -1465,14 +1689,11 @@ impl ExecutionSource for QemuSource {
         }
         loop {
             match self.queue.front() {
-                Some(Emit::Block { run, idx: 0 }) => {
-                    let n = run.count();
-                    let Some(Emit::Block { run, .. }) = self.queue.pop_front() else {
+                Some(Emit::Blocks { run: 0, idx: 0, .. }) => {
+                    let Some(Emit::Blocks { runs, .. }) = self.queue.pop_front() else {
                         unreachable!()
                     };
-                    if n > 0 {
-                        return Ok(Some(Step::Block(run)));
-                    }
+                    return Ok(Some(Step::Blocks(runs)));
                 }
                 Some(_) => return Ok(self.next_item()?.map(Step::Item)),
                 None => {

@@ -160,3 +160,42 @@ fn a_transfer_to_a_handler_names_its_signal() {
     assert_eq!(sent_signal(NR_TGKILL, &[1, 2, 10, 0, 0, 0]), Some(10));
     assert_eq!(sent_signal(NR_KILL, &[1, 6, 0, 0, 0, 0]), Some(6));
 }
+
+#[test]
+fn emulated_cpu_as_perf_names_it() {
+    // QEMU 7.2's default x86-64 CPU: AuthenticAMD, CPUID.1:EAX 0x60fb1.
+    let vendor = [
+        u32::from_le_bytes(*b"Auth"),
+        u32::from_le_bytes(*b"enti"),
+        u32::from_le_bytes(*b"cAMD"),
+    ];
+    let mut brand = b"QEMU TCG CPU version 2.5+".to_vec();
+    brand.resize(48, 0);
+    let c = EmulatedCpu::from_cpuid(vendor, 0x60fb1, &brand);
+    assert_eq!(c.cpuid, "AuthenticAMD,15,107,1");
+    assert_eq!(c.brand, "QEMU TCG CPU version 2.5+");
+    // An Intel part: extended model from family 6 on.
+    let intel = [
+        u32::from_le_bytes(*b"Genu"),
+        u32::from_le_bytes(*b"ineI"),
+        u32::from_le_bytes(*b"ntel"),
+    ];
+    assert_eq!(
+        EmulatedCpu::from_cpuid(intel, 0xc06f2, &[]).cpuid,
+        "GenuineIntel,6,207,2"
+    );
+}
+
+/// The probe program runs under the installed QEMU and reads its CPU.
+#[test]
+fn emulated_cpu_of_the_installed_qemu() {
+    pt_testkit::tool("qemu-x86_64", "qemu-user");
+    let c = emulated_cpu(std::ffi::OsStr::new("qemu-x86_64")).unwrap();
+    let parts: Vec<&str> = c.cpuid.split(',').collect();
+    assert_eq!(parts.len(), 4, "{c:?}");
+    assert!(
+        ["AuthenticAMD", "GenuineIntel"].contains(&parts[0]),
+        "{c:?}"
+    );
+    assert!(parts[1..].iter().all(|p| p.parse::<u32>().is_ok()), "{c:?}");
+}

@@ -1,10 +1,11 @@
-//! The stream the QEMU plugin (`pt-qemu-plugin`) writes to `ptperf record`:
-//! one connection per guest process (a fork opens its own, an exec'd
-//! program's QEMU opens a new one), a sequence of records.
+//! The stream the QEMU plugin (`pt-qemu-plugin`) writes to `ptperf record
+//! --source qemu`: one connection per guest process (a fork opens its own,
+//! an exec'd program's QEMU opens a new one), a sequence of records.
 //!
-//! This module is the one owner of the format: the plugin crate compiles
-//! this very file (it has no dependencies), the reader is
-//! [`super::QemuSource`].
+//! This crate is the one owner of the format: the plugin (a cdylib that
+//! ptperf's build script compiles with rustc alone) and the reader
+//! (`pt_sim::exec::qemu::QemuSource`) both depend on it. It has no
+//! dependencies.
 //!
 //! A record is a tag byte, a payload length (u32 LE) and the payload;
 //! numbers are little-endian.
@@ -14,7 +15,7 @@
 //! | 1 | hello | u32 format version, i32 QEMU's minimum and current plugin API versions, u32 pid, u32 parent pid (0: none), u8 flags ([`HELLO_EXEC`]), path |
 //! | 2 | block  | u32 id, u64 guest address, the block's code bytes (a translation block: its instructions, in order) |
 //! | 3 | page   | u64 guest address (page aligned), the page's 4096 bytes |
-//! | 4 | map    | u64 start, u64 end, u64 file offset, u8 perms ([`crate::exec::Perms::bits`]), path |
+//! | 4 | map    | u64 start, u64 end, u64 file offset, u8 perms (bit 0 read, 1 write, 2 execute, 3 shared: `pt_sim::exec::Perms::bits`), path |
 //! | 5 | run    | u32 tid, then u32 words: what the thread executed, in order (below) |
 //! | 6 | native exec | u32 tid, path: an exec QEMU runs natively (not recorded) |
 //! | 7 | end    | u8 1 if an exit call ended the process (then i32 status), else 0 |
@@ -27,6 +28,24 @@
 //! [`MARK_EXIT`] (status: the thread ended in `exit`). For `clone3` the
 //! sixth argument is the flags word of its structure (clone3 has two), for
 //! `rt_sigaction` with a new action the handler of that action (it has four).
+//!
+//! ```
+//! use pt_qemu_wire::{header, Payload, HEADER, TAG_RUN};
+//!
+//! // A run record: thread 7 executed blocks 0 and 1.
+//! let mut rec = Vec::new();
+//! header(&mut rec, TAG_RUN, 12);
+//! for w in [7u32, 0, 1] {
+//!     rec.extend_from_slice(&w.to_le_bytes());
+//! }
+//! assert_eq!(rec[0], TAG_RUN);
+//! let mut p = Payload(&rec[HEADER..]);
+//! assert_eq!(p.u32(), Some(7));
+//! assert_eq!(p.rest().len(), 8);
+//! assert_eq!(p.u32(), None);
+//! ```
+
+#![deny(missing_docs)]
 
 /// Version of this format (the plugin's hello says which it writes).
 pub const FORMAT_VERSION: u32 = 1;
@@ -34,7 +53,7 @@ pub const FORMAT_VERSION: u32 = 1;
 /// The QEMU plugin API version the plugin speaks (QEMU 7.2's, Debian 12).
 pub const PLUGIN_API_VERSION: i32 = 1;
 
-/// Record tags.
+/// The process's first record.
 pub const TAG_HELLO: u8 = 1;
 /// A translation block.
 pub const TAG_BLOCK: u8 = 2;
