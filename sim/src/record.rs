@@ -571,7 +571,7 @@ impl Recorder<'_> {
         thread: ThreadId,
         runs: &[BlockRun],
         mem: &CodeMemory,
-    ) -> Result<(), String> {
+    ) -> Result<(), RecordError> {
         if self.on != Some(thread) {
             self.switch_in(thread, mem)?;
         }
@@ -835,11 +835,13 @@ pub fn record_into(
             Step::Blocks(runs) if runs.iter().all(|run| run.count() == 0) => {}
             Step::Blocks(runs) => {
                 let mem = source.memory();
-                if let Some(l) = &mut log {
-                    if let Err(e) = runs.iter().try_for_each(|run| l.write_block(run, mem)) {
-                        r.summary.source_error = Some(format!("execution log: {e}"));
-                        break;
-                    }
+                if let Some(Err(e)) = log
+                    .as_mut()
+                    .map(|l| runs.iter().try_for_each(|run| l.block(run, mem)))
+                {
+                    r.summary.source_error = Some(e.to_string());
+                    log = None;
+                    break;
                 }
                 cursor.saw_insn();
                 r.blocks(cursor.current(), runs, mem)?;
