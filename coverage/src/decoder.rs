@@ -18,12 +18,13 @@ use pt_decoder::flow::AddrFilter;
 use pt_decoder::image::Image;
 use pt_decoder::{Config, ErrorCode};
 use pt_encoder::hash::IntMap;
-use pt_encoder::ExecMode;
+use pt_encoder::packet::sext48;
+use pt_encoder::{ExecMode, Packet};
 
 use crate::bitmap::EdgeHash;
 use crate::edge::{BasicBlock, Edge, EdgeKind};
 use crate::error::{CoverageError, ErrorKind};
-use crate::graph::{BuildCtx, Code, Graph, NodeKind, NONE};
+use crate::graph::{slot as slot_of, BuildCtx, Code, Graph, NodeKind, NONE};
 
 /// Calls to the page-fetch callback: where to copy the 4 KiB page at an address.
 pub const PAGE_SIZE: usize = 4096;
@@ -346,6 +347,36 @@ impl CoverageDecoder {
                     walk.pos = Pos::Off;
                     continue 'sync;
                 }
+                let Some((at, ip)) = ev.handoff() else {
+                    continue;
+                };
+                let (at, ip) = match self.lane(&mut walk, code, &mut ev, at as usize, ip, &mut out)
+                {
+                    LaneEnd::At(at, ip) => (at, ip),
+                    LaneEnd::Walk(kind, walk_ip, at, ip) => {
+                        // Where the event path would be after the packet's event.
+                        if ev.resume_at(at as u64, true, ip).is_ok() {
+                            let _ = ev.next();
+                        }
+                        self.error(&mut out, kind, at as u64, walk_ip);
+                        walk.pos = Pos::Off;
+                        continue 'sync;
+                    }
+                    LaneEnd::Trace(e, at, ip) => {
+                        // Where the event path would be at the packet's error.
+                        let _ = ev.resume_at(at as u64, true, ip);
+                        self.undo_last_edge(&mut walk);
+                        walk.pos = Pos::Off;
+                        self.error(&mut out, ErrorKind::Trace(e.code), e.offset, 0);
+                        continue 'sync;
+                    }
+                };
+                if let Err(e) = ev.resume_at(at as u64, true, ip) {
+                    self.undo_last_edge(&mut walk);
+                    walk.pos = Pos::Off;
+                    self.error(&mut out, ErrorKind::Trace(e.code), e.offset, 0);
+                    continue 'sync;
+                }
             }
         }
         out
@@ -444,15 +475,21 @@ impl CoverageDecoder {
         stop == Stop::Before(node.start)
     }
 
-    /// Counts an edge the trace decided.
+    /// Counts an edge the trace decided (in the map if [`EdgeHash::counts`] it).
     #[inline]
-    fn edge(&mut self, walk: &mut Walk, from: u64, to: u64, kind: EdgeKind) {
-        let i = (self.options.hash.index(from, to) & self.mask) as usize;
-        self.map[i] = self.map[i].wrapping_add(1);
+    fn edge(&mut self, walk: &mut Walk, from: u64, to: u64, kind: EdgeKind) -> u64 {
+        let i = if self.options.hash.counts(kind) {
+            let i = (self.options.hash.index(from, to) & self.mask) as usize;
+            self.map[i] = self.map[i].wrapping_add(1);
+            i as u32
+        } else {
+            NONE
+        };
         if self.options.collect {
             self.collected.edge(from, to, kind);
         }
-        walk.last_edge = Some((i as u32, from, to));
+        walk.last_edge = Some((i, from, to));
+        u64::from(i != NONE)
     }
 
     /// Takes back the last edge counted if nothing ran after it.
@@ -460,8 +497,10 @@ impl CoverageDecoder {
         let Some((i, from, to)) = walk.last_edge.take() else {
             return;
         };
-        let b = &mut self.map[i as usize];
-        *b = b.wrapping_sub(1);
+        if i != NONE {
+            let b = &mut self.map[i as usize];
+            *b = b.wrapping_sub(1);
+        }
         if self.options.collect {
             if let Some(e) = self.collected.edges.get_mut(&(from, to)) {
                 e.1 -= 1;
@@ -482,39 +521,26 @@ impl CoverageDecoder {
     ) -> Result<(), (ErrorKind, u64)> {
         match event.kind {
             EventKind::Tnt { bits, size } => {
-                let mut left = size;
-                while left > 0 {
-                    left = self.tnt_run(walk, bits, left, out);
-                    if left > 0 {
-                        left -= 1;
-                        self.tnt_bit(walk, code, ev, bits >> left & 1 != 0, out)?;
-                    }
-                }
+                self.tnt(walk, code, Ahead::Ev(ev), bits, size, out)?
             }
             EventKind::Tip { .. } if walk.deferred_tip == Some(event.offset) => {
                 // Taken already, for the branch it was deferred from.
                 walk.deferred_tip = None;
             }
             EventKind::Tip { ip } => {
-                let id = self.at_trace_node(walk, code)?;
-                let node = self.graph.nodes[id as usize];
-                let kind = match node.kind {
-                    NodeKind::Ret => EdgeKind::Return,
-                    NodeKind::IndirectJump => EdgeKind::IndirectJump,
-                    NodeKind::IndirectCall => EdgeKind::IndirectCall,
-                    NodeKind::Far => EdgeKind::Far,
-                    _ => return Err((ErrorKind::Mismatch, node.cofi)),
-                };
                 if event.ip_suppressed {
-                    return Err((ErrorKind::Trace(ErrorCode::IpSuppressed), node.cofi));
+                    // Checked after the node, as the flow decoder does.
+                    let id = self.at_trace_node(walk, code)?;
+                    let node = &self.graph.nodes[id as usize];
+                    return Err(match node.kind {
+                        NodeKind::Ret
+                        | NodeKind::IndirectJump
+                        | NodeKind::IndirectCall
+                        | NodeKind::Far => (ErrorKind::Trace(ErrorCode::IpSuppressed), node.cofi),
+                        _ => (ErrorKind::Mismatch, node.cofi),
+                    });
                 }
-                self.enter(walk, id, Stop::None);
-                if kind == EdgeKind::IndirectCall {
-                    walk.push(node.fall);
-                }
-                self.edge(walk, node.cofi, ip, kind);
-                out.edges += 1;
-                walk.pos = Pos::At(ip);
+                self.tip(walk, code, ip, out)?;
             }
             EventKind::Enabled { ip, .. } => {
                 if event.status_update && walk.pos != Pos::Off {
@@ -594,6 +620,12 @@ impl CoverageDecoder {
             let Some(id) = self.resolve(walk, code) else {
                 return Err((ErrorKind::Trace(ErrorCode::NoEnable), 0));
             };
+            if !matches!(
+                self.graph.nodes[id as usize].kind,
+                NodeKind::Continue | NodeKind::Stuck(_)
+            ) {
+                return Ok(id);
+            }
             let node = self.graph.nodes[id as usize];
             match node.kind {
                 NodeKind::Continue => {
@@ -607,7 +639,7 @@ impl CoverageDecoder {
                             let mut ctx =
                                 Self::ctx(&mut self.cache, code, &self.options, self.mask);
                             let next = self.graph.node(&mut ctx, node.fall, node.mode);
-                            self.graph.nodes[id as usize].next[0] = next;
+                            self.graph.link(id, 0, next);
                             next
                         }
                         next => next,
@@ -638,9 +670,145 @@ impl CoverageDecoder {
         }
     }
 
+    /// A TNT packet's `size` bits (`bits`, the oldest at `size - 1`).
+    #[inline]
+    fn tnt(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+        ahead: Ahead<'_, '_>,
+        bits: u64,
+        size: u8,
+        out: &mut Outcome,
+    ) -> Result<(), (ErrorKind, u64)> {
+        let mut left = size;
+        while left > 0 {
+            left = self.tnt_run(walk, bits, left, out);
+            if left > 0 {
+                left -= 1;
+                self.tnt_bit(walk, code, ahead, bits >> left & 1 != 0, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The fast lane: from a [handoff](EventDecoder::handoff) at `pos` with last IP
+    /// `ip`, the plain packets (TNT-8, TNT-64, TIP with an IP, PAD, MTC, CYC, TSC)
+    /// straight from the trace bytes, 16 at a time (so no bounds check per packet),
+    /// until one it does not take or the last 15 bytes (left to the event decoder).
+    /// The walk is the event path's, packet for packet; timing packets move the
+    /// event decoder's time model ([`EventDecoder::apply_time`]).
+    fn lane(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+        ev: &mut EventDecoder<'_>,
+        mut pos: usize,
+        mut ip: u64,
+        out: &mut Outcome,
+    ) -> LaneEnd {
+        let trace = ev.buffer();
+        loop {
+            let Some(w) = trace.get(pos..).and_then(|r| r.first_chunk::<16>()) else {
+                return LaneEnd::At(pos, ip);
+            };
+            let b0 = w[0];
+            if b0 & 1 == 0 {
+                // TNT-8: an even byte above 2; its payload holds a stop bit.
+                if b0 > 2 {
+                    let payload = u64::from(b0 >> 1);
+                    let size = (63 - payload.leading_zeros()) as u8;
+                    let ahead = Ahead::At(ev, (pos + 1) as u64, ip);
+                    if let Err((kind, at)) = self.tnt(walk, code, ahead, payload, size, out) {
+                        return LaneEnd::Walk(kind, at, pos, ip);
+                    }
+                    pos += 1;
+                    continue;
+                }
+                if b0 == 0 {
+                    pos += 1;
+                    continue;
+                }
+                // TNT-64 (02 a3, six bytes of payload with a stop bit).
+                if w[1] == 0xa3 {
+                    let payload = u64::from_le_bytes([w[2], w[3], w[4], w[5], w[6], w[7], 0, 0]);
+                    if payload < 2 {
+                        return LaneEnd::At(pos, ip);
+                    }
+                    let size = (63 - payload.leading_zeros()) as u8;
+                    let ahead = Ahead::At(ev, (pos + 8) as u64, ip);
+                    if let Err((kind, at)) = self.tnt(walk, code, ahead, payload, size, out) {
+                        return LaneEnd::Walk(kind, at, pos, ip);
+                    }
+                    pos += 8;
+                    continue;
+                }
+                return LaneEnd::At(pos, ip);
+            }
+            if b0 & 3 == 3 {
+                // CYC: one byte, or two if the second ends it (02 there is left
+                // alone: SKD007 may make it an OVF).
+                let (value, n) = if b0 & 4 == 0 {
+                    (u64::from(b0 >> 3), 1)
+                } else if w[1] & 1 == 0 && w[1] != 2 {
+                    (u64::from(b0 >> 3) | u64::from(w[1] >> 1) << 5, 2)
+                } else {
+                    return LaneEnd::At(pos, ip);
+                };
+                if let Err(e) = ev.apply_time(pos as u64, &Packet::Cyc { value }) {
+                    return LaneEnd::Trace(e, pos, ip);
+                }
+                pos += n;
+                continue;
+            }
+            let word1 = u64::from_le_bytes([w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]]);
+            match b0 {
+                0x59 => {
+                    if let Err(e) = ev.apply_time(pos as u64, &Packet::Mtc { ctc: w[1] }) {
+                        return LaneEnd::Trace(e, pos, ip);
+                    }
+                    pos += 2;
+                    continue;
+                }
+                0x19 => {
+                    let tsc = word1 & 0x00ff_ffff_ffff_ffff;
+                    if let Err(e) = ev.apply_time(pos as u64, &Packet::Tsc { tsc }) {
+                        return LaneEnd::Trace(e, pos, ip);
+                    }
+                    pos += 8;
+                    continue;
+                }
+                _ => {}
+            }
+            // TIP: IP bytes in bits 7:5; none (suppressed) and the reserved forms go
+            // to the event decoder.
+            if b0 & 0x1f != 0x0d {
+                return LaneEnd::At(pos, ip);
+            }
+            let (next_ip, n) = match b0 >> 5 {
+                1 => ((ip & !0xffff) | (word1 & 0xffff), 3),
+                2 => ((ip & !0xffff_ffff) | (word1 & 0xffff_ffff), 5),
+                3 => (sext48(word1), 7),
+                4 => ((ip & !0xffff_ffff_ffff) | (word1 & 0xffff_ffff_ffff), 7),
+                6 => (word1, 9),
+                _ => return LaneEnd::At(pos, ip),
+            };
+            let before = ip;
+            ip = next_ip;
+            if walk.deferred_tip == Some(pos as u64) {
+                // Taken already, for the branch it was deferred from.
+                walk.deferred_tip = None;
+            } else if let Err((kind, at)) = self.tip(walk, code, ip, out) {
+                return LaneEnd::Walk(kind, at, pos, before);
+            }
+            pos += n;
+        }
+    }
+
     /// The hot loop: TNT bits `left - 1` down to 0 of `bits` through linked
-    /// conditional nodes that push nothing, in registers; returns the bits left for
-    /// [`Self::tnt_bit`] (a node of another kind, not linked yet, or collecting).
+    /// conditional nodes that push nothing ([`Graph::hot`]: 16 bytes a node, no test
+    /// of its kind); returns the bits left for [`Self::tnt_bit`] (a node of another
+    /// kind, not linked yet, or collecting).
     #[inline]
     fn tnt_run(&mut self, walk: &mut Walk, bits: u64, mut left: u8, out: &mut Outcome) -> u8 {
         let Pos::Node(mut id) = walk.pos else {
@@ -649,26 +817,31 @@ impl CoverageDecoder {
         if self.options.collect || walk.pending.is_some() {
             return left;
         }
-        let mut last = None;
         let start = left;
+        let hot = &self.graph.hot[..];
+        let map = &mut self.map[..];
+        let (mut prev, mut t) = (id, 0);
         while left > 0 {
-            let node = &self.graph.nodes[id as usize];
-            if node.kind != NodeKind::Cond || node.npush != 0 {
-                break;
-            }
-            let t = (bits >> (left - 1) & 1) as usize;
-            let next = node.next[t];
+            let h = &hot[id as usize];
+            t = (bits >> (left - 1) & 1) as usize;
+            let next = h.next[t];
             if next == NONE {
                 break;
             }
-            let i = node.idx[t] as usize;
-            self.map[i] = self.map[i].wrapping_add(1);
-            last = Some((id, t));
+            let i = h.idx[t] as usize;
+            map[i] = map[i].wrapping_add(1);
+            prev = id;
             id = next;
             left -= 1;
         }
-        if let Some((from, t)) = last {
-            let node = &self.graph.nodes[from as usize];
+        if left != start {
+            // `t` is the last bit taken unless the loop broke on a later one.
+            let t = if left == 0 {
+                t
+            } else {
+                (bits >> left & 1) as usize
+            };
+            let node = &self.graph.nodes[prev as usize];
             let to = if t == 1 { node.target } else { node.fall };
             walk.last_edge = Some((node.idx[t], node.cofi, to));
             out.edges += u64::from(start - left);
@@ -677,12 +850,60 @@ impl CoverageDecoder {
         left
     }
 
+    /// A TIP's edge from the branch that needs it.
+    #[inline]
+    fn tip(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+        ip: u64,
+        out: &mut Outcome,
+    ) -> Result<(), (ErrorKind, u64)> {
+        let id = self.at_trace_node(walk, code)?;
+        let (nkind, cofi, fall) = {
+            let n = &self.graph.nodes[id as usize];
+            (n.kind, n.cofi, n.fall)
+        };
+        let kind = match nkind {
+            NodeKind::Ret => EdgeKind::Return,
+            NodeKind::IndirectJump => EdgeKind::IndirectJump,
+            NodeKind::IndirectCall => EdgeKind::IndirectCall,
+            NodeKind::Far => EdgeKind::Far,
+            _ => return Err((ErrorKind::Mismatch, cofi)),
+        };
+        self.enter(walk, id, Stop::None);
+        if kind == EdgeKind::IndirectCall {
+            walk.push(fall);
+        }
+        out.edges += self.edge(walk, cofi, ip, kind);
+        walk.pos = self.tip_target(walk, code, id, ip);
+        Ok(())
+    }
+
+    /// The node at a TIP's target `ip` from node `from`: the node last found there
+    /// if the target is the same (returns and indirect branches mostly go where they
+    /// went before), else looked up.
+    #[inline]
+    fn tip_target(&mut self, walk: &Walk, code: &mut dyn Code, from: u32, ip: u64) -> Pos {
+        let (last_ip, last) = self.graph.tip_cache[from as usize];
+        if last_ip == ip && last != NONE && self.graph.nodes[last as usize].mode == walk.mode {
+            return Pos::Node(last);
+        }
+        if slot_of(walk.mode).is_none() {
+            return Pos::At(ip);
+        }
+        let mut ctx = Self::ctx(&mut self.cache, code, &self.options, self.mask);
+        let id = self.graph.node(&mut ctx, ip, walk.mode);
+        self.graph.tip_cache[from as usize] = (ip, id);
+        Pos::Node(id)
+    }
+
     #[inline]
     fn tnt_bit(
         &mut self,
         walk: &mut Walk,
         code: &mut dyn Code,
-        ev: &EventDecoder<'_>,
+        ahead: Ahead<'_, '_>,
         taken: bool,
         out: &mut Outcome,
     ) -> Result<(), (ErrorKind, u64)> {
@@ -706,7 +927,7 @@ impl CoverageDecoder {
                     NONE => {
                         let mut ctx = Self::ctx(&mut self.cache, code, &self.options, self.mask);
                         let next = self.graph.node(&mut ctx, to, node.mode);
-                        self.graph.nodes[id as usize].next[t] = next;
+                        self.graph.link(id, t, next);
                         Pos::Node(next)
                     }
                     next => Pos::Node(next),
@@ -721,15 +942,14 @@ impl CoverageDecoder {
                 let Some(to) = walk.pop() else {
                     return Err((ErrorKind::EmptyReturnStack, node.cofi));
                 };
-                self.edge(walk, node.cofi, to, EdgeKind::Return);
-                out.edges += 1;
+                out.edges += self.edge(walk, node.cofi, to, EdgeKind::Return);
                 walk.pos = Pos::At(to);
                 Ok(())
             }
             NodeKind::IndirectJump | NodeKind::IndirectCall if walk.deferred_tip.is_none() => {
                 // The hardware may send the TIP of an indirect branch after TNT
                 // packets of the branches that follow it: look for it.
-                let Some((ip, offset)) = deferred_tip(ev) else {
+                let Some((ip, offset)) = ahead.deferred_tip() else {
                     return Err((ErrorKind::Mismatch, node.cofi));
                 };
                 walk.deferred_tip = Some(offset);
@@ -742,10 +962,9 @@ impl CoverageDecoder {
                 } else {
                     EdgeKind::IndirectJump
                 };
-                self.edge(walk, node.cofi, ip, kind);
-                out.edges += 1;
+                out.edges += self.edge(walk, node.cofi, ip, kind);
                 walk.pos = Pos::At(ip);
-                self.tnt_bit(walk, code, ev, taken, out)
+                self.tnt_bit(walk, code, ahead, taken, out)
             }
             _ => Err((ErrorKind::Mismatch, node.cofi)),
         }
@@ -778,6 +997,28 @@ impl CoverageDecoder {
     }
 }
 
+/// Where to look for a deferred TIP: the event decoder after the current TNT packet,
+/// or (in the [fast lane](CoverageDecoder::lane)) the event decoder as it was at the
+/// handoff, to be resumed after the TNT packet at the offset with the last IP.
+#[derive(Clone, Copy)]
+enum Ahead<'e, 'a> {
+    Ev(&'e EventDecoder<'a>),
+    At(&'e EventDecoder<'a>, u64, u64),
+}
+
+impl Ahead<'_, '_> {
+    fn deferred_tip(self) -> Option<(u64, u64)> {
+        match self {
+            Ahead::Ev(ev) => deferred_tip(ev),
+            Ahead::At(ev, offset, ip) => {
+                let mut ev = ev.clone();
+                ev.resume_at(offset, true, ip).ok()?;
+                deferred_tip(&ev)
+            }
+        }
+    }
+}
+
 /// The next TIP after TNT packets (IP and offset), for a deferred TIP.
 fn deferred_tip(ev: &EventDecoder<'_>) -> Option<(u64, u64)> {
     let mut ahead = ev.clone();
@@ -791,6 +1032,17 @@ fn deferred_tip(ev: &EventDecoder<'_>) -> Option<(u64, u64)> {
         }
     }
     None
+}
+
+/// How the [fast lane](CoverageDecoder::lane) ended: each with the offset of the
+/// packet it stopped at and the last IP before it.
+enum LaneEnd {
+    /// At a packet it leaves to the event decoder.
+    At(usize, u64),
+    /// The walk failed (the error and its IP) at a packet.
+    Walk(ErrorKind, u64, usize, u64),
+    /// A timing packet's error.
+    Trace(pt_decoder::DecodeError, usize, u64),
 }
 
 /// The walk's state during one trace.

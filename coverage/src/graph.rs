@@ -98,16 +98,29 @@ pub(crate) struct Node {
     pub npush: u32,
 }
 
+/// What the TNT loop reads of a node, 16 bytes apart: its successors and edge
+/// indices, with `next` linked only for a conditional node that pushes nothing (so
+/// that the loop needs no test of the node's kind).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hot {
+    pub next: [u32; 2],
+    pub idx: [u32; 2],
+}
+
 /// The nodes, looked up by (IP, mode).
 #[derive(Default)]
 pub(crate) struct Graph {
     pub nodes: Vec<Node>,
+    /// [`Hot`] per node, by the same index.
+    pub hot: Vec<Hot>,
+    /// Per node, the last TIP target taken from it and its node (`NONE`: none yet).
+    pub tip_cache: Vec<(u64, u32)>,
     pub segs: Vec<Seg>,
     pub pushes: Vec<u64>,
     index: [IpMap<u32>; 3],
 }
 
-fn slot(mode: ExecMode) -> Option<usize> {
+pub(crate) fn slot(mode: ExecMode) -> Option<usize> {
     match mode {
         ExecMode::Bit16 => Some(0),
         ExecMode::Bit32 => Some(1),
@@ -151,6 +164,8 @@ impl BuildCtx<'_> {
 impl Graph {
     pub fn clear(&mut self) {
         self.nodes.clear();
+        self.hot.clear();
+        self.tip_cache.clear();
         self.segs.clear();
         self.pushes.clear();
         for m in &mut self.index {
@@ -169,9 +184,29 @@ impl Graph {
         }
         let id = self.nodes.len() as u32;
         let node = self.build(ctx, ip, mode);
-        self.nodes.push(node);
+        self.push(node);
         self.index[s].insert(ip, id);
         id
+    }
+
+    fn push(&mut self, node: Node) {
+        self.nodes.push(node);
+        self.tip_cache.push((0, NONE));
+        self.hot.push(Hot {
+            next: [NONE; 2],
+            idx: node.idx,
+        });
+    }
+
+    /// Links node `id`'s successor `t` (a conditional's taken or not, a `Continue`'s
+    /// next).
+    #[inline]
+    pub fn link(&mut self, id: u32, t: usize, next: u32) {
+        let node = &mut self.nodes[id as usize];
+        node.next[t] = next;
+        if node.kind == NodeKind::Cond && node.npush == 0 {
+            self.hot[id as usize].next[t] = next;
+        }
     }
 
     /// Builds the node at `id` again (after its code was fetched); links to it stay.
@@ -181,11 +216,16 @@ impl Graph {
         };
         let node = self.build(ctx, old.start, old.mode);
         self.nodes[id as usize] = node;
+        self.hot[id as usize] = Hot {
+            next: [NONE; 2],
+            idx: node.idx,
+        };
+        self.tip_cache[id as usize] = (0, NONE);
     }
 
     fn push_stuck(&mut self, ip: u64, mode: ExecMode, kind: ErrorKind) -> u32 {
         let id = self.nodes.len() as u32;
-        self.nodes.push(Node {
+        self.push(Node {
             next: [NONE; 2],
             idx: [0; 2],
             kind: NodeKind::Stuck(kind),

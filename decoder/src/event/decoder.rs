@@ -429,6 +429,52 @@ impl<'a> EventDecoder<'a> {
         Ok(())
     }
 
+    /// Where a consumer's own loop over the plain packets (TNT, TIP, PAD, timing) may
+    /// take over from the decoder: the offset of the next packet not taken yet and the
+    /// last IP, while tracing is enabled, no event waits for a later packet and the
+    /// last IP is known. The consumer hands back with [`resume_at`](Self::resume_at)
+    /// at the first packet it does not take (meaning what `next` would have made of
+    /// the packets in between), after passing timing packets to
+    /// [`apply_time`](Self::apply_time). pt-coverage's fast path.
+    pub fn handoff(&self) -> Option<(u64, u64)> {
+        if !self.enabled
+            || !self.evq.is_empty()
+            || self.out.is_some()
+            || self.peeked.is_some()
+            || self.pkt.in_pebs()
+        {
+            return None;
+        }
+        let ip = self.ip.query().ok()?;
+        match self.cur {
+            // A TIP reported (and nothing bound to it): go on after it.
+            Current::Packet {
+                packet: Packet::Ip(IpPacketKind::Tip, _),
+                ..
+            } if self.bound => Some((self.pkt.offset().ok()?, ip)),
+            // A plain packet not taken yet.
+            Current::Packet {
+                offset,
+                packet:
+                    Packet::Tnt8(_)
+                    | Packet::Tnt64(_)
+                    | Packet::Ip(IpPacketKind::Tip, _)
+                    | Packet::Mtc { .. }
+                    | Packet::Cyc { .. },
+            } if !self.bound => Some((offset, ip)),
+            _ => None,
+        }
+    }
+
+    /// A timing packet (TSC, TMA, MTC, CYC) taken by a consumer's own loop after a
+    /// [`handoff`](Self::handoff), at `offset`: the time model moves as
+    /// [`next`](Self::next) would move it (no `Tick` events), and its errors are
+    /// the same. Other packets are ignored.
+    pub fn apply_time(&mut self, offset: u64, packet: &Packet) -> Result<(), DecodeError> {
+        apply_timing(&mut self.time, &mut self.tcal, &self.config, packet, false)
+            .map_err(|code| DecodeError { code, offset })
+    }
+
     /// Synchronize at `offset`, which must hold a PSB.
     pub fn sync_set(&mut self, offset: u64) -> Result<(), DecodeError> {
         self.reset();
