@@ -35,6 +35,9 @@ const MAX_CONTINUES: u32 = 64;
 /// Return addresses kept for compressed returns (as the hardware's stack).
 const RETSTACK_SIZE: usize = 64;
 
+/// Entries of the TNT-8 memo (a power of two): about 600 KB.
+const MEMO_SIZE: usize = 1 << 14;
+
 /// Errors kept per [`CoverageDecoder::reset`] (the count goes on).
 const MAX_KEPT_ERRORS: usize = 256;
 
@@ -172,6 +175,8 @@ pub struct CoverageDecoder {
     pages: Image,
     collected: Collected,
     errors: Vec<CoverageError>,
+    /// TNT-8 packets walked before, by (node, byte): see [`Memo`].
+    memo: Box<[Memo]>,
 }
 
 impl CoverageDecoder {
@@ -192,6 +197,7 @@ impl CoverageDecoder {
             pages: Image::new(),
             collected: Collected::default(),
             errors: Vec::new(),
+            memo: vec![Memo::EMPTY; MEMO_SIZE].into_boxed_slice(),
         }
     }
 
@@ -223,6 +229,7 @@ impl CoverageDecoder {
     /// another program with the page-fetch callback).
     pub fn forget_code(&mut self) {
         self.graph.clear();
+        self.memo.fill(Memo::EMPTY);
         self.cache.clear();
         self.pages = Image::new();
         self.stamp = None;
@@ -257,6 +264,7 @@ impl CoverageDecoder {
     pub fn decode(&mut self, trace: &[u8], image: &Image) -> Outcome {
         if self.stamp != Some(image.stamp()) {
             self.graph.clear();
+            self.memo.fill(Memo::EMPTY);
             self.stamp = Some(image.stamp());
         }
         let mut code = Fixed(image);
@@ -275,6 +283,7 @@ impl CoverageDecoder {
     ) -> Outcome {
         if self.stamp.is_some() {
             self.graph.clear();
+            self.memo.fill(Memo::EMPTY);
             self.stamp = None;
         }
         let mut image = std::mem::take(&mut self.pages);
@@ -488,14 +497,21 @@ impl CoverageDecoder {
         if self.options.collect {
             self.collected.edge(from, to, kind);
         }
-        walk.last_edge = Some((i, from, to));
+        walk.last_edge = Some(LastEdge::Edge(i, from, to));
         u64::from(i != NONE)
     }
 
     /// Takes back the last edge counted if nothing ran after it.
     fn undo_last_edge(&mut self, walk: &mut Walk) {
-        let Some((i, from, to)) = walk.last_edge.take() else {
-            return;
+        let (i, from, to) = match walk.last_edge.take() {
+            None => return,
+            Some(LastEdge::Edge(i, from, to)) => (i, from, to),
+            Some(LastEdge::Cond(id, t)) => {
+                let node = &self.graph.nodes[id as usize];
+                let t = usize::from(t);
+                let to = if t == 1 { node.target } else { node.fall };
+                (node.idx[t], node.cofi, to)
+            }
         };
         if i != NONE {
             let b = &mut self.map[i as usize];
@@ -716,13 +732,16 @@ impl CoverageDecoder {
             if b0 & 1 == 0 {
                 // TNT-8: an even byte above 2; its payload holds a stop bit.
                 if b0 > 2 {
+                    pos += 1;
+                    if self.tnt8_memo(walk, b0, out) {
+                        continue;
+                    }
                     let payload = u64::from(b0 >> 1);
                     let size = (63 - payload.leading_zeros()) as u8;
-                    let ahead = Ahead::At(ev, (pos + 1) as u64, ip);
+                    let ahead = Ahead::At(ev, pos as u64, ip);
                     if let Err((kind, at)) = self.tnt(walk, code, ahead, payload, size, out) {
-                        return LaneEnd::Walk(kind, at, pos, ip);
+                        return LaneEnd::Walk(kind, at, pos - 1, ip);
                     }
-                    pos += 1;
                     continue;
                 }
                 if b0 == 0 {
@@ -805,6 +824,61 @@ impl CoverageDecoder {
         }
     }
 
+    /// A TNT-8 packet (`byte`) through the [`Memo`]: applied and `true` on a hit;
+    /// on a miss walked through the [`Graph::hot`] links and remembered if they
+    /// carry all its bits (`false`, nothing counted, otherwise: the caller walks it
+    /// the long way).
+    #[inline]
+    fn tnt8_memo(&mut self, walk: &mut Walk, byte: u8, out: &mut Outcome) -> bool {
+        let Pos::Node(id) = walk.pos else {
+            return false;
+        };
+        if self.options.collect || walk.pending.is_some() {
+            return false;
+        }
+        let slot = Memo::slot(id, byte);
+        let m = &self.memo[slot];
+        if m.from == id && m.byte == byte {
+            for &i in &m.idx[..usize::from(m.n)] {
+                self.map[i as usize] = self.map[i as usize].wrapping_add(1);
+            }
+            walk.pos = Pos::Node(m.end);
+            walk.last_edge = Some(LastEdge::Cond(m.last, m.last_t));
+            out.edges += u64::from(m.n);
+            return true;
+        }
+        let payload = byte >> 1;
+        let size = 7 - payload.leading_zeros() as u8;
+        let mut memo = Memo {
+            from: id,
+            byte,
+            n: size,
+            ..Memo::EMPTY
+        };
+        let mut at = id;
+        for k in 0..size {
+            let h = &self.graph.hot[at as usize];
+            let t = usize::from(payload >> (size - 1 - k) & 1);
+            let next = h.next[t];
+            if next == NONE {
+                return false;
+            }
+            memo.idx[usize::from(k)] = h.idx[t];
+            memo.last = at;
+            memo.last_t = t as u8;
+            at = next;
+        }
+        memo.end = at;
+        self.memo[slot] = memo;
+        for &i in &memo.idx[..usize::from(size)] {
+            self.map[i as usize] = self.map[i as usize].wrapping_add(1);
+        }
+        walk.pos = Pos::Node(at);
+        walk.last_edge = Some(LastEdge::Cond(memo.last, memo.last_t));
+        out.edges += u64::from(size);
+        true
+    }
+
     /// The hot loop: TNT bits `left - 1` down to 0 of `bits` through linked
     /// conditional nodes that push nothing ([`Graph::hot`]: 16 bytes a node, no test
     /// of its kind); returns the bits left for [`Self::tnt_bit`] (a node of another
@@ -841,9 +915,7 @@ impl CoverageDecoder {
             } else {
                 (bits >> left & 1) as usize
             };
-            let node = &self.graph.nodes[prev as usize];
-            let to = if t == 1 { node.target } else { node.fall };
-            walk.last_edge = Some((node.idx[t], node.cofi, to));
+            walk.last_edge = Some(LastEdge::Cond(prev, t as u8));
             out.edges += u64::from(start - left);
         }
         walk.pos = Pos::Node(id);
@@ -922,7 +994,7 @@ impl CoverageDecoder {
                 if self.options.collect {
                     self.collected.edge(node.cofi, to, EdgeKind::Cond);
                 }
-                walk.last_edge = Some((i as u32, node.cofi, to));
+                walk.last_edge = Some(LastEdge::Edge(i as u32, node.cofi, to));
                 walk.pos = match node.next[t] {
                     NONE => {
                         let mut ctx = Self::ctx(&mut self.cache, code, &self.options, self.mask);
@@ -1045,6 +1117,53 @@ enum LaneEnd {
     Trace(pt_decoder::DecodeError, usize, u64),
 }
 
+/// A TNT-8 packet's walk from a node, remembered (as libxdc and iptr-edge-analyzer
+/// cache theirs): the map bytes its bits count, in order, and the node it ends at.
+/// Kept only for walks through linked conditional nodes that push nothing (the
+/// [`Graph::hot`] links, which never change once made), so a hit is exact. Direct
+/// mapped by (node, byte); a collision replaces the entry.
+#[derive(Clone, Copy, Debug)]
+struct Memo {
+    /// The node the walk starts at (`NONE`: empty).
+    from: u32,
+    /// The node it ends at.
+    end: u32,
+    /// The TNT-8 byte.
+    byte: u8,
+    /// Its bits (`idx[..n]`).
+    n: u8,
+    /// The node and bit of the last edge (for [`LastEdge::Cond`]).
+    last_t: u8,
+    last: u32,
+    idx: [u32; 6],
+}
+
+impl Memo {
+    const EMPTY: Memo = Memo {
+        from: NONE,
+        end: NONE,
+        byte: 0,
+        n: 0,
+        last_t: 0,
+        last: NONE,
+        idx: [0; 6],
+    };
+
+    #[inline]
+    fn slot(from: u32, byte: u8) -> usize {
+        let key = u64::from(from) << 8 | u64::from(byte);
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SIZE.trailing_zeros())) as usize
+    }
+}
+
+/// The last edge counted: its map index (`NONE` if not in the map) and ends, or a
+/// conditional node and the bit taken from it (looked up only if needed).
+#[derive(Clone, Copy, Debug)]
+enum LastEdge {
+    Edge(u32, u64, u64),
+    Cond(u32, u8),
+}
+
 /// The walk's state during one trace.
 struct Walk {
     pos: Pos,
@@ -1059,7 +1178,7 @@ struct Walk {
     /// The offset of a TIP taken ahead for an indirect branch (a deferred TIP).
     deferred_tip: Option<u64>,
     /// The last edge counted (its map index and ends), while nothing ran after it.
-    last_edge: Option<(u32, u64, u64)>,
+    last_edge: Option<LastEdge>,
 }
 
 impl Walk {
