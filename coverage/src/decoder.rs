@@ -38,6 +38,9 @@ const RETSTACK_SIZE: usize = 64;
 /// Entries of the TNT-8 memo (a power of two): about 600 KB.
 const MEMO_SIZE: usize = 1 << 14;
 
+/// Entries of the TIP memo (a power of two): 192 KB.
+const TIP_MEMO_SIZE: usize = 1 << 13;
+
 /// Errors kept per [`CoverageDecoder::reset`] (the count goes on).
 const MAX_KEPT_ERRORS: usize = 256;
 
@@ -177,6 +180,8 @@ pub struct CoverageDecoder {
     errors: Vec<CoverageError>,
     /// TNT-8 packets walked before, by (node, byte): see [`Memo`].
     memo: Box<[Memo]>,
+    /// TIP targets by (node, IP): see [`TipMemo`].
+    tip_memo: Box<[TipMemo]>,
 }
 
 impl CoverageDecoder {
@@ -198,6 +203,7 @@ impl CoverageDecoder {
             collected: Collected::default(),
             errors: Vec::new(),
             memo: vec![Memo::EMPTY; MEMO_SIZE].into_boxed_slice(),
+            tip_memo: vec![TipMemo::EMPTY; TIP_MEMO_SIZE].into_boxed_slice(),
         }
     }
 
@@ -230,6 +236,7 @@ impl CoverageDecoder {
     pub fn forget_code(&mut self) {
         self.graph.clear();
         self.memo.fill(Memo::EMPTY);
+        self.tip_memo.fill(TipMemo::EMPTY);
         self.cache.clear();
         self.pages = Image::new();
         self.stamp = None;
@@ -265,6 +272,7 @@ impl CoverageDecoder {
         if self.stamp != Some(image.stamp()) {
             self.graph.clear();
             self.memo.fill(Memo::EMPTY);
+            self.tip_memo.fill(TipMemo::EMPTY);
             self.stamp = Some(image.stamp());
         }
         let mut code = Fixed(image);
@@ -284,6 +292,7 @@ impl CoverageDecoder {
         if self.stamp.is_some() {
             self.graph.clear();
             self.memo.fill(Memo::EMPTY);
+            self.tip_memo.fill(TipMemo::EMPTY);
             self.stamp = None;
         }
         let mut image = std::mem::take(&mut self.pages);
@@ -625,8 +634,25 @@ impl CoverageDecoder {
 
     /// The node at the position, through `Continue` nodes and fetching code for
     /// `Stuck` ones: the one whose last instruction takes the next TNT bit or TIP.
-    #[inline]
+    #[inline(always)]
     fn at_trace_node(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+    ) -> Result<u32, (ErrorKind, u64)> {
+        if let Pos::Node(id) = walk.pos {
+            if !matches!(
+                self.graph.nodes[id as usize].kind,
+                NodeKind::Continue | NodeKind::Stuck(_)
+            ) {
+                return Ok(id);
+            }
+        }
+        self.at_trace_node_slow(walk, code)
+    }
+
+    #[inline(never)]
+    fn at_trace_node_slow(
         &mut self,
         walk: &mut Walk,
         code: &mut dyn Code,
@@ -860,7 +886,7 @@ impl CoverageDecoder {
             let h = &self.graph.hot[at as usize];
             let t = usize::from(payload >> (size - 1 - k) & 1);
             let next = h.next[t];
-            if next == NONE {
+            if next == NONE || h.npush != 0 {
                 return false;
             }
             memo.idx[usize::from(k)] = h.idx[t];
@@ -880,8 +906,8 @@ impl CoverageDecoder {
     }
 
     /// The hot loop: TNT bits `left - 1` down to 0 of `bits` through linked
-    /// conditional nodes that push nothing ([`Graph::hot`]: 16 bytes a node, no test
-    /// of its kind); returns the bits left for [`Self::tnt_bit`] (a node of another
+    /// conditional nodes ([`Graph::hot`]: 24 bytes a node, no test of its kind);
+    /// returns the bits left for [`Self::tnt_bit`] (a node of another
     /// kind, not linked yet, or collecting).
     #[inline]
     fn tnt_run(&mut self, walk: &mut Walk, bits: u64, mut left: u8, out: &mut Outcome) -> u8 {
@@ -893,6 +919,7 @@ impl CoverageDecoder {
         }
         let start = left;
         let hot = &self.graph.hot[..];
+        let pushes = &self.graph.pushes[..];
         let map = &mut self.map[..];
         let (mut prev, mut t) = (id, 0);
         while left > 0 {
@@ -901,6 +928,11 @@ impl CoverageDecoder {
             let next = h.next[t];
             if next == NONE {
                 break;
+            }
+            if h.npush != 0 {
+                for &ip in &pushes[h.push as usize..][..h.npush as usize] {
+                    walk.push(ip);
+                }
             }
             let i = h.idx[t] as usize;
             map[i] = map[i].wrapping_add(1);
@@ -943,31 +975,70 @@ impl CoverageDecoder {
             NodeKind::Far => EdgeKind::Far,
             _ => return Err((ErrorKind::Mismatch, cofi)),
         };
-        self.enter(walk, id, Stop::None);
+        if self.options.collect || walk.pending.is_some() {
+            self.enter(walk, id, Stop::None);
+        } else {
+            let h = self.graph.hot[id as usize];
+            for &ip in &self.graph.pushes[h.push as usize..][..h.npush as usize] {
+                walk.push(ip);
+            }
+        }
         if kind == EdgeKind::IndirectCall {
             walk.push(fall);
         }
-        out.edges += self.edge(walk, cofi, ip, kind);
-        walk.pos = self.tip_target(walk, code, id, ip);
+        // The target's node and the edge's map byte, remembered.
+        let slot = TipMemo::slot(id, ip);
+        let m = self.tip_memo[slot];
+        let (to, i) = if m.from == id && m.ip == ip && m.mode == walk.mode {
+            (m.to, m.idx)
+        } else {
+            let i = if self.options.hash.counts(kind) {
+                self.options.hash.index(cofi, ip) & self.mask
+            } else {
+                NONE
+            };
+            if slot_of(walk.mode).is_none() {
+                // No node without a mode: looked up when one comes.
+                self.count_tip(walk, out, i, cofi, ip, kind);
+                walk.pos = Pos::At(ip);
+                return Ok(());
+            }
+            let mut ctx = Self::ctx(&mut self.cache, code, &self.options, self.mask);
+            let to = self.graph.node(&mut ctx, ip, walk.mode);
+            self.tip_memo[slot] = TipMemo {
+                ip,
+                from: id,
+                to,
+                idx: i,
+                mode: walk.mode,
+            };
+            (to, i)
+        };
+        self.count_tip(walk, out, i, cofi, ip, kind);
+        walk.pos = Pos::Node(to);
         Ok(())
     }
 
-    /// The node at a TIP's target `ip` from node `from`: the node last found there
-    /// if the target is the same (returns and indirect branches mostly go where they
-    /// went before), else looked up.
-    #[inline]
-    fn tip_target(&mut self, walk: &Walk, code: &mut dyn Code, from: u32, ip: u64) -> Pos {
-        let (last_ip, last) = self.graph.tip_cache[from as usize];
-        if last_ip == ip && last != NONE && self.graph.nodes[last as usize].mode == walk.mode {
-            return Pos::Node(last);
+    /// Counts a TIP's edge at map byte `i` (`NONE`: not in the map).
+    #[inline(always)]
+    fn count_tip(
+        &mut self,
+        walk: &mut Walk,
+        out: &mut Outcome,
+        i: u32,
+        from: u64,
+        to: u64,
+        kind: EdgeKind,
+    ) {
+        if i != NONE {
+            let b = &mut self.map[i as usize];
+            *b = b.wrapping_add(1);
+            out.edges += 1;
         }
-        if slot_of(walk.mode).is_none() {
-            return Pos::At(ip);
+        if self.options.collect {
+            self.collected.edge(from, to, kind);
         }
-        let mut ctx = Self::ctx(&mut self.cache, code, &self.options, self.mask);
-        let id = self.graph.node(&mut ctx, ip, walk.mode);
-        self.graph.tip_cache[from as usize] = (ip, id);
-        Pos::Node(id)
+        walk.last_edge = Some(LastEdge::Edge(i, from, to));
     }
 
     #[inline]
@@ -1153,6 +1224,34 @@ impl Memo {
     fn slot(from: u32, byte: u8) -> usize {
         let key = u64::from(from) << 8 | u64::from(byte);
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SIZE.trailing_zeros())) as usize
+    }
+}
+
+/// A TIP's target from a node, remembered: the target's node (in the mode it was
+/// looked up in) and the edge's map byte. Direct mapped by (node, target).
+#[derive(Clone, Copy, Debug)]
+struct TipMemo {
+    ip: u64,
+    /// The node of the branch (`NONE`: empty).
+    from: u32,
+    to: u32,
+    idx: u32,
+    mode: ExecMode,
+}
+
+impl TipMemo {
+    const EMPTY: TipMemo = TipMemo {
+        ip: 0,
+        from: NONE,
+        to: NONE,
+        idx: NONE,
+        mode: ExecMode::Unknown,
+    };
+
+    #[inline]
+    fn slot(from: u32, ip: u64) -> usize {
+        let key = ip ^ u64::from(from).rotate_left(40);
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - TIP_MEMO_SIZE.trailing_zeros())) as usize
     }
 }
 

@@ -98,13 +98,27 @@ pub(crate) struct Node {
     pub npush: u32,
 }
 
-/// What the TNT loop reads of a node, 16 bytes apart: its successors and edge
-/// indices, with `next` linked only for a conditional node that pushes nothing (so
-/// that the loop needs no test of the node's kind).
+/// What the TNT loop reads of a node, 24 bytes apart: its successors and edge
+/// indices, with `next` linked only for a conditional node (so that the loop needs
+/// no test of the node's kind), and the return addresses its direct calls push.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Hot {
     pub next: [u32; 2],
     pub idx: [u32; 2],
+    /// `pushes[push..push + npush]`.
+    pub push: u32,
+    pub npush: u32,
+}
+
+impl Hot {
+    fn of(node: &Node) -> Hot {
+        Hot {
+            next: [NONE; 2],
+            idx: node.idx,
+            push: node.push,
+            npush: node.npush,
+        }
+    }
 }
 
 /// The nodes, looked up by (IP, mode).
@@ -113,8 +127,6 @@ pub(crate) struct Graph {
     pub nodes: Vec<Node>,
     /// [`Hot`] per node, by the same index.
     pub hot: Vec<Hot>,
-    /// Per node, the last TIP target taken from it and its node (`NONE`: none yet).
-    pub tip_cache: Vec<(u64, u32)>,
     pub segs: Vec<Seg>,
     pub pushes: Vec<u64>,
     index: [IpMap<u32>; 3],
@@ -165,7 +177,6 @@ impl Graph {
     pub fn clear(&mut self) {
         self.nodes.clear();
         self.hot.clear();
-        self.tip_cache.clear();
         self.segs.clear();
         self.pushes.clear();
         for m in &mut self.index {
@@ -191,11 +202,7 @@ impl Graph {
 
     fn push(&mut self, node: Node) {
         self.nodes.push(node);
-        self.tip_cache.push((0, NONE));
-        self.hot.push(Hot {
-            next: [NONE; 2],
-            idx: node.idx,
-        });
+        self.hot.push(Hot::of(&node));
     }
 
     /// Links node `id`'s successor `t` (a conditional's taken or not, a `Continue`'s
@@ -204,7 +211,7 @@ impl Graph {
     pub fn link(&mut self, id: u32, t: usize, next: u32) {
         let node = &mut self.nodes[id as usize];
         node.next[t] = next;
-        if node.kind == NodeKind::Cond && node.npush == 0 {
+        if node.kind == NodeKind::Cond {
             self.hot[id as usize].next[t] = next;
         }
     }
@@ -216,11 +223,7 @@ impl Graph {
         };
         let node = self.build(ctx, old.start, old.mode);
         self.nodes[id as usize] = node;
-        self.hot[id as usize] = Hot {
-            next: [NONE; 2],
-            idx: node.idx,
-        };
-        self.tip_cache[id as usize] = (0, NONE);
+        self.hot[id as usize] = Hot::of(&node);
     }
 
     fn push_stuck(&mut self, ip: u64, mode: ExecMode, kind: ErrorKind) -> u32 {
