@@ -758,6 +758,11 @@ impl CoverageDecoder {
             if b0 & 1 == 0 {
                 // TNT-8: an even byte above 2; its payload holds a stop bit.
                 if b0 > 2 {
+                    let run = self.memo_run(walk, trace, pos, out);
+                    if run > pos {
+                        pos = run;
+                        continue;
+                    }
                     pos += 1;
                     if self.tnt8_memo(walk, b0, out) {
                         continue;
@@ -850,6 +855,51 @@ impl CoverageDecoder {
         }
     }
 
+    /// TNT-8 packets from `pos` on through the [`Memo`] while it has them, the walk
+    /// in registers; returns where it stopped (`pos` if at once).
+    #[inline(always)]
+    fn memo_run(
+        &mut self,
+        walk: &mut Walk,
+        trace: &[u8],
+        mut pos: usize,
+        out: &mut Outcome,
+    ) -> usize {
+        let Pos::Node(mut id) = walk.pos else {
+            return pos;
+        };
+        if self.options.collect || walk.pending.is_some() {
+            return pos;
+        }
+        let start = pos;
+        let (memo, map) = (&self.memo[..], &mut self.map[..]);
+        let mut last = (NONE, 0);
+        let mut edges = 0u64;
+        while let Some(&byte) = trace.get(pos) {
+            if byte & 1 != 0 || byte <= 2 {
+                break;
+            }
+            let m = &memo[Memo::slot(id, byte)];
+            if m.from != id || m.byte != byte {
+                break;
+            }
+            for k in 0..usize::from(m.n) {
+                let b = &mut map[m.idx[k] as usize];
+                *b = b.wrapping_add(m.cnt[k]);
+            }
+            id = m.end;
+            last = (m.last, m.last_t);
+            edges += u64::from(m.bits);
+            pos += 1;
+        }
+        if pos > start {
+            walk.pos = Pos::Node(id);
+            walk.last_edge = Some(LastEdge::Cond(last.0, last.1));
+            out.edges += edges;
+        }
+        pos
+    }
+
     /// A TNT-8 packet (`byte`) through the [`Memo`]: applied and `true` on a hit;
     /// on a miss walked through the [`Graph::hot`] links and remembered if they
     /// carry all its bits (`false`, nothing counted, otherwise: the caller walks it
@@ -865,12 +915,13 @@ impl CoverageDecoder {
         let slot = Memo::slot(id, byte);
         let m = &self.memo[slot];
         if m.from == id && m.byte == byte {
-            for &i in &m.idx[..usize::from(m.n)] {
-                self.map[i as usize] = self.map[i as usize].wrapping_add(1);
+            for k in 0..usize::from(m.n) {
+                let b = &mut self.map[m.idx[k] as usize];
+                *b = b.wrapping_add(m.cnt[k]);
             }
             walk.pos = Pos::Node(m.end);
             walk.last_edge = Some(LastEdge::Cond(m.last, m.last_t));
-            out.edges += u64::from(m.n);
+            out.edges += u64::from(m.bits);
             return true;
         }
         let payload = byte >> 1;
@@ -878,7 +929,7 @@ impl CoverageDecoder {
         let mut memo = Memo {
             from: id,
             byte,
-            n: size,
+            bits: size,
             ..Memo::EMPTY
         };
         let mut at = id;
@@ -889,15 +940,25 @@ impl CoverageDecoder {
             if next == NONE || h.npush != 0 {
                 return false;
             }
-            memo.idx[usize::from(k)] = h.idx[t];
+            // Each map byte once, with its count (a loop's edge repeats).
+            let n = usize::from(memo.n);
+            match memo.idx[..n].iter().position(|&i| i == h.idx[t]) {
+                Some(j) => memo.cnt[j] += 1,
+                None => {
+                    memo.idx[n] = h.idx[t];
+                    memo.cnt[n] = 1;
+                    memo.n += 1;
+                }
+            }
             memo.last = at;
             memo.last_t = t as u8;
             at = next;
         }
         memo.end = at;
         self.memo[slot] = memo;
-        for &i in &memo.idx[..usize::from(size)] {
-            self.map[i as usize] = self.map[i as usize].wrapping_add(1);
+        for k in 0..usize::from(memo.n) {
+            let b = &mut self.map[memo.idx[k] as usize];
+            *b = b.wrapping_add(memo.cnt[k]);
         }
         walk.pos = Pos::Node(at);
         walk.last_edge = Some(LastEdge::Cond(memo.last, memo.last_t));
@@ -1201,12 +1262,15 @@ struct Memo {
     end: u32,
     /// The TNT-8 byte.
     byte: u8,
-    /// Its bits (`idx[..n]`).
+    /// Its bits.
+    bits: u8,
+    /// The map bytes it counts, each once: `idx[..n]`, by `cnt[..n]`.
     n: u8,
     /// The node and bit of the last edge (for [`LastEdge::Cond`]).
     last_t: u8,
     last: u32,
     idx: [u32; 6],
+    cnt: [u8; 6],
 }
 
 impl Memo {
@@ -1214,10 +1278,12 @@ impl Memo {
         from: NONE,
         end: NONE,
         byte: 0,
+        bits: 0,
         n: 0,
         last_t: 0,
         last: NONE,
         idx: [0; 6],
+        cnt: [0; 6],
     };
 
     #[inline]
