@@ -68,11 +68,19 @@ impl Workload {
     /// `runs` traces of [`flow::calls_mixed_run`], each from TIP.PGE at the start to
     /// TIP.PGD at the exit, with a seed of its own (another input: other functions
     /// called, other loop counts and branches), sized 1 to 50 KB; and one long run
-    /// of about `long_bytes`. `mix` decides return compression and timing packets
+    /// of about `long_bytes` (sizes without return compression and timing: the
+    /// same runs with them are smaller). `mix` decides return compression and timing packets
     /// ([`CallsMix::NORETCOMP_UNTIMED`] for what libxdc and the others accept).
     pub fn generated(mix: CallsMix, runs: usize, long_bytes: usize) -> Workload {
-        // Bytes of trace per instruction of the program, measured on a first run.
-        let probe = flow::calls_mixed_run(200_000, mix, 1);
+        // Bytes of trace per instruction without return compression and timing,
+        // measured on a first run: the runs' lengths (and so their paths) are the
+        // same whatever `mix` says of the encoding.
+        let plain = CallsMix {
+            ret_compression: false,
+            timing: false,
+            ..mix
+        };
+        let probe = flow::calls_mixed_run(200_000, plain, 1);
         let per_insn = probe.trace.len() as f64 / probe.insns as f64;
         let mut rng = Rng::new(25);
         let fuzz = (0..runs as u64)

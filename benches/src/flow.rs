@@ -146,6 +146,9 @@ struct Writer {
     rng: Rng,
     /// One TIP in this many carries the full IP whatever the last IP.
     full_one_in: u64,
+    /// The encoding's own choices (full IPs), apart from the program's (`rng`), so
+    /// that a program's path does not depend on how it is traced.
+    enc: Rng,
     /// CYC, MTC, and TSC and TMA in PSB+ (else none: `tsc=0,mtc=0`).
     timing: bool,
 }
@@ -181,7 +184,7 @@ impl Writer {
             put(&mut self.buf, &Packet::Mtc { ctc: self.ctc });
         }
         let mut p = self.last.compress(ip);
-        if self.rng.below(self.full_one_in) == 0 {
+        if self.enc.below(self.full_one_in) == 0 {
             p = IpPayload::new(IpCompression::Full, ip);
         }
         self.last.update(p);
@@ -236,6 +239,7 @@ pub fn calls(insns: u64) -> FlowTrace {
         next_psb: 0,
         rng: Rng::new(4),
         full_one_in: 8,
+        enc: Rng::new(5),
         timing: true,
     };
     let mut count = 0u64;
@@ -445,6 +449,7 @@ fn calls_mixed_with(insns: u64, mix: CallsMix, seed: u64, run: bool) -> FlowTrac
         next_psb: 0,
         rng: Rng::new(seed),
         full_one_in: mix.full_one_in.max(1),
+        enc: Rng::new(seed ^ 0x5eed),
         timing: mix.timing,
     };
     if run {
@@ -499,8 +504,8 @@ fn calls_mixed_with(insns: u64, mix: CallsMix, seed: u64, run: bool) -> FlowTrac
             let g = pick(&mut w);
             w.tip(g + MOD_G);
             count += 3;
-            let mut g_ret_compressed =
-                mix.ret_compression && w.rng.below(mix.ret_tip_one_in.max(1)) != 0;
+            let tip_one = w.rng.below(mix.ret_tip_one_in.max(1)) == 0;
+            let mut g_ret_compressed = mix.ret_compression && !tip_one;
             let n = 1 + w.rng.below(mix.g_loop.max(1));
             for k in 0..n {
                 if w.psb_plus(g + MOD_LG) {

@@ -8,6 +8,13 @@
 //! trace. Its analysis stays across calls, for thousands of runs of one binary;
 //! the bitmap is reset with one `fill`.
 //!
+//! Between events, where the event decoder allows it ([`EventDecoder::handoff`]),
+//! a fast lane reads the plain packets (TNT, TIP, PAD, MTC, CYC, TSC) straight
+//! from the bytes and hands back at the first other packet: TNT-8 packets go
+//! through a memo of (node, byte) → map bytes and end node, TIPs through a memo of
+//! (node, target) → target node and map byte, so that the warm decoder does no
+//! hashing of addresses and no lookup per branch.
+//!
 //! The flow is the flow decoder's, edge by edge: the differential tests
 //! (`tests/differential.rs`) hold it to [`crate::reference`], which derives edges
 //! and blocks from [`pt_decoder::Decoder`]'s instructions.
@@ -515,6 +522,7 @@ impl CoverageDecoder {
         let (i, from, to) = match walk.last_edge.take() {
             None => return,
             Some(LastEdge::Edge(i, from, to)) => (i, from, to),
+            Some(LastEdge::Tip(id, i, to)) => (i, self.graph.nodes[id as usize].cofi, to),
             Some(LastEdge::Cond(id, t)) => {
                 let node = &self.graph.nodes[id as usize];
                 let t = usize::from(t);
@@ -981,35 +989,56 @@ impl CoverageDecoder {
         let start = left;
         let hot = &self.graph.hot[..];
         let pushes = &self.graph.pushes[..];
+        let tip_memo = &self.tip_memo[..];
         let map = &mut self.map[..];
-        let (mut prev, mut t) = (id, 0);
+        let mut last = None;
+        let mut edges = 0u64;
         while left > 0 {
             let h = &hot[id as usize];
-            t = (bits >> (left - 1) & 1) as usize;
+            let t = (bits >> (left - 1) & 1) as usize;
             let next = h.next[t];
-            if next == NONE {
-                break;
-            }
-            if h.npush != 0 {
+            if next != NONE {
                 for &ip in &pushes[h.push as usize..][..h.npush as usize] {
                     walk.push(ip);
                 }
+                let i = h.idx[t] as usize;
+                map[i] = map[i].wrapping_add(1);
+                last = Some(LastEdge::Cond(id, t as u8));
+                edges += 1;
+                id = next;
+                left -= 1;
+                continue;
             }
-            let i = h.idx[t] as usize;
-            map[i] = map[i].wrapping_add(1);
-            prev = id;
-            id = next;
+            // A compressed return, where the TIP memo knows its target's node.
+            if !h.ret || t == 0 {
+                break;
+            }
+            let to = match h.npush {
+                0 => match walk.peek() {
+                    Some(to) => to,
+                    None => break,
+                },
+                n => pushes[(h.push + n - 1) as usize],
+            };
+            let m = &tip_memo[TipMemo::slot(id, to)];
+            if m.from != id || m.ip != to || m.mode != walk.mode {
+                break;
+            }
+            for &ip in &pushes[h.push as usize..][..h.npush as usize] {
+                walk.push(ip);
+            }
+            walk.pop();
+            if m.idx != NONE {
+                map[m.idx as usize] = map[m.idx as usize].wrapping_add(1);
+                edges += 1;
+            }
+            last = Some(LastEdge::Tip(id, m.idx, to));
+            id = m.to;
             left -= 1;
         }
         if left != start {
-            // `t` is the last bit taken unless the loop broke on a later one.
-            let t = if left == 0 {
-                t
-            } else {
-                (bits >> left & 1) as usize
-            };
-            walk.last_edge = Some(LastEdge::Cond(prev, t as u8));
-            out.edges += u64::from(start - left);
+            walk.last_edge = last;
+            out.edges += edges;
         }
         walk.pos = Pos::Node(id);
         left
@@ -1047,7 +1076,25 @@ impl CoverageDecoder {
         if kind == EdgeKind::IndirectCall {
             walk.push(fall);
         }
-        // The target's node and the edge's map byte, remembered.
+        self.go_to(walk, code, out, id, cofi, ip, kind);
+        Ok(())
+    }
+
+    /// Counts the edge from node `id`'s branch at `cofi` to `ip` (a TIP's, or a
+    /// compressed return's) and goes there: the target's node and the edge's map
+    /// byte come from the [`TipMemo`] when it has them.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn go_to(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+        out: &mut Outcome,
+        id: u32,
+        cofi: u64,
+        ip: u64,
+        kind: EdgeKind,
+    ) {
         let slot = TipMemo::slot(id, ip);
         let m = self.tip_memo[slot];
         let (to, i) = if m.from == id && m.ip == ip && m.mode == walk.mode {
@@ -1062,7 +1109,7 @@ impl CoverageDecoder {
                 // No node without a mode: looked up when one comes.
                 self.count_tip(walk, out, i, cofi, ip, kind);
                 walk.pos = Pos::At(ip);
-                return Ok(());
+                return;
             }
             let mut ctx = Self::ctx(&mut self.cache, code, &self.options, self.mask);
             let to = self.graph.node(&mut ctx, ip, walk.mode);
@@ -1077,7 +1124,6 @@ impl CoverageDecoder {
         };
         self.count_tip(walk, out, i, cofi, ip, kind);
         walk.pos = Pos::Node(to);
-        Ok(())
     }
 
     /// Counts a TIP's edge at map byte `i` (`NONE`: not in the map).
@@ -1146,8 +1192,7 @@ impl CoverageDecoder {
                 let Some(to) = walk.pop() else {
                     return Err((ErrorKind::EmptyReturnStack, node.cofi));
                 };
-                out.edges += self.edge(walk, node.cofi, to, EdgeKind::Return);
-                walk.pos = Pos::At(to);
+                self.go_to(walk, code, out, id, node.cofi, to, EdgeKind::Return);
                 Ok(())
             }
             NodeKind::IndirectJump | NodeKind::IndirectCall if walk.deferred_tip.is_none() => {
@@ -1321,12 +1366,15 @@ impl TipMemo {
     }
 }
 
-/// The last edge counted: its map index (`NONE` if not in the map) and ends, or a
-/// conditional node and the bit taken from it (looked up only if needed).
+/// The last edge counted: its map index (`NONE` if not in the map) and ends, a
+/// conditional node and the bit taken from it, or a node, map index and target (the
+/// branch's address looked up only if needed).
 #[derive(Clone, Copy, Debug)]
 enum LastEdge {
     Edge(u32, u64, u64),
     Cond(u32, u8),
+    /// From a node's branch (map index, target).
+    Tip(u32, u32, u64),
 }
 
 /// The walk's state during one trace.
@@ -1352,6 +1400,12 @@ impl Walk {
         self.top = (self.top + 1) % RETSTACK_SIZE;
         self.stack[self.top] = ip;
         self.len = (self.len + 1).min(RETSTACK_SIZE);
+    }
+
+    /// The return address a pop would give.
+    #[inline]
+    fn peek(&self) -> Option<u64> {
+        (self.len > 0).then(|| self.stack[self.top])
     }
 
     #[inline]

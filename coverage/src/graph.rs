@@ -98,7 +98,7 @@ pub(crate) struct Node {
     pub npush: u32,
 }
 
-/// What the TNT loop reads of a node, 24 bytes apart: its successors and edge
+/// What the TNT loop reads of a node, 28 bytes apart: its successors and edge
 /// indices, with `next` linked only for a conditional node (so that the loop needs
 /// no test of the node's kind), and the return addresses its direct calls push.
 #[derive(Clone, Copy, Debug)]
@@ -108,6 +108,8 @@ pub(crate) struct Hot {
     /// `pushes[push..push + npush]`.
     pub push: u32,
     pub npush: u32,
+    /// A near return ends the node (its TNT bit pops the return stack).
+    pub ret: bool,
 }
 
 impl Hot {
@@ -117,6 +119,7 @@ impl Hot {
             idx: node.idx,
             push: node.push,
             npush: node.npush,
+            ret: node.kind == NodeKind::Ret,
         }
     }
 }
