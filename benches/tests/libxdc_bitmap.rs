@@ -47,7 +47,7 @@ fn same_map(harness: &Path, dir: &Path, what: &str) {
         &differ[..differ.len().min(20)]
     );
     assert!(
-        theirs.iter().filter(|&&b| b != 0).count() > 50,
+        theirs.iter().filter(|&&b| b != 0).count() >= 20,
         "{what}: too few edges to compare"
     );
 }
