@@ -991,20 +991,25 @@ impl CoverageDecoder {
         let pushes = &self.graph.pushes[..];
         let tip_memo = &self.tip_memo[..];
         let map = &mut self.map[..];
-        let mut last = None;
-        let mut edges = 0u64;
+        // The last edge: a conditional's (node and bit) unless a return came last.
+        let (mut prev, mut prev_t) = (NONE, 0usize);
+        let mut ret_last = None;
+        // Returns whose edge is not in the map (libxdc's choice of edges).
+        let mut uncounted = 0u64;
         while left > 0 {
             let h = &hot[id as usize];
             let t = (bits >> (left - 1) & 1) as usize;
             let next = h.next[t];
             if next != NONE {
-                for &ip in &pushes[h.push as usize..][..h.npush as usize] {
-                    walk.push(ip);
+                if h.npush != 0 {
+                    for &ip in &pushes[h.push as usize..][..h.npush as usize] {
+                        walk.push(ip);
+                    }
                 }
                 let i = h.idx[t] as usize;
                 map[i] = map[i].wrapping_add(1);
-                last = Some(LastEdge::Cond(id, t as u8));
-                edges += 1;
+                prev = id;
+                prev_t = t;
                 id = next;
                 left -= 1;
                 continue;
@@ -1030,15 +1035,20 @@ impl CoverageDecoder {
             walk.pop();
             if m.idx != NONE {
                 map[m.idx as usize] = map[m.idx as usize].wrapping_add(1);
-                edges += 1;
+            } else {
+                uncounted += 1;
             }
-            last = Some(LastEdge::Tip(id, m.idx, to));
+            ret_last = Some((left, LastEdge::Tip(id, m.idx, to)));
             id = m.to;
             left -= 1;
         }
         if left != start {
-            walk.last_edge = last;
-            out.edges += edges;
+            // The return if it came after the last conditional.
+            walk.last_edge = match ret_last {
+                Some((at, edge)) if prev == NONE || at <= left + 1 => Some(edge),
+                _ => Some(LastEdge::Cond(prev, prev_t as u8)),
+            };
+            out.edges += u64::from(start - left) - uncounted;
         }
         walk.pos = Pos::Node(id);
         left
