@@ -150,9 +150,9 @@ fn run(a: Args) -> Result<input::Outcome, String> {
         .transpose()
         .map_err(|e| format!("{CMD}: {e}"))?;
     let wanted = |ctx: &Context| {
-        let has = |list: &Option<Vec<u32>>, id: Option<u32>| {
-            list.as_ref()
-                .is_none_or(|l| id.is_some_and(|id| l.contains(&id)))
+        let has = |list: &Option<Vec<u32>>, id: Option<u32>| match list {
+            None => true,
+            Some(l) => id.is_some_and(|id| l.contains(&id)),
         };
         has(&pids, ctx.pid) && has(&tids, ctx.tid)
     };
