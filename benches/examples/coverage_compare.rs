@@ -3,7 +3,7 @@
 //! this first, to export the traces, and its harness after).
 //!
 //! ```text
-//! coverage_compare --generate OUT_DIR [--retcomp-timing] [--ours-only] [--no-exact]
+//! coverage_compare --generate OUT_DIR [--retcomp-timing] [--runs N] [--long-mb M] [--ours-only] [--no-exact]
 //! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--no-exact]
 //! coverage_compare --dir DIR [--ours-only] [--no-exact]
 //! coverage_compare --compare-libxdc DIR
@@ -13,7 +13,9 @@
 //! runs (1-50 KB each, from TIP.PGE to TIP.PGD) of one generated program with
 //! different inputs, and (b) one generated run of 64 MB; without return compression
 //! and timing packets (what every decoder accepts), or with both
-//! (`--retcomp-timing`, which only pt-coverage decodes: use `--ours-only`).
+//! (`--retcomp-timing`, which only pt-coverage decodes: use `--ours-only`);
+//! `--runs` and `--long-mb` make it smaller (e.g. to count instructions under
+//! callgrind on a loaded machine).
 //!
 //! `PERF_DATA`: from the recording's busiest queue (one program: record it with
 //! `intel_pt/noretcomp,tsc=0,mtc=0/u` so that every decoder accepts it): (a) 10,000
@@ -251,7 +253,14 @@ fn main() {
             } else {
                 CallsMix::NORETCOMP_UNTIMED
             };
-            let w = Workload::generated(mix, FUZZ_TRACES, 64 << 20);
+            let opt = |name: &str, default: usize| {
+                args.iter()
+                    .position(|a| a == name)
+                    .and_then(|i| args.get(i + 1)?.parse().ok())
+                    .unwrap_or(default)
+            };
+            let w =
+                Workload::generated(mix, opt("--runs", FUZZ_TRACES), opt("--long-mb", 64) << 20);
             w.export(Path::new(out)).unwrap_or_else(|e| fail(e));
             w
         }
