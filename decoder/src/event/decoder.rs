@@ -1950,3 +1950,60 @@ impl<'a> EventDecoder<'a> {
         Ok(Step::Event)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pt_encoder::{encode_to_vec, ExecMode, ModeExec, Tnt};
+
+    #[test]
+    fn handoff_at_plain_packets_and_back() {
+        let ip = |k, ip| Packet::Ip(k, IpPayload::new(IpCompression::Full, ip));
+        let mut trace = Vec::new();
+        let mut at = Vec::new();
+        for p in [
+            Packet::Psb,
+            Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)),
+            Packet::Psbend,
+            ip(IpPacketKind::TipPge, 0x1000),
+            Packet::Tnt8(Tnt::from_results([true]).unwrap()),
+            ip(IpPacketKind::Tip, 0x2000),
+            Packet::Mtc { ctc: 1 },
+            Packet::Tnt8(Tnt::from_results([false]).unwrap()),
+            ip(IpPacketKind::TipPgd, 0x3000),
+        ] {
+            at.push(trace.len() as u64);
+            encode_to_vec(&p, &mut trace).unwrap();
+        }
+        let (tnt, tip, mtc, pgd) = (at[4], at[5], at[6], at[8]);
+        let mut ev = EventDecoder::new(&trace, &Config::default(), Options::default());
+        ev.sync_forward().unwrap();
+        assert_eq!(ev.handoff(), None, "not enabled yet");
+        // PSB+'s events, then the enable.
+        loop {
+            let e = ev.next().unwrap();
+            if let EventKind::Enabled { ip, .. } = e.kind {
+                assert_eq!(ip, 0x1000);
+                break;
+            }
+        }
+        let e = ev.next().unwrap();
+        assert!(matches!(e.kind, EventKind::Tnt { size: 1, .. }), "{e:?}");
+        assert_eq!(e.offset, tnt);
+        // At the TIP, not taken yet, with the IP before it.
+        assert_eq!(ev.handoff(), Some((tip, 0x1000)));
+        let e = ev.next().unwrap();
+        assert!(matches!(e.kind, EventKind::Tip { ip: 0x2000 }));
+        // After the TIP reported.
+        assert_eq!(ev.handoff(), Some((mtc, 0x2000)));
+        // A consumer takes the MTC and the TNT and hands back at the TIP.PGD.
+        ev.apply_time(mtc, &Packet::Mtc { ctc: 1 }).unwrap();
+        ev.resume_at(pgd, true, 0x2000).unwrap();
+        let e = ev.next().unwrap();
+        assert!(
+            matches!(e.kind, EventKind::Disabled { ip: 0x3000 }),
+            "{e:?}"
+        );
+        assert_eq!(ev.handoff(), None, "disabled");
+    }
+}
