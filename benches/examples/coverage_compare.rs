@@ -3,65 +3,68 @@
 //! this first, to export the traces, and its harness after).
 //!
 //! ```text
-//! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only]
-//! coverage_compare --compare-libxdc OUT_DIR
+//! coverage_compare --generate OUT_DIR [--retcomp-timing] [--runs N] [--long-mb M] [--ours-only] [--no-exact]
+//! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--no-exact]
+//! coverage_compare --dir DIR [--ours-only] [--no-exact]
+//! coverage_compare --compare-libxdc DIR
 //! ```
 //!
-//! From the recording's busiest queue (one program: record it with
-//! `intel_pt/noretcomp,tsc=0,mtc=0/u` so that every decoder accepts it) it builds
-//! (a) a fuzzing workload: 10,000 traces of 1-50 KB, each from a PSB of the trace to
-//! the end of a TIP.PGD (where tracing stopped: a system call) where there is one
-//! close enough, else to a packet boundary, and (b) a long trace: the whole trace, repeated `N` times (default:
-//! up to 64 MB). It writes them with the code and the filter ranges into `OUT_DIR` for
-//! the libxdc harness, and prints MB/s and traces/s: (a) warm (after a first pass),
-//! (b) cold (a fresh decoder) and warm. `--ours-only` measures pt-coverage alone (for
-//! recordings the others cannot decode: return compression, timing packets).
+//! `--generate`: [`Workload::generated`]: (a) a fuzzing workload of 10,000 separate
+//! runs (1-50 KB each, from TIP.PGE to TIP.PGD) of one generated program with
+//! different inputs, and (b) one generated run of 64 MB; without return compression
+//! and timing packets (what every decoder accepts), or with both
+//! (`--retcomp-timing`, which only pt-coverage decodes: use `--ours-only`);
+//! `--runs` and `--long-mb` make it smaller (e.g. to count instructions under
+//! callgrind on a loaded machine).
+//!
+//! `PERF_DATA`: from the recording's busiest queue (one program: record it with
+//! `intel_pt/noretcomp,tsc=0,mtc=0/u` so that every decoder accepts it): (a) 10,000
+//! slices of 1-50 KB of the one run, each from a PSB to the end of a TIP.PGD where
+//! there is one close enough, else to a packet boundary (libxdc, which starts
+//! tracing at a TIP.PGE, cannot decode most of them), and (b) the whole trace,
+//! repeated `N` times (default: up to 64 MB).
+//!
+//! It writes the workload with the code and the filter ranges into `OUT_DIR` for the
+//! libxdc harness (`--dir` reads one back), and prints MB/s and traces/s: (a) warm
+//! (after a first pass), (b) cold (a fresh decoder) and warm. `--ours-only`
+//! measures pt-coverage alone; `--no-exact` leaves out pt-coverage's exact edges.
 //! `--compare-libxdc` compares libxdc's bitmap of the long trace with ours under
 //! libxdc's edge formula.
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Instant;
 
+use pt_benches::coverage::{filter_ranges, Workload};
+use pt_benches::flow::CallsMix;
 use pt_coverage::{CoverageDecoder, EdgeHash, Options};
-use pt_decoder::{Config, Image, PacketDecoder};
+use pt_decoder::PacketDecoder;
 use pt_perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
+
+const USAGE: &str =
+    "usage: coverage_compare --generate OUT_DIR [--retcomp-timing] [--ours-only] [--no-exact]
+       coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--no-exact]
+       coverage_compare --dir DIR [--ours-only] [--no-exact]
+       coverage_compare --compare-libxdc DIR";
 
 const MAP: usize = 1 << 16;
 const FUZZ_TRACES: usize = 10_000;
 const ROUNDS: usize = 3;
 
-struct Workload {
-    image: Image,
-    config: Config,
-    filter: Vec<(u64, u64)>,
-    fuzz: Vec<Vec<u8>>,
-    long: Vec<u8>,
+/// This thread's CPU time in seconds (`CLOCK_THREAD_CPUTIME_ID`, as the libxdc harness
+/// measures), so that figures on a loaded machine count only our own work.
+fn cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 fn mb(bytes: usize, secs: f64) -> f64 {
     bytes as f64 / 1e6 / secs
-}
-
-/// Up to four ranges covering the image's sections (libxdc takes four).
-fn filter_ranges(image: &Image) -> Vec<(u64, u64)> {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
-    for s in image.sections() {
-        match spans.last_mut() {
-            Some(last) if s.vaddr() <= last.1 + (1 << 24) => last.1 = last.1.max(s.last()),
-            _ => spans.push((s.vaddr(), s.last())),
-        }
-    }
-    while spans.len() > 4 {
-        // Merge the two closest neighbours.
-        let i = (0..spans.len() - 1)
-            .min_by_key(|&i| spans[i + 1].0 - spans[i].1)
-            .unwrap();
-        spans[i].1 = spans[i + 1].1;
-        spans.remove(i + 1);
-    }
-    spans
 }
 
 fn load(data: &Path, repeat: Option<usize>) -> Workload {
@@ -138,33 +141,6 @@ fn load(data: &Path, repeat: Option<usize>) -> Workload {
     }
 }
 
-fn export(w: &Workload, dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let mut txt = String::new();
-    let mut bin = Vec::new();
-    for s in w.image.sections() {
-        txt.push_str(&format!("{:x} {:x} {:x}\n", s.vaddr(), s.len(), bin.len()));
-        bin.extend_from_slice(s.bytes());
-    }
-    std::fs::write(dir.join("image.txt"), txt)?;
-    std::fs::write(dir.join("image.bin"), bin)?;
-    let filter: String = w
-        .filter
-        .iter()
-        .map(|(a, b)| format!("{a:x} {b:x}\n"))
-        .collect();
-    std::fs::write(dir.join("filter.txt"), filter)?;
-    let mut idx = String::new();
-    let mut all = Vec::new();
-    for t in &w.fuzz {
-        idx.push_str(&format!("{} {}\n", all.len(), t.len()));
-        all.extend_from_slice(t);
-    }
-    std::fs::write(dir.join("fuzz.bin"), all)?;
-    std::fs::write(dir.join("fuzz.idx"), idx)?;
-    std::fs::write(dir.join("long.bin"), &w.long)
-}
-
 /// Times `decode` over the fuzzing workload (warm: after one untimed pass) and the
 /// long trace (cold with a fresh decoder from `make`, then warm).
 fn measure<D>(
@@ -180,11 +156,11 @@ fn measure<D>(
     }
     let mut best = f64::MAX;
     for _ in 0..ROUNDS {
-        let t0 = Instant::now();
+        let t0 = cpu_secs();
         for t in &w.fuzz {
             decode(&mut d, t);
         }
-        best = best.min(t0.elapsed().as_secs_f64());
+        best = best.min(cpu_secs() - t0);
     }
     println!(
         "{name} fuzz warm: {} traces, {:.1} MB, {best:.3} s: {:.1} MB/s, {:.0} traces/s",
@@ -195,14 +171,14 @@ fn measure<D>(
     );
     drop(d);
     let mut d = make();
-    let t0 = Instant::now();
+    let t0 = cpu_secs();
     decode(&mut d, &w.long);
-    let cold = t0.elapsed().as_secs_f64();
+    let cold = cpu_secs() - t0;
     let mut best = f64::MAX;
     for _ in 0..ROUNDS {
-        let t0 = Instant::now();
+        let t0 = cpu_secs();
         decode(&mut d, &w.long);
-        best = best.min(t0.elapsed().as_secs_f64());
+        best = best.min(cpu_secs() - t0);
     }
     println!(
         "{name} long: {:.1} MB: cold {cold:.3} s {:.1} MB/s, warm {best:.3} s {:.1} MB/s",
@@ -263,21 +239,50 @@ fn main() {
     if args.first().map(String::as_str) == Some("--compare-libxdc") {
         return compare_libxdc(Path::new(&args[1]));
     }
-    let (Some(data), Some(out)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only]");
-        std::process::exit(1);
-    };
-    let repeat = args
-        .iter()
-        .position(|a| a == "--long-repeat")
-        .and_then(|i| args.get(i + 1)?.parse().ok());
     let ours_only = args.iter().any(|a| a == "--ours-only");
-    let w = load(Path::new(data), repeat);
-    export(&w, Path::new(out)).expect("export");
+    let exact = !args.iter().any(|a| a == "--no-exact");
+    let fail = |e: std::io::Error| -> ! {
+        eprintln!("coverage_compare: {e}");
+        std::process::exit(1)
+    };
+    let w = match (args.first().map(String::as_str), args.get(1)) {
+        (Some("--dir"), Some(dir)) => Workload::load(Path::new(dir)).unwrap_or_else(|e| fail(e)),
+        (Some("--generate"), Some(out)) => {
+            let mix = if args.iter().any(|a| a == "--retcomp-timing") {
+                CallsMix::DEFAULT
+            } else {
+                CallsMix::NORETCOMP_UNTIMED
+            };
+            let opt = |name: &str, default: usize| {
+                args.iter()
+                    .position(|a| a == name)
+                    .and_then(|i| args.get(i + 1)?.parse().ok())
+                    .unwrap_or(default)
+            };
+            let w =
+                Workload::generated(mix, opt("--runs", FUZZ_TRACES), opt("--long-mb", 64) << 20);
+            w.export(Path::new(out)).unwrap_or_else(|e| fail(e));
+            w
+        }
+        (Some(data), Some(out)) if !data.starts_with("--") => {
+            let repeat = args
+                .iter()
+                .position(|a| a == "--long-repeat")
+                .and_then(|i| args.get(i + 1)?.parse().ok());
+            let w = load(Path::new(data), repeat);
+            w.export(Path::new(out)).unwrap_or_else(|e| fail(e));
+            w
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(1);
+        }
+    };
     eprintln!(
-        "{} fuzz traces, long trace {} MB, filter {:x?}",
+        "{} fuzz traces ({:.1} MB), long trace {:.1} MB, filter {:x?}",
         w.fuzz.len(),
-        w.long.len() >> 20,
+        w.fuzz_bytes() as f64 / 1e6,
+        w.long.len() as f64 / 1e6,
         w.filter
     );
     measure("pt-coverage", &w, ours(&w, EdgeHash::Libxdc), |d, t| {
@@ -286,17 +291,19 @@ fn main() {
         std::hint::black_box(out);
     });
     // The same with the exact edges and blocks kept.
-    let collect = || {
-        CoverageDecoder::new(Options {
-            collect: true,
-            config: w.config,
-            ..Options::default()
-        })
-    };
-    measure("pt-coverage (exact edges)", &w, collect, |d, t| {
-        d.reset();
-        std::hint::black_box(d.decode(t, &w.image));
-    });
+    if exact {
+        let collect = || {
+            CoverageDecoder::new(Options {
+                collect: true,
+                config: w.config,
+                ..Options::default()
+            })
+        };
+        measure("pt-coverage (exact edges)", &w, collect, |d, t| {
+            d.reset();
+            std::hint::black_box(d.decode(t, &w.image));
+        });
+    }
     if ours_only {
         return;
     }
@@ -354,19 +361,7 @@ fn main() {
 fn compare_libxdc(dir: &Path) {
     let theirs = std::fs::read(dir.join("long.libxdc.map")).expect("run the harness first");
     let long = std::fs::read(dir.join("long.bin")).expect("long.bin");
-    let bin = std::fs::read(dir.join("image.bin")).expect("image.bin");
-    let mut image = Image::new();
-    for line in std::fs::read_to_string(dir.join("image.txt"))
-        .unwrap()
-        .lines()
-    {
-        let v: Vec<u64> = line
-            .split(' ')
-            .map(|x| u64::from_str_radix(x, 16).unwrap())
-            .collect();
-        let (a, s, o) = (v[0], v[1] as usize, v[2] as usize);
-        image.add_bytes(a, bin[o..o + s].to_vec(), "code").unwrap();
-    }
+    let image = Workload::load_image(dir).expect("image.txt, image.bin");
     let mut d = CoverageDecoder::new(Options {
         map_size: MAP,
         hash: EdgeHash::Libxdc,

@@ -81,7 +81,7 @@ static void *fetch(void *opaque, uint64_t addr, bool *success)
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
@@ -93,11 +93,13 @@ static int decode(libxdc_t *x, uint8_t *trace, size_t len)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    /* --map: only the long trace's bitmap, decoded once (for the bit-for-bit test). */
+    bool map_only = argc == 3 && strcmp(argv[1], "--map") == 0;
+    if (argc != 2 && !map_only) {
+        fprintf(stderr, "usage: %s [--map] DIR\n", argv[0]);
         return 1;
     }
-    const char *dir = argv[1];
+    const char *dir = argv[argc - 1];
     size_t n;
     uint8_t *image = slurp(dir, "image.bin", &n);
     char path[4096];
@@ -127,6 +129,22 @@ int main(int argc, char **argv)
     fclose(f);
 
     static uint8_t bitmap[MAP_SIZE];
+    if (map_only) {
+        size_t long_len;
+        uint8_t *longt = slurp(dir, "long.bin", &long_len);
+        libxdc_t *x = libxdc_init(filter, fetch, NULL, bitmap, MAP_SIZE);
+        int r = decode(x, longt, long_len);
+        snprintf(path, sizeof path, "%s/long.libxdc.map", dir);
+        f = fopen(path, "wb");
+        if (!f || fwrite(bitmap, 1, MAP_SIZE, f) != MAP_SIZE) {
+            perror(path);
+            return 1;
+        }
+        fclose(f);
+        printf("libxdc: result %d\n", r);
+        libxdc_free(x);
+        return r == decoder_success ? 0 : 2;
+    }
     size_t fuzz_len, idx_len, long_len;
     uint8_t *fuzz = slurp(dir, "fuzz.bin", &fuzz_len);
     uint8_t *idx = slurp(dir, "fuzz.idx", &idx_len);

@@ -146,6 +146,11 @@ struct Writer {
     rng: Rng,
     /// One TIP in this many carries the full IP whatever the last IP.
     full_one_in: u64,
+    /// The encoding's own choices (full IPs), apart from the program's (`rng`), so
+    /// that a program's path does not depend on how it is traced.
+    enc: Rng,
+    /// CYC, MTC, and TSC and TMA in PSB+ (else none: `tsc=0,mtc=0`).
+    timing: bool,
 }
 
 impl Writer {
@@ -170,16 +175,16 @@ impl Writer {
     fn tip(&mut self, ip: u64) {
         self.flush();
         self.tips += 1;
-        if self.tips.is_multiple_of(4) {
+        if self.timing && self.tips.is_multiple_of(4) {
             let value = 1 + self.rng.below(200);
             put(&mut self.buf, &Packet::Cyc { value });
         }
-        if self.tips.is_multiple_of(16) {
+        if self.timing && self.tips.is_multiple_of(16) {
             self.ctc = self.ctc.wrapping_add(1);
             put(&mut self.buf, &Packet::Mtc { ctc: self.ctc });
         }
         let mut p = self.last.compress(ip);
-        if self.rng.below(self.full_one_in) == 0 {
+        if self.enc.below(self.full_one_in) == 0 {
             p = IpPayload::new(IpCompression::Full, ip);
         }
         self.last.update(p);
@@ -196,14 +201,16 @@ impl Writer {
         self.next_psb = self.buf.len() + PSB_PERIOD;
         self.tsc += 0x1_0000;
         put(&mut self.buf, &Packet::Psb);
-        put(&mut self.buf, &Packet::Tsc { tsc: self.tsc });
-        put(
-            &mut self.buf,
-            &Packet::Tma {
-                ctc: u16::from(self.ctc),
-                fc: 0,
-            },
-        );
+        if self.timing {
+            put(&mut self.buf, &Packet::Tsc { tsc: self.tsc });
+            put(
+                &mut self.buf,
+                &Packet::Tma {
+                    ctc: u16::from(self.ctc),
+                    fc: 0,
+                },
+            );
+        }
         put(
             &mut self.buf,
             &Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)),
@@ -232,6 +239,8 @@ pub fn calls(insns: u64) -> FlowTrace {
         next_psb: 0,
         rng: Rng::new(4),
         full_one_in: 8,
+        enc: Rng::new(5),
+        timing: true,
     };
     let mut count = 0u64;
     while count < insns {
@@ -335,6 +344,7 @@ fn module() -> Vec<u8> {
     ]
 }
 const MOD_L: u64 = 0x06;
+const MOD_AFTER_CALL_H: u64 = 0x0d;
 const MOD_AFTER_CALL_G: u64 = 0x2b;
 /// The jump-table cases C0..C3 and the instructions each runs before J.
 const MOD_CASES: [(u64, u64); 4] = [(0x37, 2), (0x3d, 2), (0x43, 2), (0x48, 1)];
@@ -367,6 +377,11 @@ pub struct CallsMix {
     pub ret_tip_one_in: u64,
     /// One TIP in this many carries the full IP.
     pub full_one_in: u64,
+    /// Returns may be compressed (a TNT bit); else every return has a TIP
+    /// (`noretcomp`).
+    pub ret_compression: bool,
+    /// CYC and MTC packets, TSC and TMA in PSB+; else none (`tsc=0,mtc=0`).
+    pub timing: bool,
 }
 
 impl CallsMix {
@@ -377,6 +392,16 @@ impl CallsMix {
         g_loop: 5,
         ret_tip_one_in: 4,
         full_one_in: 16,
+        ret_compression: true,
+        timing: true,
+    };
+
+    /// What libxdc, ptcov and iptr-edge-analyzer decode: [`DEFAULT`](Self::DEFAULT)
+    /// recorded with `intel_pt/noretcomp,tsc=0,mtc=0/`.
+    pub const NORETCOMP_UNTIMED: CallsMix = CallsMix {
+        ret_compression: false,
+        timing: false,
+        ..CallsMix::DEFAULT
     };
 }
 
@@ -400,6 +425,19 @@ impl CallsMix {
 /// instructions, several sessions) with libipt 2.3.0-devel ptxed `--quiet`: 84-88 M/s
 /// block, 28.4-29.8 M/s insn. Both ptxeds count the same instructions and blocks.
 pub fn calls_mixed(insns: u64, mix: CallsMix) -> FlowTrace {
+    calls_mixed_with(insns, mix, 7, false)
+}
+
+/// One run of the [`calls_mixed`] program from its start, as a fuzzer traces it: PSB+,
+/// TIP.PGE at the driver, about `insns` instructions whose choices (the functions
+/// called, the loop counts, the branches taken: the program's input) follow from
+/// `seed`, and a TIP.PGD where the run leaves for the kernel to exit. PSB+ every
+/// 4 KiB as in [`calls_mixed`].
+pub fn calls_mixed_run(insns: u64, mix: CallsMix, seed: u64) -> FlowTrace {
+    calls_mixed_with(insns, mix, seed, true)
+}
+
+fn calls_mixed_with(insns: u64, mix: CallsMix, seed: u64, run: bool) -> FlowTrace {
     let mut w = Writer {
         buf: Vec::with_capacity((insns / 8) as usize + 4096),
         last: LastIp::new(),
@@ -409,9 +447,24 @@ pub fn calls_mixed(insns: u64, mix: CallsMix) -> FlowTrace {
         tsc: 0x10_0000,
         ctc: 0,
         next_psb: 0,
-        rng: Rng::new(7),
+        rng: Rng::new(seed),
         full_one_in: mix.full_one_in.max(1),
+        enc: Rng::new(seed ^ 0x5eed),
+        timing: mix.timing,
     };
+    if run {
+        // Tracing starts with the run: PSB+ without an IP, then TIP.PGE.
+        w.next_psb = PSB_PERIOD;
+        put(&mut w.buf, &Packet::Psb);
+        put(
+            &mut w.buf,
+            &Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)),
+        );
+        put(&mut w.buf, &Packet::Psbend);
+        let p = w.last.compress(MAIN);
+        w.last.update(p);
+        put(&mut w.buf, &Packet::Ip(IpPacketKind::TipPge, p));
+    }
     let pick = |w: &mut Writer| STUBS[w.rng.below(STUBS.len() as u64) as usize];
     let mut count = 0u64;
     while count < insns {
@@ -422,7 +475,7 @@ pub fn calls_mixed(insns: u64, mix: CallsMix) -> FlowTrace {
         w.tip(f);
         count += 2;
         // Whether F's RET may be compressed.
-        let mut f_ret_compressed = true;
+        let mut f_ret_compressed = mix.ret_compression;
         // push; push; mov; xor.
         count += 4;
         let outer = 1 + w.rng.below(mix.outer.max(1));
@@ -434,8 +487,12 @@ pub fn calls_mixed(insns: u64, mix: CallsMix) -> FlowTrace {
             count += 1;
             let inner = 1 + w.rng.below(mix.inner.max(1));
             for i in 0..inner {
-                // call H; mov; shr; add; ret (compressed).
-                w.tnt(true);
+                // call H; mov; shr; add; ret (compressed, or a TIP after the call).
+                if mix.ret_compression {
+                    w.tnt(true);
+                } else {
+                    w.tip(f + MOD_AFTER_CALL_H);
+                }
                 // add; mov; shl; xor; test; jz S (taken: skip the lea).
                 let skip = w.rng.below(2) == 0;
                 w.tnt(skip);
@@ -447,7 +504,8 @@ pub fn calls_mixed(insns: u64, mix: CallsMix) -> FlowTrace {
             let g = pick(&mut w);
             w.tip(g + MOD_G);
             count += 3;
-            let mut g_ret_compressed = w.rng.below(mix.ret_tip_one_in.max(1)) != 0;
+            let tip_one = w.rng.below(mix.ret_tip_one_in.max(1)) == 0;
+            let mut g_ret_compressed = mix.ret_compression && !tip_one;
             let n = 1 + w.rng.below(mix.g_loop.max(1));
             for k in 0..n {
                 if w.psb_plus(g + MOD_LG) {
@@ -481,6 +539,17 @@ pub fn calls_mixed(insns: u64, mix: CallsMix) -> FlowTrace {
         // add; sub; jnz M.
         w.tnt(true);
         count += 3;
+    }
+    if run {
+        // The run exits: into the kernel, out of the traced ranges (IP suppressed).
+        w.flush();
+        put(
+            &mut w.buf,
+            &Packet::Ip(
+                IpPacketKind::TipPgd,
+                IpPayload::new(IpCompression::Suppressed, 0),
+            ),
+        );
     }
     // The trace ends before the next call rax: mov and call need its TIP.
     w.flush();

@@ -4,6 +4,7 @@
 //! with a small PSB period would, so decoders can sync anywhere.
 #![deny(missing_docs)]
 
+pub mod coverage;
 pub mod flow;
 
 use pt_encoder::packet::IpCompression;

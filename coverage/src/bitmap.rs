@@ -11,9 +11,15 @@
 //!   libxdc's on the same trace: `m(x) = (x ^ (x >> 31)) · 0x7fb5d329728ea185`
 //!   (mod 2⁶⁴), `index = low 32 bits of (m(to) ^ (m(from) >> 1))`.
 //!
-//! Only the edges the trace decides ([`crate::EdgeKind::is_decided`]: conditional
-//! branches both ways, indirect branches, returns, far and asynchronous transfers)
-//! are counted, as libxdc counts them; direct jumps and calls follow from them.
+//! Which edges count ([`EdgeHash::counts`]):
+//!
+//! * with [`EdgeHash::Afl`], the edges the trace decides ([`crate::EdgeKind::is_decided`]:
+//!   conditional branches both ways, indirect branches, returns, far and asynchronous
+//!   transfers); direct jumps and calls follow from them;
+//! * with [`EdgeHash::Libxdc`], conditional branches only, taken or not, as libxdc's
+//!   fuzzing mode (`libxdc_decode`) counts them: libxdc reports the edges of TIPs
+//!   (indirect branches, returns, far transfers) only to the edge callback of its
+//!   trace mode, never in the bitmap, so a map compares bit for bit with libxdc's.
 //!
 //! Counts are raw bytes that wrap at 256, like AFL's instrumentation and libxdc;
 //! [`classify_counts`] turns them into AFL++'s hit-count classes (1, 2, 3, 4-7, 8-15,
@@ -25,7 +31,7 @@ pub enum EdgeHash {
     /// Knuth's multiplicative hash of both ends.
     #[default]
     Afl,
-    /// libxdc's formula.
+    /// libxdc's formula, and libxdc's choice of edges (conditional branches only).
     Libxdc,
 }
 
@@ -42,6 +48,17 @@ impl EdgeHash {
                 let m = |x: u64| (x ^ (x >> 31)).wrapping_mul(0x7fb5_d329_728e_a185);
                 (m(to) ^ (m(from) >> 1)) as u32
             }
+        }
+    }
+}
+
+impl EdgeHash {
+    /// Whether an edge of `kind` counts in the map (see the [module docs](self)).
+    #[inline]
+    pub fn counts(self, kind: crate::EdgeKind) -> bool {
+        match self {
+            EdgeHash::Afl => kind.is_decided(),
+            EdgeHash::Libxdc => kind == crate::EdgeKind::Cond,
         }
     }
 }

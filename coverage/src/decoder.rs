@@ -8,6 +8,13 @@
 //! trace. Its analysis stays across calls, for thousands of runs of one binary;
 //! the bitmap is reset with one `fill`.
 //!
+//! Between events, where the event decoder allows it ([`EventDecoder::handoff`]),
+//! a fast lane reads the plain packets (TNT, TIP, PAD, MTC, CYC, TSC) straight
+//! from the bytes and hands back at the first other packet: TNT-8 packets go
+//! through a memo of (node, byte) → map bytes and end node, TIPs through a memo of
+//! (node, target) → target node and map byte, so that the warm decoder does no
+//! hashing of addresses and no lookup per branch.
+//!
 //! The flow is the flow decoder's, edge by edge: the differential tests
 //! (`tests/differential.rs`) hold it to [`crate::reference`], which derives edges
 //! and blocks from [`pt_decoder::Decoder`]'s instructions.
@@ -18,12 +25,13 @@ use pt_decoder::flow::AddrFilter;
 use pt_decoder::image::Image;
 use pt_decoder::{Config, ErrorCode};
 use pt_encoder::hash::IntMap;
-use pt_encoder::ExecMode;
+use pt_encoder::packet::sext48;
+use pt_encoder::{ExecMode, Packet};
 
 use crate::bitmap::EdgeHash;
 use crate::edge::{BasicBlock, Edge, EdgeKind};
 use crate::error::{CoverageError, ErrorKind};
-use crate::graph::{BuildCtx, Code, Graph, NodeKind, NONE};
+use crate::graph::{slot as slot_of, BuildCtx, Code, Graph, NodeKind, NONE};
 
 /// Calls to the page-fetch callback: where to copy the 4 KiB page at an address.
 pub const PAGE_SIZE: usize = 4096;
@@ -33,6 +41,12 @@ const MAX_CONTINUES: u32 = 64;
 
 /// Return addresses kept for compressed returns (as the hardware's stack).
 const RETSTACK_SIZE: usize = 64;
+
+/// Entries of the TNT-8 memo (a power of two): about 600 KB.
+const MEMO_SIZE: usize = 1 << 14;
+
+/// Entries of the TIP memo (a power of two): 192 KB.
+const TIP_MEMO_SIZE: usize = 1 << 13;
 
 /// Errors kept per [`CoverageDecoder::reset`] (the count goes on).
 const MAX_KEPT_ERRORS: usize = 256;
@@ -171,6 +185,10 @@ pub struct CoverageDecoder {
     pages: Image,
     collected: Collected,
     errors: Vec<CoverageError>,
+    /// TNT-8 packets walked before, by (node, byte): see [`Memo`].
+    memo: Box<[Memo]>,
+    /// TIP targets by (node, IP): see [`TipMemo`].
+    tip_memo: Box<[TipMemo]>,
 }
 
 impl CoverageDecoder {
@@ -191,6 +209,8 @@ impl CoverageDecoder {
             pages: Image::new(),
             collected: Collected::default(),
             errors: Vec::new(),
+            memo: vec![Memo::EMPTY; MEMO_SIZE].into_boxed_slice(),
+            tip_memo: vec![TipMemo::EMPTY; TIP_MEMO_SIZE].into_boxed_slice(),
         }
     }
 
@@ -222,6 +242,8 @@ impl CoverageDecoder {
     /// another program with the page-fetch callback).
     pub fn forget_code(&mut self) {
         self.graph.clear();
+        self.memo.fill(Memo::EMPTY);
+        self.tip_memo.fill(TipMemo::EMPTY);
         self.cache.clear();
         self.pages = Image::new();
         self.stamp = None;
@@ -256,6 +278,8 @@ impl CoverageDecoder {
     pub fn decode(&mut self, trace: &[u8], image: &Image) -> Outcome {
         if self.stamp != Some(image.stamp()) {
             self.graph.clear();
+            self.memo.fill(Memo::EMPTY);
+            self.tip_memo.fill(TipMemo::EMPTY);
             self.stamp = Some(image.stamp());
         }
         let mut code = Fixed(image);
@@ -274,6 +298,8 @@ impl CoverageDecoder {
     ) -> Outcome {
         if self.stamp.is_some() {
             self.graph.clear();
+            self.memo.fill(Memo::EMPTY);
+            self.tip_memo.fill(TipMemo::EMPTY);
             self.stamp = None;
         }
         let mut image = std::mem::take(&mut self.pages);
@@ -344,6 +370,36 @@ impl CoverageDecoder {
                 if let Err((kind, ip)) = self.event(&mut walk, code, &ev, &event, &mut out) {
                     self.error(&mut out, kind, event.offset, ip);
                     walk.pos = Pos::Off;
+                    continue 'sync;
+                }
+                let Some((at, ip)) = ev.handoff() else {
+                    continue;
+                };
+                let (at, ip) = match self.lane(&mut walk, code, &mut ev, at as usize, ip, &mut out)
+                {
+                    LaneEnd::At(at, ip) => (at, ip),
+                    LaneEnd::Walk(kind, walk_ip, at, ip) => {
+                        // Where the event path would be after the packet's event.
+                        if ev.resume_at(at as u64, true, ip).is_ok() {
+                            let _ = ev.next();
+                        }
+                        self.error(&mut out, kind, at as u64, walk_ip);
+                        walk.pos = Pos::Off;
+                        continue 'sync;
+                    }
+                    LaneEnd::Trace(e, at, ip) => {
+                        // Where the event path would be at the packet's error.
+                        let _ = ev.resume_at(at as u64, true, ip);
+                        self.undo_last_edge(&mut walk);
+                        walk.pos = Pos::Off;
+                        self.error(&mut out, ErrorKind::Trace(e.code), e.offset, 0);
+                        continue 'sync;
+                    }
+                };
+                if let Err(e) = ev.resume_at(at as u64, true, ip) {
+                    self.undo_last_edge(&mut walk);
+                    walk.pos = Pos::Off;
+                    self.error(&mut out, ErrorKind::Trace(e.code), e.offset, 0);
                     continue 'sync;
                 }
             }
@@ -444,24 +500,40 @@ impl CoverageDecoder {
         stop == Stop::Before(node.start)
     }
 
-    /// Counts an edge the trace decided.
+    /// Counts an edge the trace decided (in the map if [`EdgeHash::counts`] it).
     #[inline]
-    fn edge(&mut self, walk: &mut Walk, from: u64, to: u64, kind: EdgeKind) {
-        let i = (self.options.hash.index(from, to) & self.mask) as usize;
-        self.map[i] = self.map[i].wrapping_add(1);
+    fn edge(&mut self, walk: &mut Walk, from: u64, to: u64, kind: EdgeKind) -> u64 {
+        let i = if self.options.hash.counts(kind) {
+            let i = (self.options.hash.index(from, to) & self.mask) as usize;
+            self.map[i] = self.map[i].wrapping_add(1);
+            i as u32
+        } else {
+            NONE
+        };
         if self.options.collect {
             self.collected.edge(from, to, kind);
         }
-        walk.last_edge = Some((i as u32, from, to));
+        walk.last_edge = Some(LastEdge::Edge(i, from, to));
+        u64::from(i != NONE)
     }
 
     /// Takes back the last edge counted if nothing ran after it.
     fn undo_last_edge(&mut self, walk: &mut Walk) {
-        let Some((i, from, to)) = walk.last_edge.take() else {
-            return;
+        let (i, from, to) = match walk.last_edge.take() {
+            None => return,
+            Some(LastEdge::Edge(i, from, to)) => (i, from, to),
+            Some(LastEdge::Tip(id, i, to)) => (i, self.graph.nodes[id as usize].cofi, to),
+            Some(LastEdge::Cond(id, t)) => {
+                let node = &self.graph.nodes[id as usize];
+                let t = usize::from(t);
+                let to = if t == 1 { node.target } else { node.fall };
+                (node.idx[t], node.cofi, to)
+            }
         };
-        let b = &mut self.map[i as usize];
-        *b = b.wrapping_sub(1);
+        if i != NONE {
+            let b = &mut self.map[i as usize];
+            *b = b.wrapping_sub(1);
+        }
         if self.options.collect {
             if let Some(e) = self.collected.edges.get_mut(&(from, to)) {
                 e.1 -= 1;
@@ -482,39 +554,26 @@ impl CoverageDecoder {
     ) -> Result<(), (ErrorKind, u64)> {
         match event.kind {
             EventKind::Tnt { bits, size } => {
-                let mut left = size;
-                while left > 0 {
-                    left = self.tnt_run(walk, bits, left, out);
-                    if left > 0 {
-                        left -= 1;
-                        self.tnt_bit(walk, code, ev, bits >> left & 1 != 0, out)?;
-                    }
-                }
+                self.tnt(walk, code, Ahead::Ev(ev), bits, size, out)?
             }
             EventKind::Tip { .. } if walk.deferred_tip == Some(event.offset) => {
                 // Taken already, for the branch it was deferred from.
                 walk.deferred_tip = None;
             }
             EventKind::Tip { ip } => {
-                let id = self.at_trace_node(walk, code)?;
-                let node = self.graph.nodes[id as usize];
-                let kind = match node.kind {
-                    NodeKind::Ret => EdgeKind::Return,
-                    NodeKind::IndirectJump => EdgeKind::IndirectJump,
-                    NodeKind::IndirectCall => EdgeKind::IndirectCall,
-                    NodeKind::Far => EdgeKind::Far,
-                    _ => return Err((ErrorKind::Mismatch, node.cofi)),
-                };
                 if event.ip_suppressed {
-                    return Err((ErrorKind::Trace(ErrorCode::IpSuppressed), node.cofi));
+                    // Checked after the node, as the flow decoder does.
+                    let id = self.at_trace_node(walk, code)?;
+                    let node = &self.graph.nodes[id as usize];
+                    return Err(match node.kind {
+                        NodeKind::Ret
+                        | NodeKind::IndirectJump
+                        | NodeKind::IndirectCall
+                        | NodeKind::Far => (ErrorKind::Trace(ErrorCode::IpSuppressed), node.cofi),
+                        _ => (ErrorKind::Mismatch, node.cofi),
+                    });
                 }
-                self.enter(walk, id, Stop::None);
-                if kind == EdgeKind::IndirectCall {
-                    walk.push(node.fall);
-                }
-                self.edge(walk, node.cofi, ip, kind);
-                out.edges += 1;
-                walk.pos = Pos::At(ip);
+                self.tip(walk, code, ip, out)?;
             }
             EventKind::Enabled { ip, .. } => {
                 if event.status_update && walk.pos != Pos::Off {
@@ -583,8 +642,25 @@ impl CoverageDecoder {
 
     /// The node at the position, through `Continue` nodes and fetching code for
     /// `Stuck` ones: the one whose last instruction takes the next TNT bit or TIP.
-    #[inline]
+    #[inline(always)]
     fn at_trace_node(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+    ) -> Result<u32, (ErrorKind, u64)> {
+        if let Pos::Node(id) = walk.pos {
+            if !matches!(
+                self.graph.nodes[id as usize].kind,
+                NodeKind::Continue | NodeKind::Stuck(_)
+            ) {
+                return Ok(id);
+            }
+        }
+        self.at_trace_node_slow(walk, code)
+    }
+
+    #[inline(never)]
+    fn at_trace_node_slow(
         &mut self,
         walk: &mut Walk,
         code: &mut dyn Code,
@@ -594,6 +670,12 @@ impl CoverageDecoder {
             let Some(id) = self.resolve(walk, code) else {
                 return Err((ErrorKind::Trace(ErrorCode::NoEnable), 0));
             };
+            if !matches!(
+                self.graph.nodes[id as usize].kind,
+                NodeKind::Continue | NodeKind::Stuck(_)
+            ) {
+                return Ok(id);
+            }
             let node = self.graph.nodes[id as usize];
             match node.kind {
                 NodeKind::Continue => {
@@ -607,7 +689,7 @@ impl CoverageDecoder {
                             let mut ctx =
                                 Self::ctx(&mut self.cache, code, &self.options, self.mask);
                             let next = self.graph.node(&mut ctx, node.fall, node.mode);
-                            self.graph.nodes[id as usize].next[0] = next;
+                            self.graph.link(id, 0, next);
                             next
                         }
                         next => next,
@@ -638,9 +720,264 @@ impl CoverageDecoder {
         }
     }
 
+    /// A TNT packet's `size` bits (`bits`, the oldest at `size - 1`).
+    #[inline]
+    fn tnt(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+        ahead: Ahead<'_, '_>,
+        bits: u64,
+        size: u8,
+        out: &mut Outcome,
+    ) -> Result<(), (ErrorKind, u64)> {
+        let mut left = size;
+        while left > 0 {
+            left = self.tnt_run(walk, bits, left, out);
+            if left > 0 {
+                left -= 1;
+                self.tnt_bit(walk, code, ahead, bits >> left & 1 != 0, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The fast lane: from a [handoff](EventDecoder::handoff) at `pos` with last IP
+    /// `ip`, the plain packets (TNT-8, TNT-64, TIP with an IP, PAD, MTC, CYC, TSC)
+    /// straight from the trace bytes, 16 at a time (so no bounds check per packet),
+    /// until one it does not take or the last 15 bytes (left to the event decoder).
+    /// The walk is the event path's, packet for packet; timing packets move the
+    /// event decoder's time model ([`EventDecoder::apply_time`]).
+    fn lane(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+        ev: &mut EventDecoder<'_>,
+        mut pos: usize,
+        mut ip: u64,
+        out: &mut Outcome,
+    ) -> LaneEnd {
+        let trace = ev.buffer();
+        loop {
+            let Some(w) = trace.get(pos..).and_then(|r| r.first_chunk::<16>()) else {
+                return LaneEnd::At(pos, ip);
+            };
+            let b0 = w[0];
+            if b0 & 1 == 0 {
+                // TNT-8: an even byte above 2; its payload holds a stop bit.
+                if b0 > 2 {
+                    let run = self.memo_run(walk, trace, pos, out);
+                    if run > pos {
+                        pos = run;
+                        continue;
+                    }
+                    pos += 1;
+                    if self.tnt8_memo(walk, b0, out) {
+                        continue;
+                    }
+                    let payload = u64::from(b0 >> 1);
+                    let size = (63 - payload.leading_zeros()) as u8;
+                    let ahead = Ahead::At(ev, pos as u64, ip);
+                    if let Err((kind, at)) = self.tnt(walk, code, ahead, payload, size, out) {
+                        return LaneEnd::Walk(kind, at, pos - 1, ip);
+                    }
+                    continue;
+                }
+                if b0 == 0 {
+                    pos += 1;
+                    continue;
+                }
+                // TNT-64 (02 a3, six bytes of payload with a stop bit).
+                if w[1] == 0xa3 {
+                    let payload = u64::from_le_bytes([w[2], w[3], w[4], w[5], w[6], w[7], 0, 0]);
+                    if payload < 2 {
+                        return LaneEnd::At(pos, ip);
+                    }
+                    let size = (63 - payload.leading_zeros()) as u8;
+                    let ahead = Ahead::At(ev, (pos + 8) as u64, ip);
+                    if let Err((kind, at)) = self.tnt(walk, code, ahead, payload, size, out) {
+                        return LaneEnd::Walk(kind, at, pos, ip);
+                    }
+                    pos += 8;
+                    continue;
+                }
+                return LaneEnd::At(pos, ip);
+            }
+            if b0 & 3 == 3 {
+                // CYC: one byte, or two if the second ends it (02 there is left
+                // alone: SKD007 may make it an OVF).
+                let (value, n) = if b0 & 4 == 0 {
+                    (u64::from(b0 >> 3), 1)
+                } else if w[1] & 1 == 0 && w[1] != 2 {
+                    (u64::from(b0 >> 3) | u64::from(w[1] >> 1) << 5, 2)
+                } else {
+                    return LaneEnd::At(pos, ip);
+                };
+                if let Err(e) = ev.apply_time(pos as u64, &Packet::Cyc { value }) {
+                    return LaneEnd::Trace(e, pos, ip);
+                }
+                pos += n;
+                continue;
+            }
+            let word1 = u64::from_le_bytes([w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]]);
+            match b0 {
+                0x59 => {
+                    if let Err(e) = ev.apply_time(pos as u64, &Packet::Mtc { ctc: w[1] }) {
+                        return LaneEnd::Trace(e, pos, ip);
+                    }
+                    pos += 2;
+                    continue;
+                }
+                0x19 => {
+                    let tsc = word1 & 0x00ff_ffff_ffff_ffff;
+                    if let Err(e) = ev.apply_time(pos as u64, &Packet::Tsc { tsc }) {
+                        return LaneEnd::Trace(e, pos, ip);
+                    }
+                    pos += 8;
+                    continue;
+                }
+                _ => {}
+            }
+            // TIP: IP bytes in bits 7:5; none (suppressed) and the reserved forms go
+            // to the event decoder.
+            if b0 & 0x1f != 0x0d {
+                return LaneEnd::At(pos, ip);
+            }
+            let (next_ip, n) = match b0 >> 5 {
+                1 => ((ip & !0xffff) | (word1 & 0xffff), 3),
+                2 => ((ip & !0xffff_ffff) | (word1 & 0xffff_ffff), 5),
+                3 => (sext48(word1), 7),
+                4 => ((ip & !0xffff_ffff_ffff) | (word1 & 0xffff_ffff_ffff), 7),
+                6 => (word1, 9),
+                _ => return LaneEnd::At(pos, ip),
+            };
+            let before = ip;
+            ip = next_ip;
+            if walk.deferred_tip == Some(pos as u64) {
+                // Taken already, for the branch it was deferred from.
+                walk.deferred_tip = None;
+            } else if let Err((kind, at)) = self.tip(walk, code, ip, out) {
+                return LaneEnd::Walk(kind, at, pos, before);
+            }
+            pos += n;
+        }
+    }
+
+    /// TNT-8 packets from `pos` on through the [`Memo`] while it has them, the walk
+    /// in registers; returns where it stopped (`pos` if at once).
+    #[inline(always)]
+    fn memo_run(
+        &mut self,
+        walk: &mut Walk,
+        trace: &[u8],
+        mut pos: usize,
+        out: &mut Outcome,
+    ) -> usize {
+        let Pos::Node(mut id) = walk.pos else {
+            return pos;
+        };
+        if self.options.collect || walk.pending.is_some() {
+            return pos;
+        }
+        let start = pos;
+        let (memo, map) = (&self.memo[..], &mut self.map[..]);
+        let mut last = (NONE, 0);
+        let mut edges = 0u64;
+        while let Some(&byte) = trace.get(pos) {
+            if byte & 1 != 0 || byte <= 2 {
+                break;
+            }
+            let m = &memo[Memo::slot(id, byte)];
+            if m.from != id || m.byte != byte {
+                break;
+            }
+            for k in 0..usize::from(m.n) {
+                let b = &mut map[m.idx[k] as usize];
+                *b = b.wrapping_add(m.cnt[k]);
+            }
+            id = m.end;
+            last = (m.last, m.last_t);
+            edges += u64::from(m.bits);
+            pos += 1;
+        }
+        if pos > start {
+            walk.pos = Pos::Node(id);
+            walk.last_edge = Some(LastEdge::Cond(last.0, last.1));
+            out.edges += edges;
+        }
+        pos
+    }
+
+    /// A TNT-8 packet (`byte`) through the [`Memo`]: applied and `true` on a hit;
+    /// on a miss walked through the [`Graph::hot`] links and remembered if they
+    /// carry all its bits (`false`, nothing counted, otherwise: the caller walks it
+    /// the long way).
+    #[inline]
+    fn tnt8_memo(&mut self, walk: &mut Walk, byte: u8, out: &mut Outcome) -> bool {
+        let Pos::Node(id) = walk.pos else {
+            return false;
+        };
+        if self.options.collect || walk.pending.is_some() {
+            return false;
+        }
+        let slot = Memo::slot(id, byte);
+        let m = &self.memo[slot];
+        if m.from == id && m.byte == byte {
+            for k in 0..usize::from(m.n) {
+                let b = &mut self.map[m.idx[k] as usize];
+                *b = b.wrapping_add(m.cnt[k]);
+            }
+            walk.pos = Pos::Node(m.end);
+            walk.last_edge = Some(LastEdge::Cond(m.last, m.last_t));
+            out.edges += u64::from(m.bits);
+            return true;
+        }
+        let payload = byte >> 1;
+        let size = 7 - payload.leading_zeros() as u8;
+        let mut memo = Memo {
+            from: id,
+            byte,
+            bits: size,
+            ..Memo::EMPTY
+        };
+        let mut at = id;
+        for k in 0..size {
+            let h = &self.graph.hot[at as usize];
+            let t = usize::from(payload >> (size - 1 - k) & 1);
+            let next = h.next[t];
+            if next == NONE || h.npush != 0 {
+                return false;
+            }
+            // Each map byte once, with its count (a loop's edge repeats).
+            let n = usize::from(memo.n);
+            match memo.idx[..n].iter().position(|&i| i == h.idx[t]) {
+                Some(j) => memo.cnt[j] += 1,
+                None => {
+                    memo.idx[n] = h.idx[t];
+                    memo.cnt[n] = 1;
+                    memo.n += 1;
+                }
+            }
+            memo.last = at;
+            memo.last_t = t as u8;
+            at = next;
+        }
+        memo.end = at;
+        self.memo[slot] = memo;
+        for k in 0..usize::from(memo.n) {
+            let b = &mut self.map[memo.idx[k] as usize];
+            *b = b.wrapping_add(memo.cnt[k]);
+        }
+        walk.pos = Pos::Node(at);
+        walk.last_edge = Some(LastEdge::Cond(memo.last, memo.last_t));
+        out.edges += u64::from(size);
+        true
+    }
+
     /// The hot loop: TNT bits `left - 1` down to 0 of `bits` through linked
-    /// conditional nodes that push nothing, in registers; returns the bits left for
-    /// [`Self::tnt_bit`] (a node of another kind, not linked yet, or collecting).
+    /// conditional nodes ([`Graph::hot`]: 24 bytes a node, no test of its kind);
+    /// returns the bits left for [`Self::tnt_bit`] (a node of another
+    /// kind, not linked yet, or collecting).
     #[inline]
     fn tnt_run(&mut self, walk: &mut Walk, bits: u64, mut left: u8, out: &mut Outcome) -> u8 {
         let Pos::Node(mut id) = walk.pos else {
@@ -649,32 +986,176 @@ impl CoverageDecoder {
         if self.options.collect || walk.pending.is_some() {
             return left;
         }
-        let mut last = None;
         let start = left;
+        let hot = &self.graph.hot[..];
+        let pushes = &self.graph.pushes[..];
+        let tip_memo = &self.tip_memo[..];
+        let map = &mut self.map[..];
+        // The last edge: a conditional's (node and bit) unless a return came last.
+        let (mut prev, mut prev_t) = (NONE, 0usize);
+        let mut ret_last = None;
+        // Returns whose edge is not in the map (libxdc's choice of edges).
+        let mut uncounted = 0u64;
         while left > 0 {
-            let node = &self.graph.nodes[id as usize];
-            if node.kind != NodeKind::Cond || node.npush != 0 {
-                break;
-            }
+            let h = &hot[id as usize];
             let t = (bits >> (left - 1) & 1) as usize;
-            let next = node.next[t];
-            if next == NONE {
+            let next = h.next[t];
+            if next != NONE {
+                if h.npush != 0 {
+                    for &ip in &pushes[h.push as usize..][..h.npush as usize] {
+                        walk.push(ip);
+                    }
+                }
+                let i = h.idx[t] as usize;
+                map[i] = map[i].wrapping_add(1);
+                prev = id;
+                prev_t = t;
+                id = next;
+                left -= 1;
+                continue;
+            }
+            // A compressed return, where the TIP memo knows its target's node.
+            if !h.ret || t == 0 {
                 break;
             }
-            let i = node.idx[t] as usize;
-            self.map[i] = self.map[i].wrapping_add(1);
-            last = Some((id, t));
-            id = next;
+            let to = match h.npush {
+                0 => match walk.peek() {
+                    Some(to) => to,
+                    None => break,
+                },
+                n => pushes[(h.push + n - 1) as usize],
+            };
+            let m = &tip_memo[TipMemo::slot(id, to)];
+            if m.from != id || m.ip != to || m.mode != walk.mode {
+                break;
+            }
+            for &ip in &pushes[h.push as usize..][..h.npush as usize] {
+                walk.push(ip);
+            }
+            walk.pop();
+            if m.idx != NONE {
+                map[m.idx as usize] = map[m.idx as usize].wrapping_add(1);
+            } else {
+                uncounted += 1;
+            }
+            ret_last = Some((left, LastEdge::Tip(id, m.idx, to)));
+            id = m.to;
             left -= 1;
         }
-        if let Some((from, t)) = last {
-            let node = &self.graph.nodes[from as usize];
-            let to = if t == 1 { node.target } else { node.fall };
-            walk.last_edge = Some((node.idx[t], node.cofi, to));
-            out.edges += u64::from(start - left);
+        if left != start {
+            // The return if it came after the last conditional.
+            walk.last_edge = match ret_last {
+                Some((at, edge)) if prev == NONE || at <= left + 1 => Some(edge),
+                _ => Some(LastEdge::Cond(prev, prev_t as u8)),
+            };
+            out.edges += u64::from(start - left) - uncounted;
         }
         walk.pos = Pos::Node(id);
         left
+    }
+
+    /// A TIP's edge from the branch that needs it.
+    #[inline]
+    fn tip(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+        ip: u64,
+        out: &mut Outcome,
+    ) -> Result<(), (ErrorKind, u64)> {
+        let id = self.at_trace_node(walk, code)?;
+        let (nkind, cofi, fall) = {
+            let n = &self.graph.nodes[id as usize];
+            (n.kind, n.cofi, n.fall)
+        };
+        let kind = match nkind {
+            NodeKind::Ret => EdgeKind::Return,
+            NodeKind::IndirectJump => EdgeKind::IndirectJump,
+            NodeKind::IndirectCall => EdgeKind::IndirectCall,
+            NodeKind::Far => EdgeKind::Far,
+            _ => return Err((ErrorKind::Mismatch, cofi)),
+        };
+        if self.options.collect || walk.pending.is_some() {
+            self.enter(walk, id, Stop::None);
+        } else {
+            let h = self.graph.hot[id as usize];
+            for &ip in &self.graph.pushes[h.push as usize..][..h.npush as usize] {
+                walk.push(ip);
+            }
+        }
+        if kind == EdgeKind::IndirectCall {
+            walk.push(fall);
+        }
+        self.go_to(walk, code, out, id, cofi, ip, kind);
+        Ok(())
+    }
+
+    /// Counts the edge from node `id`'s branch at `cofi` to `ip` (a TIP's, or a
+    /// compressed return's) and goes there: the target's node and the edge's map
+    /// byte come from the [`TipMemo`] when it has them.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn go_to(
+        &mut self,
+        walk: &mut Walk,
+        code: &mut dyn Code,
+        out: &mut Outcome,
+        id: u32,
+        cofi: u64,
+        ip: u64,
+        kind: EdgeKind,
+    ) {
+        let slot = TipMemo::slot(id, ip);
+        let m = self.tip_memo[slot];
+        let (to, i) = if m.from == id && m.ip == ip && m.mode == walk.mode {
+            (m.to, m.idx)
+        } else {
+            let i = if self.options.hash.counts(kind) {
+                self.options.hash.index(cofi, ip) & self.mask
+            } else {
+                NONE
+            };
+            if slot_of(walk.mode).is_none() {
+                // No node without a mode: looked up when one comes.
+                self.count_tip(walk, out, i, cofi, ip, kind);
+                walk.pos = Pos::At(ip);
+                return;
+            }
+            let mut ctx = Self::ctx(&mut self.cache, code, &self.options, self.mask);
+            let to = self.graph.node(&mut ctx, ip, walk.mode);
+            self.tip_memo[slot] = TipMemo {
+                ip,
+                from: id,
+                to,
+                idx: i,
+                mode: walk.mode,
+            };
+            (to, i)
+        };
+        self.count_tip(walk, out, i, cofi, ip, kind);
+        walk.pos = Pos::Node(to);
+    }
+
+    /// Counts a TIP's edge at map byte `i` (`NONE`: not in the map).
+    #[inline(always)]
+    fn count_tip(
+        &mut self,
+        walk: &mut Walk,
+        out: &mut Outcome,
+        i: u32,
+        from: u64,
+        to: u64,
+        kind: EdgeKind,
+    ) {
+        if i != NONE {
+            let b = &mut self.map[i as usize];
+            *b = b.wrapping_add(1);
+            out.edges += 1;
+        }
+        if self.options.collect {
+            self.collected.edge(from, to, kind);
+        }
+        walk.last_edge = Some(LastEdge::Edge(i, from, to));
     }
 
     #[inline]
@@ -682,7 +1163,7 @@ impl CoverageDecoder {
         &mut self,
         walk: &mut Walk,
         code: &mut dyn Code,
-        ev: &EventDecoder<'_>,
+        ahead: Ahead<'_, '_>,
         taken: bool,
         out: &mut Outcome,
     ) -> Result<(), (ErrorKind, u64)> {
@@ -701,12 +1182,12 @@ impl CoverageDecoder {
                 if self.options.collect {
                     self.collected.edge(node.cofi, to, EdgeKind::Cond);
                 }
-                walk.last_edge = Some((i as u32, node.cofi, to));
+                walk.last_edge = Some(LastEdge::Edge(i as u32, node.cofi, to));
                 walk.pos = match node.next[t] {
                     NONE => {
                         let mut ctx = Self::ctx(&mut self.cache, code, &self.options, self.mask);
                         let next = self.graph.node(&mut ctx, to, node.mode);
-                        self.graph.nodes[id as usize].next[t] = next;
+                        self.graph.link(id, t, next);
                         Pos::Node(next)
                     }
                     next => Pos::Node(next),
@@ -721,15 +1202,13 @@ impl CoverageDecoder {
                 let Some(to) = walk.pop() else {
                     return Err((ErrorKind::EmptyReturnStack, node.cofi));
                 };
-                self.edge(walk, node.cofi, to, EdgeKind::Return);
-                out.edges += 1;
-                walk.pos = Pos::At(to);
+                self.go_to(walk, code, out, id, node.cofi, to, EdgeKind::Return);
                 Ok(())
             }
             NodeKind::IndirectJump | NodeKind::IndirectCall if walk.deferred_tip.is_none() => {
                 // The hardware may send the TIP of an indirect branch after TNT
                 // packets of the branches that follow it: look for it.
-                let Some((ip, offset)) = deferred_tip(ev) else {
+                let Some((ip, offset)) = ahead.deferred_tip() else {
                     return Err((ErrorKind::Mismatch, node.cofi));
                 };
                 walk.deferred_tip = Some(offset);
@@ -742,10 +1221,9 @@ impl CoverageDecoder {
                 } else {
                     EdgeKind::IndirectJump
                 };
-                self.edge(walk, node.cofi, ip, kind);
-                out.edges += 1;
+                out.edges += self.edge(walk, node.cofi, ip, kind);
                 walk.pos = Pos::At(ip);
-                self.tnt_bit(walk, code, ev, taken, out)
+                self.tnt_bit(walk, code, ahead, taken, out)
             }
             _ => Err((ErrorKind::Mismatch, node.cofi)),
         }
@@ -778,6 +1256,28 @@ impl CoverageDecoder {
     }
 }
 
+/// Where to look for a deferred TIP: the event decoder after the current TNT packet,
+/// or (in the [fast lane](CoverageDecoder::lane)) the event decoder as it was at the
+/// handoff, to be resumed after the TNT packet at the offset with the last IP.
+#[derive(Clone, Copy)]
+enum Ahead<'e, 'a> {
+    Ev(&'e EventDecoder<'a>),
+    At(&'e EventDecoder<'a>, u64, u64),
+}
+
+impl Ahead<'_, '_> {
+    fn deferred_tip(self) -> Option<(u64, u64)> {
+        match self {
+            Ahead::Ev(ev) => deferred_tip(ev),
+            Ahead::At(ev, offset, ip) => {
+                let mut ev = ev.clone();
+                ev.resume_at(offset, true, ip).ok()?;
+                deferred_tip(&ev)
+            }
+        }
+    }
+}
+
 /// The next TIP after TNT packets (IP and offset), for a deferred TIP.
 fn deferred_tip(ev: &EventDecoder<'_>) -> Option<(u64, u64)> {
     let mut ahead = ev.clone();
@@ -791,6 +1291,100 @@ fn deferred_tip(ev: &EventDecoder<'_>) -> Option<(u64, u64)> {
         }
     }
     None
+}
+
+/// How the [fast lane](CoverageDecoder::lane) ended: each with the offset of the
+/// packet it stopped at and the last IP before it.
+enum LaneEnd {
+    /// At a packet it leaves to the event decoder.
+    At(usize, u64),
+    /// The walk failed (the error and its IP) at a packet.
+    Walk(ErrorKind, u64, usize, u64),
+    /// A timing packet's error.
+    Trace(pt_decoder::DecodeError, usize, u64),
+}
+
+/// A TNT-8 packet's walk from a node, remembered (as libxdc and iptr-edge-analyzer
+/// cache theirs): the map bytes its bits count, in order, and the node it ends at.
+/// Kept only for walks through linked conditional nodes that push nothing (the
+/// [`Graph::hot`] links, which never change once made), so a hit is exact. Direct
+/// mapped by (node, byte); a collision replaces the entry.
+#[derive(Clone, Copy, Debug)]
+struct Memo {
+    /// The node the walk starts at (`NONE`: empty).
+    from: u32,
+    /// The node it ends at.
+    end: u32,
+    /// The TNT-8 byte.
+    byte: u8,
+    /// Its bits.
+    bits: u8,
+    /// The map bytes it counts, each once: `idx[..n]`, by `cnt[..n]`.
+    n: u8,
+    /// The node and bit of the last edge (for [`LastEdge::Cond`]).
+    last_t: u8,
+    last: u32,
+    idx: [u32; 6],
+    cnt: [u8; 6],
+}
+
+impl Memo {
+    const EMPTY: Memo = Memo {
+        from: NONE,
+        end: NONE,
+        byte: 0,
+        bits: 0,
+        n: 0,
+        last_t: 0,
+        last: NONE,
+        idx: [0; 6],
+        cnt: [0; 6],
+    };
+
+    #[inline]
+    fn slot(from: u32, byte: u8) -> usize {
+        let key = u64::from(from) << 8 | u64::from(byte);
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SIZE.trailing_zeros())) as usize
+    }
+}
+
+/// A TIP's target from a node, remembered: the target's node (in the mode it was
+/// looked up in) and the edge's map byte. Direct mapped by (node, target).
+#[derive(Clone, Copy, Debug)]
+struct TipMemo {
+    ip: u64,
+    /// The node of the branch (`NONE`: empty).
+    from: u32,
+    to: u32,
+    idx: u32,
+    mode: ExecMode,
+}
+
+impl TipMemo {
+    const EMPTY: TipMemo = TipMemo {
+        ip: 0,
+        from: NONE,
+        to: NONE,
+        idx: NONE,
+        mode: ExecMode::Unknown,
+    };
+
+    #[inline]
+    fn slot(from: u32, ip: u64) -> usize {
+        let key = ip ^ u64::from(from).rotate_left(40);
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - TIP_MEMO_SIZE.trailing_zeros())) as usize
+    }
+}
+
+/// The last edge counted: its map index (`NONE` if not in the map) and ends, a
+/// conditional node and the bit taken from it, or a node, map index and target (the
+/// branch's address looked up only if needed).
+#[derive(Clone, Copy, Debug)]
+enum LastEdge {
+    Edge(u32, u64, u64),
+    Cond(u32, u8),
+    /// From a node's branch (map index, target).
+    Tip(u32, u32, u64),
 }
 
 /// The walk's state during one trace.
@@ -807,7 +1401,7 @@ struct Walk {
     /// The offset of a TIP taken ahead for an indirect branch (a deferred TIP).
     deferred_tip: Option<u64>,
     /// The last edge counted (its map index and ends), while nothing ran after it.
-    last_edge: Option<(u32, u64, u64)>,
+    last_edge: Option<LastEdge>,
 }
 
 impl Walk {
@@ -816,6 +1410,12 @@ impl Walk {
         self.top = (self.top + 1) % RETSTACK_SIZE;
         self.stack[self.top] = ip;
         self.len = (self.len + 1).min(RETSTACK_SIZE);
+    }
+
+    /// The return address a pop would give.
+    #[inline]
+    fn peek(&self) -> Option<u64> {
+        (self.len > 0).then(|| self.stack[self.top])
     }
 
     #[inline]

@@ -98,16 +98,44 @@ pub(crate) struct Node {
     pub npush: u32,
 }
 
+/// What the TNT loop reads of a node, 28 bytes apart: its successors and edge
+/// indices, with `next` linked only for a conditional node (so that the loop needs
+/// no test of the node's kind), and the return addresses its direct calls push.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hot {
+    pub next: [u32; 2],
+    pub idx: [u32; 2],
+    /// `pushes[push..push + npush]`.
+    pub push: u32,
+    pub npush: u32,
+    /// A near return ends the node (its TNT bit pops the return stack).
+    pub ret: bool,
+}
+
+impl Hot {
+    fn of(node: &Node) -> Hot {
+        Hot {
+            next: [NONE; 2],
+            idx: node.idx,
+            push: node.push,
+            npush: node.npush,
+            ret: node.kind == NodeKind::Ret,
+        }
+    }
+}
+
 /// The nodes, looked up by (IP, mode).
 #[derive(Default)]
 pub(crate) struct Graph {
     pub nodes: Vec<Node>,
+    /// [`Hot`] per node, by the same index.
+    pub hot: Vec<Hot>,
     pub segs: Vec<Seg>,
     pub pushes: Vec<u64>,
     index: [IpMap<u32>; 3],
 }
 
-fn slot(mode: ExecMode) -> Option<usize> {
+pub(crate) fn slot(mode: ExecMode) -> Option<usize> {
     match mode {
         ExecMode::Bit16 => Some(0),
         ExecMode::Bit32 => Some(1),
@@ -151,6 +179,7 @@ impl BuildCtx<'_> {
 impl Graph {
     pub fn clear(&mut self) {
         self.nodes.clear();
+        self.hot.clear();
         self.segs.clear();
         self.pushes.clear();
         for m in &mut self.index {
@@ -169,9 +198,25 @@ impl Graph {
         }
         let id = self.nodes.len() as u32;
         let node = self.build(ctx, ip, mode);
-        self.nodes.push(node);
+        self.push(node);
         self.index[s].insert(ip, id);
         id
+    }
+
+    fn push(&mut self, node: Node) {
+        self.nodes.push(node);
+        self.hot.push(Hot::of(&node));
+    }
+
+    /// Links node `id`'s successor `t` (a conditional's taken or not, a `Continue`'s
+    /// next).
+    #[inline]
+    pub fn link(&mut self, id: u32, t: usize, next: u32) {
+        let node = &mut self.nodes[id as usize];
+        node.next[t] = next;
+        if node.kind == NodeKind::Cond {
+            self.hot[id as usize].next[t] = next;
+        }
     }
 
     /// Builds the node at `id` again (after its code was fetched); links to it stay.
@@ -181,11 +226,12 @@ impl Graph {
         };
         let node = self.build(ctx, old.start, old.mode);
         self.nodes[id as usize] = node;
+        self.hot[id as usize] = Hot::of(&node);
     }
 
     fn push_stuck(&mut self, ip: u64, mode: ExecMode, kind: ErrorKind) -> u32 {
         let id = self.nodes.len() as u32;
-        self.nodes.push(Node {
+        self.push(Node {
             next: [NONE; 2],
             idx: [0; 2],
             kind: NodeKind::Stuck(kind),

@@ -33,10 +33,11 @@ pub struct FlowCoverage {
 }
 
 impl FlowCoverage {
-    /// The bitmap AFL's formula gives for the decided edges, in a map of `size` bytes.
+    /// The bitmap `hash` gives for the edges it counts ([`EdgeHash::counts`]), in a
+    /// map of `size` bytes.
     pub fn bitmap(&self, hash: EdgeHash, size: usize) -> Vec<u8> {
         let mut map = vec![0; size];
-        for e in self.edges.iter().filter(|e| e.kind.is_decided()) {
+        for e in self.edges.iter().filter(|e| hash.counts(e.kind)) {
             count_edge(&mut map, hash, e.from, e.to);
         }
         map

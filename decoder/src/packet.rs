@@ -693,6 +693,11 @@ impl<'a> PacketDecoder<'a> {
         Ok(())
     }
 
+    /// Inside a PEBS block (between BBP and BEP), where packets decode differently.
+    pub(crate) fn in_pebs(&self) -> bool {
+        self.ctx.pebs.is_some()
+    }
+
     /// Offset of the next packet, or `NoSync` before the first synchronization.
     pub fn offset(&self) -> Result<u64, DecodeError> {
         self.pos.map(|p| p as u64).ok_or(DecodeError {

@@ -21,7 +21,7 @@ use pt_decoder::Image;
 use pt_elf::srcline::{Answer, SrcLines};
 use pt_elf::{SymbolOptions, Symbols};
 use pt_encoder::ExecMode;
-use pt_perf::session::Mapping;
+use pt_perf::session::{Context, Mapping};
 use pt_perf::{Session, SessionOptions};
 
 use crate::input;
@@ -60,6 +60,12 @@ pub struct Args {
     /// turn the bitmap's hit counts into AFL++'s classes before writing it
     #[arg(long = "classify")]
     pub classify: bool,
+    /// only the code these comma separated process ids ran
+    #[arg(long = "pid")]
+    pub pid: Option<String>,
+    /// only the code these comma separated thread ids ran
+    #[arg(long = "tid")]
+    pub tid: Option<String>,
     /// look for files under this directory
     #[arg(long = "symfs")]
     pub symfs: Option<String>,
@@ -131,33 +137,75 @@ fn run(a: Args) -> Result<input::Outcome, String> {
         config: *session.config(),
         ..Options::default()
     });
+    let pids = a
+        .pid
+        .as_deref()
+        .map(|s| crate::script::parse_list(s, "pid"))
+        .transpose()
+        .map_err(|e| format!("{CMD}: {e}"))?;
+    let tids = a
+        .tid
+        .as_deref()
+        .map(|s| crate::script::parse_list(s, "tid"))
+        .transpose()
+        .map_err(|e| format!("{CMD}: {e}"))?;
+    let wanted = |ctx: &Context| {
+        let has = |list: &Option<Vec<u32>>, id: Option<u32>| match list {
+            None => true,
+            Some(l) => id.is_some_and(|id| l.contains(&id)),
+        };
+        has(&pids, ctx.pid) && has(&tids, ctx.tid)
+    };
     let mut map = vec![0u8; a.map_size];
     let mut dsos: BTreeMap<String, Dso> = BTreeMap::new();
     let mut errors = 0u64;
     for (q, queue) in session.queues().iter().enumerate() {
-        let ctx = session.running(q, None);
-        let image = session.image(ctx.pid, None);
-        cov.reset();
         for s in 0..queue.segments.len() {
-            let out = cov.decode(queue.segment_bytes(s), image);
-            errors += out.errors;
-        }
-        for e in cov.errors() {
-            eprintln!("{CMD}: {}: warning: queue {}: {e}", a.input, queue.idx);
-        }
-        for (m, b) in map.iter_mut().zip(cov.map()) {
-            *m = m.wrapping_add(*b);
-        }
-        for (block, n) in cov.blocks() {
-            if let Some(d) = dso_of(&session, &mut dsos, ctx.pid, block.start) {
-                let e = d.blocks.entry(block.start).or_insert((block.end, 0));
-                e.0 = e.0.max(block.end);
-                e.1 += n;
+            let trace = queue.segment_bytes(s);
+            // A per-CPU queue runs one thread after another: each piece (from a
+            // PSB on) over the image of the thread running at its PSB's time.
+            let pieces = if session.per_cpu() && session.is_timed() {
+                psb_pieces(trace, session.config())
+            } else {
+                vec![(0, None)]
+            };
+            // Consecutive pieces of one thread decode as one.
+            let mut runs: Vec<(usize, usize, Context, Option<u64>)> = Vec::new();
+            for (i, &(start, tsc)) in pieces.iter().enumerate() {
+                let end = pieces.get(i + 1).map_or(trace.len(), |p| p.0);
+                let time = tsc.map(|t| session.tsc_to_time(t));
+                let ctx = session.running(q, time);
+                match runs.last_mut() {
+                    Some(r) if (r.2.pid, r.2.tid) == (ctx.pid, ctx.tid) => r.1 = end,
+                    _ if start == end => {}
+                    _ => runs.push((start, end, ctx, time)),
+                }
             }
-        }
-        for (edge, n) in cov.edges() {
-            if let Some(d) = dso_of(&session, &mut dsos, ctx.pid, edge.from) {
-                d.edges += n;
+            for (start, end, ctx, time) in runs {
+                if !wanted(&ctx) {
+                    continue;
+                }
+                let image = session.image(ctx.pid, time);
+                cov.reset();
+                errors += cov.decode(&trace[start..end], image).errors;
+                for e in cov.errors() {
+                    eprintln!("{CMD}: {}: warning: queue {}: {e}", a.input, queue.idx);
+                }
+                for (m, b) in map.iter_mut().zip(cov.map()) {
+                    *m = m.wrapping_add(*b);
+                }
+                for (block, n) in cov.blocks() {
+                    if let Some(d) = dso_of(&session, &mut dsos, ctx.pid, block.start) {
+                        let e = d.blocks.entry(block.start).or_insert((block.end, 0));
+                        e.0 = e.0.max(block.end);
+                        e.1 += n;
+                    }
+                }
+                for (edge, n) in cov.edges() {
+                    if let Some(d) = dso_of(&session, &mut dsos, ctx.pid, edge.from) {
+                        d.edges += n;
+                    }
+                }
             }
         }
     }
@@ -187,6 +235,35 @@ fn run(a: Args) -> Result<input::Outcome, String> {
         write_out(out, |w| w.write_all(text.as_bytes()))?;
     }
     Ok(input::finish(CMD, &a.input, &session))
+}
+
+/// Where `trace` splits at its PSBs, with the TSC of each PSB+ (if it has one):
+/// `(offset, tsc)`, the first piece from 0 (up to the first PSB, which nothing
+/// decodes). Threads switched between two PSBs are taken for the one running at
+/// the first: a per-CPU recording's finer switches would need each packet's time.
+fn psb_pieces(trace: &[u8], config: &pt_decoder::Config) -> Vec<(usize, Option<u64>)> {
+    let mut pieces = vec![(0, None)];
+    let mut pkt = pt_decoder::PacketDecoder::new(trace, config);
+    let mut in_psb = false;
+    while pkt.sync_forward().is_ok() {
+        for r in &mut pkt {
+            let Ok((off, p)) = r else { break };
+            match p {
+                pt_decoder::Packet::Psb => {
+                    pieces.push((off as usize, None));
+                    in_psb = true;
+                }
+                pt_decoder::Packet::Psbend => in_psb = false,
+                pt_decoder::Packet::Tsc { tsc } if in_psb => {
+                    if let Some(last) = pieces.last_mut() {
+                        last.1 = Some(tsc);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    pieces
 }
 
 /// The DSO that holds `ip` in process `pid`, added on first use.

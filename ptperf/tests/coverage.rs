@@ -141,6 +141,58 @@ fn lcov_matches_gcov_and_genhtml_takes_it() {
     );
     assert!(!listed("never_called"), "{summary}");
 
+    // The text of the program's own part, its path and the column padding made
+    // stable (ld.so's and libc's lines depend on the system's builds).
+    let mut own = Vec::new();
+    let mut section = false;
+    for l in summary.lines() {
+        if l.starts_with('#') || l.trim_start().starts_with(&format!("{prog_name} ")) {
+            own.push(l);
+        }
+        if l.is_empty() {
+            section = false;
+        } else if l == format!("{prog_name}:") {
+            section = true;
+        }
+        if section {
+            own.push(l);
+        }
+    }
+    let own: Vec<String> = own
+        .iter()
+        .map(|l| l.replace(&prog_name, "[prog]"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    insta::assert_snapshot!("coverage_summary", own.join("\n"));
+
+    // --pid and --tid: the recorded process is all there is; another is nothing.
+    let file = MappedFile::open(&data).unwrap();
+    let perf = file.parse().unwrap();
+    let session = Session::new(&perf, SessionOptions::for_file(&data)).unwrap();
+    let ctx = session.running(0, None);
+    let plain = run(
+        ptperf().args(["coverage", "-i"]).arg(&data),
+        "ptperf coverage",
+    );
+    for (opt, id) in [("--pid", ctx.pid.unwrap()), ("--tid", ctx.tid.unwrap())] {
+        let only = run(
+            ptperf()
+                .args(["coverage", "-i"])
+                .arg(&data)
+                .args([opt, &format!("{id},{}", id + 100_000)]),
+            "ptperf coverage --pid/--tid",
+        );
+        assert_eq!(only, plain, "{opt} {id}");
+        let none = run(
+            ptperf()
+                .args(["coverage", "-i"])
+                .arg(&data)
+                .args([opt, &(id + 100_000).to_string()]),
+            "ptperf coverage --pid/--tid",
+        );
+        assert_eq!(none.lines().count(), 1, "{opt}: {none}");
+    }
+
     // genhtml turns it into an HTML report.
     let html = d.join("html");
     run(

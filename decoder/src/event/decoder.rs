@@ -429,6 +429,52 @@ impl<'a> EventDecoder<'a> {
         Ok(())
     }
 
+    /// Where a consumer's own loop over the plain packets (TNT, TIP, PAD, timing) may
+    /// take over from the decoder: the offset of the next packet not taken yet and the
+    /// last IP, while tracing is enabled, no event waits for a later packet and the
+    /// last IP is known. The consumer hands back with [`resume_at`](Self::resume_at)
+    /// at the first packet it does not take (meaning what `next` would have made of
+    /// the packets in between), after passing timing packets to
+    /// [`apply_time`](Self::apply_time). pt-coverage's fast path.
+    pub fn handoff(&self) -> Option<(u64, u64)> {
+        if !self.enabled
+            || !self.evq.is_empty()
+            || self.out.is_some()
+            || self.peeked.is_some()
+            || self.pkt.in_pebs()
+        {
+            return None;
+        }
+        let ip = self.ip.query().ok()?;
+        match self.cur {
+            // A TIP reported (and nothing bound to it): go on after it.
+            Current::Packet {
+                packet: Packet::Ip(IpPacketKind::Tip, _),
+                ..
+            } if self.bound => Some((self.pkt.offset().ok()?, ip)),
+            // A plain packet not taken yet.
+            Current::Packet {
+                offset,
+                packet:
+                    Packet::Tnt8(_)
+                    | Packet::Tnt64(_)
+                    | Packet::Ip(IpPacketKind::Tip, _)
+                    | Packet::Mtc { .. }
+                    | Packet::Cyc { .. },
+            } if !self.bound => Some((offset, ip)),
+            _ => None,
+        }
+    }
+
+    /// A timing packet (TSC, TMA, MTC, CYC) taken by a consumer's own loop after a
+    /// [`handoff`](Self::handoff), at `offset`: the time model moves as
+    /// [`next`](Self::next) would move it (no `Tick` events), and its errors are
+    /// the same. Other packets are ignored.
+    pub fn apply_time(&mut self, offset: u64, packet: &Packet) -> Result<(), DecodeError> {
+        apply_timing(&mut self.time, &mut self.tcal, &self.config, packet, false)
+            .map_err(|code| DecodeError { code, offset })
+    }
+
     /// Synchronize at `offset`, which must hold a PSB.
     pub fn sync_set(&mut self, offset: u64) -> Result<(), DecodeError> {
         self.reset();
@@ -1902,5 +1948,62 @@ impl<'a> EventDecoder<'a> {
         self.out = Some(ev);
         self.fetch();
         Ok(Step::Event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pt_encoder::{encode_to_vec, ExecMode, ModeExec, Tnt};
+
+    #[test]
+    fn handoff_at_plain_packets_and_back() {
+        let ip = |k, ip| Packet::Ip(k, IpPayload::new(IpCompression::Full, ip));
+        let mut trace = Vec::new();
+        let mut at = Vec::new();
+        for p in [
+            Packet::Psb,
+            Packet::ModeExec(ModeExec::from_mode(ExecMode::Bit64)),
+            Packet::Psbend,
+            ip(IpPacketKind::TipPge, 0x1000),
+            Packet::Tnt8(Tnt::from_results([true]).unwrap()),
+            ip(IpPacketKind::Tip, 0x2000),
+            Packet::Mtc { ctc: 1 },
+            Packet::Tnt8(Tnt::from_results([false]).unwrap()),
+            ip(IpPacketKind::TipPgd, 0x3000),
+        ] {
+            at.push(trace.len() as u64);
+            encode_to_vec(&p, &mut trace).unwrap();
+        }
+        let (tnt, tip, mtc, pgd) = (at[4], at[5], at[6], at[8]);
+        let mut ev = EventDecoder::new(&trace, &Config::default(), Options::default());
+        ev.sync_forward().unwrap();
+        assert_eq!(ev.handoff(), None, "not enabled yet");
+        // PSB+'s events, then the enable.
+        loop {
+            let e = ev.next().unwrap();
+            if let EventKind::Enabled { ip, .. } = e.kind {
+                assert_eq!(ip, 0x1000);
+                break;
+            }
+        }
+        let e = ev.next().unwrap();
+        assert!(matches!(e.kind, EventKind::Tnt { size: 1, .. }), "{e:?}");
+        assert_eq!(e.offset, tnt);
+        // At the TIP, not taken yet, with the IP before it.
+        assert_eq!(ev.handoff(), Some((tip, 0x1000)));
+        let e = ev.next().unwrap();
+        assert!(matches!(e.kind, EventKind::Tip { ip: 0x2000 }));
+        // After the TIP reported.
+        assert_eq!(ev.handoff(), Some((mtc, 0x2000)));
+        // A consumer takes the MTC and the TNT and hands back at the TIP.PGD.
+        ev.apply_time(mtc, &Packet::Mtc { ctc: 1 }).unwrap();
+        ev.resume_at(pgd, true, 0x2000).unwrap();
+        let e = ev.next().unwrap();
+        assert!(
+            matches!(e.kind, EventKind::Disabled { ip: 0x3000 }),
+            "{e:?}"
+        );
+        assert_eq!(ev.handoff(), None, "disabled");
     }
 }

@@ -81,7 +81,7 @@ pub struct Args {
 }
 
 /// A comma-separated list of numbers (perf's cpu/tid lists, `a-b` ranges too).
-fn parse_list(s: &str, what: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn parse_list(s: &str, what: &str) -> Result<Vec<u32>, String> {
     let mut v = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let bad = || format!("Invalid {what} list: '{s}'");
