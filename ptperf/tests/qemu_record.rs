@@ -153,7 +153,7 @@ fn fork_and_exec() {
 fn shell_wrapper_that_waits_for_a_child_then_execs() {
     need_qemu();
     let d = dir("qemu-wrapper");
-    let busy = program("spin", "tests/programs/spin.c", &["-O1"]);
+    let busy = program("rounds", "tests/programs/rounds.c", &["-O1"]);
     let wrapper = d.join("wrapper");
     // The child writes a long trace (300,000 blocks and more), more than
     // the recorder reads ahead of a connection it holds.
@@ -189,7 +189,7 @@ fn shell_wrapper_that_waits_for_a_child_then_execs() {
     assert_recorded("wrapper", &o);
     assert!(o.status.success(), "{}", stderr(&o));
     let got = check_exact("shell wrapper", &data);
-    assert_eq!(got.len(), 2, "the shell (then spin) and its child");
+    assert_eq!(got.len(), 2, "the shell (then rounds) and its child");
 }
 
 /// The block path (QEMU's block runs straight into the PT logic) writes the
