@@ -503,7 +503,13 @@ enum Walked {
     Return,
 }
 
-/// perf's return stack for compressed returns, in blocks.
+/// perf's return stack for compressed returns (`intel_pt_stack`, in blocks).
+///
+/// Not `pt_decoder::flow::RetStack`: perf's stack has no depth limit and a pop
+/// of an empty stack yields address 0 (the decoder then reports the bad
+/// return where it lands), where libipt's is a ring of 64 that drops the
+/// oldest entry and reports an error on an empty pop. The two decoders must
+/// differ exactly there.
 #[derive(Default)]
 struct RetStack {
     ips: Vec<u64>,

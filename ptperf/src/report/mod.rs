@@ -249,7 +249,10 @@ fn run(a: &Args) -> Result<Outcome, String> {
         frames: callgraph::Frames::new(params.key, &session, dso_order(&perf, &session)),
         order: params.order,
     });
-    let mut acc = children::Children::new(&keys, children && graph, graphs);
+    // perf folds recorded call chains into children even with `-g none`;
+    // synthesized ones only with a call graph.
+    let accumulate = children && (graph || recorded_chains);
+    let mut acc = children::Children::new(&keys, accumulate, graphs);
     let bar = crate::progress::bar(synth.total_bytes());
     crate::progress::attach(&mut synth, bar.as_ref());
     let mut comm_of = |s: &pt_perf::sample::Sample| {
