@@ -22,32 +22,42 @@ pub fn build_id(data: &[u8]) -> Option<&[u8]> {
 fn of<H: FileHeader<Endian = object::Endianness>>(data: &[u8]) -> Option<&[u8]> {
     let hdr = H::parse(data).ok()?;
     let e = hdr.endian().ok()?;
-    let is_build_id = |n: &object::read::elf::Note<'_, H>| {
-        n.name() == elf::ELF_NOTE_GNU && n.n_type(e) == elf::NT_GNU_BUILD_ID
-    };
     if let Ok(sections) = hdr.sections(e, data) {
         for s in sections.iter() {
-            let Ok(Some(mut notes)) = s.notes(e, data) else {
-                continue;
-            };
-            while let Ok(Some(n)) = notes.next() {
-                if is_build_id(&n) {
-                    return Some(n.desc());
-                }
+            if let Some(id) = s.notes(e, data).ok().flatten().and_then(|n| in_notes(n, e)) {
+                return Some(id);
             }
         }
     }
     for p in hdr.program_headers(e, data).ok()? {
-        let Ok(Some(mut notes)) = p.notes(e, data) else {
-            continue;
-        };
-        while let Ok(Some(n)) = notes.next() {
-            if is_build_id(&n) {
-                return Some(n.desc());
-            }
+        if let Some(id) = p.notes(e, data).ok().flatten().and_then(|n| in_notes(n, e)) {
+            return Some(id);
         }
     }
     None
+}
+
+/// The build id among `notes`, if one is.
+fn in_notes<'d, H: FileHeader>(
+    mut notes: object::read::elf::NoteIterator<'d, H>,
+    e: H::Endian,
+) -> Option<&'d [u8]> {
+    while let Ok(Some(n)) = notes.next() {
+        if n.name() == elf::ELF_NOTE_GNU && n.n_type(e) == elf::NT_GNU_BUILD_ID {
+            return Some(n.desc());
+        }
+    }
+    None
+}
+
+/// The build id among raw notes in this machine's byte order, as the kernel
+/// shows its own in `/sys/kernel/notes` (4-byte aligned).
+pub fn of_notes(data: &[u8]) -> Option<&[u8]> {
+    let e = object::Endianness::default();
+    let notes =
+        object::read::elf::NoteIterator::<elf::FileHeader64<object::Endianness>>::new(e, 4, data)
+            .ok()?;
+    in_notes(notes, e)
 }
 
 /// A stand-in build id for code without one (a JIT dump, a vDSO image without

@@ -55,28 +55,7 @@ pub fn parse(text: &str) -> SymbolTable {
 /// The build id of the running kernel (from `/sys/kernel/notes`), if readable.
 pub fn running_build_id() -> Option<Vec<u8>> {
     let notes = std::fs::read("/sys/kernel/notes").ok()?;
-    build_id_of_notes(&notes).map(<[u8]>::to_vec)
-}
-
-/// The GNU build id among raw ELF notes (`namesz, descsz, type`, name and
-/// descriptor each padded to 4 bytes).
-fn build_id_of_notes(mut notes: &[u8]) -> Option<&[u8]> {
-    let word = |b: &[u8], at: usize| -> Option<usize> {
-        let w: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
-        Some(u32::from_ne_bytes(w) as usize)
-    };
-    let pad = |n: usize| n.checked_add(3).map(|v| v & !3);
-    while notes.len() >= 12 {
-        let (namesz, descsz, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
-        let name_end = 12usize.checked_add(pad(namesz)?)?;
-        let desc_end = name_end.checked_add(pad(descsz)?)?;
-        let name = notes.get(12..12 + namesz)?;
-        if kind == elf::NT_GNU_BUILD_ID as usize && name == b"GNU\0" {
-            return notes.get(name_end..name_end + descsz);
-        }
-        notes = notes.get(desc_end..)?;
-    }
-    None
+    crate::build_id::of_notes(&notes).map(<[u8]>::to_vec)
 }
 
 #[cfg(test)]
@@ -117,8 +96,8 @@ mod tests {
             notes.extend_from_slice(desc);
             notes.resize(notes.len().next_multiple_of(4), 0);
         }
-        assert_eq!(build_id_of_notes(&notes), Some(&[0xab; 20][..]));
-        assert_eq!(build_id_of_notes(&notes[..20]), None);
-        assert_eq!(build_id_of_notes(&[0xff; 40]), None);
+        assert_eq!(crate::build_id::of_notes(&notes), Some(&[0xab; 20][..]));
+        assert_eq!(crate::build_id::of_notes(&notes[..20]), None);
+        assert_eq!(crate::build_id::of_notes(&[0xff; 40]), None);
     }
 }
