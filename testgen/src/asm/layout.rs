@@ -118,6 +118,8 @@ enum Sym {
 struct Names<'a> {
     ids: HashMap<&'a str, usize, pt_encoder::hash::IpBuildHasher>,
     names: Vec<&'a str>,
+    /// The line defining each name (the first, where a name is defined twice).
+    line: Vec<usize>,
     /// The number of each line's label, if it has one.
     of_line: Vec<Option<usize>>,
 }
@@ -125,10 +127,11 @@ struct Names<'a> {
 impl<'a> Names<'a> {
     fn new(lines: &'a [Line]) -> Self {
         let mut n = Names::default();
-        for line in lines {
+        for (i, line) in lines.iter().enumerate() {
             let id = line.label.as_deref().map(|name| {
                 *n.ids.entry(name).or_insert_with(|| {
                     n.names.push(name);
+                    n.line.push(i);
                     n.names.len() - 1
                 })
             });
@@ -1143,12 +1146,7 @@ impl<'a> Assembler<'a> {
             .collect();
         // The lines whose lengths a relaxable line's values depend on: from
         // the earliest to the latest of itself and the labels it names.
-        let label_lines: HashMap<&str, usize, pt_encoder::hash::IpBuildHasher> = self
-            .lines
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| l.label.as_deref().map(|n| (n, i)))
-            .collect();
+        let names = &self.names;
         let ranges: pt_encoder::hash::IntMap<usize, (usize, usize)> = relaxable
             .iter()
             .map(|&j| {
@@ -1162,7 +1160,11 @@ impl<'a> Assembler<'a> {
                         if mentions_section_start(e) {
                             lo = 0;
                         }
-                        e.for_each_symbol(&mut |name| match label_lines.get(name) {
+                        e.for_each_symbol(&mut |name| match names
+                            .ids
+                            .get(name)
+                            .and_then(|&i| names.line.get(i))
+                        {
                             Some(&k) => {
                                 lo = lo.min(k);
                                 hi = hi.max(k);
