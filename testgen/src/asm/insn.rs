@@ -521,21 +521,9 @@ fn layout_free(insn: &AsmInsn, codes: &[Code]) -> bool {
         }
         Operand::Imm(i) => {
             !i.expr.depends_on_layout()
-                && !codes.iter().any(|c| {
-                    c.op_code().op_kinds().iter().any(|k| {
-                        matches!(
-                            k,
-                            K::br16_1
-                                | K::br32_1
-                                | K::br64_1
-                                | K::br16_2
-                                | K::br32_4
-                                | K::br64_4
-                                | K::xbegin_2
-                                | K::xbegin_4
-                        )
-                    })
-                })
+                && !codes
+                    .iter()
+                    .any(|c| c.op_code().op_kinds().iter().any(|k| is_target(*k)))
         }
         Operand::Far { .. } => false,
     })
@@ -578,13 +566,26 @@ fn branch_only(codes: &[Code]) -> bool {
             )
         })
     }) && codes.iter().any(|c| {
-        c.op_code().op_kinds().iter().any(|k| {
-            matches!(
-                k,
-                K::br16_1 | K::br32_1 | K::br64_1 | K::br16_2 | K::br32_4 | K::br64_4
-            )
-        })
+        c.op_code()
+            .op_kinds()
+            .iter()
+            .any(|k| is_target(*k) && !matches!(k, K::xbegin_2 | K::xbegin_4))
     })
+}
+
+/// True for the operand kinds of a relative branch target (`xbegin`'s too).
+fn is_target(k: K) -> bool {
+    matches!(
+        k,
+        K::br16_1
+            | K::br32_1
+            | K::br64_1
+            | K::br16_2
+            | K::br32_4
+            | K::br64_4
+            | K::xbegin_2
+            | K::xbegin_4
+    )
 }
 
 /// [`encode_detailed`], remembering the result for line `line` in `memo`.
@@ -1090,18 +1091,7 @@ fn build(
                 strict,
             } => {
                 let (value, size, jump) = (&value, &size, &jump);
-                let branch = matches!(
-                    k,
-                    K::br16_1
-                        | K::br32_1
-                        | K::br64_1
-                        | K::br16_2
-                        | K::br32_4
-                        | K::br64_4
-                        | K::xbegin_2
-                        | K::xbegin_4
-                );
-                if branch {
+                if is_target(k) {
                     match match_branch(k, *value, *jump, ctx.bits) {
                         Some(f) => f,
                         None => return Ok(None),
