@@ -99,6 +99,15 @@ pub struct Mapping {
     pub kind: MappingKind,
 }
 
+/// perf's short name of a dso: its file name; `[vdso]`, `[kernel.kallsyms]` and
+/// the like as they are.
+pub fn short_name(dso: &str) -> &str {
+    if dso.starts_with('[') {
+        return dso;
+    }
+    dso.rsplit('/').next().unwrap_or(dso)
+}
+
 impl Mapping {
     /// One past the last address.
     pub fn end(&self) -> u64 {

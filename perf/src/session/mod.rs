@@ -86,7 +86,7 @@ mod skipped;
 pub mod tasks;
 
 pub use libipt::{NoCode, PerfItem, QueueDecoder, TimedDecoder};
-pub use maps::{CodeFile, Mapping, MappingKind, MissingCode};
+pub use maps::{short_name, CodeFile, Mapping, MappingKind, MissingCode};
 pub use overlap::{find_overlap, Overlap};
 pub use queues::{AuxPiece, Lost, LostKind, Part, Queue, Segment};
 pub use skipped::Skipped;

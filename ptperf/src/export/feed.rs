@@ -39,13 +39,7 @@ struct CodeFile {
     syms: Option<pt_elf::TableId>,
 }
 
-/// perf's short name of a file: its base name; `[…]` names as they are.
-fn short_name(long: &str) -> &str {
-    if long.starts_with('[') {
-        return long;
-    }
-    long.rsplit('/').next().unwrap_or(long)
-}
+use pt_perf::session::short_name;
 
 /// A thread with no side-band: perf's unknown thread -1.
 static NO_COMMS: [pt_perf::session::CommChange; 0] = [];

@@ -800,10 +800,5 @@ impl<'s, 'a> Hists<'s, 'a> {
     }
 }
 
-/// A dso's short name (its file name; `[vdso]` and the like as they are).
-pub fn short(dso: &str) -> &str {
-    if dso.starts_with('[') {
-        return dso;
-    }
-    dso.rsplit('/').next().unwrap_or(dso)
-}
+/// A dso's short name (perf's: [`pt_perf::session::short_name`]).
+pub use pt_perf::session::short_name as short;
