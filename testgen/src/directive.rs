@@ -565,7 +565,7 @@ mod tests {
         let mut m = BTreeMap::new();
         m.insert("l1".to_string(), 0xffff_8000_0010_2030);
         m.insert("L2".to_string(), 0x1000);
-        Labels::from_assembly(&m, 0x1000, [])
+        Labels::from_assembly(m, 0x1000, [])
     }
 
     fn bytes(name: &str, payload: &str) -> Vec<u8> {

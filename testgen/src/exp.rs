@@ -194,7 +194,7 @@ mod tests {
         m.insert("l1".to_string(), 0xffff_ff00_004c);
         m.insert("L2".to_string(), 0xc0001);
         m.insert("start_here".to_string(), 0x1000);
-        let mut l = Labels::from_assembly(&m, 0x1000, []);
+        let mut l = Labels::from_assembly(m, 0x1000, []);
         l.define_packet("p1", 0x10).unwrap();
         l.define_packet("eos", 0x2a).unwrap();
         l

@@ -200,8 +200,8 @@ pub fn generate_for(source: &str, path: &Path, cpus: &[Option<Cpu>]) -> Result<O
             message: "an 'org' directive is required".into(),
         });
     }
-    let labels = Labels::from_assembly(
-        &asm.labels,
+    let mut labels = Labels::from_assembly(
+        asm.labels,
         asm.org,
         asm.sections
             .iter()
@@ -210,7 +210,13 @@ pub fn generate_for(source: &str, path: &Path, cpus: &[Option<Cpu>]) -> Result<O
     let root = file_root(path);
     let mut trace = Trace::default();
     for (i, &cpu) in cpus.iter().enumerate() {
-        let t = process(source, &file, labels.clone(), &root, cpu)?;
+        // A 200k-label file's table is worth not copying for the last run.
+        let labels = if i + 1 == cpus.len() {
+            std::mem::take(&mut labels)
+        } else {
+            labels.clone()
+        };
+        let t = process(source, &file, labels, &root, cpu)?;
         if i == 0 {
             trace = t;
         } else {
@@ -288,7 +294,7 @@ mod tests {
         let mut m = BTreeMap::new();
         m.insert("l1".to_string(), 0x1000);
         m.insert("l2".to_string(), 0x1002);
-        Labels::from_assembly(&m, 0x1000, [])
+        Labels::from_assembly(m, 0x1000, [])
     }
 
     const SRC: &str = "\

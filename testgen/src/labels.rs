@@ -30,11 +30,11 @@ impl Labels {
     ///
     /// `sections` holds (name, vstart, file offset, size).
     pub fn from_assembly(
-        labels: &BTreeMap<String, u64>,
+        labels: BTreeMap<String, u64>,
         org: u64,
         sections: impl IntoIterator<Item = (String, u64, u64, u64)>,
     ) -> Self {
-        let mut asm = labels.clone();
+        let mut asm = labels;
         asm.entry("org".to_string()).or_insert(org);
         for (name, vstart, offset, size) in sections {
             asm.entry(format!("section_{name}_start")).or_insert(offset);
@@ -88,7 +88,7 @@ mod tests {
         let mut code = BTreeMap::new();
         code.insert("l1".to_string(), 0x1000);
         let mut l =
-            Labels::from_assembly(&code, 0x1000, [(".text".to_string(), 0x2000, 0x10, 0x20)]);
+            Labels::from_assembly(code, 0x1000, [(".text".to_string(), 0x2000, 0x10, 0x20)]);
         assert_eq!(l.asm("l1"), Some(0x1000));
         assert_eq!(l.asm("org"), Some(0x1000));
         assert_eq!(l.asm("section_.text_start"), Some(0x10));

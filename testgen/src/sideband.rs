@@ -458,7 +458,7 @@ mod tests {
     fn labels() -> Labels {
         let mut code = BTreeMap::new();
         code.insert("l1".to_string(), 0x2000);
-        Labels::from_assembly(&code, 0x1000, [("text".to_string(), 0x2000, 0x1010, 6)])
+        Labels::from_assembly(code, 0x1000, [("text".to_string(), 0x2000, 0x1010, 6)])
     }
 
     fn run(lines: &[(&str, &str)]) -> Result<Sideband, String> {

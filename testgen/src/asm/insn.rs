@@ -437,14 +437,15 @@ pub fn encode(
     ctx: &Context,
     eval: &mut dyn FnMut(&Expr) -> Result<Value, EvalError>,
 ) -> Result<Vec<u8>, EncodeError> {
-    encode_detailed(insn, ctx, eval).map(|e| e.bytes)
+    encode_detailed(insn, ctx, eval).map(|e| e.bytes.to_vec())
 }
 
 /// An encoded instruction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoded {
-    /// The bytes.
-    pub bytes: Vec<u8>,
+    /// The bytes (inline: an instruction is at most 15, so copying one out
+    /// of the memo allocates nothing).
+    pub bytes: super::layout::LineBytes,
     /// Size of the relative branch displacement that ends the instruction,
     /// if it has one (the listing shows it the way yasm does).
     pub branch_disp: Option<usize>,
@@ -500,13 +501,24 @@ impl EncodeMemo {
     }
 }
 
-/// What a layout-free instruction's bytes depend on.
+/// What a layout-free instruction's bytes depend on: the memo stores the
+/// instruction (`I = AsmInsn`), a lookup borrows it (`I = &AsmInsn`, which
+/// hashes the same), so that a hit copies nothing.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct FixedKey {
-    insn: AsmInsn,
+struct FixedKey<I = AsmInsn> {
+    insn: I,
     bits: u32,
     default_rel: bool,
     floor: usize,
+}
+
+impl FixedKey {
+    fn matches(&self, key: &FixedKey<&AsmInsn>) -> bool {
+        self.bits == key.bits
+            && self.default_rel == key.default_rel
+            && self.floor == key.floor
+            && self.insn == *key.insn
+    }
 }
 
 /// True if `insn`'s bytes cannot depend on its address or on any label: no
@@ -718,7 +730,7 @@ fn encode_remembered(
     }
     let fixed = memo.as_ref().filter(|_| layout_free(insn, codes)).map(|_| {
         let key = FixedKey {
-            insn: insn.clone(),
+            insn,
             bits: ctx.bits,
             default_rel: ctx.default_rel,
             floor: ctx.floor,
@@ -731,7 +743,7 @@ fn encode_remembered(
         if let Some((_, e)) = memo
             .fixed
             .get(hash)
-            .and_then(|b| b.iter().find(|(k, _)| k == key))
+            .and_then(|b| b.iter().find(|(k, _)| k.matches(key)))
         {
             return Ok(e.clone());
         }
@@ -786,10 +798,15 @@ fn encode_remembered(
     };
     if let Some((memo, line)) = memo {
         if let Some((hash, key)) = fixed {
-            memo.fixed
-                .entry(hash)
-                .or_default()
-                .push((key, encoded.clone()));
+            memo.fixed.entry(hash).or_default().push((
+                FixedKey {
+                    insn: key.insn.clone(),
+                    bits: key.bits,
+                    default_rel: key.default_rel,
+                    floor: key.floor,
+                },
+                encoded.clone(),
+            ));
         }
         if let Some(key) = key {
             if memo.lines.len() <= line {
@@ -910,7 +927,7 @@ fn choose(
         .or_else(|| pool.iter().max_by_key(|c| c.bytes.len()))
         .ok_or("no encoding")?;
     Ok(Encoded {
-        bytes: best.bytes.to_vec(),
+        bytes: super::layout::LineBytes::from_slice(&best.bytes),
         branch_disp: best.branch_disp,
     })
 }

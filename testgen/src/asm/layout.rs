@@ -56,6 +56,11 @@ impl Section {
     }
 }
 
+/// A line's bytes: inline up to 16, which every instruction fits, so that a
+/// layout pass allocates nothing per instruction line; data and `times` lines
+/// longer than that spill to the heap.
+pub type LineBytes = smallvec::SmallVec<[u8; 16]>;
+
 /// What one line produced.
 #[derive(Debug, Clone, Default)]
 pub struct Emitted {
@@ -66,7 +71,7 @@ pub struct Emitted {
     /// Virtual address at the start of the line.
     pub addr: u64,
     /// The bytes.
-    pub bytes: Vec<u8>,
+    pub bytes: LineBytes,
     /// Length of one repetition when `times` repeated the body more than once.
     pub rept_unit: Option<usize>,
     /// True for the NOP padding of an `align` without fill value (the
@@ -295,7 +300,7 @@ fn align_up(v: u64, a: u64) -> u64 {
 }
 
 /// The NOP patterns yasm 1.3 fills code alignment with, by mode and length.
-fn nop_fill(bits: u32, len: usize) -> Vec<u8> {
+fn nop_fill(bits: u32, len: usize) -> LineBytes {
     const F16: [&[u8]; 16] = [
         &[],
         &[0x90],
@@ -390,7 +395,7 @@ fn nop_fill(bits: u32, len: usize) -> Vec<u8> {
         _ => &F64,
     };
     // Longest pattern first, then the remainder, as yasm does.
-    let mut out = Vec::with_capacity(len);
+    let mut out = LineBytes::with_capacity(len);
     let mut left = len;
     while left > 0 {
         let n = left.min(15);
@@ -512,7 +517,9 @@ impl<'a> Assembler<'a> {
                         return Err(err(file, number, "alignment too large"));
                     }
                     out.bytes = match fill {
-                        Some(f) => vec![eval_abs(f, "fill")?.value as u8; pad as usize],
+                        Some(f) => {
+                            LineBytes::from_elem(eval_abs(f, "fill")?.value as u8, pad as usize)
+                        }
                         // yasm pads with NOPs in every section of a flat binary.
                         None => nop_fill(bits, pad as usize),
                     };
@@ -553,7 +560,7 @@ impl<'a> Assembler<'a> {
                         if total > MAX_OUTPUT {
                             return Err(err(file, number, "output too large"));
                         }
-                        Ok((vec![0; total as usize], len, None))
+                        Ok((LineBytes::from_elem(0, total as usize), len, None))
                     } else if self.minimal {
                         // Every label at distance zero: the shortest forms.
                         let near = MinimalScope {
@@ -593,14 +600,14 @@ impl<'a> Assembler<'a> {
                         Err(_) => {
                             // Values are still settling: keep the last size.
                             let guess = (floor as u64).saturating_mul(count);
-                            out.bytes = vec![
-                                0;
+                            out.bytes = LineBytes::from_elem(
+                                0,
                                 if guess <= MAX_OUTPUT {
                                     guess as usize
                                 } else {
                                     0
-                                }
-                            ];
+                                },
+                            );
                         }
                     }
                 }
@@ -767,7 +774,7 @@ fn emit_body(
     scope: &dyn Scope,
     final_pass: bool,
     memo: &std::cell::RefCell<insn::EncodeMemo>,
-) -> Result<(Vec<u8>, usize, Option<usize>), String> {
+) -> Result<(LineBytes, usize, Option<usize>), String> {
     let EmitAt {
         bits,
         addr,
@@ -794,13 +801,17 @@ fn emit_body(
                 .checked_mul(count)
                 .filter(|t| *t <= MAX_OUTPUT)
                 .ok_or("reserved space too large")?;
-            Ok((vec![0; total as usize], unit_len as usize, None))
+            Ok((
+                LineBytes::from_elem(0, total as usize),
+                unit_len as usize,
+                None,
+            ))
         }
         Body::Data { unit, items } => {
             // yasm evaluates `$` once, at the start of the line, for every
             // repetition, so data repeats unchanged.
             let one = encode_data(*unit, items, scope)?;
-            let (bytes, unit) = repeat(one, count, false, |_| Ok(Vec::new()))?;
+            let (bytes, unit) = repeat(LineBytes::from_vec(one), count, false, |_| Ok(Vec::new()))?;
             Ok((bytes, unit, None))
         }
         Body::Insn(insn) => {
@@ -861,17 +872,20 @@ fn encode_data(unit: u8, items: &[DataItem], scope: &dyn Scope) -> Result<Vec<u8
 /// Repeats one encoding `count` times; `again(k)` re-encodes repetition k
 /// when its bytes depend on its own address.
 fn repeat(
-    one: Vec<u8>,
+    one: LineBytes,
     count: u64,
     per_rep: bool,
     mut again: impl FnMut(u64) -> Result<Vec<u8>, String>,
-) -> Result<(Vec<u8>, usize), String> {
+) -> Result<(LineBytes, usize), String> {
     let unit = one.len();
     let total = (unit as u64)
         .checked_mul(count)
         .filter(|t| *t <= MAX_OUTPUT)
         .ok_or("times count too large")?;
-    let mut out = Vec::with_capacity(total as usize);
+    if count == 1 {
+        return Ok((one, unit));
+    }
+    let mut out = LineBytes::with_capacity(total as usize);
     if count == 0 {
         return Ok((out, unit));
     }
@@ -957,6 +971,7 @@ fn layout_counted(lines: &[Line], file: &str) -> Result<(Layout, Work), AsmError
         return Err(err(file, 0, "layout does not converge"));
     }
     let mut fin = asm.pass(&prev, true)?;
+    drop(prev);
     asm.place(&mut fin.sections, fin.org)?;
     let _ = fin.org_seen;
     let work = Work {
@@ -1195,6 +1210,8 @@ impl<'a> Assembler<'a> {
             })
             .collect();
         let mut lay = self.measure(&lengths, &first)?;
+        // A pass result holds a record per line: keep no more than two.
+        drop(first);
         // 1b: everything out of range in the shortest layout grows, in
         // order. Offsets stay those of the shortest layout, except that a
         // label sees the new length of the line just before it (yasm
@@ -1386,9 +1403,9 @@ mod tests {
 
     #[test]
     fn nop_fill_matches_yasm() {
-        assert_eq!(nop_fill(64, 3), vec![0x0f, 0x1f, 0x00]);
-        assert_eq!(nop_fill(32, 2), vec![0x66, 0x90]);
-        assert_eq!(nop_fill(16, 2), vec![0x89, 0xf6]);
+        assert_eq!(nop_fill(64, 3).as_slice(), [0x0f, 0x1f, 0x00]);
+        assert_eq!(nop_fill(32, 2).as_slice(), [0x66, 0x90]);
+        assert_eq!(nop_fill(16, 2).as_slice(), [0x89, 0xf6]);
         // 250 bytes: sixteen 15-byte NOPs and a 10-byte one.
         let f = nop_fill(64, 250);
         assert_eq!(f.len(), 250);

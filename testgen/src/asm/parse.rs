@@ -412,8 +412,9 @@ pub enum Stmt {
     Org(Expr),
     /// `bits 16/32/64`.
     Bits(u32),
-    /// `section`/`segment`.
-    Section(SectionDecl),
+    /// `section`/`segment` (boxed: the largest statement and a rare one, it
+    /// would make every line's statement as large).
+    Section(Box<SectionDecl>),
     /// `align N[, db X]`.
     Align {
         /// The boundary.
@@ -841,7 +842,7 @@ impl Parser {
                 _ => return Err(format!("unknown section attribute `{attr}'")),
             }
         }
-        Ok(Stmt::Section(decl))
+        Ok(Stmt::Section(Box::new(decl)))
     }
 
     fn emit(&self, toks: &[Tok]) -> Result<Stmt, ParseError> {

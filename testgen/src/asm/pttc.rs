@@ -140,7 +140,8 @@ fn listing_labels(listing: &str) -> Result<Vec<(String, u64)>, String> {
     while i < lines.len() {
         let line = lines.get(i).copied().unwrap_or("");
         i += 1;
-        if let Some(p) = line.find("[section") {
+        let directive = line.as_bytes().contains(&b'[');
+        if let Some(p) = directive.then(|| line.find("[section")).flatten() {
             let rest = line.get(p + "[section".len()..).unwrap_or("");
             let name = tokens(rest).next().ok_or("section without a name")?;
             let key = format!("section_{name}_vstart");
