@@ -660,7 +660,8 @@ fn encode_remembered(
         .get_key_value(&insn.mnemonic)
         .ok_or_else(|| format!("unknown instruction `{}'", insn.mnemonic))?;
     let mnemonic = mnemonic.as_str();
-    let mut ops = Vec::with_capacity(insn.operands.len() + 1);
+    // Inline: resolving is done on every layout pass of every line.
+    let mut ops: smallvec::SmallVec<[Resolved<'_>; 4]> = smallvec::SmallVec::new();
     for op in &insn.operands {
         ops.push(match op {
             Operand::Reg(r) => Resolved::Reg(*r),

@@ -1097,7 +1097,7 @@ impl<'a> Assembler<'a> {
             return None;
         };
         let e = lay.emitted.get(i)?;
-        let bases: Vec<u64> = lay.sections.iter().map(|s| s.vma).collect();
+        let bases: smallvec::SmallVec<[u64; 8]> = lay.sections.iter().map(|s| s.vma).collect();
         let empty = Symbols::new();
         let scope = PassScope {
             section: e.section,
