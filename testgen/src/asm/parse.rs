@@ -59,7 +59,7 @@ pub fn strip_comment(line: &str) -> &str {
 /// Splits a line (without comment) into tokens.
 pub fn tokenize(line: &str) -> Result<Vec<Tok>, ParseError> {
     let chars: Vec<char> = line.chars().collect();
-    let mut toks = Vec::new();
+    let mut toks = Vec::with_capacity(8);
     let mut i = 0;
     while let Some(&c) = chars.get(i) {
         if c.is_whitespace() {
@@ -147,12 +147,12 @@ pub fn tokenize(line: &str) -> Result<Vec<Tok>, ParseError> {
             i = j + 1;
             continue;
         }
-        let rest: String = chars
-            .get(i..(i + 2).min(chars.len()))
-            .unwrap_or_default()
-            .iter()
-            .collect();
-        if let Some(p) = PUNCTS.iter().find(|p| rest.starts_with(**p)) {
+        // Punctuation is ASCII: compare the next two characters in place.
+        let next = chars.get(i + 1).copied();
+        if let Some(p) = PUNCTS.iter().find(|p| {
+            let mut pc = p.chars();
+            pc.next() == Some(c) && pc.next().is_none_or(|d| Some(d) == next)
+        }) {
             toks.push(Tok::Punct(p));
             i += p.len();
             continue;
@@ -616,7 +616,6 @@ impl Parser {
         let code = strip_comment(text);
         let collapsed = collapse_blanks(code);
         let mut toks = tokenize(code)?;
-        let mut listing_text = collapsed.clone();
         let mut label = None;
         let mut label_written = None;
         let mut label_colon = false;
@@ -649,7 +648,7 @@ impl Parser {
                     p.end()?;
                     return Ok(Line {
                         number,
-                        listing_text,
+                        listing_text: collapsed,
                         label_written: label.as_ref().map(|_| first.clone()),
                         label,
                         label_colon: false,
@@ -674,7 +673,7 @@ impl Parser {
         let Some(first) = rest.first() else {
             return Ok(Line {
                 number,
-                listing_text,
+                listing_text: collapsed,
                 label,
                 label_written,
                 label_colon,
@@ -687,6 +686,7 @@ impl Parser {
         let lower = word.to_ascii_lowercase();
         if DIRECTIVES.contains(&lower.as_str()) {
             let stmt = self.directive(&lower, rest.get(1..).unwrap_or_default())?;
+            let mut listing_text = collapsed.clone();
             if !bracketed {
                 // yasm's listing shows directives the way its macros expand
                 // them; a label on the line is listed separately.
@@ -718,7 +718,8 @@ impl Parser {
             });
         }
         let stmt = self.emit(rest)?;
-        let listing_text = cut_at_radix_suffix(&listing_text).to_string();
+        let mut listing_text = collapsed;
+        listing_text.truncate(cut_at_radix_suffix(&listing_text).len());
         Ok(Line {
             number,
             listing_text,
