@@ -80,7 +80,7 @@ impl EquCycles<'_, '_> {
         let mut v = Vec::new();
         if let Some((_, e)) = self.equs.get(name) {
             e.for_each_symbol(&mut |s| {
-                if self.equs.contains_key(s) {
+                if self.equs.contains_key(s.name.as_str()) {
                     v.push(s.to_string());
                 }
             });
@@ -137,7 +137,7 @@ impl EquCycles<'_, '_> {
 }
 
 /// Visits the expressions of `line` (not an `equ`'s own value).
-fn line_exprs(line: &Line, f: &mut dyn FnMut(&Expr)) {
+pub(super) fn line_exprs(line: &Line, f: &mut dyn FnMut(&Expr)) {
     match &line.stmt {
         Stmt::Org(e) => f(e),
         Stmt::Align { boundary, fill } => {
@@ -190,7 +190,7 @@ fn line_exprs(line: &Line, f: &mut dyn FnMut(&Expr)) {
 /// `e` with its `equ`s substituted (`None` past [`MAX_DEPTH`]).
 fn expand(e: &Expr, equs: &HashMap<&str, (usize, &Expr)>, depth: usize) -> Option<Expr> {
     Some(match e {
-        Expr::Sym(s) => match equs.get(s.as_str()) {
+        Expr::Sym(s) => match equs.get(s.name.as_str()) {
             Some((_, v)) if depth < MAX_DEPTH => expand(v, equs, depth + 1)?,
             Some(_) => return None,
             None => e.clone(),

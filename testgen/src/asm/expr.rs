@@ -48,13 +48,64 @@ pub enum UnOp {
     LogicalNot,
 }
 
+/// A label or `equ` name as an expression names it, fully qualified (local
+/// labels carry their parent).
+///
+/// The parser numbers the names it reads ([`Symbol::number`]), so that layout,
+/// which evaluates every expression on every pass, finds a name's definition
+/// by index instead of hashing and comparing the name each time. Equality and
+/// hashing look at the name only: the number is an index, not an identity.
+#[derive(Debug, Clone)]
+pub struct Symbol {
+    /// The name.
+    pub name: String,
+    /// The parser's number for the name (equal names, equal numbers), or
+    /// [`Symbol::UNNUMBERED`].
+    pub number: u32,
+}
+
+impl Symbol {
+    /// The number of a symbol no parser numbered: it is looked up by name.
+    pub const UNNUMBERED: u32 = u32::MAX;
+}
+
+impl PartialEq for Symbol {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Symbol {}
+
+impl std::hash::Hash for Symbol {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl std::ops::Deref for Symbol {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.name
+    }
+}
+
+impl From<&str> for Symbol {
+    fn from(name: &str) -> Self {
+        Symbol {
+            name: name.to_string(),
+            number: Symbol::UNNUMBERED,
+        }
+    }
+}
+
 /// An expression tree.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Expr {
     /// A number (already converted to 64 bits).
     Num(i64),
-    /// A label or `equ` name, fully qualified (local labels carry their parent).
-    Sym(String),
+    /// A label or `equ` name.
+    Sym(Symbol),
     /// `$`: the address of the start of the current line.
     Here,
     /// `$$`: the address of the start of the current section.
@@ -139,8 +190,8 @@ impl Expr {
         }
     }
 
-    /// Visits every symbol name in the expression.
-    pub fn for_each_symbol(&self, f: &mut dyn FnMut(&str)) {
+    /// Visits every symbol in the expression.
+    pub fn for_each_symbol(&self, f: &mut dyn FnMut(&Symbol)) {
         match self {
             Expr::Sym(s) => f(s),
             Expr::Num(_) | Expr::Reg(_) | Expr::Here | Expr::SectionStart => {}
@@ -230,6 +281,11 @@ pub trait Scope {
         self.symbol(name)
             .map(|(v, loc)| (v, loc, self.foreign(name)))
     }
+    /// [`Self::lookup`] of a symbol; a scope with a table by
+    /// [`Symbol::number`] overrides it to skip the name.
+    fn lookup_symbol(&self, symbol: &Symbol) -> Option<(i64, bool, bool)> {
+        self.lookup(&symbol.name)
+    }
 }
 
 /// Evaluates an expression.
@@ -249,7 +305,7 @@ pub fn eval(expr: &Expr, scope: &dyn Scope) -> Result<Value, EvalError> {
             foreign: false,
         }),
         Expr::Reg(_) => Err(EvalError::Register),
-        Expr::Sym(name) => match scope.lookup(name) {
+        Expr::Sym(symbol) => match scope.lookup_symbol(symbol) {
             Some((v, is_loc, foreign)) => Ok(Value {
                 value: v,
                 relocs: i32::from(is_loc),
@@ -266,7 +322,7 @@ pub fn eval(expr: &Expr, scope: &dyn Scope) -> Result<Value, EvalError> {
                     foreign: false,
                 })
             }
-            None => Err(EvalError::Undefined(name.clone())),
+            None => Err(EvalError::Undefined(symbol.name.clone())),
         },
         Expr::Unary(op, e) => {
             let v = eval(e, scope)?;

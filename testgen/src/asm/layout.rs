@@ -6,7 +6,7 @@
 //! so branches start short) and encodings only grow from one pass to the next;
 //! the fixed point reached is the one yasm's span-based optimiser reaches.
 
-use super::expr::{self, Expr, Scope, Value};
+use super::expr::{self, Expr, Scope, Symbol, Value};
 use super::insn::{self, Context};
 use super::parse::{Body, DataItem, Line, SectionDecl, Stmt};
 use super::{AsmError, LineInfo, SectionInfo};
@@ -127,7 +127,14 @@ struct Names<'a> {
     line: Vec<usize>,
     /// The number of each line's label, if it has one.
     of_line: Vec<Option<usize>>,
+    /// By the parser's [`Symbol::number`], this table's number of the name
+    /// ([`UNDEFINED`] for a name no line defines): expressions are looked up
+    /// by index on every pass, the names hashed once here.
+    by_number: Vec<u32>,
 }
+
+/// [`Names::by_number`] of a name that no line defines.
+const UNDEFINED: u32 = u32::MAX;
 
 impl<'a> Names<'a> {
     fn new(lines: &'a [Line]) -> Self {
@@ -142,7 +149,40 @@ impl<'a> Names<'a> {
             });
             n.of_line.push(id);
         }
+        let mut number = |e: &Expr| {
+            e.for_each_symbol(&mut |s| {
+                if s.number == Symbol::UNNUMBERED {
+                    return;
+                }
+                let k = s.number as usize;
+                if n.by_number.len() <= k {
+                    n.by_number.resize(k + 1, UNDEFINED);
+                }
+                if let Some(slot) = n.by_number.get_mut(k).filter(|v| **v == UNDEFINED) {
+                    *slot = n
+                        .ids
+                        .get(s.name.as_str())
+                        .map_or(UNDEFINED, |&id| id as u32);
+                }
+            })
+        };
+        for line in lines {
+            super::cycles::line_exprs(line, &mut number);
+            if let Stmt::Equ(e) = &line.stmt {
+                number(e);
+            }
+        }
         n
+    }
+
+    /// This table's number of `symbol`, if a line defines it.
+    fn id_of(&self, symbol: &Symbol) -> Option<usize> {
+        match self.by_number.get(symbol.number as usize) {
+            Some(&UNDEFINED) => None,
+            Some(&id) => Some(id as usize),
+            // Not numbered by the parser that read these lines.
+            None => self.ids.get(symbol.name.as_str()).copied(),
+        }
     }
 }
 
@@ -164,10 +204,30 @@ struct PassScope<'a> {
 
 impl PassScope<'_> {
     fn get(&self, name: &str) -> Option<&Sym> {
-        let id = *self.names.ids.get(name)?;
+        self.definition(*self.names.ids.get(name)?)
+    }
+
+    /// The definition of the name numbered `id` in [`Names`]: from this pass
+    /// if it came by already, else from the previous one.
+    fn definition(&self, id: usize) -> Option<&Sym> {
         match self.current.get(id) {
             Some(Some(s)) => Some(s),
             _ => self.previous.get(id)?.as_ref(),
+        }
+    }
+
+    fn value(&self, sym: &Sym) -> (i64, bool, bool) {
+        match *sym {
+            Sym::Loc { section, offset } => (
+                self.bases
+                    .get(section)
+                    .copied()
+                    .unwrap_or(0)
+                    .wrapping_add(offset) as i64,
+                true,
+                section != self.section,
+            ),
+            Sym::Equ(v, loc) => (v, loc, false),
         }
     }
 }
@@ -176,19 +236,11 @@ impl Scope for PassScope<'_> {
     fn symbol(&self, name: &str) -> Option<(i64, bool)> {
         self.lookup(name).map(|(v, loc, _)| (v, loc))
     }
+    fn lookup_symbol(&self, symbol: &Symbol) -> Option<(i64, bool, bool)> {
+        Some(self.value(self.definition(self.names.id_of(symbol)?)?))
+    }
     fn lookup(&self, name: &str) -> Option<(i64, bool, bool)> {
-        match *self.get(name)? {
-            Sym::Loc { section, offset } => Some((
-                self.bases
-                    .get(section)
-                    .copied()
-                    .unwrap_or(0)
-                    .wrapping_add(offset) as i64,
-                true,
-                section != self.section,
-            )),
-            Sym::Equ(v, loc) => Some((v, loc, false)),
-        }
+        Some(self.value(self.get(name)?))
     }
     fn here(&self) -> i64 {
         self.here
@@ -212,16 +264,24 @@ impl Scope for PassScope<'_> {
 /// field takes its shortest form.
 struct MinimalScope<'a> {
     inner: &'a PassScope<'a>,
-    labels: &'a super::NameMap<usize>,
+    /// By [`Names`] number: the section of each label (None for `equ`s).
+    labels: &'a [Option<usize>],
+}
+
+impl MinimalScope<'_> {
+    /// The section of the label numbered `id`; None for an `equ` name.
+    fn label_section(&self, id: usize) -> Option<usize> {
+        self.labels.get(id).copied().flatten()
+    }
+
+    fn by_id(&self, id: Option<usize>) -> Option<usize> {
+        self.label_section(id?)
+    }
 }
 
 impl Scope for MinimalScope<'_> {
     fn symbol(&self, name: &str) -> Option<(i64, bool)> {
-        if self.labels.contains_key(name) {
-            Some((self.inner.here, true))
-        } else {
-            self.inner.symbol(name)
-        }
+        self.lookup(name).map(|(v, loc, _)| (v, loc))
     }
     fn here(&self) -> i64 {
         self.inner.here
@@ -235,14 +295,23 @@ impl Scope for MinimalScope<'_> {
         true
     }
     fn foreign(&self, name: &str) -> bool {
-        self.labels
-            .get(name)
-            .is_some_and(|s| *s != self.inner.section)
+        self.by_id(self.inner.names.ids.get(name).copied())
+            .is_some_and(|s| s != self.inner.section)
     }
     fn lookup(&self, name: &str) -> Option<(i64, bool, bool)> {
-        match self.labels.get(name) {
-            Some(s) => Some((self.inner.here, true, *s != self.inner.section)),
+        match self.by_id(self.inner.names.ids.get(name).copied()) {
+            Some(s) => Some((self.inner.here, true, s != self.inner.section)),
             None => self.inner.lookup(name).map(|(v, loc, _)| (v, loc, false)),
+        }
+    }
+    fn lookup_symbol(&self, symbol: &Symbol) -> Option<(i64, bool, bool)> {
+        let id = self.inner.names.id_of(symbol);
+        match self.by_id(id) {
+            Some(s) => Some((self.inner.here, true, s != self.inner.section)),
+            None => {
+                let (v, loc, _) = self.inner.value(self.inner.definition(id?)?);
+                Some((v, loc, false))
+            }
         }
     }
 }
@@ -263,7 +332,7 @@ struct Assembler<'a> {
     /// encoding it.
     fixed: Option<Vec<usize>>,
     /// Section index of every label, known from the source order alone.
-    label_sections: super::NameMap<usize>,
+    label_sections: Vec<Option<usize>>,
     /// While measuring for the minimal layout: every label reads as the
     /// referencing line's own address.
     minimal: bool,
@@ -919,15 +988,16 @@ struct Work {
 
 fn layout_counted(lines: &[Line], file: &str) -> Result<(Layout, Work), AsmError> {
     super::cycles::check(lines, file)?;
+    let names = Names::new(lines);
     let mut asm = Assembler {
         lines,
         file,
         floors: vec![0; lines.len()],
         fixed: None,
-        label_sections: label_sections(lines),
+        label_sections: label_sections(lines, &names),
         minimal: false,
         memo: Default::default(),
-        names: Names::new(lines),
+        names,
         passes: 0,
     };
     let initial = PassResult {
@@ -1045,27 +1115,31 @@ fn mentions_section_start(e: &Expr) -> bool {
 }
 
 /// The section of every label, from the order of `section` directives.
-fn label_sections(lines: &[Line]) -> super::NameMap<usize> {
-    let mut names = vec![".text".to_string()];
+/// By [`Names`] number, the section of each label (None for an `equ` name).
+fn label_sections(lines: &[Line], names: &Names) -> Vec<Option<usize>> {
+    let mut sections = vec![".text".to_string()];
     let mut cur = 0;
-    let mut map = super::NameMap::default();
+    let mut of = vec![None; names.names.len()];
     for line in lines {
         if let Stmt::Section(decl) = &line.stmt {
-            cur = match names.iter().position(|n| *n == decl.name) {
+            cur = match sections.iter().position(|n| *n == decl.name) {
                 Some(i) => i,
                 None => {
-                    names.push(decl.name.clone());
-                    names.len() - 1
+                    sections.push(decl.name.clone());
+                    sections.len() - 1
                 }
             };
         }
         if let Some(name) = &line.label {
-            if !matches!(line.stmt, Stmt::Equ(_)) {
-                map.insert(name.clone(), cur);
+            if let (false, Some(slot)) = (
+                matches!(line.stmt, Stmt::Equ(_)),
+                names.ids.get(name.as_str()).and_then(|&id| of.get_mut(id)),
+            ) {
+                *slot = Some(cur);
             }
         }
     }
-    map
+    of
 }
 
 impl<'a> Assembler<'a> {
@@ -1197,9 +1271,8 @@ impl<'a> Assembler<'a> {
                             lo = 0;
                         }
                         e.for_each_symbol(&mut |name| match names
-                            .ids
-                            .get(name)
-                            .and_then(|&i| names.line.get(i))
+                            .id_of(name)
+                            .and_then(|i| names.line.get(i))
                         {
                             Some(&k) => {
                                 lo = lo.min(k);

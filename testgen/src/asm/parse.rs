@@ -3,7 +3,7 @@
 //! One source line becomes one [`Line`]: an optional label and one statement
 //! (a directive, an instruction, data, or nothing). Comments are dropped.
 
-use super::expr::{BinOp, Expr, UnOp};
+use super::expr::{BinOp, Expr, Symbol, UnOp};
 use super::insn;
 use iced_x86::Register;
 use std::sync::OnceLock;
@@ -455,10 +455,12 @@ pub struct Line {
     pub stmt: Stmt,
 }
 
-/// Line parser state: the last non-local label, for `.local` names.
+/// Line parser state: the last non-local label, for `.local` names, and the
+/// numbers given to the names expressions refer to ([`Symbol::number`]).
 #[derive(Debug, Default)]
 pub struct Parser {
     parent: String,
+    numbers: std::cell::RefCell<super::NameMap<u32>>,
 }
 
 fn size_keyword(s: &str) -> Option<u32> {
@@ -601,6 +603,21 @@ impl Parser {
     /// A new parser.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// `name` as an expression refers to it: qualified and numbered.
+    fn symbol(&self, name: &str) -> Symbol {
+        let name = self.qualify(name);
+        let mut numbers = self.numbers.borrow_mut();
+        let number = match numbers.get(&name) {
+            Some(&n) => n,
+            None => {
+                let n = u32::try_from(numbers.len()).unwrap_or(Symbol::UNNUMBERED);
+                numbers.insert(name.clone(), n);
+                n
+            }
+        };
+        Symbol { name, number }
     }
 
     fn qualify(&self, name: &str) -> String {
@@ -1303,7 +1320,7 @@ impl<'a> ExprParser<'a> {
                 } else if is_keyword(&name.to_ascii_lowercase()) && !name.starts_with('.') {
                     return Err(format!("unexpected keyword `{name}' in expression"));
                 } else {
-                    Expr::Sym(self.parser.qualify(name))
+                    Expr::Sym(self.parser.symbol(name))
                 }
             }
             Tok::Punct(p) => return Err(format!("unexpected `{p}' in expression")),
@@ -1390,6 +1407,29 @@ mod tests {
                 strict: false
             })]
         );
+    }
+
+    #[test]
+    fn symbols_are_numbered_once_per_name() {
+        let mut p = Parser::new();
+        let number = |l: Line| match l.stmt {
+            Stmt::Emit {
+                body: Body::Insn(i),
+                ..
+            } => match i.operands.first() {
+                Some(Operand::Imm(Imm {
+                    expr: Expr::Sym(s), ..
+                })) => s.number,
+                _ => panic!("no symbol operand"),
+            },
+            _ => panic!("not an instruction"),
+        };
+        let a = number(p.parse_line(1, "jmp far_away").unwrap());
+        let b = number(p.parse_line(2, "jmp other").unwrap());
+        let c = number(p.parse_line(3, "call far_away").unwrap());
+        assert_eq!(a, c);
+        assert_ne!(a, b);
+        assert_ne!(a, Symbol::UNNUMBERED);
     }
 
     #[test]
