@@ -161,8 +161,22 @@ impl EventKind {
     /// `ip`). `None` for the kinds without an IP. Meaningless when the event's IP is
     /// suppressed.
     pub fn ip(&self) -> Option<u64> {
+        let mut copy = *self;
+        copy.ip_field().copied()
+    }
+
+    /// Sets the IP that [`ip`](Self::ip) returns (nothing for the kinds without one).
+    pub fn set_ip(&mut self, value: u64) {
+        if let Some(ip) = self.ip_field() {
+            *ip = value;
+        }
+    }
+
+    /// The field [`ip`](Self::ip) reads and [`set_ip`](Self::set_ip) writes: the one
+    /// list of which kinds carry an IP.
+    fn ip_field(&mut self) -> Option<&mut u64> {
         use EventKind::*;
-        match *self {
+        match self {
             Enabled { ip, .. }
             | Disabled { ip }
             | AsyncDisabled { ip, .. }
@@ -200,50 +214,6 @@ impl EventKind {
             | Mnt { .. }
             | Tnt { .. }
             | Sipi { .. } => None,
-        }
-    }
-
-    /// Sets the IP that [`ip`](Self::ip) returns (nothing for the kinds without one).
-    pub fn set_ip(&mut self, value: u64) {
-        use EventKind::*;
-        match self {
-            Enabled { ip, .. }
-            | Disabled { ip }
-            | AsyncDisabled { ip, .. }
-            | AsyncPaging { ip, .. }
-            | Overflow { ip }
-            | ExecMode { ip, .. }
-            | Tsx { ip, .. }
-            | AsyncVmcs { ip, .. }
-            | Exstop { ip }
-            | Mwait { ip, .. }
-            | Ptwrite { ip, .. }
-            | Tick { ip }
-            | Tip { ip }
-            | Iflags { ip, .. }
-            | Interrupt { ip, .. }
-            | Iret { ip }
-            | Smi { ip }
-            | Rsm { ip }
-            | Init { ip }
-            | Vmentry { ip }
-            | Vmexit { ip, .. }
-            | Shutdown { ip }
-            | Uintr { ip, .. }
-            | Uiret { ip }
-            | Trig { ip, .. }
-            | Swintr { ip, .. }
-            | Syscall { ip } => *ip = value,
-            AsyncBranch { to, .. } => *to = value,
-            Paging { .. }
-            | Stop
-            | Vmcs { .. }
-            | Pwre { .. }
-            | Pwrx { .. }
-            | Cbr { .. }
-            | Mnt { .. }
-            | Tnt { .. }
-            | Sipi { .. } => {}
         }
     }
 }
