@@ -213,6 +213,9 @@ mod tests {
         let b = Rc::new(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
         assert!(b.plain_body);
         assert_eq!(b.end(), 0x1008);
+        // The copies beside the counts are the first and last instructions'.
+        assert_eq!(b.start(), b.insns[0].ip);
+        assert_eq!(b.last(), &b.insns[2]);
         let run = BlockRun {
             block: b.clone(),
             next_ip: 0x1018,
