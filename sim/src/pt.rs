@@ -911,7 +911,7 @@ impl PtLogic {
             return;
         }
         let insns = &run.block.insns;
-        if run.block.plain_body && n == insns.len() && self.quiet_for(insns[0].ip, n) {
+        if run.block.plain_body && n == insns.len() && self.quiet_for(run.block.start(), n) {
             // The whole block in one step: nothing is due before its last
             // instruction's end (see `quiet_for`), which writes what it writes.
             self.clock
@@ -921,7 +921,7 @@ impl PtLogic {
                 self.stats.traced += n as u64;
             }
             self.next_ip = Some(run.next_ip);
-            self.retire_end(&insns[n - 1].retired(run.next_ip), mem);
+            self.retire_end(&run.block.last().retired(run.next_ip), mem);
             return;
         }
         // The first instruction settles what the block was entered with

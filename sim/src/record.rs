@@ -847,6 +847,9 @@ pub fn record_into(
                 r.blocks(cursor.current(), runs, mem)?;
             }
         }
+        if let Step::Blocks(runs) = step {
+            source.recycle(runs);
+        }
         if let Some(req) = &rec.snapshot_requests {
             if req.load(Ordering::Relaxed) && req.swap(false, Ordering::Relaxed) {
                 r.snapshot()?;

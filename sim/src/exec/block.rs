@@ -64,6 +64,12 @@ pub struct CodeBlock {
     /// (class [`InsnClass::Other`], not faulting): the body a run goes
     /// through in a straight line, which the fast paths take in one step.
     pub plain_body: bool,
+    /// The first address and a copy of the last instruction, beside the
+    /// block's reference counts: what the per-block fast paths read (the
+    /// source, the PT logic, the execution log) is in the block's first
+    /// cache lines, not behind the instructions' pointer.
+    start: u64,
+    last: BlockInsn,
 }
 
 impl CodeBlock {
@@ -104,19 +110,24 @@ impl CodeBlock {
         let plain_body = body
             .iter()
             .all(|i| i.class == InsnClass::Other && !i.faults);
-        CodeBlock { insns, plain_body }
+        CodeBlock {
+            start: insns[0].ip,
+            last: insns[insns.len() - 1],
+            insns,
+            plain_body,
+        }
     }
 
     /// The first address.
     #[inline]
     pub fn start(&self) -> u64 {
-        self.insns[0].ip
+        self.start
     }
 
     /// The last instruction.
     #[inline]
     pub fn last(&self) -> &BlockInsn {
-        &self.insns[self.insns.len() - 1]
+        &self.last
     }
 
     /// The address after its last instruction.
@@ -202,6 +213,9 @@ mod tests {
         let b = Rc::new(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
         assert!(b.plain_body);
         assert_eq!(b.end(), 0x1008);
+        // The copies beside the counts are the first and last instructions'.
+        assert_eq!(b.start(), b.insns[0].ip);
+        assert_eq!(b.last(), &b.insns[2]);
         let run = BlockRun {
             block: b.clone(),
             next_ip: 0x1018,

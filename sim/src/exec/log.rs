@@ -64,8 +64,9 @@ use std::io::Write;
 use super::insn::{decode_at, DecodedInsn};
 use super::memory::page_base;
 use super::{
-    BlockRun, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource,
-    ExitKind, InsnClass, Mapping, Perms, Retired, StopReason, ThreadCursor, ThreadId, PAGE_SIZE,
+    BlockInsn, BlockRun, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode,
+    ExecutionSource, ExitKind, InsnClass, Mapping, Perms, Retired, StopReason, ThreadCursor,
+    ThreadId, PAGE_SIZE,
 };
 
 /// File magic.
@@ -271,10 +272,21 @@ pub struct LogWriter<W: Write> {
     /// Predicted instructions of the current thread not yet written.
     pending_seq: u64,
     insns: u64,
-    /// The last pages found logged as the memory (address, version) in
-    /// `checked_in` holds them: the common case costs no lookup.
-    checked: [u64; 2],
+    /// Pages found logged as the memory (address, version) in
+    /// `checked_in` holds them, by page number modulo [`CHECKED`] (an
+    /// interpreter's hot code spans tens of pages): the common case costs
+    /// no lookup.
+    checked: Box<[u64; CHECKED]>,
     checked_in: (usize, u64),
+}
+
+/// Entries of the cache of pages found logged.
+const CHECKED: usize = 256;
+
+/// The entry of page `base` in the cache of pages found logged.
+#[inline]
+fn checked_slot(base: u64) -> usize {
+    (base / PAGE_SIZE) as usize % CHECKED
 }
 
 /// Buffered bytes beyond which records are written out.
@@ -302,7 +314,7 @@ impl<W: Write> LogWriter<W> {
             shows_kernel,
             pending_seq: 0,
             insns: 0,
-            checked: [u64::MAX; 2],
+            checked: Box::new([u64::MAX; CHECKED]),
             checked_in: (0, 0),
         })
     }
@@ -359,45 +371,44 @@ impl<W: Write> LogWriter<W> {
         }
         self.threads.cursor.saw_insn();
         let insns = &run.block.insns;
-        let decoded = |i: usize| {
-            let b = &insns[i];
-            DecodedInsn {
-                len: b.len,
-                class: b.class,
-                target: matches!(
-                    b.class,
-                    InsnClass::CondBranch | InsnClass::DirectJump | InsnClass::DirectCall
-                )
-                .then_some(b.target),
-                kernel_entry: None,
-                mov_cr3: false,
-                rep_string: b.rep,
-            }
+        let decoded = |b: &BlockInsn| DecodedInsn {
+            len: b.len,
+            class: b.class,
+            target: matches!(
+                b.class,
+                InsnClass::CondBranch | InsnClass::DirectJump | InsnClass::DirectCall
+            )
+            .then_some(b.target),
+            kernel_entry: None,
+            mov_cr3: false,
+            rep_string: b.rep,
         };
         let st = &self.threads.state;
-        if run.block.plain_body
+        let block = &*run.block;
+        if block.plain_body
             && n == insns.len()
-            && st.ip == Some(insns[0].ip)
+            && st.ip == Some(block.start())
             && st.mode == Some(ExecMode::Bit64)
             && !st.kernel
         {
             // The whole block where its pages are logged: every instruction
             // but the last predicted (a count), the last as it goes.
-            let first = page_base(insns[0].ip);
+            let first = page_base(block.start());
             let end = run.block.end().wrapping_sub(1);
             let pages = (page_base(end).wrapping_sub(first) / PAGE_SIZE) as usize + 1;
             if (0..pages).all(|k| self.page_logged(first.wrapping_add(k as u64 * PAGE_SIZE), mem)) {
                 self.pending_seq += n as u64 - 1;
                 self.insns += n as u64 - 1;
-                self.threads.state.ip = Some(insns[n - 1].ip);
-                self.write_flow(&run.insn(n - 1), &decoded(n - 1));
+                let last = block.last();
+                self.threads.state.ip = Some(last.ip);
+                self.write_flow(&last.retired(run.next_ip), &decoded(last));
                 if self.buf.len() >= WRITE_CHUNK {
                     self.write_out()?;
                 }
                 return Ok(());
             }
         }
-        self.write_decoded(&run.insn(0), &decoded(0), mem)?;
+        self.write_decoded(&run.insn(0), &decoded(&insns[0]), mem)?;
         let mut i = 1;
         if run.block.plain_body && n > 2 {
             // Instructions 1..n-1: non-branches, each predicted (its
@@ -416,7 +427,7 @@ impl<W: Write> LogWriter<W> {
             }
         }
         for j in i..n {
-            self.write_decoded(&run.insn(j), &decoded(j), mem)?;
+            self.write_decoded(&run.insn(j), &decoded(&insns[j]), mem)?;
         }
         if self.buf.len() >= WRITE_CHUNK {
             self.write_out()?;
@@ -430,16 +441,16 @@ impl<W: Write> LogWriter<W> {
         let key = (mem as *const CodeMemory as usize, mem.version());
         if key != self.checked_in {
             self.checked_in = key;
-            self.checked = [u64::MAX; 2];
+            self.checked.fill(u64::MAX);
         }
-        if self.checked.contains(&base) {
+        if self.checked[checked_slot(base)] == base {
             return true;
         }
         let logged = mem
             .generation(base)
             .is_some_and(|g| self.threads.process.get(&base) == Some(&g));
         if logged {
-            self.checked = [self.checked[1], base];
+            self.checked[checked_slot(base)] = base;
         }
         logged
     }
@@ -479,7 +490,7 @@ impl<W: Write> LogWriter<W> {
                 self.buf.extend_from_slice(bytes);
                 self.threads.process.insert(base, gen);
             }
-            self.checked = [self.checked[1], base];
+            self.checked[checked_slot(base)] = base;
         }
         self.write_flow(r, d);
         Ok(())

@@ -368,6 +368,13 @@ pub trait ExecutionSource {
         Ok(self.next_item()?.map(Step::Item))
     }
 
+    /// Gives back the vector of a [`Step::Blocks`] once its runs were
+    /// taken, for the source to fill again: a source that hands blocks over
+    /// in batches allocates no batch per step. The default drops it.
+    fn recycle(&mut self, runs: Vec<BlockRun>) {
+        drop(runs);
+    }
+
     /// The code bytes known so far: every page holding an instruction yielded
     /// up to now, as it was when that instruction executed (newer contents
     /// replace older ones). A decoder of the produced trace reads code here.
@@ -396,6 +403,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for &mut S {
     fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
         (**self).next_step()
     }
+    fn recycle(&mut self, runs: Vec<BlockRun>) {
+        (**self).recycle(runs)
+    }
     fn memory(&self) -> &CodeMemory {
         (**self).memory()
     }
@@ -413,6 +423,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for Box<S> {
     }
     fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
         (**self).next_step()
+    }
+    fn recycle(&mut self, runs: Vec<BlockRun>) {
+        (**self).recycle(runs)
     }
     fn memory(&self) -> &CodeMemory {
         (**self).memory()

@@ -544,8 +544,11 @@ enum Emit {
     Item(ExecItem),
 }
 
-/// Most block runs in one [`Emit::Blocks`].
-const BATCH: usize = 4096;
+/// Most block runs in one [`Emit::Blocks`]: a batch (24 KiB) is handed
+/// on while the recorder's caches still hold what the source wrote (a
+/// run record's 64 Ki words are turned into runs a batch at a time, see
+/// [`QemuSource::resume_run`]).
+const BATCH: usize = 1024;
 
 /// A program run under QEMU with the plugin; see the module docs.
 pub struct QemuSource {
@@ -587,6 +590,11 @@ pub struct QemuSource {
     key: Vec<u8>,
     /// A run record's words (a buffer kept between records).
     words: Vec<u32>,
+    /// The run record in `words` is handled up to here (process, thread,
+    /// next word): the rest follows once the batches made so far are taken.
+    pending: Option<(u32, u32, usize)>,
+    /// Batches given back by the recorder ([`ExecutionSource::recycle`]).
+    spare: Vec<Vec<BlockRun>>,
     /// Files' `PT_LOAD` segments, by path.
     segments: HashMap<String, Option<Vec<LoadSegment>>>,
 }
@@ -713,6 +721,8 @@ impl QemuSource {
             decoded: HashMap::new(),
             key: Vec::new(),
             words: Vec::new(),
+            pending: None,
+            spare: Vec::new(),
             segments: HashMap::new(),
         };
         // Until QEMU translates the program's first block, it may still
@@ -769,7 +779,7 @@ impl QemuSource {
             .iter()
             .zip(&self.conns)
             .all(|(&m, c)| c.done || c.pos >= m || self.conns.is_empty());
-        if reached {
+        if reached && self.pending.is_none() {
             self.snapshot_marks = None;
             if let Some((_, to_recorder)) = &self.snapshots {
                 to_recorder.store(true, Ordering::Relaxed);
@@ -913,6 +923,11 @@ impl QemuSource {
 
     /// Handles one record of a connection that has one; false if none has.
     fn step(&mut self) -> Result<bool, ExecError> {
+        if self.pending.is_some() {
+            // The rest of the run record being handled comes first.
+            self.resume_run()?;
+            return Ok(true);
+        }
         for i in 0..self.conns.len() {
             if self.conns[i].done || self.held(i) {
                 continue;
@@ -1079,12 +1094,15 @@ impl QemuSource {
                         .chunks_exact(4)
                         .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
                 );
-                if !self.known.contains(&tid) {
+                let known = self.known.contains(&tid);
+                if !known {
                     self.conns[i].deferred.push((tid, words.clone()));
-                } else {
-                    self.run(pid, tid, &words)?;
                 }
                 self.words = words;
+                if known {
+                    self.pending = Some((pid, tid, 0));
+                    self.resume_run()?;
+                }
             }
             TAG_NATIVE_EXEC => {
                 let tid = p.u32().unwrap_or(0);
@@ -1212,7 +1230,10 @@ impl QemuSource {
                 return;
             }
         }
-        let mut runs = Vec::with_capacity(256);
+        let mut runs = self
+            .spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BATCH));
         runs.push(run);
         self.queue.push_back(Emit::Blocks {
             runs,
@@ -1225,12 +1246,50 @@ impl QemuSource {
         self.queue.push_back(Emit::Item(ExecItem::Event(e)));
     }
 
-    /// A run of thread `tid` of process `pid`.
+    /// A run of thread `tid` of process `pid`, whole.
     fn run(&mut self, pid: u32, tid: u32, words: &[u32]) -> Result<(), ExecError> {
+        self.run_from(pid, tid, words, 0, false).map(|_| ())
+    }
+
+    /// Goes on with the run record in `words` (see `pending`): up to the
+    /// first full batch, so that the recorder takes the runs while they are
+    /// in its caches (a record's runs made at once fill megabytes).
+    fn resume_run(&mut self) -> Result<(), ExecError> {
+        let Some((pid, tid, from)) = self.pending.take() else {
+            return Ok(());
+        };
+        let words = std::mem::take(&mut self.words);
+        let r = self.run_from(pid, tid, &words, from, true);
+        self.words = words;
+        if let Some(k) = r? {
+            self.pending = Some((pid, tid, k));
+        }
+        Ok(())
+    }
+
+    /// Whether a batch (or an item) is ready behind which a run can pause.
+    fn batch_ready(&self) -> bool {
+        self.queue.len() > 1
+            || matches!(self.queue.back(), Some(Emit::Blocks { runs, .. }) if runs.len() >= BATCH)
+    }
+
+    /// A run of thread `tid` of process `pid` from word `from` on; with
+    /// `pause`, it stops where a batch is ready and returns the next word.
+    fn run_from(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        words: &[u32],
+        from: usize,
+        pause: bool,
+    ) -> Result<Option<usize>, ExecError> {
         let id = ThreadId { pid, tid };
         self.switch_to(id);
-        let mut k = 0;
+        let mut k = from;
         while k < words.len() {
+            if pause && k > from && self.batch_ready() {
+                return Ok(Some(k));
+            }
             let w = words[k];
             k += 1;
             if w < MARK {
@@ -1307,7 +1366,7 @@ impl QemuSource {
                 _ => {}
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The common case of [`Self::block`] in a tight loop: blocks of thread
@@ -1328,7 +1387,10 @@ impl QemuSource {
         // The runs go to the batch at the queue's end (the thread's), or a new one.
         let mut runs = match self.queue.back_mut() {
             Some(Emit::Blocks { runs, .. }) if runs.len() < BATCH => std::mem::take(runs),
-            _ => Vec::new(),
+            _ => self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(BATCH)),
         };
         let fresh = runs.is_empty();
         let room = BATCH.saturating_sub(runs.len()).max(1);
@@ -1356,7 +1418,9 @@ impl QemuSource {
             n += 1;
         }
         if fresh {
-            if !runs.is_empty() {
+            if runs.is_empty() {
+                self.spare.push(runs);
+            } else {
                 self.queue.push_back(Emit::Blocks {
                     runs,
                     run: 0,
@@ -1702,6 +1766,13 @@ impl ExecutionSource for QemuSource {
                     }
                 }
             }
+        }
+    }
+
+    fn recycle(&mut self, mut runs: Vec<BlockRun>) {
+        if self.spare.len() < 4 && runs.capacity() >= BATCH {
+            runs.clear();
+            self.spare.push(runs);
         }
     }
 
