@@ -97,6 +97,11 @@ pub fn is_mnemonic(lower: &str) -> bool {
     table().contains_key(lower)
 }
 
+/// The encoder's name for the mnemonic `lower`, if it can encode it.
+pub fn mnemonic(lower: &str) -> Option<&'static str> {
+    table().get_key_value(lower).map(|(name, _)| name.as_str())
+}
+
 /// An operand after its expressions are evaluated.
 #[derive(Debug, Clone)]
 enum Resolved<'a> {
@@ -657,7 +662,7 @@ fn encode_remembered(
     mut memo: Option<(&mut EncodeMemo, usize)>,
 ) -> Result<Encoded, String> {
     let (mnemonic, codes) = table()
-        .get_key_value(&insn.mnemonic)
+        .get_key_value(insn.mnemonic)
         .ok_or_else(|| format!("unknown instruction `{}'", insn.mnemonic))?;
     let mnemonic = mnemonic.as_str();
     // Inline: resolving is done on every layout pass of every line.
@@ -844,7 +849,7 @@ fn choose(
         &mut found,
         &mut last_error,
     );
-    if ops.len() == 2 && matches!(insn.mnemonic.as_str(), "xchg" | "test") {
+    if ops.len() == 2 && matches!(insn.mnemonic, "xchg" | "test") {
         // Both operand orders mean the same for these.
         let swapped = vec![ops[1].clone(), ops[0].clone()];
         collect(

@@ -350,8 +350,9 @@ pub enum Prefix {
 pub struct AsmInsn {
     /// Prefixes before the mnemonic.
     pub prefixes: Vec<Prefix>,
-    /// The mnemonic, lower case.
-    pub mnemonic: String,
+    /// The mnemonic, lower case (the encoder's own name for it: a source
+    /// line does not keep a copy).
+    pub mnemonic: &'static str,
     /// The operands.
     pub operands: Vec<Operand>,
 }
@@ -430,8 +431,9 @@ pub enum Stmt {
     Ignored,
     /// Bytes, repeated `times` times.
     Emit {
-        /// The repeat count.
-        times: Option<Expr>,
+        /// The repeat count (boxed: most lines have none, and every line's
+        /// statement is as large as the largest).
+        times: Option<Box<Expr>>,
         /// What is emitted.
         body: Body,
     },
@@ -868,7 +870,7 @@ impl Parser {
         let mut pos = 0;
         if matches!(toks.first(), Some(Tok::Ident(t)) if t.eq_ignore_ascii_case("times")) {
             let mut p = ExprParser::new(toks, 1, self);
-            times = Some(p.expr()?);
+            times = Some(Box::new(p.expr()?));
             pos = p.pos;
         }
         let rest = toks.get(pos..).unwrap_or_default();
@@ -900,13 +902,13 @@ impl Parser {
                         p.end()?;
                         return Ok(Body::Reserve { unit, count });
                     }
-                    if !insn::is_mnemonic(&lower) {
+                    let Some(mnemonic) = insn::mnemonic(&lower) else {
                         return Err(format!("unknown instruction `{w}'"));
-                    }
+                    };
                     let operands = self.operands(toks.get(pos + 1..).unwrap_or_default())?;
                     return Ok(Body::Insn(AsmInsn {
                         prefixes,
-                        mnemonic: lower,
+                        mnemonic,
                         operands,
                     }));
                 }
