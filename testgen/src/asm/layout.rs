@@ -72,8 +72,9 @@ pub struct Emitted {
     pub addr: u64,
     /// The bytes.
     pub bytes: LineBytes,
-    /// Length of one repetition when `times` repeated the body more than once.
-    pub rept_unit: Option<usize>,
+    /// Length of one repetition when `times` repeated the body more than once
+    /// (at most a line's 64 MiB).
+    pub rept_unit: Option<u32>,
     /// True for the NOP padding of an `align` without fill value (the
     /// listing shows no bytes for it).
     pub padding: bool,
@@ -81,8 +82,8 @@ pub struct Emitted {
     pub count: u64,
     /// True for `resb` and friends (the listing shows `<gap>`).
     pub reserve: bool,
-    /// Size of the relative displacement ending each repetition, if any.
-    pub branch_disp: Option<usize>,
+    /// Size in bytes of the relative displacement ending each repetition, if any.
+    pub branch_disp: Option<u8>,
     /// `bits` in effect on the line.
     pub bits: u32,
     /// `default rel` in effect on the line.
@@ -661,8 +662,8 @@ impl<'a> Assembler<'a> {
                             }
                             out.count = count;
                             out.reserve = matches!(body, Body::Reserve { .. });
-                            out.branch_disp = branch_disp;
-                            out.rept_unit = (count > 1).then_some(unit);
+                            out.branch_disp = branch_disp.and_then(|d| u8::try_from(d).ok());
+                            out.rept_unit = (count > 1).then_some(unit as u32);
                             out.bytes = bytes;
                         }
                         Err(m) if final_pass => return Err(err(file, number, m)),

@@ -70,14 +70,14 @@ fn byte_field(e: &Emitted) -> Vec<String> {
     if e.reserve {
         return vec!["<gap>".to_string()];
     }
-    let unit = e.rept_unit.unwrap_or(e.bytes.len());
+    let unit = e.rept_unit.map_or(e.bytes.len(), |u| u as usize);
     let mut shown = e.bytes.get(..unit).unwrap_or_default().to_vec();
     if let Some(d) = e.branch_disp {
         // yasm lists the displacement less the length of the whole line.
         let total = (unit as u64).wrapping_mul(e.count) as i64;
         if let Some(field) = shown
             .len()
-            .checked_sub(d)
+            .checked_sub(usize::from(d))
             .and_then(|at| shown.get_mut(at..))
         {
             let mut v = 0i64;
