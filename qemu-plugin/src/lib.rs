@@ -63,14 +63,14 @@ mod api {
     }
 
     /// `struct qemu_plugin_tb` (opaque).
-    pub enum Tb {}
+    pub enum QemuPluginTb {}
     /// `struct qemu_plugin_insn` (opaque).
-    pub enum Insn {}
+    pub enum QemuPluginInsn {}
 
     /// `QEMU_PLUGIN_CB_NO_REGS`.
     pub const CB_NO_REGS: c_int = 0;
 
-    pub type TransCb = extern "C" fn(PluginId, *mut Tb);
+    pub type TransCb = extern "C" fn(PluginId, *mut QemuPluginTb);
     pub type ExecCb = extern "C" fn(c_uint, *mut c_void);
     pub type VcpuCb = extern "C" fn(PluginId, c_uint);
     pub type SyscallCb =
@@ -82,18 +82,18 @@ mod api {
         pub fn qemu_plugin_register_vcpu_init_cb(id: PluginId, cb: VcpuCb);
         pub fn qemu_plugin_register_vcpu_tb_trans_cb(id: PluginId, cb: TransCb);
         pub fn qemu_plugin_register_vcpu_tb_exec_cb(
-            tb: *mut Tb,
+            tb: *mut QemuPluginTb,
             cb: ExecCb,
             flags: c_int,
             udata: *mut c_void,
         );
-        pub fn qemu_plugin_tb_n_insns(tb: *const Tb) -> usize;
-        pub fn qemu_plugin_tb_vaddr(tb: *const Tb) -> u64;
-        pub fn qemu_plugin_tb_get_insn(tb: *const Tb, idx: usize) -> *mut Insn;
-        pub fn qemu_plugin_insn_data(insn: *const Insn) -> *const c_void;
-        pub fn qemu_plugin_insn_size(insn: *const Insn) -> usize;
-        pub fn qemu_plugin_insn_vaddr(insn: *const Insn) -> u64;
-        pub fn qemu_plugin_insn_haddr(insn: *const Insn) -> *mut c_void;
+        pub fn qemu_plugin_tb_n_insns(tb: *const QemuPluginTb) -> usize;
+        pub fn qemu_plugin_tb_vaddr(tb: *const QemuPluginTb) -> u64;
+        pub fn qemu_plugin_tb_get_insn(tb: *const QemuPluginTb, idx: usize) -> *mut QemuPluginInsn;
+        pub fn qemu_plugin_insn_data(insn: *const QemuPluginInsn) -> *const c_void;
+        pub fn qemu_plugin_insn_size(insn: *const QemuPluginInsn) -> usize;
+        pub fn qemu_plugin_insn_vaddr(insn: *const QemuPluginInsn) -> u64;
+        pub fn qemu_plugin_insn_haddr(insn: *const QemuPluginInsn) -> *mut c_void;
         pub fn qemu_plugin_register_vcpu_syscall_cb(id: PluginId, cb: SyscallCb);
         pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: PluginId, cb: SyscallRetCb);
         pub fn qemu_plugin_register_atexit_cb(id: PluginId, cb: AtexitCb, udata: *mut c_void);
@@ -574,7 +574,7 @@ extern "C" fn on_vcpu_init(_: api::PluginId, vcpu_index: c_uint) {
     }
 }
 
-extern "C" fn on_translate(_: api::PluginId, tb: *mut api::Tb) {
+extern "C" fn on_translate(_: api::PluginId, tb: *mut api::QemuPluginTb) {
     // SAFETY: `tb` is valid for the duration of this callback.
     unsafe {
         let n = api::qemu_plugin_tb_n_insns(tb);
