@@ -3,9 +3,9 @@
 //! this first, to export the traces, and its harness after).
 //!
 //! ```text
-//! coverage_compare --generate OUT_DIR [--retcomp-timing] [--runs N] [--long-mb M] [--ours-only] [--no-exact]
-//! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--no-exact]
-//! coverage_compare --dir DIR [--ours-only] [--no-exact]
+//! coverage_compare --generate OUT_DIR [--retcomp-timing] [--runs N] [--long-mb M] [--ours-only] [--long-only] [--no-exact]
+//! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--long-only] [--no-exact]
+//! coverage_compare --dir DIR [--ours-only] [--long-only] [--no-exact]
 //! coverage_compare --compare-libxdc DIR
 //! ```
 //!
@@ -27,7 +27,7 @@
 //! It writes the workload with the code and the filter ranges into `OUT_DIR` for the
 //! libxdc harness (`--dir` reads one back), and prints MB/s and traces/s: (a) warm
 //! (after a first pass), (b) cold (a fresh decoder) and warm. `--ours-only`
-//! measures pt-coverage alone; `--no-exact` leaves out pt-coverage's exact edges.
+//! measures pt-coverage alone, `--long-only` the long trace alone; `--no-exact` leaves out pt-coverage's exact edges.
 //! `--compare-libxdc` compares libxdc's bitmap of the long trace with ours under
 //! libxdc's edge formula.
 
@@ -42,9 +42,9 @@ use pt_perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 const USAGE: &str =
-    "usage: coverage_compare --generate OUT_DIR [--retcomp-timing] [--ours-only] [--no-exact]
-       coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--no-exact]
-       coverage_compare --dir DIR [--ours-only] [--no-exact]
+    "usage: coverage_compare --generate OUT_DIR [--retcomp-timing] [--ours-only] [--long-only] [--no-exact]
+       coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--long-only] [--no-exact]
+       coverage_compare --dir DIR [--ours-only] [--long-only] [--no-exact]
        coverage_compare --compare-libxdc DIR";
 
 const MAP: usize = 1 << 16;
@@ -151,6 +151,9 @@ fn measure<D>(
 ) {
     let fuzz_bytes: usize = w.fuzz.iter().map(Vec::len).sum();
     let mut d = make();
+    if w.fuzz.is_empty() {
+        return measure_long(name, w, make, decode);
+    }
     for t in &w.fuzz {
         decode(&mut d, t);
     }
@@ -170,6 +173,17 @@ fn measure<D>(
         w.fuzz.len() as f64 / best
     );
     drop(d);
+    measure_long(name, w, make, decode);
+}
+
+/// Times `decode` over the long trace: cold with a fresh decoder from `make`, then
+/// warm.
+fn measure_long<D>(
+    name: &str,
+    w: &Workload,
+    mut make: impl FnMut() -> D,
+    mut decode: impl FnMut(&mut D, &[u8]),
+) {
     let mut d = make();
     let t0 = cpu_secs();
     decode(&mut d, &w.long);
@@ -245,7 +259,7 @@ fn main() {
         eprintln!("coverage_compare: {e}");
         std::process::exit(1)
     };
-    let w = match (args.first().map(String::as_str), args.get(1)) {
+    let mut w = match (args.first().map(String::as_str), args.get(1)) {
         (Some("--dir"), Some(dir)) => Workload::load(Path::new(dir)).unwrap_or_else(|e| fail(e)),
         (Some("--generate"), Some(out)) => {
             let mix = if args.iter().any(|a| a == "--retcomp-timing") {
@@ -278,6 +292,9 @@ fn main() {
             std::process::exit(1);
         }
     };
+    if args.iter().any(|a| a == "--long-only") {
+        w.fuzz.clear();
+    }
     eprintln!(
         "{} fuzz traces ({:.1} MB), long trace {:.1} MB, filter {:x?}",
         w.fuzz.len(),

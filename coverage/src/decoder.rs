@@ -25,7 +25,6 @@ use pt_decoder::flow::AddrFilter;
 use pt_decoder::image::Image;
 use pt_decoder::{Config, ErrorCode};
 use pt_encoder::hash::IntMap;
-use pt_encoder::packet::sext48;
 use pt_encoder::{ExecMode, Packet};
 
 use crate::bitmap::EdgeHash;
@@ -843,16 +842,17 @@ impl CoverageDecoder {
             if b0 & 0x1f != 0x0d {
                 return LaneEnd::At(pos, ip);
             }
-            let (next_ip, n) = match b0 >> 5 {
-                1 => ((ip & !0xffff) | (word1 & 0xffff), 3),
-                2 => ((ip & !0xffff_ffff) | (word1 & 0xffff_ffff), 5),
-                3 => (sext48(word1), 7),
-                4 => ((ip & !0xffff_ffff_ffff) | (word1 & 0xffff_ffff_ffff), 7),
-                6 => (word1, 9),
-                _ => return LaneEnd::At(pos, ip),
-            };
+            let form = IP_FORMS[usize::from(b0 >> 5)];
+            if form.len == 0 {
+                return LaneEnd::At(pos, ip);
+            }
+            let (next_ip, n) = (form.apply(ip, word1), form.len);
             let before = ip;
             ip = next_ip;
+            if self.tip_memo_hit(walk, ip, out) {
+                pos += n;
+                continue;
+            }
             if walk.deferred_tip == Some(pos as u64) {
                 // Taken already, for the branch it was deferred from.
                 walk.deferred_tip = None;
@@ -1054,6 +1054,41 @@ impl CoverageDecoder {
         left
     }
 
+    /// A TIP to `ip` through the [`TipMemo`] alone, where the walk is at the start of
+    /// a node whose branch took it before: applied and `true` on a hit (`false`,
+    /// nothing done, otherwise: the caller takes [`Self::tip`]). A hit means the node
+    /// ends in a branch that takes a TIP (only those make entries), so no look at
+    /// its kind is needed.
+    #[inline(always)]
+    fn tip_memo_hit(&mut self, walk: &mut Walk, ip: u64, out: &mut Outcome) -> bool {
+        let Pos::Node(id) = walk.pos else {
+            return false;
+        };
+        if self.options.collect || walk.pending.is_some() || walk.deferred_tip.is_some() {
+            return false;
+        }
+        let m = &self.tip_memo[TipMemo::slot(id, ip)];
+        if m.from != id || m.ip != ip || m.mode != walk.mode {
+            return false;
+        }
+        let (to, i, icall) = (m.to, m.idx, m.icall);
+        let h = &self.graph.hot[id as usize];
+        for &ret in &self.graph.pushes[h.push as usize..][..h.npush as usize] {
+            walk.push(ret);
+        }
+        if icall {
+            walk.push(self.graph.nodes[id as usize].fall);
+        }
+        if i != NONE {
+            let b = &mut self.map[i as usize];
+            *b = b.wrapping_add(1);
+            out.edges += 1;
+        }
+        walk.last_edge = Some(LastEdge::Tip(id, i, ip));
+        walk.pos = Pos::Node(to);
+        true
+    }
+
     /// A TIP's edge from the branch that needs it.
     #[inline]
     fn tip(
@@ -1129,6 +1164,7 @@ impl CoverageDecoder {
                 to,
                 idx: i,
                 mode: walk.mode,
+                icall: kind == EdgeKind::IndirectCall,
             };
             (to, i)
         };
@@ -1293,6 +1329,55 @@ fn deferred_tip(ev: &EventDecoder<'_>) -> Option<(u64, u64)> {
     None
 }
 
+/// How a TIP's IP payload updates the last IP, by IPBytes (bits 7:5 of its first
+/// byte), without a branch on the form (the forms follow one another unpredictably
+/// in a trace): the bits of the last IP kept, the bits of the payload taken, the
+/// shift that sign-extends bit 47, and the packet's length (0: IP suppressed or a
+/// reserved form, left to the event decoder).
+#[derive(Clone, Copy)]
+struct IpForm {
+    keep: u64,
+    take: u64,
+    sext: u32,
+    len: usize,
+}
+
+impl IpForm {
+    const NONE: IpForm = IpForm {
+        keep: 0,
+        take: 0,
+        sext: 0,
+        len: 0,
+    };
+
+    /// The new last IP from the last one and the (little-endian) payload bytes.
+    #[inline(always)]
+    fn apply(self, last: u64, payload: u64) -> u64 {
+        ((((last & self.keep) | (payload & self.take)) << self.sext) as i64 >> self.sext) as u64
+    }
+}
+
+const fn ip_form(keep: u64, take: u64, sext: u32, len: usize) -> IpForm {
+    IpForm {
+        keep,
+        take,
+        sext,
+        len,
+    }
+}
+
+/// [`IpForm`] by IPBytes (SDM: IP compression).
+const IP_FORMS: [IpForm; 8] = [
+    IpForm::NONE,
+    ip_form(!0xffff, 0xffff, 0, 3),
+    ip_form(!0xffff_ffff, 0xffff_ffff, 0, 5),
+    ip_form(0, 0xffff_ffff_ffff, 16, 7),
+    ip_form(!0xffff_ffff_ffff, 0xffff_ffff_ffff, 0, 7),
+    IpForm::NONE,
+    ip_form(0, !0, 0, 9),
+    IpForm::NONE,
+];
+
 /// How the [fast lane](CoverageDecoder::lane) ended: each with the offset of the
 /// packet it stopped at and the last IP before it.
 enum LaneEnd {
@@ -1358,6 +1443,8 @@ struct TipMemo {
     to: u32,
     idx: u32,
     mode: ExecMode,
+    /// An indirect call's edge (its return address goes on the stack).
+    icall: bool,
 }
 
 impl TipMemo {
@@ -1367,6 +1454,7 @@ impl TipMemo {
         to: NONE,
         idx: NONE,
         mode: ExecMode::Unknown,
+        icall: false,
     };
 
     #[inline]
@@ -1427,5 +1515,51 @@ impl Walk {
         self.top = (self.top + RETSTACK_SIZE - 1) % RETSTACK_SIZE;
         self.len -= 1;
         Some(ip)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pt_encoder::{encode_to_vec, IpCompression, IpPacketKind, IpPayload, LastIp};
+
+    /// The fast lane's IP forms update the last IP as the packet layer does.
+    #[test]
+    fn ip_forms_match_last_ip() {
+        let ips = [
+            0,
+            0x1234,
+            0x40_1000,
+            0x7fff_0000_5a5a,
+            0xffff_8000_0000_0010,
+            0xffff_ffff_8100_002b,
+            0x0000_8000_0000_0001,
+            0xdead_beef_cafe_f00d,
+        ];
+        for &last in &ips {
+            for &ip in &ips {
+                for c in IpCompression::ALL {
+                    let mut bytes = Vec::new();
+                    let p = Packet::Ip(IpPacketKind::Tip, IpPayload::new(c, ip));
+                    encode_to_vec(&p, &mut bytes).unwrap();
+                    let len = bytes.len();
+                    bytes.resize(16, 0);
+                    let form = IP_FORMS[usize::from(bytes[0] >> 5)];
+                    let mut state = LastIp::new();
+                    state.update(IpPayload::new(IpCompression::Full, last));
+                    let want = state.update(IpPayload::new(c, ip));
+                    if c == IpCompression::Suppressed {
+                        assert_eq!(form.len, 0);
+                        continue;
+                    }
+                    assert_eq!(form.len, len, "{c:?}");
+                    let word1 = u64::from_le_bytes(bytes[1..9].try_into().unwrap());
+                    assert_eq!(Some(form.apply(last, word1)), want, "{c:?} {last:x} {ip:x}");
+                }
+            }
+        }
+        for reserved in [5u8, 7] {
+            assert_eq!(IP_FORMS[usize::from(reserved)].len, 0);
+        }
     }
 }
