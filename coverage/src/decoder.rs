@@ -41,8 +41,15 @@ const MAX_CONTINUES: u32 = 64;
 /// Return addresses kept for compressed returns (as the hardware's stack).
 const RETSTACK_SIZE: usize = 64;
 
-/// Entries of the TNT-8 memo (a power of two): about 600 KB.
+/// Entries of the TNT-8 memo (a power of two): 1.25 MB.
 const MEMO_SIZE: usize = 1 << 14;
+
+/// Misses of a (node, byte) whose [`Memo`] entry could not be made before it is
+/// tried again.
+const MEMO_RETRY: u8 = 32;
+
+/// Return addresses a [`Memo`] entry leaves on the stack at most.
+const MEMO_PUSHES: usize = 2;
 
 /// Entries of the TIP memo (a power of two): 192 KB.
 const TIP_MEMO_SIZE: usize = 1 << 13;
@@ -881,7 +888,7 @@ impl CoverageDecoder {
         }
         let start = pos;
         let (memo, map) = (&self.memo[..], &mut self.map[..]);
-        let mut last = (NONE, 0);
+        let mut last = &Memo::EMPTY;
         let mut edges = 0u64;
         while let Some(&byte) = trace.get(pos) {
             if byte & 1 != 0 || byte <= 2 {
@@ -891,18 +898,26 @@ impl CoverageDecoder {
             if m.from != id || m.byte != byte {
                 break;
             }
+            if m.peak != 0 {
+                if !m.fits(walk) {
+                    break;
+                }
+                for &ip in &m.pushes[..usize::from(m.npush)] {
+                    walk.push(ip);
+                }
+            }
             for k in 0..usize::from(m.n) {
                 let b = &mut map[m.idx[k] as usize];
                 *b = b.wrapping_add(m.cnt[k]);
             }
             id = m.end;
-            last = (m.last, m.last_t);
-            edges += u64::from(m.bits);
+            last = m;
+            edges += u64::from(m.edges);
             pos += 1;
         }
         if pos > start {
             walk.pos = Pos::Node(id);
-            walk.last_edge = Some(LastEdge::Cond(last.0, last.1));
+            walk.last_edge = Some(last.last_edge());
             out.edges += edges;
         }
         pos
@@ -921,57 +936,124 @@ impl CoverageDecoder {
             return false;
         }
         let slot = Memo::slot(id, byte);
-        let m = &self.memo[slot];
-        if m.from == id && m.byte == byte {
-            for k in 0..usize::from(m.n) {
-                let b = &mut self.map[m.idx[k] as usize];
-                *b = b.wrapping_add(m.cnt[k]);
+        let m = &mut self.memo[slot];
+        if m.from == id {
+            if m.byte == byte && m.fits(walk) {
+                let m = *m;
+                self.apply_memo(walk, &m, out);
+                return true;
             }
-            walk.pos = Pos::Node(m.end);
-            walk.last_edge = Some(LastEdge::Cond(m.last, m.last_t));
-            out.edges += u64::from(m.bits);
-            return true;
+            if m.byte == !byte {
+                // Failed before: try again only now and then (its nodes may have
+                // been linked since).
+                m.edges = m.edges.wrapping_sub(1);
+                if m.edges != 0 {
+                    return false;
+                }
+            }
         }
+        let Some(memo) = self.build_memo(walk, id, byte) else {
+            // An entry that no TNT-8 byte matches (odd), so that the next misses
+            // skip the walk.
+            self.memo[slot] = Memo {
+                from: id,
+                byte: !byte,
+                edges: MEMO_RETRY,
+                ..Memo::EMPTY
+            };
+            return false;
+        };
+        self.memo[slot] = memo;
+        if !memo.fits(walk) {
+            return false;
+        }
+        self.apply_memo(walk, &memo, out);
+        true
+    }
+
+    /// Applies a [`Memo`] entry that [fits](Memo::fits) the walk.
+    #[inline(always)]
+    fn apply_memo(&mut self, walk: &mut Walk, m: &Memo, out: &mut Outcome) {
+        for &ip in &m.pushes[..usize::from(m.npush)] {
+            walk.push(ip);
+        }
+        for k in 0..usize::from(m.n) {
+            let b = &mut self.map[m.idx[k] as usize];
+            *b = b.wrapping_add(m.cnt[k]);
+        }
+        walk.pos = Pos::Node(m.end);
+        walk.last_edge = Some(m.last_edge());
+        out.edges += u64::from(m.edges);
+    }
+
+    /// The [`Memo`] entry of TNT-8 `byte` from node `id`, walked through the
+    /// [`Graph::hot`] links, with the return addresses its nodes' direct calls push
+    /// and the compressed returns that pop them again (through the [`TipMemo`]);
+    /// `None` if a bit needs more (a node not linked yet, a return to an address
+    /// pushed before the byte, too many return addresses).
+    fn build_memo(&self, walk: &Walk, id: u32, byte: u8) -> Option<Memo> {
         let payload = byte >> 1;
         let size = 7 - payload.leading_zeros() as u8;
         let mut memo = Memo {
             from: id,
             byte,
-            bits: size,
+            mode: walk.mode,
             ..Memo::EMPTY
         };
+        // The return addresses pushed in the byte and still on the stack.
+        let mut stack = [0u64; 8];
+        let mut depth = 0usize;
         let mut at = id;
         for k in 0..size {
             let h = &self.graph.hot[at as usize];
             let t = usize::from(payload >> (size - 1 - k) & 1);
-            let next = h.next[t];
-            if next == NONE || h.npush != 0 {
-                return false;
+            for &ip in &self.graph.pushes[h.push as usize..][..h.npush as usize] {
+                *stack.get_mut(depth)? = ip;
+                depth += 1;
+                memo.peak = memo.peak.max(depth as u8);
             }
+            let (i, next) = if h.next[t] != NONE {
+                memo.last_t = t as u8;
+                (h.idx[t], h.next[t])
+            } else if h.ret && t == 1 && depth > 0 {
+                depth -= 1;
+                let to = stack[depth];
+                let m = &self.tip_memo[TipMemo::slot(at, to)];
+                if m.from != at || m.ip != to || m.mode != walk.mode {
+                    return None;
+                }
+                memo.last_t = 2;
+                memo.last_to = to;
+                memo.last_idx = m.idx;
+                (m.idx, m.to)
+            } else {
+                return None;
+            };
+            memo.last = at;
+            at = next;
+            if i == NONE {
+                // A return whose edge is not in the map (libxdc's choice of edges).
+                continue;
+            }
+            memo.edges += 1;
             // Each map byte once, with its count (a loop's edge repeats).
             let n = usize::from(memo.n);
-            match memo.idx[..n].iter().position(|&i| i == h.idx[t]) {
+            match memo.idx[..n].iter().position(|&j| j == i) {
                 Some(j) => memo.cnt[j] += 1,
                 None => {
-                    memo.idx[n] = h.idx[t];
+                    memo.idx[n] = i;
                     memo.cnt[n] = 1;
                     memo.n += 1;
                 }
             }
-            memo.last = at;
-            memo.last_t = t as u8;
-            at = next;
         }
+        if depth > MEMO_PUSHES {
+            return None;
+        }
+        memo.pushes[..depth].copy_from_slice(&stack[..depth]);
+        memo.npush = depth as u8;
         memo.end = at;
-        self.memo[slot] = memo;
-        for k in 0..usize::from(memo.n) {
-            let b = &mut self.map[memo.idx[k] as usize];
-            *b = b.wrapping_add(memo.cnt[k]);
-        }
-        walk.pos = Pos::Node(at);
-        walk.last_edge = Some(LastEdge::Cond(memo.last, memo.last_t));
-        out.edges += u64::from(size);
-        true
+        Some(memo)
     }
 
     /// The hot loop: TNT bits `left - 1` down to 0 of `bits` through linked
@@ -1390,27 +1472,39 @@ enum LaneEnd {
 }
 
 /// A TNT-8 packet's walk from a node, remembered (as libxdc and iptr-edge-analyzer
-/// cache theirs): the map bytes its bits count, in order, and the node it ends at.
-/// Kept only for walks through linked conditional nodes that push nothing (the
-/// [`Graph::hot`] links, which never change once made), so a hit is exact. Direct
-/// mapped by (node, byte); a collision replaces the entry.
+/// cache theirs): the map bytes its bits count, the return addresses it leaves on
+/// the stack and the node it ends at. Kept only for walks through the
+/// [`Graph::hot`] links (conditional nodes, never changed once made) and through
+/// compressed returns to addresses pushed in the same byte (their targets through
+/// the [`TipMemo`]), so that a hit is exact: the walk does not depend on the
+/// stack below. Direct mapped by (node, byte); a collision replaces the entry.
 #[derive(Clone, Copy, Debug)]
 struct Memo {
     /// The node the walk starts at (`NONE`: empty).
     from: u32,
     /// The node it ends at.
     end: u32,
-    /// The TNT-8 byte.
+    /// The TNT-8 byte (its complement, odd: the walk could not be remembered).
     byte: u8,
-    /// Its bits.
-    bits: u8,
+    /// Edges it counts in the map (misses until the next try to remember it).
+    edges: u8,
     /// The map bytes it counts, each once: `idx[..n]`, by `cnt[..n]`.
     n: u8,
-    /// The node and bit of the last edge (for [`LastEdge::Cond`]).
+    /// The last edge: from node `last`, a conditional's bit (0, 1), or 2 for a
+    /// return to `last_to` at map byte `last_idx` (for [`LastEdge`]).
     last_t: u8,
+    /// Return addresses it pushes: the most at a time (0: it leaves the stack
+    /// alone), and those still there at its end, `pushes[..npush]`.
+    peak: u8,
+    npush: u8,
+    /// The mode its returns' targets were looked up in.
+    mode: ExecMode,
     last: u32,
+    last_idx: u32,
     idx: [u32; 6],
     cnt: [u8; 6],
+    last_to: u64,
+    pushes: [u64; MEMO_PUSHES],
 }
 
 impl Memo {
@@ -1418,18 +1512,42 @@ impl Memo {
         from: NONE,
         end: NONE,
         byte: 0,
-        bits: 0,
+        edges: 0,
         n: 0,
         last_t: 0,
+        peak: 0,
+        npush: 0,
+        mode: ExecMode::Unknown,
         last: NONE,
+        last_idx: NONE,
         idx: [0; 6],
         cnt: [0; 6],
+        last_to: 0,
+        pushes: [0; MEMO_PUSHES],
     };
 
     #[inline]
     fn slot(from: u32, byte: u8) -> usize {
         let key = u64::from(from) << 8 | u64::from(byte);
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SIZE.trailing_zeros())) as usize
+    }
+
+    /// Whether the entry gives the walk's own result: its pushes do not overflow
+    /// the return stack (whose oldest entries a push would overwrite) and its
+    /// returns' targets are in the walk's mode.
+    #[inline(always)]
+    fn fits(&self, walk: &Walk) -> bool {
+        self.peak == 0
+            || walk.len + usize::from(self.peak) <= RETSTACK_SIZE && self.mode == walk.mode
+    }
+
+    #[inline(always)]
+    fn last_edge(&self) -> LastEdge {
+        if self.last_t == 2 {
+            LastEdge::Tip(self.last, self.last_idx, self.last_to)
+        } else {
+            LastEdge::Cond(self.last, self.last_t)
+        }
     }
 }
 
