@@ -902,9 +902,7 @@ impl CoverageDecoder {
                 if !m.fits(walk) {
                     break;
                 }
-                for &ip in &m.pushes[..usize::from(m.npush)] {
-                    walk.push(ip);
-                }
+                walk.apply(m);
             }
             for k in 0..usize::from(m.n) {
                 let b = &mut map[m.idx[k] as usize];
@@ -974,9 +972,7 @@ impl CoverageDecoder {
     /// Applies a [`Memo`] entry that [fits](Memo::fits) the walk.
     #[inline(always)]
     fn apply_memo(&mut self, walk: &mut Walk, m: &Memo, out: &mut Outcome) {
-        for &ip in &m.pushes[..usize::from(m.npush)] {
-            walk.push(ip);
-        }
+        walk.apply(m);
         for k in 0..usize::from(m.n) {
             let b = &mut self.map[m.idx[k] as usize];
             *b = b.wrapping_add(m.cnt[k]);
@@ -1532,13 +1528,11 @@ impl Memo {
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SIZE.trailing_zeros())) as usize
     }
 
-    /// Whether the entry gives the walk's own result: its pushes do not overflow
-    /// the return stack (whose oldest entries a push would overwrite) and its
-    /// returns' targets are in the walk's mode.
+    /// Whether the entry gives the walk's own result: its returns' targets are in
+    /// the walk's mode.
     #[inline(always)]
     fn fits(&self, walk: &Walk) -> bool {
-        self.peak == 0
-            || walk.len + usize::from(self.peak) <= RETSTACK_SIZE && self.mode == walk.mode
+        self.peak == 0 || self.mode == walk.mode
     }
 
     #[inline(always)]
@@ -1618,6 +1612,19 @@ impl Walk {
         self.len = (self.len + 1).min(RETSTACK_SIZE);
     }
 
+    /// A [`Memo`] entry's pushes and pops: as each push on a full stack
+    /// overwrites the oldest entry, the walk loses as many of its oldest entries
+    /// as the entry's deepest point passes the stack's size, then gains the
+    /// entry's pushes that are left at its end.
+    #[inline(always)]
+    fn apply(&mut self, m: &Memo) {
+        let lost = (self.len + usize::from(m.peak)).saturating_sub(RETSTACK_SIZE);
+        self.len -= lost;
+        for &ip in &m.pushes[..usize::from(m.npush)] {
+            self.push(ip);
+        }
+    }
+
     /// The return address a pop would give.
     #[inline]
     fn peek(&self) -> Option<u64> {
@@ -1640,6 +1647,64 @@ impl Walk {
 mod tests {
     use super::*;
     use pt_encoder::{encode_to_vec, IpCompression, IpPacketKind, IpPayload, LastIp};
+
+    fn walk() -> Walk {
+        Walk {
+            pos: Pos::Off,
+            mode: ExecMode::Bit64,
+            stack: [0; RETSTACK_SIZE],
+            top: 0,
+            len: 0,
+            pending: None,
+            deferred_tip: None,
+            last_edge: None,
+        }
+    }
+
+    fn drain(mut w: Walk) -> Vec<u64> {
+        std::iter::from_fn(|| w.pop()).collect()
+    }
+
+    /// A memo entry's stack effect is that of its pushes and pops one by one, on
+    /// a stack with room and on a full one (whose oldest entries pushes overwrite).
+    #[test]
+    fn memo_stack_effect_is_push_by_push() {
+        // Push 0x10, 0x20; pop; push 0x30, 0x40, 0x50; pop; pop: left 0x10, 0x30,
+        // three deep at most.
+        let ops: [Option<u64>; 8] = [
+            Some(0x10),
+            Some(0x20),
+            None,
+            Some(0x30),
+            Some(0x40),
+            Some(0x50),
+            None,
+            None,
+        ];
+        let m = Memo {
+            peak: 4,
+            npush: 2,
+            pushes: [0x10, 0x30],
+            ..Memo::EMPTY
+        };
+        for before in [0usize, 5, 60, 61, 62, 63, 64, 100] {
+            let (mut one_by_one, mut at_once) = (walk(), walk());
+            for i in 0..before as u64 {
+                one_by_one.push(i + 1);
+                at_once.push(i + 1);
+            }
+            for op in ops {
+                match op {
+                    Some(ip) => one_by_one.push(ip),
+                    None => {
+                        one_by_one.pop();
+                    }
+                }
+            }
+            at_once.apply(&m);
+            assert_eq!(drain(at_once), drain(one_by_one), "{before} before");
+        }
+    }
 
     /// The fast lane's IP forms update the last IP as the packet layer does.
     #[test]
