@@ -11,9 +11,10 @@
 //! Between events, where the event decoder allows it ([`EventDecoder::handoff`]),
 //! a fast lane reads the plain packets (TNT, TIP, PAD, MTC, CYC, TSC) straight
 //! from the bytes and hands back at the first other packet: TNT-8 packets go
-//! through a memo of (node, byte) → map bytes and end node, TIPs through a memo of
-//! (node, target) → target node and map byte, so that the warm decoder does no
-//! hashing of addresses and no lookup per branch.
+//! through a memo of (node, byte) → map bytes, return-stack effect and end node
+//! (calls and compressed returns included), TIPs through a memo of (node, target)
+//! → target node and map byte, so that the warm decoder does no hashing of
+//! addresses and no lookup per branch.
 //!
 //! The flow is the flow decoder's, edge by edge: the differential tests
 //! (`tests/differential.rs`) hold it to [`crate::reference`], which derives edges
