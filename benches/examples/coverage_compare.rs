@@ -3,10 +3,11 @@
 //! this first, to export the traces, and its harness after).
 //!
 //! ```text
-//! coverage_compare --generate OUT_DIR [--retcomp-timing] [--runs N] [--long-mb M] [--ours-only] [--no-exact]
-//! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--no-exact]
-//! coverage_compare --dir DIR [--ours-only] [--no-exact]
+//! coverage_compare --generate OUT_DIR [--retcomp-timing] [--runs N] [--long-mb M] [--ours-only] [--long-only] [--no-exact]
+//! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--whole-runs] [--ours-only] [--long-only] [--no-exact]
+//! coverage_compare --dir DIR [--ours-only] [--long-only] [--no-exact]
 //! coverage_compare --compare-libxdc DIR
+//! coverage_compare --retcomp-cost PLAIN_DIR RETCOMP_TIMING_DIR
 //! ```
 //!
 //! `--generate`: [`Workload::generated`]: (a) a fuzzing workload of 10,000 separate
@@ -21,15 +22,20 @@
 //! `intel_pt/noretcomp,tsc=0,mtc=0/u` so that every decoder accepts it): (a) 10,000
 //! slices of 1-50 KB of the one run, each from a PSB to the end of a TIP.PGD where
 //! there is one close enough, else to a packet boundary (libxdc, which starts
-//! tracing at a TIP.PGE, cannot decode most of them), and (b) the whole trace,
-//! repeated `N` times (default: up to 64 MB).
+//! tracing at a TIP.PGE, cannot decode most of them), or with `--whole-runs` the
+//! runs of a fuzz target that makes a system call before each input (see
+//! `whole_runs_of`), and (b) the whole trace, repeated `N` times (default: up to
+//! 64 MB).
 //!
 //! It writes the workload with the code and the filter ranges into `OUT_DIR` for the
 //! libxdc harness (`--dir` reads one back), and prints MB/s and traces/s: (a) warm
 //! (after a first pass), (b) cold (a fresh decoder) and warm. `--ours-only`
-//! measures pt-coverage alone; `--no-exact` leaves out pt-coverage's exact edges.
+//! measures pt-coverage alone, `--long-only` the long trace alone; `--no-exact` leaves out pt-coverage's exact edges.
 //! `--compare-libxdc` compares libxdc's bitmap of the long trace with ours under
-//! libxdc's edge formula.
+//! libxdc's edge formula. `--retcomp-cost` times pt-coverage on two workloads of
+//! the same runs, written by `--generate` without and with `--retcomp-timing`,
+//! passes of one and the other in turn (so that both meet the same load on a
+//! shared machine): what return compression and timing packets cost.
 
 use std::io::Write;
 use std::path::Path;
@@ -42,10 +48,11 @@ use pt_perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 const USAGE: &str =
-    "usage: coverage_compare --generate OUT_DIR [--retcomp-timing] [--ours-only] [--no-exact]
-       coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--ours-only] [--no-exact]
-       coverage_compare --dir DIR [--ours-only] [--no-exact]
-       coverage_compare --compare-libxdc DIR";
+    "usage: coverage_compare --generate OUT_DIR [--retcomp-timing] [--ours-only] [--long-only] [--no-exact]
+       coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--whole-runs] [--ours-only] [--long-only] [--no-exact]
+       coverage_compare --dir DIR [--ours-only] [--long-only] [--no-exact]
+       coverage_compare --compare-libxdc DIR
+       coverage_compare --retcomp-cost PLAIN_DIR RETCOMP_TIMING_DIR";
 
 const MAP: usize = 1 << 16;
 const FUZZ_TRACES: usize = 10_000;
@@ -67,7 +74,7 @@ fn mb(bytes: usize, secs: f64) -> f64 {
     bytes as f64 / 1e6 / secs
 }
 
-fn load(data: &Path, repeat: Option<usize>) -> Workload {
+fn load(data: &Path, repeat: Option<usize>, whole_runs: bool) -> Workload {
     let file = MappedFile::open(data).expect("perf.data");
     let perf = file.parse().expect("a perf.data");
     let session = Session::new(&perf, SessionOptions::for_file(data)).expect("a session");
@@ -114,8 +121,12 @@ fn load(data: &Path, repeat: Option<usize>) -> Workload {
     }
     bounds.push(trace.len());
     let mut rng = pt_benches::Rng::new(25);
-    let mut fuzz = Vec::with_capacity(FUZZ_TRACES);
-    while fuzz.len() < FUZZ_TRACES && !psbs.is_empty() {
+    let mut fuzz = if whole_runs {
+        whole_runs_of(&trace, &config)
+    } else {
+        Vec::with_capacity(FUZZ_TRACES)
+    };
+    while !whole_runs && fuzz.len() < FUZZ_TRACES && !psbs.is_empty() {
         let start = psbs[rng.below(psbs.len() as u64) as usize];
         let want = 1024 + rng.below(49 * 1024) as usize;
         let max = start + 50 * 1024;
@@ -141,6 +152,70 @@ fn load(data: &Path, repeat: Option<usize>) -> Workload {
     }
 }
 
+/// The fuzzing workload of a recording of a fuzz target that makes a system call
+/// before each input (`programs/json_parse.c`): with user-space tracing, each run
+/// is what comes from a TIP.PGE to the next TIP.PGD. Each becomes a trace of its
+/// own as a fuzzer records it, tracing enabled afresh: PSB, MODE.EXEC, PSBEND, the
+/// TIP.PGE with its whole IP (it may be compressed against the last IP in the
+/// recording), then the recorded packets up to the TIP.PGD. The first
+/// [`FUZZ_TRACES`] runs of 1 to 50 KB.
+fn whole_runs_of(trace: &[u8], config: &pt_decoder::Config) -> Vec<Vec<u8>> {
+    use pt_decoder::{IpPacketKind, Packet};
+    use pt_encoder::{encode_to_vec, ExecMode, IpCompression, IpPayload, LastIp, ModeExec};
+    let mut pkt = PacketDecoder::new(trace, config);
+    let mut runs = Vec::new();
+    if pkt.sync_forward().is_err() {
+        return runs;
+    }
+    let mut last_ip = LastIp::new();
+    let mut mode = ModeExec::from_mode(ExecMode::Bit64);
+    // The run open: its TIP.PGE's IP and where the packets after it start.
+    let mut open: Option<(u64, usize)> = None;
+    let mut prev: Option<Packet> = None;
+    for r in &mut pkt {
+        let Ok((off, p)) = r else { break };
+        let off = off as usize;
+        // The packet before this one ends here.
+        if let Some(Packet::Ip(IpPacketKind::TipPge, _)) = prev {
+            open = last_ip.query().ok().map(|ip| (ip, off));
+        }
+        if let Some(Packet::Ip(IpPacketKind::TipPgd, _)) = prev {
+            if let Some((ip, from)) = open.take() {
+                let mut run = Vec::new();
+                for head in [
+                    Packet::Psb,
+                    Packet::ModeExec(mode),
+                    Packet::Psbend,
+                    Packet::Ip(
+                        IpPacketKind::TipPge,
+                        IpPayload::new(IpCompression::Full, ip),
+                    ),
+                ] {
+                    encode_to_vec(&head, &mut run).expect("a valid packet");
+                }
+                run.extend_from_slice(&trace[from..off]);
+                if (1024..=50 * 1024).contains(&run.len()) {
+                    runs.push(run);
+                    if runs.len() == FUZZ_TRACES {
+                        break;
+                    }
+                }
+            }
+        }
+        match &p {
+            Packet::Psb => last_ip = LastIp::new(),
+            Packet::ModeExec(m) => mode = *m,
+            Packet::Ip(_, payload) => {
+                last_ip.update(*payload);
+            }
+            Packet::Ovf => open = None,
+            _ => {}
+        }
+        prev = Some(p);
+    }
+    runs
+}
+
 /// Times `decode` over the fuzzing workload (warm: after one untimed pass) and the
 /// long trace (cold with a fresh decoder from `make`, then warm).
 fn measure<D>(
@@ -151,6 +226,9 @@ fn measure<D>(
 ) {
     let fuzz_bytes: usize = w.fuzz.iter().map(Vec::len).sum();
     let mut d = make();
+    if w.fuzz.is_empty() {
+        return measure_long(name, w, make, decode);
+    }
     for t in &w.fuzz {
         decode(&mut d, t);
     }
@@ -170,6 +248,17 @@ fn measure<D>(
         w.fuzz.len() as f64 / best
     );
     drop(d);
+    measure_long(name, w, make, decode);
+}
+
+/// Times `decode` over the long trace: cold with a fresh decoder from `make`, then
+/// warm.
+fn measure_long<D>(
+    name: &str,
+    w: &Workload,
+    mut make: impl FnMut() -> D,
+    mut decode: impl FnMut(&mut D, &[u8]),
+) {
     let mut d = make();
     let t0 = cpu_secs();
     decode(&mut d, &w.long);
@@ -239,13 +328,18 @@ fn main() {
     if args.first().map(String::as_str) == Some("--compare-libxdc") {
         return compare_libxdc(Path::new(&args[1]));
     }
+    if let (Some("--retcomp-cost"), Some(plain), Some(rc)) =
+        (args.first().map(String::as_str), args.get(1), args.get(2))
+    {
+        return retcomp_cost(Path::new(plain), Path::new(rc));
+    }
     let ours_only = args.iter().any(|a| a == "--ours-only");
     let exact = !args.iter().any(|a| a == "--no-exact");
     let fail = |e: std::io::Error| -> ! {
         eprintln!("coverage_compare: {e}");
         std::process::exit(1)
     };
-    let w = match (args.first().map(String::as_str), args.get(1)) {
+    let mut w = match (args.first().map(String::as_str), args.get(1)) {
         (Some("--dir"), Some(dir)) => Workload::load(Path::new(dir)).unwrap_or_else(|e| fail(e)),
         (Some("--generate"), Some(out)) => {
             let mix = if args.iter().any(|a| a == "--retcomp-timing") {
@@ -269,7 +363,8 @@ fn main() {
                 .iter()
                 .position(|a| a == "--long-repeat")
                 .and_then(|i| args.get(i + 1)?.parse().ok());
-            let w = load(Path::new(data), repeat);
+            let whole_runs = args.iter().any(|a| a == "--whole-runs");
+            let w = load(Path::new(data), repeat, whole_runs);
             w.export(Path::new(out)).unwrap_or_else(|e| fail(e));
             w
         }
@@ -278,6 +373,9 @@ fn main() {
             std::process::exit(1);
         }
     };
+    if args.iter().any(|a| a == "--long-only") {
+        w.fuzz.clear();
+    }
     eprintln!(
         "{} fuzz traces ({:.1} MB), long trace {:.1} MB, filter {:x?}",
         w.fuzz.len(),
@@ -388,5 +486,68 @@ fn compare_libxdc(dir: &Path) {
     println!(
         "bitmap vs libxdc (libxdc's formula): {same}/{MAP} bytes equal; edges hit by both {both}, only ours {only_ours}, only libxdc {only_theirs}; our errors {}",
         out.errors
+    );
+}
+
+/// pt-coverage on the same runs without and with return compression and timing
+/// packets: a warm pass over each workload's fuzzing traces and long trace, then
+/// [`ROUNDS`] × 2 timed passes, one workload after the other; the best of each.
+fn retcomp_cost(plain: &Path, rc: &Path) {
+    let load = |dir: &Path| {
+        Workload::load(dir).unwrap_or_else(|e| {
+            eprintln!("coverage_compare: {}: {e}", dir.display());
+            std::process::exit(1)
+        })
+    };
+    let ws = [load(plain), load(rc)];
+    if ws[0].fuzz.len() != ws[1].fuzz.len() {
+        eprintln!("coverage_compare: the two workloads do not hold the same runs");
+        std::process::exit(1);
+    }
+    let mut ds: Vec<CoverageDecoder> = ws.iter().map(|w| ours(w, EdgeHash::Afl)()).collect();
+    let pass = |d: &mut CoverageDecoder, w: &Workload, traces: &[Vec<u8>]| {
+        let t0 = cpu_secs();
+        for t in traces {
+            d.reset();
+            let out = d.decode(t, &w.image);
+            std::hint::black_box(out);
+        }
+        cpu_secs() - t0
+    };
+    // [workload][fuzz, long]
+    let mut best = [[f64::MAX; 2]; 2];
+    for round in 0..=ROUNDS * 2 {
+        for (k, (w, d)) in ws.iter().zip(&mut ds).enumerate() {
+            let fuzz = pass(d, w, &w.fuzz);
+            let long = pass(d, w, std::slice::from_ref(&w.long));
+            // Round 0 warms the decoders up.
+            if round > 0 {
+                best[k][0] = best[k][0].min(fuzz);
+                best[k][1] = best[k][1].min(long);
+            }
+        }
+    }
+    for (k, name) in ["noretcomp, no timing", "return compression + timing"]
+        .iter()
+        .enumerate()
+    {
+        let w = &ws[k];
+        println!(
+            "pt-coverage {name}: fuzz {:.1} MB {:.3} s {:.1} MB/s {:.0} traces/s; long {:.1} MB {:.3} s {:.1} MB/s",
+            w.fuzz_bytes() as f64 / 1e6,
+            best[k][0],
+            mb(w.fuzz_bytes(), best[k][0]),
+            w.fuzz.len() as f64 / best[k][0],
+            w.long.len() as f64 / 1e6,
+            best[k][1],
+            mb(w.long.len(), best[k][1]),
+        );
+    }
+    println!(
+        "with return compression + timing: fuzz {:.2}x the time ({:.2}x the MB/s), long {:.2}x the time ({:.2}x the MB/s)",
+        best[1][0] / best[0][0],
+        mb(ws[1].fuzz_bytes(), best[1][0]) / mb(ws[0].fuzz_bytes(), best[0][0]),
+        best[1][1] / best[0][1],
+        mb(ws[1].long.len(), best[1][1]) / mb(ws[0].long.len(), best[0][1]),
     );
 }

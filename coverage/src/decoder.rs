@@ -11,9 +11,10 @@
 //! Between events, where the event decoder allows it ([`EventDecoder::handoff`]),
 //! a fast lane reads the plain packets (TNT, TIP, PAD, MTC, CYC, TSC) straight
 //! from the bytes and hands back at the first other packet: TNT-8 packets go
-//! through a memo of (node, byte) → map bytes and end node, TIPs through a memo of
-//! (node, target) → target node and map byte, so that the warm decoder does no
-//! hashing of addresses and no lookup per branch.
+//! through a memo of (node, byte) → map bytes, return-stack effect and end node
+//! (calls and compressed returns included), TIPs through a memo of (node, target)
+//! → target node and map byte, so that the warm decoder does no hashing of
+//! addresses and no lookup per branch.
 //!
 //! The flow is the flow decoder's, edge by edge: the differential tests
 //! (`tests/differential.rs`) hold it to [`crate::reference`], which derives edges
@@ -25,7 +26,6 @@ use pt_decoder::flow::AddrFilter;
 use pt_decoder::image::Image;
 use pt_decoder::{Config, ErrorCode};
 use pt_encoder::hash::IntMap;
-use pt_encoder::packet::sext48;
 use pt_encoder::{ExecMode, Packet};
 
 use crate::bitmap::EdgeHash;
@@ -42,8 +42,15 @@ const MAX_CONTINUES: u32 = 64;
 /// Return addresses kept for compressed returns (as the hardware's stack).
 const RETSTACK_SIZE: usize = 64;
 
-/// Entries of the TNT-8 memo (a power of two): about 600 KB.
+/// Entries of the TNT-8 memo (a power of two): 1.25 MB.
 const MEMO_SIZE: usize = 1 << 14;
+
+/// Misses of a (node, byte) whose [`Memo`] entry could not be made before it is
+/// tried again.
+const MEMO_RETRY: u8 = 32;
+
+/// Return addresses a [`Memo`] entry leaves on the stack at most.
+const MEMO_PUSHES: usize = 2;
 
 /// Entries of the TIP memo (a power of two): 192 KB.
 const TIP_MEMO_SIZE: usize = 1 << 13;
@@ -843,16 +850,17 @@ impl CoverageDecoder {
             if b0 & 0x1f != 0x0d {
                 return LaneEnd::At(pos, ip);
             }
-            let (next_ip, n) = match b0 >> 5 {
-                1 => ((ip & !0xffff) | (word1 & 0xffff), 3),
-                2 => ((ip & !0xffff_ffff) | (word1 & 0xffff_ffff), 5),
-                3 => (sext48(word1), 7),
-                4 => ((ip & !0xffff_ffff_ffff) | (word1 & 0xffff_ffff_ffff), 7),
-                6 => (word1, 9),
-                _ => return LaneEnd::At(pos, ip),
-            };
+            let form = IP_FORMS[usize::from(b0 >> 5)];
+            if form.len == 0 {
+                return LaneEnd::At(pos, ip);
+            }
+            let (next_ip, n) = (form.apply(ip, word1), form.len);
             let before = ip;
             ip = next_ip;
+            if self.tip_memo_hit(walk, ip, out) {
+                pos += n;
+                continue;
+            }
             if walk.deferred_tip == Some(pos as u64) {
                 // Taken already, for the branch it was deferred from.
                 walk.deferred_tip = None;
@@ -881,7 +889,7 @@ impl CoverageDecoder {
         }
         let start = pos;
         let (memo, map) = (&self.memo[..], &mut self.map[..]);
-        let mut last = (NONE, 0);
+        let mut last = &Memo::EMPTY;
         let mut edges = 0u64;
         while let Some(&byte) = trace.get(pos) {
             if byte & 1 != 0 || byte <= 2 {
@@ -891,18 +899,24 @@ impl CoverageDecoder {
             if m.from != id || m.byte != byte {
                 break;
             }
+            if m.peak != 0 {
+                if !m.fits(walk) {
+                    break;
+                }
+                walk.apply(m);
+            }
             for k in 0..usize::from(m.n) {
                 let b = &mut map[m.idx[k] as usize];
                 *b = b.wrapping_add(m.cnt[k]);
             }
             id = m.end;
-            last = (m.last, m.last_t);
-            edges += u64::from(m.bits);
+            last = m;
+            edges += u64::from(m.edges);
             pos += 1;
         }
         if pos > start {
             walk.pos = Pos::Node(id);
-            walk.last_edge = Some(LastEdge::Cond(last.0, last.1));
+            walk.last_edge = Some(last.last_edge());
             out.edges += edges;
         }
         pos
@@ -921,57 +935,122 @@ impl CoverageDecoder {
             return false;
         }
         let slot = Memo::slot(id, byte);
-        let m = &self.memo[slot];
-        if m.from == id && m.byte == byte {
-            for k in 0..usize::from(m.n) {
-                let b = &mut self.map[m.idx[k] as usize];
-                *b = b.wrapping_add(m.cnt[k]);
+        let m = &mut self.memo[slot];
+        if m.from == id {
+            if m.byte == byte && m.fits(walk) {
+                let m = *m;
+                self.apply_memo(walk, &m, out);
+                return true;
             }
-            walk.pos = Pos::Node(m.end);
-            walk.last_edge = Some(LastEdge::Cond(m.last, m.last_t));
-            out.edges += u64::from(m.bits);
-            return true;
+            if m.byte == !byte {
+                // Failed before: try again only now and then (its nodes may have
+                // been linked since).
+                m.edges = m.edges.wrapping_sub(1);
+                if m.edges != 0 {
+                    return false;
+                }
+            }
         }
+        let Some(memo) = self.build_memo(walk, id, byte) else {
+            // An entry that no TNT-8 byte matches (odd), so that the next misses
+            // skip the walk.
+            self.memo[slot] = Memo {
+                from: id,
+                byte: !byte,
+                edges: MEMO_RETRY,
+                ..Memo::EMPTY
+            };
+            return false;
+        };
+        self.memo[slot] = memo;
+        if !memo.fits(walk) {
+            return false;
+        }
+        self.apply_memo(walk, &memo, out);
+        true
+    }
+
+    /// Applies a [`Memo`] entry that [fits](Memo::fits) the walk.
+    #[inline(always)]
+    fn apply_memo(&mut self, walk: &mut Walk, m: &Memo, out: &mut Outcome) {
+        walk.apply(m);
+        for k in 0..usize::from(m.n) {
+            let b = &mut self.map[m.idx[k] as usize];
+            *b = b.wrapping_add(m.cnt[k]);
+        }
+        walk.pos = Pos::Node(m.end);
+        walk.last_edge = Some(m.last_edge());
+        out.edges += u64::from(m.edges);
+    }
+
+    /// The [`Memo`] entry of TNT-8 `byte` from node `id`, walked through the
+    /// [`Graph::hot`] links, with the return addresses its nodes' direct calls push
+    /// and the compressed returns that pop them again (through the [`TipMemo`]);
+    /// `None` if a bit needs more (a node not linked yet, a return to an address
+    /// pushed before the byte, too many return addresses).
+    fn build_memo(&self, walk: &Walk, id: u32, byte: u8) -> Option<Memo> {
         let payload = byte >> 1;
         let size = 7 - payload.leading_zeros() as u8;
         let mut memo = Memo {
             from: id,
             byte,
-            bits: size,
+            mode: walk.mode,
             ..Memo::EMPTY
         };
+        // The return addresses pushed in the byte and still on the stack.
+        let mut stack = [0u64; 8];
+        let mut depth = 0usize;
         let mut at = id;
         for k in 0..size {
             let h = &self.graph.hot[at as usize];
             let t = usize::from(payload >> (size - 1 - k) & 1);
-            let next = h.next[t];
-            if next == NONE || h.npush != 0 {
-                return false;
+            for &ip in &self.graph.pushes[h.push as usize..][..h.npush as usize] {
+                *stack.get_mut(depth)? = ip;
+                depth += 1;
+                memo.peak = memo.peak.max(depth as u8);
             }
+            let (i, next) = if h.next[t] != NONE {
+                memo.last_t = t as u8;
+                (h.idx[t], h.next[t])
+            } else if h.ret && t == 1 && depth > 0 {
+                depth -= 1;
+                let to = stack[depth];
+                let m = &self.tip_memo[TipMemo::slot(at, to)];
+                if m.from != at || m.ip != to || m.mode != walk.mode {
+                    return None;
+                }
+                memo.last_t = 2;
+                memo.last_to = to;
+                memo.last_idx = m.idx;
+                (m.idx, m.to)
+            } else {
+                return None;
+            };
+            memo.last = at;
+            at = next;
+            if i == NONE {
+                // A return whose edge is not in the map (libxdc's choice of edges).
+                continue;
+            }
+            memo.edges += 1;
             // Each map byte once, with its count (a loop's edge repeats).
             let n = usize::from(memo.n);
-            match memo.idx[..n].iter().position(|&i| i == h.idx[t]) {
+            match memo.idx[..n].iter().position(|&j| j == i) {
                 Some(j) => memo.cnt[j] += 1,
                 None => {
-                    memo.idx[n] = h.idx[t];
+                    memo.idx[n] = i;
                     memo.cnt[n] = 1;
                     memo.n += 1;
                 }
             }
-            memo.last = at;
-            memo.last_t = t as u8;
-            at = next;
         }
+        if depth > MEMO_PUSHES {
+            return None;
+        }
+        memo.pushes[..depth].copy_from_slice(&stack[..depth]);
+        memo.npush = depth as u8;
         memo.end = at;
-        self.memo[slot] = memo;
-        for k in 0..usize::from(memo.n) {
-            let b = &mut self.map[memo.idx[k] as usize];
-            *b = b.wrapping_add(memo.cnt[k]);
-        }
-        walk.pos = Pos::Node(at);
-        walk.last_edge = Some(LastEdge::Cond(memo.last, memo.last_t));
-        out.edges += u64::from(size);
-        true
+        Some(memo)
     }
 
     /// The hot loop: TNT bits `left - 1` down to 0 of `bits` through linked
@@ -1054,6 +1133,41 @@ impl CoverageDecoder {
         left
     }
 
+    /// A TIP to `ip` through the [`TipMemo`] alone, where the walk is at the start of
+    /// a node whose branch took it before: applied and `true` on a hit (`false`,
+    /// nothing done, otherwise: the caller takes [`Self::tip`]). A hit means the node
+    /// ends in a branch that takes a TIP (only those make entries), so no look at
+    /// its kind is needed.
+    #[inline(always)]
+    fn tip_memo_hit(&mut self, walk: &mut Walk, ip: u64, out: &mut Outcome) -> bool {
+        let Pos::Node(id) = walk.pos else {
+            return false;
+        };
+        if self.options.collect || walk.pending.is_some() || walk.deferred_tip.is_some() {
+            return false;
+        }
+        let m = &self.tip_memo[TipMemo::slot(id, ip)];
+        if m.from != id || m.ip != ip || m.mode != walk.mode {
+            return false;
+        }
+        let (to, i, icall) = (m.to, m.idx, m.icall);
+        let h = &self.graph.hot[id as usize];
+        for &ret in &self.graph.pushes[h.push as usize..][..h.npush as usize] {
+            walk.push(ret);
+        }
+        if icall {
+            walk.push(self.graph.nodes[id as usize].fall);
+        }
+        if i != NONE {
+            let b = &mut self.map[i as usize];
+            *b = b.wrapping_add(1);
+            out.edges += 1;
+        }
+        walk.last_edge = Some(LastEdge::Tip(id, i, ip));
+        walk.pos = Pos::Node(to);
+        true
+    }
+
     /// A TIP's edge from the branch that needs it.
     #[inline]
     fn tip(
@@ -1129,6 +1243,7 @@ impl CoverageDecoder {
                 to,
                 idx: i,
                 mode: walk.mode,
+                icall: kind == EdgeKind::IndirectCall,
             };
             (to, i)
         };
@@ -1293,6 +1408,55 @@ fn deferred_tip(ev: &EventDecoder<'_>) -> Option<(u64, u64)> {
     None
 }
 
+/// How a TIP's IP payload updates the last IP, by IPBytes (bits 7:5 of its first
+/// byte), without a branch on the form (the forms follow one another unpredictably
+/// in a trace): the bits of the last IP kept, the bits of the payload taken, the
+/// shift that sign-extends bit 47, and the packet's length (0: IP suppressed or a
+/// reserved form, left to the event decoder).
+#[derive(Clone, Copy)]
+struct IpForm {
+    keep: u64,
+    take: u64,
+    sext: u32,
+    len: usize,
+}
+
+impl IpForm {
+    const NONE: IpForm = IpForm {
+        keep: 0,
+        take: 0,
+        sext: 0,
+        len: 0,
+    };
+
+    /// The new last IP from the last one and the (little-endian) payload bytes.
+    #[inline(always)]
+    fn apply(self, last: u64, payload: u64) -> u64 {
+        ((((last & self.keep) | (payload & self.take)) << self.sext) as i64 >> self.sext) as u64
+    }
+}
+
+const fn ip_form(keep: u64, take: u64, sext: u32, len: usize) -> IpForm {
+    IpForm {
+        keep,
+        take,
+        sext,
+        len,
+    }
+}
+
+/// [`IpForm`] by IPBytes (SDM: IP compression).
+const IP_FORMS: [IpForm; 8] = [
+    IpForm::NONE,
+    ip_form(!0xffff, 0xffff, 0, 3),
+    ip_form(!0xffff_ffff, 0xffff_ffff, 0, 5),
+    ip_form(0, 0xffff_ffff_ffff, 16, 7),
+    ip_form(!0xffff_ffff_ffff, 0xffff_ffff_ffff, 0, 7),
+    IpForm::NONE,
+    ip_form(0, !0, 0, 9),
+    IpForm::NONE,
+];
+
 /// How the [fast lane](CoverageDecoder::lane) ended: each with the offset of the
 /// packet it stopped at and the last IP before it.
 enum LaneEnd {
@@ -1305,27 +1469,39 @@ enum LaneEnd {
 }
 
 /// A TNT-8 packet's walk from a node, remembered (as libxdc and iptr-edge-analyzer
-/// cache theirs): the map bytes its bits count, in order, and the node it ends at.
-/// Kept only for walks through linked conditional nodes that push nothing (the
-/// [`Graph::hot`] links, which never change once made), so a hit is exact. Direct
-/// mapped by (node, byte); a collision replaces the entry.
+/// cache theirs): the map bytes its bits count, the return addresses it leaves on
+/// the stack and the node it ends at. Kept only for walks through the
+/// [`Graph::hot`] links (conditional nodes, never changed once made) and through
+/// compressed returns to addresses pushed in the same byte (their targets through
+/// the [`TipMemo`]), so that a hit is exact: the walk does not depend on the
+/// stack below. Direct mapped by (node, byte); a collision replaces the entry.
 #[derive(Clone, Copy, Debug)]
 struct Memo {
     /// The node the walk starts at (`NONE`: empty).
     from: u32,
     /// The node it ends at.
     end: u32,
-    /// The TNT-8 byte.
+    /// The TNT-8 byte (its complement, odd: the walk could not be remembered).
     byte: u8,
-    /// Its bits.
-    bits: u8,
+    /// Edges it counts in the map (misses until the next try to remember it).
+    edges: u8,
     /// The map bytes it counts, each once: `idx[..n]`, by `cnt[..n]`.
     n: u8,
-    /// The node and bit of the last edge (for [`LastEdge::Cond`]).
+    /// The last edge: from node `last`, a conditional's bit (0, 1), or 2 for a
+    /// return to `last_to` at map byte `last_idx` (for [`LastEdge`]).
     last_t: u8,
+    /// Return addresses it pushes: the most at a time (0: it leaves the stack
+    /// alone), and those still there at its end, `pushes[..npush]`.
+    peak: u8,
+    npush: u8,
+    /// The mode its returns' targets were looked up in.
+    mode: ExecMode,
     last: u32,
+    last_idx: u32,
     idx: [u32; 6],
     cnt: [u8; 6],
+    last_to: u64,
+    pushes: [u64; MEMO_PUSHES],
 }
 
 impl Memo {
@@ -1333,18 +1509,40 @@ impl Memo {
         from: NONE,
         end: NONE,
         byte: 0,
-        bits: 0,
+        edges: 0,
         n: 0,
         last_t: 0,
+        peak: 0,
+        npush: 0,
+        mode: ExecMode::Unknown,
         last: NONE,
+        last_idx: NONE,
         idx: [0; 6],
         cnt: [0; 6],
+        last_to: 0,
+        pushes: [0; MEMO_PUSHES],
     };
 
     #[inline]
     fn slot(from: u32, byte: u8) -> usize {
         let key = u64::from(from) << 8 | u64::from(byte);
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SIZE.trailing_zeros())) as usize
+    }
+
+    /// Whether the entry gives the walk's own result: its returns' targets are in
+    /// the walk's mode.
+    #[inline(always)]
+    fn fits(&self, walk: &Walk) -> bool {
+        self.peak == 0 || self.mode == walk.mode
+    }
+
+    #[inline(always)]
+    fn last_edge(&self) -> LastEdge {
+        if self.last_t == 2 {
+            LastEdge::Tip(self.last, self.last_idx, self.last_to)
+        } else {
+            LastEdge::Cond(self.last, self.last_t)
+        }
     }
 }
 
@@ -1358,6 +1556,8 @@ struct TipMemo {
     to: u32,
     idx: u32,
     mode: ExecMode,
+    /// An indirect call's edge (its return address goes on the stack).
+    icall: bool,
 }
 
 impl TipMemo {
@@ -1367,6 +1567,7 @@ impl TipMemo {
         to: NONE,
         idx: NONE,
         mode: ExecMode::Unknown,
+        icall: false,
     };
 
     #[inline]
@@ -1412,6 +1613,19 @@ impl Walk {
         self.len = (self.len + 1).min(RETSTACK_SIZE);
     }
 
+    /// A [`Memo`] entry's pushes and pops: as each push on a full stack
+    /// overwrites the oldest entry, the walk loses as many of its oldest entries
+    /// as the entry's deepest point passes the stack's size, then gains the
+    /// entry's pushes that are left at its end.
+    #[inline(always)]
+    fn apply(&mut self, m: &Memo) {
+        let lost = (self.len + usize::from(m.peak)).saturating_sub(RETSTACK_SIZE);
+        self.len -= lost;
+        for &ip in &m.pushes[..usize::from(m.npush)] {
+            self.push(ip);
+        }
+    }
+
     /// The return address a pop would give.
     #[inline]
     fn peek(&self) -> Option<u64> {
@@ -1427,5 +1641,109 @@ impl Walk {
         self.top = (self.top + RETSTACK_SIZE - 1) % RETSTACK_SIZE;
         self.len -= 1;
         Some(ip)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pt_encoder::{encode_to_vec, IpCompression, IpPacketKind, IpPayload, LastIp};
+
+    fn walk() -> Walk {
+        Walk {
+            pos: Pos::Off,
+            mode: ExecMode::Bit64,
+            stack: [0; RETSTACK_SIZE],
+            top: 0,
+            len: 0,
+            pending: None,
+            deferred_tip: None,
+            last_edge: None,
+        }
+    }
+
+    fn drain(mut w: Walk) -> Vec<u64> {
+        std::iter::from_fn(|| w.pop()).collect()
+    }
+
+    /// A memo entry's stack effect is that of its pushes and pops one by one, on
+    /// a stack with room and on a full one (whose oldest entries pushes overwrite).
+    #[test]
+    fn memo_stack_effect_is_push_by_push() {
+        // Push 0x10, 0x20; pop; push 0x30, 0x40, 0x50; pop; pop: left 0x10, 0x30,
+        // three deep at most.
+        let ops: [Option<u64>; 8] = [
+            Some(0x10),
+            Some(0x20),
+            None,
+            Some(0x30),
+            Some(0x40),
+            Some(0x50),
+            None,
+            None,
+        ];
+        let m = Memo {
+            peak: 4,
+            npush: 2,
+            pushes: [0x10, 0x30],
+            ..Memo::EMPTY
+        };
+        for before in [0usize, 5, 60, 61, 62, 63, 64, 100] {
+            let (mut one_by_one, mut at_once) = (walk(), walk());
+            for i in 0..before as u64 {
+                one_by_one.push(i + 1);
+                at_once.push(i + 1);
+            }
+            for op in ops {
+                match op {
+                    Some(ip) => one_by_one.push(ip),
+                    None => {
+                        one_by_one.pop();
+                    }
+                }
+            }
+            at_once.apply(&m);
+            assert_eq!(drain(at_once), drain(one_by_one), "{before} before");
+        }
+    }
+
+    /// The fast lane's IP forms update the last IP as the packet layer does.
+    #[test]
+    fn ip_forms_match_last_ip() {
+        let ips = [
+            0,
+            0x1234,
+            0x40_1000,
+            0x7fff_0000_5a5a,
+            0xffff_8000_0000_0010,
+            0xffff_ffff_8100_002b,
+            0x0000_8000_0000_0001,
+            0xdead_beef_cafe_f00d,
+        ];
+        for &last in &ips {
+            for &ip in &ips {
+                for c in IpCompression::ALL {
+                    let mut bytes = Vec::new();
+                    let p = Packet::Ip(IpPacketKind::Tip, IpPayload::new(c, ip));
+                    encode_to_vec(&p, &mut bytes).unwrap();
+                    let len = bytes.len();
+                    bytes.resize(16, 0);
+                    let form = IP_FORMS[usize::from(bytes[0] >> 5)];
+                    let mut state = LastIp::new();
+                    state.update(IpPayload::new(IpCompression::Full, last));
+                    let want = state.update(IpPayload::new(c, ip));
+                    if c == IpCompression::Suppressed {
+                        assert_eq!(form.len, 0);
+                        continue;
+                    }
+                    assert_eq!(form.len, len, "{c:?}");
+                    let word1 = u64::from_le_bytes(bytes[1..9].try_into().unwrap());
+                    assert_eq!(Some(form.apply(last, word1)), want, "{c:?} {last:x} {ip:x}");
+                }
+            }
+        }
+        for reserved in [5u8, 7] {
+            assert_eq!(IP_FORMS[usize::from(reserved)].len, 0);
+        }
     }
 }

@@ -181,3 +181,105 @@ fn libipt_corpus() {
         compared.len()
     );
 }
+
+/// A recursion the trace steers: `f` at 0x1000 calls itself (`dec rdi; jz 1f;
+/// call f`), then calls `g` (a bare `ret` at 0x1020) in a loop (`1: call g; jnz
+/// 1b; ret`); a loop at 0x2000 calls `f` (`call f; jmp 0x2000`).
+const RECURSE_CODE: [(u64, &[u8]); 3] = [
+    (
+        0x1000,
+        &[
+            0x48, 0xff, 0xcf, 0x74, 0x05, 0xe8, 0xf6, 0xff, 0xff, 0xff, 0xe8, 0x11, 0x00, 0x00,
+            0x00, 0x75, 0xf9, 0xc3,
+        ],
+    ),
+    (0x1020, &[0xc3]),
+    (0x2000, &[0xe8, 0xfb, 0xef, 0xff, 0xff, 0xeb, 0xf9]),
+];
+
+/// Packets of a run through [`RECURSE_CODE`], with return compression as the
+/// hardware does it: a stack of 64 return addresses whose oldest a call overwrites
+/// when full; a return with none left is a TIP.
+#[derive(Default)]
+struct Hardware {
+    packets: Vec<pt_encoder::Packet>,
+    bits: Vec<bool>,
+    stack: std::collections::VecDeque<u64>,
+}
+
+impl Hardware {
+    fn call(&mut self, ret: u64) {
+        if self.stack.len() == 64 {
+            self.stack.pop_front();
+        }
+        self.stack.push_back(ret);
+    }
+
+    fn ret_to(&mut self, to: u64) {
+        if self.stack.pop_back().is_some() {
+            self.bits.push(true);
+        } else {
+            self.flush();
+            self.packets
+                .push(trace::ip(pt_encoder::IpPacketKind::Tip, to));
+        }
+    }
+
+    fn flush(&mut self) {
+        for chunk in self.bits.chunks(6) {
+            self.packets.push(trace::tnt(chunk));
+        }
+        self.bits.clear();
+    }
+
+    /// `f` recursing `depth` more times, each level calling `g` `1 + loops(level)`
+    /// times on the way back.
+    fn f(&mut self, depth: usize, loops: &mut impl FnMut() -> usize, ret: u64) {
+        self.call(ret);
+        if depth > 0 {
+            self.bits.push(false);
+            self.f(depth - 1, loops, 0x100a);
+        } else {
+            self.bits.push(true);
+        }
+        let n = 1 + loops();
+        for i in 0..n {
+            self.call(0x100f);
+            self.ret_to(0x100f);
+            self.bits.push(i + 1 < n);
+        }
+        self.ret_to(ret);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Compressed returns in and across TNT packets, with calls, at stack depths
+    /// past the 64 return addresses the hardware keeps.
+    #[test]
+    fn recursion_with_compressed_returns(depths in proptest::collection::vec(0usize..100, 1..12),
+                                         seed in any::<u64>()) {
+        let mut image = Image::new();
+        for (base, code) in RECURSE_CODE {
+            image.add_bytes(base, code.to_vec(), "code").unwrap();
+        }
+        let mut rng = seed | 1;
+        let mut loops = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % 5) as usize
+        };
+        let mut hw = Hardware {
+            packets: trace::psb_at(0x2000).to_vec(),
+            ..Hardware::default()
+        };
+        for &depth in &depths {
+            hw.f(depth, &mut loops, 0x2005);
+        }
+        hw.flush();
+        let t = trace::encode(&hw.packets);
+        prop_assert!(agree(&t, &image), "the flow decoder failed");
+    }
+}

@@ -169,26 +169,36 @@ fn run(a: Args) -> Result<input::Outcome, String> {
             } else {
                 vec![(0, None)]
             };
-            // Consecutive pieces of one thread decode as one.
-            let mut runs: Vec<(usize, usize, Context, Option<u64>)> = Vec::new();
+            // Consecutive pieces of one thread over one image decode as one (an
+            // exec between two PSBs of a thread changes its image).
+            let mut runs: Vec<(usize, usize, Context, &Image)> = Vec::new();
             for (i, &(start, tsc)) in pieces.iter().enumerate() {
                 let end = pieces.get(i + 1).map_or(trace.len(), |p| p.0);
                 let time = tsc.map(|t| session.tsc_to_time(t));
                 let ctx = session.running(q, time);
+                let image = session.image(ctx.pid, time);
                 match runs.last_mut() {
-                    Some(r) if (r.2.pid, r.2.tid) == (ctx.pid, ctx.tid) => r.1 = end,
+                    Some(r)
+                        if (r.2.pid, r.2.tid) == (ctx.pid, ctx.tid) && std::ptr::eq(r.3, image) =>
+                    {
+                        r.1 = end
+                    }
                     _ if start == end => {}
-                    _ => runs.push((start, end, ctx, time)),
+                    _ => runs.push((start, end, ctx, image)),
                 }
             }
-            for (start, end, ctx, time) in runs {
+            for (start, end, ctx, image) in runs {
                 if !wanted(&ctx) {
                     continue;
                 }
-                let image = session.image(ctx.pid, time);
                 cov.reset();
                 errors += cov.decode(&trace[start..end], image).errors;
                 for e in cov.errors() {
+                    // Offsets in the queue's trace, not in the piece.
+                    let e = pt_coverage::CoverageError {
+                        offset: e.offset + start as u64,
+                        ..*e
+                    };
                     eprintln!("{CMD}: {}: warning: queue {}: {e}", a.input, queue.idx);
                 }
                 for (m, b) in map.iter_mut().zip(cov.map()) {

@@ -309,3 +309,60 @@ fn lcov_matches_gcov_and_genhtml_takes_it() {
     assert!(edges > 1000, "{edges} edges");
     assert!(std::fs::read(&map).unwrap() == total);
 }
+
+/// A per-CPU recording (one CPU, SWITCH_CPU_WIDE records) of a program that forks
+/// a child that executes another program: the CPU's trace runs the parent, the
+/// child in the parent's image, the child in the new image and the parent again.
+/// `ptperf coverage` decodes each piece (from a PSB on) over the image of the
+/// thread running then: its per-DSO summary equals that of the same program
+/// recorded per thread, and decodes without an error.
+#[test]
+fn per_cpu_switches_between_images() {
+    use pt_testkit::recording::{record as record_layout, Layout};
+    let d = dir("cov_per_cpu");
+    let prog = common::build("exec_deep", "tests/programs/exec_deep.c", &["-O1", "-g"]);
+    let tiny = common::tiny();
+    let args = [tiny.to_str().unwrap()];
+    let summary = |name: &str, per_cpu: bool| {
+        let sub = d.join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let (data, sink) = record_layout(
+            &sub,
+            &prog,
+            &args,
+            Layout {
+                per_cpu,
+                ..Layout::default()
+            },
+        );
+        let o = ptperf()
+            .args(["coverage", "-i"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{name}: {err}");
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            err,
+            sink.threads.len(),
+        )
+    };
+    let (per_thread, err_t, threads) = summary("per_thread", false);
+    let (per_cpu, err_c, _) = summary("per_cpu", true);
+    eprintln!("per thread ({threads} threads):\n{per_thread}{err_t}\nper cpu:\n{per_cpu}{err_c}");
+    assert_eq!(threads, 2);
+    assert!(!err_t.contains("warning"), "{err_t}");
+    assert!(!err_c.contains("warning"), "{err_c}");
+    for dso in ["prog-exec_deep", "prog-tiny"] {
+        assert!(per_cpu.contains(dso), "{dso} missing:\n{per_cpu}");
+    }
+    assert_eq!(per_cpu, per_thread);
+    // It is a per-CPU recording: one queue for both processes, with time.
+    let data = d.join("per_cpu/perf.data");
+    let file = MappedFile::open(&data).unwrap();
+    let perf = file.parse().unwrap();
+    let session = Session::new(&perf, SessionOptions::for_file(&data)).unwrap();
+    assert!(session.per_cpu() && session.is_timed());
+    assert_eq!(session.queues().len(), 1);
+}
