@@ -528,8 +528,8 @@ impl<P: BlockPolicy> BlockCache<P> {
     }
 
     /// The block at `ip`, reached from block `from` by an indirect branch or a
-    /// return, in `from`'s mode: the last two blocks reached from `from` this way are
-    /// tried first (no hashing), then [`Self::lookup`].
+    /// return, in `mode`: the last two blocks reached from `from` this way are
+    /// tried first (no hashing, [`Self::recent`]), then [`Self::lookup`].
     #[inline]
     pub fn lookup_from<S: CodeSource + ?Sized>(
         &mut self,
@@ -539,27 +539,44 @@ impl<P: BlockPolicy> BlockCache<P> {
         mode: ExecMode,
     ) -> Result<BlockId, CodeError> {
         let fresh = self.stamp == Some(src.stamp());
-        let Some(r) = self.recent.get_mut(from.index()).filter(|_| fresh) else {
-            return self.lookup(src, ip, mode);
-        };
-        if r[0].0 == ip && r[0].1 != UNLINKED {
-            self.stats.linked += 1;
-            return Ok(BlockId(r[0].1));
-        }
-        if r[1].0 == ip && r[1].1 != UNLINKED {
-            r.swap(0, 1);
-            self.stats.linked += 1;
-            return Ok(BlockId(r[0].1));
+        if fresh {
+            if let Some(id) = self.recent(from, ip) {
+                self.stats.linked += 1;
+                return Ok(id);
+            }
         }
         let id = self.lookup(src, ip, mode)?;
         // Remember only if the lookup did not drop the arena (and with it `from`).
         if fresh && self.stamp == Some(src.stamp()) {
-            if let Some(r) = self.recent.get_mut(from.index()) {
-                r[1] = r[0];
-                r[0] = (ip, id.0);
-            }
+            self.remember(from, ip, id);
         }
         Ok(id)
+    }
+
+    /// The block at `ip` if it is one of the last two that [`Self::remember`] stored
+    /// as reached from block `from` (no lookup; the caller makes sure that the code
+    /// source has not changed since, as for [`Self::linked`]).
+    #[inline(always)]
+    pub fn recent(&mut self, from: BlockId, ip: u64) -> Option<BlockId> {
+        let r = self.recent.get_mut(from.index())?;
+        if r[0].0 == ip && r[0].1 != UNLINKED {
+            return Some(BlockId(r[0].1));
+        }
+        if r[1].0 == ip && r[1].1 != UNLINKED {
+            r.swap(0, 1);
+            return Some(BlockId(r[0].1));
+        }
+        None
+    }
+
+    /// Stores `next`, at `ip`, as the block last reached from block `from` by an
+    /// indirect branch or a return (the one before it stays, as the second).
+    #[inline]
+    pub fn remember(&mut self, from: BlockId, ip: u64, next: BlockId) {
+        if let Some(r) = self.recent.get_mut(from.index()) {
+            r[1] = r[0];
+            r[0] = (ip, next.0);
+        }
     }
 
     /// The block at `id`.

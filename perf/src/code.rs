@@ -76,8 +76,6 @@ pub struct WalkBlock {
     first: u32,
     /// The mode it was decoded in.
     mode: ExecMode,
-    /// The last instruction's direct target, if it has one.
-    target: Option<u64>,
 }
 
 /// How a block's branch takes TNT bits ([`CodeWalker::follow_tnt`]).
@@ -167,7 +165,6 @@ impl BlockPolicy for PerfBlocks {
             end,
             first: shape.first,
             mode: shape.mode,
-            target: shape.last.target,
         };
         let kind = match (end, last.branch, last.op) {
             (End::Branch, _, Op::Ret) => HotKind::Ret,
@@ -211,10 +208,14 @@ impl BlockPolicy for PerfBlocks {
 
     #[inline]
     fn next_ip(block: &WalkBlock, taken: bool) -> Option<u64> {
-        if taken {
-            block.target
-        } else {
-            Some(block.last_ip.wrapping_add(u64::from(block.last.length)))
+        let next = block.last_ip.wrapping_add(u64::from(block.last.length));
+        match block.last.branch {
+            _ if !taken => Some(next),
+            // A direct branch: its displacement is kept (perf's `rel`).
+            Branch::Conditional | Branch::Unconditional => {
+                Some(next.wrapping_add(block.last.rel as i64 as u64))
+            }
+            _ => None,
         }
     }
 
@@ -258,12 +259,18 @@ impl Cache {
     }
 
     /// The block at `ip`, reached from block `from` (a hint: the blocks last
-    /// reached from it are tried first, then the hash map).
+    /// reached from it are tried first, then the hash map). The cache's blocks
+    /// come from one image stamp, so they are never stale: the recent targets
+    /// need no stamp check.
     #[inline(always)]
     fn lookup_from(&mut self, image: &Image, from: u32, ip: u64) -> Option<u32> {
         let from = BlockId::from_raw(from);
-        let id = self.blocks.lookup_from(image, from, ip, self.mode);
-        id.ok().map(BlockId::raw)
+        if let Some(id) = self.blocks.recent(from, ip) {
+            return Some(id.raw());
+        }
+        let id = self.blocks.lookup(image, ip, self.mode).ok()?;
+        self.blocks.remember(from, ip, id);
+        Some(id.raw())
     }
 
     #[inline(always)]
@@ -382,7 +389,6 @@ impl CodeWalker {
                 end: End::Bad,
                 first: 0,
                 mode: c.mode,
-                target: None,
             },
         }
     }
@@ -594,7 +600,7 @@ impl CodeWalker {
                 taken += next + 1;
                 (payload, count, cont) = (p.payload, p.count, false);
             }
-            let Some(&h) = c.blocks.hot(BlockId::from_raw(bid)) else {
+            let Some(h) = c.blocks.hot(BlockId::from_raw(bid)) else {
                 break;
             };
             if skip >= h.ninsn {
