@@ -1,18 +1,43 @@
-//! The block cache: straight-line runs of instructions, decoded once and reused.
+//! The block cache: straight-line runs of instructions, decoded once and reused, for
+//! both flow engines (libipt's here, perf's in `pt_perf::code`).
 //!
-//! A [`CachedBlock`] is the run of instructions from a start IP up to and including the first
-//! one that ends a block ([`Insn::ends_block`]: anything that can change the flow, plus
-//! MOV CR3 and VMPTRLD, to which synchronous events bind), or up to the end of the
-//! section that holds it. The instruction-flow decoder then handles a whole block with
-//! one lookup: count its instructions, look at its last one, and move on.
+//! # Map
 //!
-//! Blocks live in an arena and are named by [`BlockId`]. Each block remembers its
+//! * [`BlockCache`] is the machinery: blocks in an arena named by [`BlockId`], an index
+//!   keyed on (IP, [`ExecMode`]), successor links, a hot record per block, the stamp
+//!   of the [`CodeSource`] its blocks come from (when it changes, everything is dropped
+//!   and rebuilt on demand), [`CacheStats`], and the build loop that decodes a block
+//!   and prefetches along its fall-through chain.
+//! * A [`BlockPolicy`] says what ends a block and what is kept: per instruction (one
+//!   arena, block after block), per block, and in the hot record. One policy per
+//!   engine:
+//!   * [`LibiptBlocks`] (the default: `BlockCache` alone means
+//!     `BlockCache<LibiptBlocks>`), for libipt's flow decoder: a [`CachedBlock`] ends at
+//!     the first instruction that [`Insn::ends_block`] (anything that can change the
+//!     flow, plus MOV CR3 and VMPTRLD, to which synchronous events bind); it keeps the
+//!     sizes of its instructions and a 16-byte [`BlockSummary`] as its hot record;
+//!   * `pt_perf::code::PerfBlocks`, for perf's code walker: a block ends at what perf's
+//!     decoder calls a branch, keeps every instruction's bytes (perf's `insn` field)
+//!     and the branch's target in its hot record.
+//!
+//! A block also ends at the end of the section that holds it, at an invalid
+//! instruction, and at the cache's instruction limit ([`BlockEnd`]), whatever the
+//! policy. The instruction-flow decoder then handles a whole block with one lookup:
+//! count its instructions, look at its last one, and move on. Each block remembers its
 //! successors once they have been looked up ([`BlockCache::fall_through`],
-//! [`BlockCache::taken`]), so a hot loop goes from block to block by array index
+//! [`BlockCache::taken`], and for indirect branches the last two targets,
+//! [`BlockCache::lookup_from`]), so a hot loop goes from block to block by array index
 //! without hashing.
 //!
-//! The cache belongs to one [`CodeSource`] at a time: when the source's stamp changes
-//! (a section was added or removed), everything is dropped and rebuilt on demand.
+//! # TNT fast paths: one per engine
+//!
+//! Both engines follow runs of TNT bits from block to block over these links, but each
+//! in its own room: libipt's in `flow/block/skip.rs` (it yields only counts and the
+//! return stack, and memoises whole TNT runs), perf's in `pt_perf::code` (it yields one
+//! step per branch, each a sample, and applies perf's own rules: its loop check, its
+//! return compression, the kernel-start check). What they share is this cache; what
+//! they compute per bit differs, and one loop serving both would test at every bit
+//! which engine it runs for.
 //!
 //! A flow decoder's inner loop, with TNT bits from the trace:
 //!
@@ -71,24 +96,28 @@ impl BlockId {
         self.0 as usize
     }
 
-    /// The id as stored in compact tables.
-    pub(crate) fn raw(self) -> u32 {
+    /// The id as stored in compact tables (never [`NO_BLOCK`]).
+    pub fn raw(self) -> u32 {
         self.0
     }
 
     /// An id [`Self::raw`] gave.
-    pub(crate) fn from_raw(raw: u32) -> Self {
+    pub fn from_raw(raw: u32) -> Self {
         BlockId(raw)
     }
 }
 
+/// A successor link that is not known yet (a raw [`BlockId`] never takes this value).
+pub const NO_BLOCK: u32 = u32::MAX;
+
 /// No successor known yet.
-const UNLINKED: u32 = u32::MAX;
+const UNLINKED: u32 = NO_BLOCK;
 
 /// Why a block ends where it ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BlockEnd {
-    /// The last instruction ends the block ([`Insn::ends_block`]).
+    /// The last instruction ends the block ([`BlockPolicy::ends_block`];
+    /// for [`LibiptBlocks`], [`Insn::ends_block`]).
     Branch,
     /// The section ends after the last instruction; the next one, if any, lies in
     /// another section (or nothing is mapped there: looking it up gives
@@ -102,7 +131,78 @@ pub enum BlockEnd {
     Limit,
 }
 
-/// A run of instructions decoded once.
+/// A block as the build loop found it, whatever the policy: what a [`BlockPolicy`]
+/// makes its records of ([`BlockPolicy::block`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockShape {
+    /// The first instruction's address.
+    pub ip: u64,
+    /// The execution mode it was decoded in.
+    pub mode: ExecMode,
+    /// The id of the section that holds it ([`CodeSource::section_id`]).
+    pub section: u32,
+    /// How many instructions it holds (at least one).
+    pub ninsn: u32,
+    /// Where its instructions start in the cache's instruction arena
+    /// ([`BlockCache::insn_arena`]).
+    pub first: u32,
+    /// The last instruction.
+    pub last: Insn,
+    /// Why the block ends there.
+    pub end: BlockEnd,
+    /// The last instruction runs past the end of its section and was completed from
+    /// the next one.
+    pub truncated: bool,
+}
+
+/// What a [`BlockCache`] keeps and where its blocks end: one implementation per flow
+/// engine ([`LibiptBlocks`], perf's `PerfBlocks`).
+pub trait BlockPolicy {
+    /// What is kept of each instruction, in one arena, block after block.
+    type Insn: Copy;
+    /// What is kept of each block.
+    type Block: Copy;
+    /// What a walk from block to block reads of each block, with its two successor
+    /// links ([`Self::links`]), kept apart from [`Self::Block`] so that the walk touches
+    /// little memory.
+    type Hot: Copy;
+
+    /// The default cap on the instructions of a block.
+    const MAX_INSNS: u32;
+    /// The default number of fall-through blocks decoded ahead of a missed lookup.
+    const PREFETCH: u32;
+
+    /// Whether `insn` ends a block (it is then the block's last instruction).
+    fn ends_block(insn: &Insn) -> bool;
+    /// What is kept of `insn`, whose bytes are `bytes` (exactly its size).
+    fn keep(insn: &Insn, bytes: &[u8]) -> Self::Insn;
+    /// The records of a block just built; `insns` are its instructions' records.
+    fn block(shape: &BlockShape, insns: &[Self::Insn]) -> (Self::Block, Self::Hot);
+
+    /// The block's first address.
+    fn ip(block: &Self::Block) -> u64;
+    /// The execution mode the block was decoded in (its successors' too).
+    fn mode(block: &Self::Block) -> ExecMode;
+    /// The block's last instruction's address.
+    fn last_ip(block: &Self::Block) -> u64;
+    /// Where the block's instructions start in the arena, and how many there are.
+    fn span(block: &Self::Block) -> (u32, u32);
+    /// Where execution goes after the block: its fall-through address if not
+    /// `taken`, else its last instruction's direct target (`None` if it has none).
+    fn next_ip(block: &Self::Block, taken: bool) -> Option<u64>;
+    /// The successor links, `[fall-through, taken]` as raw ids ([`NO_BLOCK`]: not yet).
+    fn links(hot: &Self::Hot) -> [u32; 2];
+    /// The successor links, to store them.
+    fn links_mut(hot: &mut Self::Hot) -> &mut [u32; 2];
+}
+
+/// libipt's blocks (the flow decoder's, and the default policy of [`BlockCache`]):
+/// they end where [`Insn::ends_block`] says, keep their instructions' sizes, and a
+/// [`CachedBlock`] with a [`BlockSummary`] as its hot record.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LibiptBlocks;
+
+/// A run of instructions decoded once ([`LibiptBlocks`]' block record).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CachedBlock {
     /// The first instruction's address.
@@ -170,6 +270,85 @@ impl BlockSummary {
     }
 }
 
+impl BlockPolicy for LibiptBlocks {
+    type Insn = u8;
+    type Block = CachedBlock;
+    type Hot = BlockSummary;
+
+    const MAX_INSNS: u32 = MAX_BLOCK_INSNS;
+    const PREFETCH: u32 = PREFETCH_BLOCKS;
+
+    #[inline]
+    fn ends_block(insn: &Insn) -> bool {
+        insn.ends_block()
+    }
+
+    #[inline]
+    fn keep(insn: &Insn, _bytes: &[u8]) -> u8 {
+        insn.size
+    }
+
+    fn block(shape: &BlockShape, _insns: &[u8]) -> (CachedBlock, BlockSummary) {
+        let block = CachedBlock {
+            ip: shape.ip,
+            mode: shape.mode,
+            section: shape.section,
+            ninsn: shape.ninsn,
+            last: shape.last,
+            end: shape.end,
+            truncated: shape.truncated,
+            sizes: shape.first,
+        };
+        let hot = BlockSummary {
+            ninsn: shape.ninsn,
+            class: shape.last.class,
+            kind: shape.last.kind,
+            end: shape.end,
+            links: [UNLINKED; 2],
+        };
+        (block, hot)
+    }
+
+    #[inline]
+    fn ip(block: &CachedBlock) -> u64 {
+        block.ip
+    }
+
+    #[inline]
+    fn mode(block: &CachedBlock) -> ExecMode {
+        block.mode
+    }
+
+    #[inline]
+    fn last_ip(block: &CachedBlock) -> u64 {
+        block.last.ip
+    }
+
+    #[inline]
+    fn span(block: &CachedBlock) -> (u32, u32) {
+        (block.sizes, block.ninsn)
+    }
+
+    #[inline]
+    fn next_ip(block: &CachedBlock, taken: bool) -> Option<u64> {
+        if taken {
+            block.last.target
+        } else {
+            Some(block.fall_through())
+        }
+    }
+
+    #[inline]
+    fn links(hot: &BlockSummary) -> [u32; 2] {
+        hot.links
+    }
+
+    #[inline]
+    fn links_mut(hot: &mut BlockSummary) -> &mut [u32; 2] {
+        &mut hot.links
+    }
+}
+
 /// Counts, for reports and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
@@ -185,12 +364,17 @@ pub struct CacheStats {
 
 type IpMap = pt_encoder::hash::IpMap<u32>;
 
-/// Decoded blocks keyed by (IP, execution mode).
-pub struct BlockCache {
-    blocks: Vec<CachedBlock>,
+/// Decoded blocks keyed by (IP, execution mode), kept as the policy `P` says
+/// ([`LibiptBlocks`] unless named).
+pub struct BlockCache<P: BlockPolicy = LibiptBlocks> {
+    blocks: Vec<P::Block>,
     /// Parallel to `blocks`.
-    hot: Vec<BlockSummary>,
-    sizes: Vec<u8>,
+    hot: Vec<P::Hot>,
+    /// Parallel to `blocks`: the last two blocks reached from each by an indirect
+    /// branch or a return, as (IP, raw id), the latest first ([`Self::lookup_from`]).
+    recent: Vec<[(u64, u32); 2]>,
+    /// What is kept of each instruction, block after block.
+    insns: Vec<P::Insn>,
     /// One map per decodable mode (16, 32, 64-bit).
     index: [IpMap; 3],
     stamp: Option<u64>,
@@ -215,27 +399,70 @@ fn mode_slot(mode: ExecMode, ip: u64) -> Result<usize, CodeError> {
 }
 
 impl BlockCache {
-    /// An empty cache with the default block limit.
+    /// An empty cache of libipt's blocks with the default block limit.
     pub fn new() -> Self {
         Self::with_max_insns(MAX_BLOCK_INSNS)
     }
 
-    /// An empty cache whose blocks hold at most `max_insns` instructions (at least 1).
+    /// An empty cache of libipt's blocks that hold at most `max_insns` instructions
+    /// (at least 1).
     pub fn with_max_insns(max_insns: u32) -> Self {
+        Self::with_policy_limit(max_insns)
+    }
+
+    /// The sizes of the block's instructions, in order.
+    pub fn sizes(&self, id: BlockId) -> &[u8] {
+        self.insns_of(id)
+    }
+
+    /// The block's instructions as `(ip, size)` pairs.
+    pub fn insns(&self, id: BlockId) -> impl Iterator<Item = (u64, u8)> + '_ {
+        let mut ip = self.get(id).map_or(0, |b| b.ip);
+        self.sizes(id).iter().map(move |&size| {
+            let at = ip;
+            ip = ip.wrapping_add(u64::from(size));
+            (at, size)
+        })
+    }
+
+    /// The position of the instruction at `ip` in the block, if one starts there
+    /// (to stop inside a block at an event's IP).
+    pub fn index_of(&self, id: BlockId, ip: u64) -> Option<usize> {
+        let block = self.get(id)?;
+        let mut at = block.ip;
+        for (i, &size) in self.sizes(id).iter().enumerate() {
+            if at == ip {
+                return Some(i);
+            }
+            at = at.wrapping_add(u64::from(size));
+        }
+        None
+    }
+}
+
+impl<P: BlockPolicy> BlockCache<P> {
+    /// An empty cache with the policy's block limit and prefetch.
+    pub fn with_policy() -> Self {
+        Self::with_policy_limit(P::MAX_INSNS)
+    }
+
+    /// An empty cache whose blocks hold at most `max_insns` instructions (at least 1).
+    pub fn with_policy_limit(max_insns: u32) -> Self {
         Self {
             blocks: Vec::new(),
             hot: Vec::new(),
-            sizes: Vec::new(),
+            recent: Vec::new(),
+            insns: Vec::new(),
             index: Default::default(),
             stamp: None,
             max_insns: max_insns.max(1),
-            prefetch: PREFETCH_BLOCKS,
+            prefetch: P::PREFETCH,
             stats: CacheStats::default(),
         }
     }
 
     /// Sets how many blocks along the fall-through chain a missed lookup decodes ahead
-    /// (default [`PREFETCH_BLOCKS`]; 0 decodes only the block asked for).
+    /// (default [`BlockPolicy::PREFETCH`]; 0 decodes only the block asked for).
     pub fn set_prefetch(&mut self, blocks: u32) {
         self.prefetch = blocks;
     }
@@ -259,7 +486,8 @@ impl BlockCache {
     pub fn clear(&mut self) {
         self.blocks.clear();
         self.hot.clear();
-        self.sizes.clear();
+        self.recent.clear();
+        self.insns.clear();
         for map in &mut self.index {
             map.clear();
         }
@@ -299,61 +527,105 @@ impl BlockCache {
         self.build(src, ip, mode, slot)
     }
 
+    /// The block at `ip`, reached from block `from` by an indirect branch or a
+    /// return, in `mode`: the last two blocks reached from `from` this way are
+    /// tried first (no hashing, [`Self::recent`]), then [`Self::lookup`].
+    #[inline]
+    pub fn lookup_from<S: CodeSource + ?Sized>(
+        &mut self,
+        src: &S,
+        from: BlockId,
+        ip: u64,
+        mode: ExecMode,
+    ) -> Result<BlockId, CodeError> {
+        let fresh = self.stamp == Some(src.stamp());
+        if fresh {
+            if let Some(id) = self.recent(from, ip) {
+                self.stats.linked += 1;
+                return Ok(id);
+            }
+        }
+        let id = self.lookup(src, ip, mode)?;
+        // Remember only if the lookup did not drop the arena (and with it `from`).
+        if fresh && self.stamp == Some(src.stamp()) {
+            self.remember(from, ip, id);
+        }
+        Ok(id)
+    }
+
+    /// The block at `ip` if it is one of the last two that [`Self::remember`] stored
+    /// as reached from block `from` (no lookup; the caller makes sure that the code
+    /// source has not changed since, as for [`Self::linked`]).
+    #[inline(always)]
+    pub fn recent(&mut self, from: BlockId, ip: u64) -> Option<BlockId> {
+        let r = self.recent.get_mut(from.index())?;
+        if r[0].0 == ip && r[0].1 != UNLINKED {
+            return Some(BlockId(r[0].1));
+        }
+        if r[1].0 == ip && r[1].1 != UNLINKED {
+            r.swap(0, 1);
+            return Some(BlockId(r[0].1));
+        }
+        None
+    }
+
+    /// Stores `next`, at `ip`, as the block last reached from block `from` by an
+    /// indirect branch or a return (the one before it stays, as the second).
+    #[inline]
+    pub fn remember(&mut self, from: BlockId, ip: u64, next: BlockId) {
+        if let Some(r) = self.recent.get_mut(from.index()) {
+            r[1] = r[0];
+            r[0] = (ip, next.0);
+        }
+    }
+
     /// The block at `id`.
     ///
     /// # Panics
     /// If `id` does not come from this cache since its last clear.
     #[inline]
-    pub fn block(&self, id: BlockId) -> &CachedBlock {
+    pub fn block(&self, id: BlockId) -> &P::Block {
         &self.blocks[id.index()]
     }
 
-    /// The hot part of the block at `id`: instruction count, how it ends.
+    /// The hot record of the block at `id` (for [`LibiptBlocks`], its instruction
+    /// count and how it ends).
     ///
     /// # Panics
     /// If `id` does not come from this cache since its last clear.
     #[inline]
-    pub fn summary(&self, id: BlockId) -> BlockSummary {
+    pub fn summary(&self, id: BlockId) -> P::Hot {
         self.hot[id.index()]
     }
 
+    /// The hot record of the block at `id`, or `None` if the id is stale.
+    #[inline]
+    pub fn hot(&self, id: BlockId) -> Option<&P::Hot> {
+        self.hot.get(id.index())
+    }
+
     /// The block at `id`, or `None` if the id is stale.
-    pub fn get(&self, id: BlockId) -> Option<&CachedBlock> {
+    #[inline]
+    pub fn get(&self, id: BlockId) -> Option<&P::Block> {
         self.blocks.get(id.index())
     }
 
-    /// The sizes of the block's instructions, in order.
-    pub fn sizes(&self, id: BlockId) -> &[u8] {
+    /// What is kept of the block's instructions, in order.
+    #[inline]
+    pub fn insns_of(&self, id: BlockId) -> &[P::Insn] {
         self.get(id)
             .and_then(|b| {
-                let start = b.sizes as usize;
-                self.sizes.get(start..start + b.ninsn as usize)
+                let (first, n) = P::span(b);
+                self.insns.get(first as usize..)?.get(..n as usize)
             })
             .unwrap_or_default()
     }
 
-    /// The block's instructions as `(ip, size)` pairs.
-    pub fn insns(&self, id: BlockId) -> impl Iterator<Item = (u64, u8)> + '_ {
-        let mut ip = self.get(id).map_or(0, |b| b.ip);
-        self.sizes(id).iter().map(move |&size| {
-            let at = ip;
-            ip = ip.wrapping_add(u64::from(size));
-            (at, size)
-        })
-    }
-
-    /// The position of the instruction at `ip` in the block, if one starts there
-    /// (to stop inside a block at an event's IP).
-    pub fn index_of(&self, id: BlockId, ip: u64) -> Option<usize> {
-        let block = self.get(id)?;
-        let mut at = block.ip;
-        for (i, &size) in self.sizes(id).iter().enumerate() {
-            if at == ip {
-                return Some(i);
-            }
-            at = at.wrapping_add(u64::from(size));
-        }
-        None
+    /// What is kept of every instruction of every block, block after block
+    /// ([`BlockShape::first`] says where a block's start).
+    #[inline]
+    pub fn insn_arena(&self) -> &[P::Insn] {
+        &self.insns
     }
 
     /// The block at the fall-through address of block `id` (where execution goes if
@@ -394,7 +666,7 @@ impl BlockCache {
             .hot
             .get(id.index())
             .ok_or(CodeError::new(ErrorCode::Internal, 0))?;
-        let link = hot.links[usize::from(taken)];
+        let link = P::links(hot)[usize::from(taken)];
         if link != UNLINKED && self.stamp == Some(stamp) {
             self.stats.linked += 1;
             return Ok(BlockId(link));
@@ -403,31 +675,32 @@ impl BlockCache {
             .blocks
             .get(id.index())
             .ok_or(CodeError::new(ErrorCode::Internal, 0))?;
-        let ip = if taken {
-            block
-                .last
-                .target
-                .ok_or(CodeError::new(ErrorCode::BadQuery, block.last.ip))?
-        } else {
-            block.fall_through()
-        };
-        let mode = block.mode;
+        let ip = P::next_ip(block, taken)
+            .ok_or(CodeError::new(ErrorCode::BadQuery, P::last_ip(block)))?;
+        let mode = P::mode(block);
         let before = self.stamp;
         let next = self.lookup(src, ip, mode)?;
         // Link only if the lookup did not drop the arena (and with it `id`).
         if before == Some(stamp) {
-            if let Some(hot) = self.hot.get_mut(id.index()) {
-                hot.links[usize::from(taken)] = next.0;
-            }
+            self.link(id, taken, next);
         }
         Ok(next)
+    }
+
+    /// Stores `next` as block `id`'s successor (`taken` or fall-through), as
+    /// [`Self::successor`] does (for a walk that looked it up itself).
+    #[inline]
+    pub fn link(&mut self, id: BlockId, taken: bool, next: BlockId) {
+        if let Some(hot) = self.hot.get_mut(id.index()) {
+            P::links_mut(hot)[usize::from(taken)] = next.0;
+        }
     }
 
     /// The successor of block `id` that [`Self::successor`] stored, if it did (no
     /// lookup; the caller makes sure the code source has not changed since).
     #[inline]
     pub fn linked(&self, id: BlockId, taken: bool) -> Option<BlockId> {
-        let link = self.hot.get(id.index())?.links[usize::from(taken)];
+        let link = P::links(self.hot.get(id.index())?)[usize::from(taken)];
         (link != UNLINKED).then_some(BlockId(link))
     }
 
@@ -446,53 +719,53 @@ impl BlockCache {
         // Every block decoded from `run` lies in the section that holds `ip`.
         let section = src.section_id(ip).unwrap_or(0);
         let mut run = Run::new(bytes, ip, mode)?;
-        let first = self.build_one(src, &mut run, mode, section, slot)?;
+        let code = Code { src, bytes, ip };
+        let (first, mut last) = self.build_one(&code, &mut run, mode, section, slot)?;
         let mut prev = first;
         for _ in 0..self.prefetch {
-            let block = self.block(prev);
-            let falls_through = match block.end {
+            let (insn, end, truncated) = last;
+            let falls_through = match end {
                 BlockEnd::Limit => true,
                 BlockEnd::Branch => matches!(
-                    block.last.class,
+                    insn.class,
                     InsnClass::CondJump | InsnClass::Call | InsnClass::Other | InsnClass::Ptwrite
                 ),
                 BlockEnd::SectionEnd | BlockEnd::BadInsn => false,
             };
-            if !falls_through || block.truncated || run.at_end() {
+            if !falls_through || truncated || run.at_end() {
                 break;
             }
-            let next = match self.index[slot].get(&run.ip()) {
-                Some(&id) => BlockId(id),
-                None => match self.build_one(src, &mut run, mode, section, slot) {
-                    Ok(id) => id,
-                    Err(_) => break,
-                },
-            };
-            self.hot[prev.index()].links[0] = next.0;
-            if next.index() + 1 != self.blocks.len() {
-                break; // reached a block built before
+            if let Some(&id) = self.index[slot].get(&run.ip()) {
+                // Reached a block built before.
+                self.link(prev, false, BlockId(id));
+                break;
             }
-            prev = next;
+            let Ok((next, ended)) = self.build_one(&code, &mut run, mode, section, slot) else {
+                break;
+            };
+            self.link(prev, false, next);
+            (prev, last) = (next, ended);
         }
         Ok(first)
     }
 
-    /// Decodes one block at `run`'s position.
+    /// Decodes one block at `run`'s position; returns it with its last instruction,
+    /// how it ends and whether that instruction is truncated.
     fn build_one<S: CodeSource + ?Sized>(
         &mut self,
-        src: &S,
+        code: &Code<'_, S>,
         run: &mut Run<'_>,
         mode: ExecMode,
         section: u32,
         slot: usize,
-    ) -> Result<BlockId, CodeError> {
+    ) -> Result<(BlockId, (Insn, BlockEnd, bool)), CodeError> {
         let ip = run.ip();
         let id = u32::try_from(self.blocks.len())
             .ok()
             .filter(|&id| id != UNLINKED)
             .ok_or(CodeError::new(ErrorCode::NoMem, ip))?;
-        let sizes_start =
-            u32::try_from(self.sizes.len()).map_err(|_| CodeError::new(ErrorCode::NoMem, ip))?;
+        let first =
+            u32::try_from(self.insns.len()).map_err(|_| CodeError::new(ErrorCode::NoMem, ip))?;
         let mut ninsn = 0u32;
         let mut last = None;
         let mut truncated = false;
@@ -505,7 +778,7 @@ impl BlockCache {
             }
             let insn = match run.step() {
                 Step::Insn(insn) => insn,
-                Step::Truncated => match decode_at(src, run.ip(), mode) {
+                Step::Truncated => match decode_at(code.src, run.ip(), mode) {
                     // The instruction continues in the next section.
                     Ok(insn) => {
                         truncated = true;
@@ -515,10 +788,10 @@ impl BlockCache {
                 },
                 Step::Invalid => break BlockEnd::BadInsn,
             };
-            self.sizes.push(insn.size);
+            self.insns.push(code.keep::<P>(&insn, truncated));
             ninsn += 1;
             last = Some(insn);
-            if insn.ends_block() {
+            if P::ends_block(&insn) {
                 break BlockEnd::Branch;
             }
             if truncated {
@@ -529,26 +802,51 @@ impl BlockCache {
             // Not even one instruction: the first one is bad.
             return Err(CodeError::new(ErrorCode::BadInsn, ip));
         };
-        self.blocks.push(CachedBlock {
+        let shape = BlockShape {
             ip,
             mode,
             section,
             ninsn,
+            first,
             last,
             end,
             truncated,
-            sizes: sizes_start,
-        });
-        self.hot.push(BlockSummary {
-            ninsn,
-            class: last.class,
-            kind: last.kind,
-            end,
-            links: [UNLINKED; 2],
-        });
+        };
+        let insns = self.insns.get(first as usize..).unwrap_or_default();
+        let (block, hot) = P::block(&shape, insns);
+        self.blocks.push(block);
+        self.hot.push(hot);
+        self.recent.push([(0, UNLINKED); 2]);
         self.index[slot].insert(ip, id);
         self.stats.builds += 1;
-        Ok(BlockId(id))
+        Ok((BlockId(id), (last, end, truncated)))
+    }
+}
+
+/// The code a build decodes: the section bytes from `ip` on, in `src`.
+struct Code<'a, S: ?Sized> {
+    src: &'a S,
+    bytes: &'a [u8],
+    ip: u64,
+}
+
+impl<S: CodeSource + ?Sized> Code<'_, S> {
+    /// What `P` keeps of `insn`, given its bytes (read across sections if `truncated`).
+    #[inline]
+    fn keep<P: BlockPolicy>(&self, insn: &Insn, truncated: bool) -> P::Insn {
+        let size = usize::from(insn.size);
+        let off = insn.ip.wrapping_sub(self.ip) as usize;
+        if !truncated {
+            if let Some(bytes) = self.bytes.get(off..).and_then(|b| b.get(..size)) {
+                return P::keep(insn, bytes);
+            }
+        }
+        let mut buf = [0u8; 16];
+        let n = self
+            .src
+            .read(insn.ip, &mut buf[..size.min(16)])
+            .unwrap_or(0);
+        P::keep(insn, buf.get(..n).unwrap_or_default())
     }
 }
 
@@ -806,6 +1104,113 @@ mod tests {
         assert_eq!(
             (b.last.class, b.last.target),
             (InsnClass::Jump, Some(0x1000))
+        );
+    }
+
+    /// A policy of the test's own: blocks end only at returns, and keep each
+    /// instruction's first byte.
+    struct UpToRet;
+
+    impl BlockPolicy for UpToRet {
+        type Insn = u8;
+        type Block = (BlockShape, u8);
+        type Hot = [u32; 2];
+        const MAX_INSNS: u32 = 100;
+        const PREFETCH: u32 = 0;
+        fn ends_block(insn: &Insn) -> bool {
+            insn.kind == InsnKind::Ret
+        }
+        fn keep(_: &Insn, bytes: &[u8]) -> u8 {
+            bytes[0]
+        }
+        fn block(shape: &BlockShape, insns: &[u8]) -> (Self::Block, [u32; 2]) {
+            ((*shape, insns[0]), [NO_BLOCK; 2])
+        }
+        fn ip(b: &Self::Block) -> u64 {
+            b.0.ip
+        }
+        fn mode(b: &Self::Block) -> ExecMode {
+            b.0.mode
+        }
+        fn last_ip(b: &Self::Block) -> u64 {
+            b.0.last.ip
+        }
+        fn span(b: &Self::Block) -> (u32, u32) {
+            (b.0.first, b.0.ninsn)
+        }
+        fn next_ip(b: &Self::Block, taken: bool) -> Option<u64> {
+            if taken {
+                b.0.last.target
+            } else {
+                Some(b.0.last.next_ip())
+            }
+        }
+        fn links(hot: &[u32; 2]) -> [u32; 2] {
+            *hot
+        }
+        fn links_mut(hot: &mut [u32; 2]) -> &mut [u32; 2] {
+            hot
+        }
+    }
+
+    #[test]
+    fn a_policy_says_what_ends_a_block_and_what_is_kept() {
+        let img = image(&[(0x1000, LOOP)]);
+        let mut cache = BlockCache::<UpToRet>::with_policy();
+        let id = cache.lookup(&img, 0x1000, ExecMode::Bit64).unwrap();
+        let (shape, first_byte) = *cache.block(id);
+        // The jnz does not end the block: the ret does.
+        assert_eq!((shape.ninsn, shape.end), (5, BlockEnd::Branch));
+        assert_eq!((shape.last.kind, first_byte), (InsnKind::Ret, 0x90));
+        assert_eq!(cache.insns_of(id), &[0x90, 0xb8, 0xff, 0x75, 0xc3]);
+        // The limit comes from the policy, the (IP, mode) key from the cache.
+        let straight = image(&[(0x1000, &[0x90; 150])]);
+        let a = cache.lookup(&straight, 0x1000, ExecMode::Bit64).unwrap();
+        assert_eq!(
+            (cache.block(a).0.ninsn, cache.block(a).0.end),
+            (100, BlockEnd::Limit)
+        );
+        let b = cache.fall_through(&straight, a).unwrap();
+        assert_eq!(cache.block(b).0.ip, 0x1064);
+        assert_eq!(cache.linked(a, false), Some(b));
+        assert_ne!(cache.lookup(&straight, 0x1000, ExecMode::Bit32).unwrap(), a);
+    }
+
+    #[test]
+    fn indirect_successors_are_remembered() {
+        // 0x1000: ret; 0x1001: nop; ret; 0x1003: nop; nop; ret
+        let img = image(&[(0x1000, &[0xc3, 0x90, 0xc3, 0x90, 0x90, 0xc3])]);
+        let mut cache = BlockCache::new();
+        let ret = cache.lookup(&img, 0x1000, ExecMode::Bit64).unwrap();
+        let a = cache
+            .lookup_from(&img, ret, 0x1001, ExecMode::Bit64)
+            .unwrap();
+        let b = cache
+            .lookup_from(&img, ret, 0x1003, ExecMode::Bit64)
+            .unwrap();
+        assert_eq!((cache.block(a).ninsn, cache.block(b).ninsn), (2, 3));
+        let linked = cache.stats().linked;
+        // The last two are answered without hashing, in any order.
+        for _ in 0..3 {
+            assert_eq!(cache.lookup_from(&img, ret, 0x1001, ExecMode::Bit64), Ok(a));
+            assert_eq!(cache.lookup_from(&img, ret, 0x1003, ExecMode::Bit64), Ok(b));
+        }
+        assert_eq!(cache.stats().linked - linked, 6);
+        // A third target pushes the oldest out.
+        let c = cache
+            .lookup_from(&img, ret, 0x1004, ExecMode::Bit64)
+            .unwrap();
+        assert_eq!(cache.block(c).ninsn, 2);
+        let (linked, hits) = (cache.stats().linked, cache.stats().hits);
+        assert_eq!(cache.lookup_from(&img, ret, 0x1001, ExecMode::Bit64), Ok(a));
+        assert_eq!(
+            (cache.stats().linked, cache.stats().hits),
+            (linked, hits + 1)
+        );
+        // Nothing mapped: an error, nothing remembered.
+        assert_eq!(
+            cache.lookup_from(&img, ret, 0x2000, ExecMode::Bit64),
+            Err(CodeError::no_map(0x2000))
         );
     }
 }

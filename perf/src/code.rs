@@ -5,47 +5,55 @@
 //! A block is the run of instructions from a start IP up to and including the
 //! first one perf calls a branch, within one image section (perf's walk goes on
 //! into the next mapping; so does this one, block after block). The block keeps
-//! the lengths of its instructions, so a walk that stops early (an instruction
-//! sample every N instructions, a FUP's IP) steps through them without decoding
-//! again, and [`CodeWalker::block_insns`] hands out a block's instruction IPs.
-//! Blocks are cached per image and execution mode ([`CodeWalker::set_mode`], from
-//! the decoder's MODE.Exec): a block is keyed on (IP, mode), as pt-decoder's are.
+//! its instructions' bytes, so a walk that stops early (an instruction sample
+//! every N instructions, a FUP's IP) steps through them without decoding again,
+//! and [`CodeWalker::block_insns`] hands out a block's instruction IPs. Blocks are
+//! cached per image and execution mode ([`CodeWalker::set_mode`], from the
+//! decoder's MODE.Exec): a block is keyed on (IP, mode).
 //!
-//! # Why this is not `pt_decoder::block_cache`
+//! # One block cache, two policies
 //!
-//! Both are an arena of blocks with successor links and a small hot record per block,
-//! and both follow runs of TNT bits from block to block (here
-//! [`CodeWalker::follow_tnt`], for perf's [`crate::decode::Decoder::take_run`]; there
-//! the counting fast path of libipt's flow decoder, `flow/block/skip.rs`). They
-//! differ in what the walk is for:
+//! The cache is `pt_decoder::block_cache::BlockCache`, the one libipt's flow
+//! decoder uses (its arena, (IP, mode) index, successor links, hot records, stats
+//! and build loop), with perf's policy, [`PerfBlocks`]. The policies differ in:
 //!
 //! * what ends a block: here what perf's decoder calls a branch
 //!   ([`crate::decode::insn::classify`]: INT1, VMCALL, UIRET and ERET are none, far
-//!   branches are indirect); there libipt's `Insn::ends_block` (every change of flow,
-//!   plus MOV CR3 and VMPTRLD, to which events bind);
+//!   branches are indirect); libipt's `Insn::ends_block` there (every change of
+//!   flow, plus MOV CR3 and VMPTRLD, to which events bind);
 //! * what a block keeps: here every instruction's bytes (perf's `insn` field, the
-//!   fast path's plain instruction steps), there only their sizes;
-//! * what a TNT run yields: here one [`Step`] per branch (each becomes a sample),
-//!   there only counts and the return stack.
+//!   fast path's plain instruction steps) and a [`WalkBlock`]; there only their
+//!   sizes and a `CachedBlock`;
+//! * the hot record: here the branch's IP, target, length and perf operation
+//!   (what [`CodeWalker::follow_tnt`] reads), there libipt's class and kind.
 //!
-//! One cache parameterised by what ends a block (and a TNT run over it per engine)
-//! is the design issue 23 asks for; until it is measured against both fast paths,
-//! each engine keeps its own, in its own room.
+//! # The TNT fast path stays here
+//!
+//! [`CodeWalker::follow_tnt`], for perf's [`crate::decode::Decoder::take_run`],
+//! follows TNT bits from block to block over the shared cache's links. libipt's
+//! counting fast path (`pt_decoder`'s `flow/block/skip.rs`) walks the same links
+//! but yields only instruction counts and the return stack, and memoises whole TNT
+//! runs; this one yields one [`Step`] per branch (each becomes a sample) and keeps
+//! perf's rules at every bit (its loop check on jumps with no plain instructions,
+//! return compression only with a return address on perf's stack, a stop where a
+//! branch leaves the kernel). A single loop would test at every bit which engine it
+//! runs for, in the loop that both engines spend their time in.
 
+use pt_decoder::block_cache::{BlockCache, BlockEnd, BlockId, BlockPolicy, BlockShape, NO_BLOCK};
 use pt_decoder::image::Image;
+use pt_decoder::insn::Insn;
 use pt_encoder::ExecMode;
 
-use crate::decode::insn::{Branch, Op, PerfInsn, INSN_BUF};
+use crate::decode::insn::{classify, Branch, Op, PerfInsn, INSN_BUF};
 use crate::decode::{PlainInsn, RunBlock, Step, TntWalk, WalkError, Walker};
-
-use pt_encoder::hash::IpMap;
 
 /// Why a block ends where it ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum End {
     /// In a branch (its last instruction).
     Branch,
-    /// At the end of its section: the walk goes on in whatever is mapped next.
+    /// At the end of its section (or after the most instructions a block holds):
+    /// the walk goes on in whatever is mapped next.
     SectionEnd,
     /// Before an instruction that does not decode (or is not mapped).
     Bad,
@@ -66,6 +74,8 @@ pub struct WalkBlock {
     pub end: End,
     /// Where its instructions start in the cache's arena.
     first: u32,
+    /// The mode it was decoded in.
+    mode: ExecMode,
 }
 
 /// How a block's branch takes TNT bits ([`CodeWalker::follow_tnt`]).
@@ -88,12 +98,12 @@ enum HotKind {
 /// branch bytes and instructions are the block's own, read apart).
 #[derive(Clone, Copy, Debug)]
 #[repr(align(32))]
-struct Hot {
+pub struct PerfHot {
     /// The branch's IP.
     last_ip: u64,
     /// A direct branch's target.
     target: u64,
-    /// The blocks after it (not taken, taken), once known.
+    /// The blocks after it (not taken, taken), once known: the cache's links.
     next: [u32; 2],
     /// How many instructions.
     ninsn: u32,
@@ -101,6 +111,123 @@ struct Hot {
     /// The branch's length and operation.
     len: u8,
     op: Op,
+}
+
+/// Instructions per block at most (long straight-line code is split).
+const MAX_BLOCK: u32 = 4096;
+
+/// perf's blocks, as a [`BlockPolicy`] of the shared block cache: they end at what
+/// perf calls a branch, keep every instruction (IP, length, bytes) as a
+/// [`PlainInsn`], a [`WalkBlock`] per block and a [`PerfHot`] hot record.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerfBlocks;
+
+impl BlockPolicy for PerfBlocks {
+    type Insn = PlainInsn;
+    type Block = WalkBlock;
+    type Hot = PerfHot;
+
+    const MAX_INSNS: u32 = MAX_BLOCK;
+    // perf's walk decodes only what it is asked for.
+    const PREFETCH: u32 = 0;
+
+    #[inline]
+    fn ends_block(insn: &Insn) -> bool {
+        classify(insn.kind).1 != Branch::None
+    }
+
+    #[inline]
+    fn keep(insn: &Insn, bytes: &[u8]) -> PlainInsn {
+        let mut buf = [0u8; INSN_BUF];
+        let n = usize::from(insn.size).min(bytes.len()).min(INSN_BUF);
+        buf[..n].copy_from_slice(&bytes[..n]);
+        PlainInsn {
+            ip: insn.ip,
+            len: insn.size,
+            bytes: buf,
+        }
+    }
+
+    fn block(shape: &BlockShape, insns: &[PlainInsn]) -> (WalkBlock, PerfHot) {
+        let bytes = insns.last().map_or(&[][..], |i| &i.bytes[..]);
+        let last = PerfInsn::from_pt(&shape.last, bytes);
+        let last_ip = shape.last.ip;
+        let end = match shape.end {
+            BlockEnd::Branch => End::Branch,
+            BlockEnd::SectionEnd | BlockEnd::Limit => End::SectionEnd,
+            BlockEnd::BadInsn => End::Bad,
+        };
+        let block = WalkBlock {
+            ip: shape.ip,
+            ninsn: shape.ninsn,
+            last_ip,
+            last,
+            end,
+            first: shape.first,
+            mode: shape.mode,
+        };
+        let kind = match (end, last.branch, last.op) {
+            (End::Branch, _, Op::Ret) => HotKind::Ret,
+            (End::Branch, Branch::Conditional, _) => HotKind::Cond,
+            (End::Branch, Branch::Unconditional, Op::Call) if last.rel != 0 => HotKind::Call,
+            (End::Branch, Branch::Unconditional, _) => HotKind::Jump,
+            _ => HotKind::Stop,
+        };
+        let next_ip = last_ip.wrapping_add(u64::from(last.length));
+        let hot = PerfHot {
+            last_ip,
+            target: next_ip.wrapping_add(last.rel as i64 as u64),
+            next: [NO_BLOCK; 2],
+            ninsn: shape.ninsn,
+            kind,
+            len: last.length,
+            op: last.op,
+        };
+        (block, hot)
+    }
+
+    #[inline]
+    fn ip(block: &WalkBlock) -> u64 {
+        block.ip
+    }
+
+    #[inline]
+    fn mode(block: &WalkBlock) -> ExecMode {
+        block.mode
+    }
+
+    #[inline]
+    fn last_ip(block: &WalkBlock) -> u64 {
+        block.last_ip
+    }
+
+    #[inline]
+    fn span(block: &WalkBlock) -> (u32, u32) {
+        (block.first, block.ninsn)
+    }
+
+    #[inline]
+    fn next_ip(block: &WalkBlock, taken: bool) -> Option<u64> {
+        let next = block.last_ip.wrapping_add(u64::from(block.last.length));
+        match block.last.branch {
+            _ if !taken => Some(next),
+            // A direct branch: its displacement is kept (perf's `rel`).
+            Branch::Conditional | Branch::Unconditional => {
+                Some(next.wrapping_add(block.last.rel as i64 as u64))
+            }
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn links(hot: &PerfHot) -> [u32; 2] {
+        hot.next
+    }
+
+    #[inline]
+    fn links_mut(hot: &mut PerfHot) -> &mut [u32; 2] {
+        &mut hot.next
+    }
 }
 
 /// What a cache is for: an image (its stamp) and the execution mode its code is
@@ -111,141 +238,49 @@ type Key = (u64, ExecMode);
 struct Cache {
     /// The mode its instructions are decoded in.
     mode: ExecMode,
-    blocks: Vec<WalkBlock>,
-    /// Per block, the last two blocks the walk went on to from it (IP, block),
-    /// so that following a branch seldom needs the hash map.
-    succ: Vec<[(u64, u32); 2]>,
-    /// Per block, what following TNT bits through it takes ([`Hot`]).
-    hot: Vec<Hot>,
-    index: IpMap<u32>,
-    /// The instructions of all blocks (IP, length, bytes), block after block.
-    insns: Vec<PlainInsn>,
+    blocks: BlockCache<PerfBlocks>,
 }
-
-/// No block (an empty successor slot).
-const NO_BLOCK: u32 = u32::MAX;
-
-/// Instructions and bytes per block at most (long straight-line code is split).
-const MAX_BLOCK: u32 = 4096;
 
 impl Cache {
     fn new(mode: ExecMode) -> Self {
         Cache {
             mode,
-            blocks: Vec::new(),
-            succ: Vec::new(),
-            hot: Vec::new(),
-            index: IpMap::default(),
-            insns: Vec::new(),
+            blocks: BlockCache::with_policy(),
         }
     }
 
-    // A miss: kept out of the walks that call it, so that their loops stay tight.
-    #[cold]
-    #[inline(never)]
-    fn build(&mut self, image: &Image, ip: u64) -> u32 {
-        let first = self.insns.len() as u32;
-        let mut at = ip;
-        let mut n = 0u32;
-        let mut last = PerfInsn::default();
-        let mut last_ip = ip;
-        // The section's bytes from `ip` on: instructions inside it decode
-        // straight from them (one at its end may go on into the next section).
-        let code = image.bytes_at(ip).unwrap_or_default();
-        let section_end = (!code.is_empty()).then(|| ip.wrapping_add(code.len() as u64));
-        let end = loop {
-            if n >= MAX_BLOCK {
-                break End::SectionEnd;
-            }
-            let off = at.wrapping_sub(ip) as usize;
-            let mut bytes = [0u8; INSN_BUF];
-            let got = match code.get(off..off + INSN_BUF) {
-                Some(b) => {
-                    bytes.copy_from_slice(b);
-                    INSN_BUF
-                }
-                None => image.read(at, &mut bytes).unwrap_or(0),
-            };
-            let Ok(pi) = pt_decoder::insn::decode(&bytes[..got], at, self.mode) else {
-                break End::Bad;
-            };
-            let insn = PerfInsn::from_pt(&pi, &bytes[..got]);
-            let kept = usize::from(pi.size).min(got);
-            bytes[kept..].fill(0);
-            self.insns.push(PlainInsn {
-                ip: at,
-                len: pi.size,
-                bytes,
-            });
-            n += 1;
-            last = insn;
-            last_ip = at;
-            if insn.branch != Branch::None {
-                break End::Branch;
-            }
-            at = at.wrapping_add(u64::from(pi.size));
-            if section_end.map_or(true, |e| at >= e) {
-                break End::SectionEnd;
-            }
-        };
-        let id = self.blocks.len() as u32;
-        self.blocks.push(WalkBlock {
-            ip,
-            ninsn: n,
-            last_ip,
-            last,
-            end,
-            first,
-        });
-        self.succ.push([(0, NO_BLOCK); 2]);
-        let kind = match (end, last.branch, last.op) {
-            (End::Branch, _, Op::Ret) => HotKind::Ret,
-            (End::Branch, Branch::Conditional, _) => HotKind::Cond,
-            (End::Branch, Branch::Unconditional, Op::Call) if last.rel != 0 => HotKind::Call,
-            (End::Branch, Branch::Unconditional, _) => HotKind::Jump,
-            _ => HotKind::Stop,
-        };
-        let next_ip = last_ip.wrapping_add(u64::from(last.length));
-        self.hot.push(Hot {
-            last_ip,
-            target: next_ip.wrapping_add(last.rel as i64 as u64),
-            next: [NO_BLOCK; 2],
-            ninsn: n,
-            kind,
-            len: last.length,
-            op: last.op,
-        });
-        self.index.insert(ip, id);
-        id
-    }
-
+    /// The block at `ip` (`None` if no instruction decodes there).
     #[inline]
-    fn lookup(&mut self, image: &Image, ip: u64) -> u32 {
-        match self.index.get(&ip) {
-            Some(&id) => id,
-            None => self.build(image, ip),
-        }
+    fn lookup(&mut self, image: &Image, ip: u64) -> Option<u32> {
+        self.blocks
+            .lookup(image, ip, self.mode)
+            .ok()
+            .map(BlockId::raw)
     }
 
-    /// The block at `ip`, reached from block `from` (a hint: its successors are
-    /// tried first, then the hash map).
+    /// The block at `ip`, reached from block `from` (a hint: the blocks last
+    /// reached from it are tried first, then the hash map). The cache's blocks
+    /// come from one image stamp, so they are never stale: the recent targets
+    /// need no stamp check.
     #[inline(always)]
-    fn lookup_from(&mut self, image: &Image, from: u32, ip: u64) -> u32 {
-        let Some(s) = self.succ.get_mut(from as usize) else {
-            return self.lookup(image, ip);
-        };
-        if s[0].0 == ip && s[0].1 != NO_BLOCK {
-            return s[0].1;
+    fn lookup_from(&mut self, image: &Image, from: u32, ip: u64) -> Option<u32> {
+        let from = BlockId::from_raw(from);
+        if let Some(id) = self.blocks.recent(from, ip) {
+            return Some(id.raw());
         }
-        if s[1].0 == ip && s[1].1 != NO_BLOCK {
-            s.swap(0, 1);
-            return s[0].1;
-        }
-        let id = self.lookup(image, ip);
-        let s = &mut self.succ[from as usize];
-        s[1] = s[0];
-        s[0] = (ip, id);
-        id
+        let id = self.blocks.lookup(image, ip, self.mode).ok()?;
+        self.blocks.remember(from, ip, id);
+        Some(id.raw())
+    }
+
+    #[inline(always)]
+    fn block(&self, id: u32) -> &WalkBlock {
+        self.blocks.block(BlockId::from_raw(id))
+    }
+
+    #[inline(always)]
+    fn insns(&self) -> &[PlainInsn] {
+        self.blocks.insn_arena()
     }
 }
 
@@ -340,18 +375,30 @@ impl CodeWalker {
         &mut self.caches[i].1
     }
 
-    /// The block that starts at `ip` in `image`.
+    /// The block that starts at `ip` in `image` (a block of no instructions that
+    /// ends [`End::Bad`] if none decodes there).
     pub fn block(&mut self, image: &Image, ip: u64) -> WalkBlock {
         let c = self.cache(image);
-        let id = c.lookup(image, ip);
-        c.blocks[id as usize]
+        match c.lookup(image, ip) {
+            Some(id) => *c.block(id),
+            None => WalkBlock {
+                ip,
+                ninsn: 0,
+                last_ip: ip,
+                last: PerfInsn::default(),
+                end: End::Bad,
+                first: 0,
+                mode: c.mode,
+            },
+        }
     }
 
     /// The instruction IPs of `block` (one of this walker's for `image`), first to
     /// last, into `out`.
     pub fn block_insns(&mut self, image: &Image, block: &WalkBlock, out: &mut Vec<u64>) {
         let c = self.cache(image);
-        let insns = &c.insns[block.first as usize..][..block.ninsn as usize];
+        let insns = c.insns().get(block.first as usize..).unwrap_or_default();
+        let insns = insns.get(..block.ninsn as usize).unwrap_or_default();
         out.extend(insns.iter().map(|i| i.ip));
     }
 
@@ -376,7 +423,7 @@ impl CodeWalker {
             // Start in the block the last walk stopped in, or at a block of its own.
             let ci = self.cache_index(stamp);
             let (bid, mut index) = match self.cursor {
-                Some(c) if c.key == key && c.ip == *ip => (c.block, c.index),
+                Some(c) if c.key == key && c.ip == *ip => (Some(c.block), c.index),
                 _ => {
                     let c = &mut self.caches[ci].1;
                     let id = if self.prev.0 == ci {
@@ -388,12 +435,11 @@ impl CodeWalker {
                 }
             };
             self.cursor = None;
+            // No instruction decodes at `ip`.
+            let bid = bid.ok_or(WalkError::NoCode)?;
             self.prev = (ci, bid);
             let c = &mut self.caches[ci].1;
-            let b = c.blocks[bid as usize];
-            if b.ninsn == 0 {
-                return Err(WalkError::NoCode);
-            }
+            let b = *c.block(bid);
             let left = u64::from(b.ninsn - index);
             // The whole rest of the block, if nothing stops the walk inside it.
             if to_ip == 0
@@ -406,7 +452,7 @@ impl CodeWalker {
                 *insn = b.last;
                 return Ok(cnt);
             }
-            let insns = &c.insns[b.first as usize..][..b.ninsn as usize];
+            let insns = &c.insns()[b.first as usize..][..b.ninsn as usize];
             let mut at = *ip;
             while index < b.ninsn {
                 let pi = insns[index as usize];
@@ -472,11 +518,12 @@ impl CodeWalker {
         let key = self.caches[ci].0;
         let c = &mut self.caches[ci].1;
         let (bid, index) = match self.cursor {
-            Some(k) if k.key == key && k.ip == ip => (k.block, k.index),
+            Some(k) if k.key == key && k.ip == ip => (Some(k.block), k.index),
             _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, ip), 0),
             _ => (c.lookup(image, ip), 0),
         };
-        let b = &c.blocks[bid as usize];
+        let Some(bid) = bid else { return false };
+        let b = c.block(bid);
         if b.end != End::Branch || index >= b.ninsn {
             return false;
         }
@@ -520,11 +567,13 @@ impl CodeWalker {
         use crate::decode::ty::{BRANCH, INSTRUCTION};
         let key = self.caches[ci].0;
         let c = &mut self.caches[ci].1;
-        let (mut bid, index) = match self.cursor {
-            Some(k) if k.key == key && k.ip == w.ip => (k.block, k.index),
+        let (bid, index) = match self.cursor {
+            Some(k) if k.key == key && k.ip == w.ip => (Some(k.block), k.index),
             _ if self.prev.0 == ci => (c.lookup_from(image, self.prev.1, w.ip), 0),
             _ => (c.lookup(image, w.ip), 0),
         };
+        // NO_BLOCK (no code there) stops the walk where a block's hot record is read.
+        let mut bid = bid.unwrap_or(NO_BLOCK);
         let Some(stack) = w.stack.take() else { return };
         // The walk's state in locals (registers) while the loop runs.
         let (mut payload, mut count, mut cont) = (w.payload, w.count, w.cont);
@@ -551,7 +600,7 @@ impl CodeWalker {
                 taken += next + 1;
                 (payload, count, cont) = (p.payload, p.count, false);
             }
-            let Some(h) = c.hot.get(bid as usize) else {
+            let Some(h) = c.blocks.hot(BlockId::from_raw(bid)) else {
                 break;
             };
             if skip >= h.ninsn {
@@ -604,7 +653,7 @@ impl CodeWalker {
             };
             tot += u64::from(n);
             if EVERY || to_ip != 0 {
-                let b = &c.blocks[bid as usize];
+                let b = c.block(bid);
                 let type_ = match (EVERY, to_ip != 0) {
                     (true, true) => BRANCH | INSTRUCTION,
                     (true, false) => INSTRUCTION,
@@ -635,18 +684,22 @@ impl CodeWalker {
                 } else {
                     h.last_ip.wrapping_add(u64::from(h.len))
                 };
-                if slot < 2 {
+                let id = if slot < 2 {
                     let id = c.lookup(image, ip);
-                    c.hot[bid as usize].next[slot] = id;
+                    if let Some(id) = id {
+                        let (from, to) = (BlockId::from_raw(bid), BlockId::from_raw(id));
+                        c.blocks.link(from, slot == 1, to);
+                    }
                     id
                 } else {
                     c.lookup_from(image, bid, ip)
-                }
+                };
+                id.unwrap_or(NO_BLOCK)
             };
         }
         w.stack = Some(stack);
-        if let Some(h) = c.hot.get(last as usize) {
-            let insn = c.blocks[last as usize].last.buf;
+        if let Some(&h) = c.blocks.hot(BlockId::from_raw(last)) {
+            let insn = c.block(last).last.buf;
             w.tail = (!EVERY && last_to == 0).then_some((h.op, h.len, insn));
             w.ip = if last_to != 0 {
                 last_to
@@ -669,7 +722,7 @@ impl CodeWalker {
         let count = count.min(rb.ninsn);
         self.walked -= u64::from(rb.ninsn - count);
         let (key, c) = &self.caches[ci as usize];
-        self.cursor = c.insns.get((first + count) as usize).map(|next| Cursor {
+        self.cursor = c.insns().get((first + count) as usize).map(|next| Cursor {
             key: *key,
             block: bid,
             index: index + count,
@@ -689,7 +742,7 @@ impl CodeWalker {
         let [ci, first] = at;
         self.caches
             .get(ci as usize)
-            .and_then(|(_, c)| c.insns.get(first as usize..)?.get(..n as usize))
+            .and_then(|(_, c)| c.insns().get(first as usize..)?.get(..n as usize))
             .unwrap_or(&[])
     }
 }
@@ -854,5 +907,56 @@ mod tests {
             w.walk(&im, &mut insn, &mut ip, 0, 0),
             Err(WalkError::NoCode)
         );
+    }
+
+    /// Blocks end where perf sees a branch: MOV CR3 and INT1 end libipt's blocks
+    /// in the same cache design, not perf's.
+    #[test]
+    fn blocks_end_where_perf_sees_a_branch() {
+        // 1000: mov cr3, rax ; 1003: int1 ; 1004: ret
+        let mut im = Image::new();
+        im.add_bytes(0x1000, vec![0x0f, 0x22, 0xd8, 0xf1, 0xc3], "t")
+            .unwrap();
+        let mut w = CodeWalker::new();
+        let b = w.block(&im, 0x1000);
+        assert_eq!(
+            (b.ninsn, b.last_ip, b.last.op, b.end),
+            (3, 0x1004, Op::Ret, End::Branch)
+        );
+        let mut ips = Vec::new();
+        w.block_insns(&im, &b, &mut ips);
+        assert_eq!(ips, [0x1000, 0x1003, 0x1004]);
+        let mut libipt = pt_decoder::block_cache::BlockCache::new();
+        let id = libipt.lookup(&im, 0x1000, ExecMode::Bit64).unwrap();
+        assert_eq!(libipt.block(id).ninsn, 1);
+        // Nothing mapped: a block of nothing.
+        let none = w.block(&im, 0x2000);
+        assert_eq!((none.ninsn, none.end), (0, End::Bad));
+    }
+
+    /// The plain instructions keep their bytes (perf's `insn` field), also for an
+    /// instruction that runs into the next section.
+    #[test]
+    fn plain_instructions_keep_their_bytes() {
+        // 1000: nop ; 1001: add rax, 1 (its last byte in the next section) ; 1005: ret
+        let mut im = Image::new();
+        im.add_bytes(0x1000, vec![0x90, 0x48, 0x83, 0xc0], "a")
+            .unwrap();
+        im.add_bytes(0x1004, vec![0x01, 0xc3], "b").unwrap();
+        let mut w = CodeWalker::new();
+        let first = w.block(&im, 0x1000);
+        assert_eq!((first.ninsn, first.end), (2, End::SectionEnd));
+        let ci = w.cache_of(&im);
+        let insns = w.plain_insns([ci as u32, first.first], 2);
+        assert_eq!(
+            (insns[0].ip, insns[0].len, insns[0].bytes[0]),
+            (0x1000, 1, 0x90)
+        );
+        assert_eq!((insns[1].ip, insns[1].len), (0x1001, 4));
+        assert_eq!(&insns[1].bytes[..5], &[0x48, 0x83, 0xc0, 0x01, 0]);
+        let mut insn = PerfInsn::default();
+        let mut ip = 0x1000;
+        assert_eq!(w.walk(&im, &mut insn, &mut ip, 0, 0), Ok(3));
+        assert_eq!((ip, insn.op), (0x1005, Op::Ret));
     }
 }

@@ -29,10 +29,12 @@
 //! TNT or TIP right away (past PAD, MTC and CYC), so that `next` would have had
 //! nothing to report after the block either.
 //!
-//! perf's engine (the pt-perf crate) follows TNT runs over its own code walker's
-//! blocks: its blocks end where perf's decoder says a branch is, keep the
-//! instructions' bytes and yield a state per branch (see `pt_perf::code` for why
-//! the two are apart for now).
+//! perf's engine (the pt-perf crate) follows TNT runs over the same
+//! [`crate::block_cache::BlockCache`] with perf's policy (`pt_perf::code::PerfBlocks`:
+//! blocks end where perf's decoder says a branch is and keep the instructions'
+//! bytes). Its fast path stays in its own room, `pt_perf::code`: it yields a state
+//! per branch and applies perf's rules at every bit, where this one only counts
+//! (the block cache's module doc says more).
 
 use super::code::target_slot;
 use super::{next_ip, BlockDecoder, Link, MAX_BLOCK_INSNS};
