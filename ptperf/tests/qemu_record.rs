@@ -169,7 +169,7 @@ fn shell_wrapper_that_waits_for_a_child_then_execs() {
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = d.join("wrapper.data");
     let mut child = ptperf()
-        .args(["record", "--source", "qemu", "-o"])
+        .args(["record", "--source", "qemu", "--exec-log", "-o"])
         .arg(&data)
         .arg("--")
         .arg(&wrapper)
