@@ -7,7 +7,7 @@
 //! ```
 //!
 //! RECORDING is a perf.data of `ptperf record` on the simulator, with the execution
-//! log it kept (`perf.data.log`, or `--log LOG`, e.g. the log a recording was
+//! log it kept (`--exec-log`: `perf.data.log`, or `--log LOG`, e.g. the log a recording was
 //! replayed from with `--source log`); the thread with the most trace is damaged.
 //! For every kind of damage and every seed it damages the
 //! trace, decodes it with this crate's decoder (its default policy, and libipt's

@@ -55,12 +55,13 @@ fn llvm_profile_of_a_recorded_clang_program() {
         .arg(source()));
     let want_out = run(Command::new(&bin).arg(N.to_string()));
 
-    // Record on the simulator into perf.data (its execution log beside it),
+    // Record on the simulator into perf.data (its execution log beside it:
+    // `--exec-log`),
     // with the default source (QEMU where installed): its mappings are the
     // program's segments, the executable one where llvm-profgen looks.
     let data = dir.join("perf.data");
     let out = Command::new(env!("CARGO_BIN_EXE_ptperf"))
-        .args(["record", "--backend", "sim", "-q", "-o"])
+        .args(["record", "--backend", "sim", "--exec-log", "-q", "-o"])
         .arg(&data)
         .arg("--")
         .arg(&bin)

@@ -25,7 +25,7 @@ fn sample_recording() -> &'static (PathBuf, PathBuf) {
     static R: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     R.get_or_init(|| {
         let d = dir("perf-crosscheck-sample");
-        let data = record(&d, "default", &[], &[sample().as_os_str()]);
+        let data = record_logged(&d, "default", &[], &[sample().as_os_str()]);
         (d, data)
     })
 }
@@ -103,7 +103,10 @@ fn snapshots_on_sigusr2() {
     let d = dir("perf-crosscheck-sigusr2");
     let data = d.join("loop.data");
     let log = log_of(&data);
-    let child = start_spin(&["-e", "intel_pt/psb_period=0/u", "-S65536"], &data);
+    let child = start_spin(
+        &["--exec-log", "-e", "intel_pt/psb_period=0/u", "-S65536"],
+        &data,
+    );
     // Each snapshot is on disk once taken: wait for it before the next.
     for n in 1..=2 {
         signal(&child, libc::SIGUSR2);
@@ -140,7 +143,7 @@ fn snapshots_on_sigusr2() {
 #[test]
 fn two_threads() {
     let d = dir("perf-crosscheck-threads");
-    let data = record(&d, "threads", &[], &[threads().as_os_str()]);
+    let data = record_logged(&d, "threads", &[], &[threads().as_os_str()]);
     let got = check_exact("threads", &data, &log_of(&data));
     assert_eq!(got.len(), 2);
 }
@@ -150,7 +153,7 @@ fn fork_and_exec() {
     let d = dir("perf-crosscheck-shell");
     let t = tiny().display().to_string();
     let script = format!("{t} x; exec {t} w");
-    let data = record(
+    let data = record_logged(
         &d,
         "shell",
         &[],
@@ -165,7 +168,7 @@ fn vdso_code_through_the_build_id_cache() {
     let d = dir("perf-crosscheck-vdso");
     // QEMU 7.2 gives x86-64 programs no vDSO: a source that runs the
     // program on the host's kernel.
-    let data = record(&d, "clock", &["--source", "ptrace"], &[clock().as_os_str()]);
+    let data = record_logged(&d, "clock", &["--source", "ptrace"], &[clock().as_os_str()]);
     let got = check_exact("vdso", &data, &log_of(&data));
     // Some of it ran in the vDSO, which perf read from OUT.debug.
     let (out, _) = perf(&[
@@ -413,7 +416,14 @@ fn repeated_snapshots_on_ptrace_and_valgrind() {
     for source in ["ptrace", "valgrind"] {
         let d = dir(&format!("perf-crosscheck-snapshots-{source}"));
         let data = d.join("bursts.data");
-        let args = ["--source", source, "-e", "intel_pt/psb_period=0/u", "-S"];
+        let args = [
+            "--exec-log",
+            "--source",
+            source,
+            "-e",
+            "intel_pt/psb_period=0/u",
+            "-S",
+        ];
         let child = start_recording(&prog, &args, &data);
         for n in 1..=N {
             std::thread::sleep(std::time::Duration::from_millis(500));

@@ -73,7 +73,7 @@ fn without_tip(s: &str) -> String {
 #[test]
 fn our_pipe_reads_as_the_file() {
     let d = dir("pipe-mode");
-    let first = record(&d, "sample", &[], &[sample().as_os_str()]);
+    let first = record_logged(&d, "sample", &[], &[sample().as_os_str()]);
     let log = log_of(&first);
     let file = replay(&d, "file", &[], &log);
     let o = ptperf()

@@ -21,10 +21,10 @@ fn need_qemu() {
     pt_testkit::tool("qemu-x86_64", "qemu-user");
 }
 
-/// `record` with the qemu source.
+/// `record` with the qemu source, and its execution log (the ground truth).
 fn qemu_record(d: &Path, name: &str, args: &[&str], cmd: &[&OsStr]) -> PathBuf {
     need_qemu();
-    let mut a = vec!["--source", "qemu"];
+    let mut a = vec!["--source", "qemu", "--exec-log"];
     a.extend_from_slice(args);
     record(d, name, &a, cmd)
 }
@@ -169,7 +169,7 @@ fn shell_wrapper_that_waits_for_a_child_then_execs() {
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = d.join("wrapper.data");
     let mut child = ptperf()
-        .args(["record", "--source", "qemu", "-o"])
+        .args(["record", "--source", "qemu", "--exec-log", "-o"])
         .arg(&data)
         .arg("--")
         .arg(&wrapper)
@@ -296,6 +296,7 @@ fn snapshots_on_sigusr2_then_ctrl_c() {
         &[
             "--source",
             "qemu",
+            "--exec-log",
             "-e",
             "intel_pt/psb_period=0/u",
             "-S65536",

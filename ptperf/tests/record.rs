@@ -236,7 +236,8 @@ fn crashed_recording() -> PathBuf {
 /// `sig`; returns its output.
 fn interrupt(d: &Path, source: &str, sig: i32, decode: bool) -> Output {
     let data = d.join("t.data");
-    let mut args = vec!["--source", source];
+    // The log is the ground truth of what follows (a replay).
+    let mut args = vec!["--source", source, "--exec-log"];
     if decode {
         args.push("--decode");
     }
@@ -322,12 +323,87 @@ fn replay_killed_log(d: &Path) -> PathBuf {
     t2
 }
 
+/// A plain recording writes the perf.data and no execution log (perf
+/// record writes no side file); `--exec-log` writes one (`--exec-log=FILE`
+/// where asked) that `--source log` replays and `--decode` finds identical;
+/// `--decode` writes one too, its ground truth.
+#[test]
+fn the_execution_log_is_written_only_when_asked_for() {
+    let d = dir("record-exec-log");
+    let cmd = [tiny().as_os_str(), "w".as_ref()];
+    let plain = record(&d, "plain", &[], &cmd);
+    assert!(plain.is_file());
+    let left: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".log"))
+        .collect();
+    assert!(left.is_empty(), "a plain record left {left:?}");
+
+    let logged = record_logged(&d, "logged", &[], &cmd);
+    let log = log_of(&logged);
+    assert!(std::fs::metadata(&log).unwrap().len() > 0);
+    let named = d.join("elsewhere.log");
+    let mut flag = std::ffi::OsString::from("--exec-log=");
+    flag.push(&named);
+    let o = ptperf()
+        .args(["record", "--backend", "sim", "-o"])
+        .arg(d.join("named.data"))
+        .arg(&flag)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .unwrap();
+    assert_recorded("--exec-log=FILE", &o);
+    let tiny_status = o.status.code().unwrap();
+    assert!(std::fs::metadata(&named).unwrap().len() > 0);
+    assert!(!log_of(&d.join("named.data")).exists());
+
+    // The log replays, with another configuration, to the same execution.
+    for truth in [&log, &named] {
+        let o = ptperf()
+            .args([
+                "record",
+                "--source",
+                "log",
+                "-e",
+                "intel_pt/noretcomp/u",
+                "--decode",
+                "-o",
+            ])
+            .arg(d.join("replayed.data"))
+            .arg(truth)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        // The program's exit status (tiny's own), not a difference.
+        assert_eq!(o.status.code(), Some(tiny_status), "{err}");
+        assert!(err.contains("identical to the recorded execution"), "{err}");
+        // A replay writes no log of its own.
+        assert!(!log_of(&d.join("replayed.data")).exists());
+    }
+
+    // --decode compares with the log: it writes it, and keeps it.
+    let decoded = d.join("decoded.data");
+    let o = ptperf()
+        .args(["record", "--backend", "sim", "--decode", "-o"])
+        .arg(&decoded)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(tiny_status), "{err}");
+    assert!(err.contains("identical to the recorded execution"), "{err}");
+    assert!(log_of(&decoded).is_file());
+}
+
 /// A truncated execution log is named with its offset; checking a trace
 /// against it fails.
 #[test]
 fn a_truncated_log_is_named_never_a_silent_success() {
     let d = dir("record-truncated");
-    let data = record(&d, "t", &[], &[tiny().as_os_str(), "w".as_ref()]);
+    let data = record_logged(&d, "t", &[], &[tiny().as_os_str(), "w".as_ref()]);
     let bytes = std::fs::read(log_of(&data)).unwrap();
     // Without its last record (the end record) and a bit of the one before.
     let len = bytes.len() - 3;

@@ -19,7 +19,7 @@ fn log() -> &'static PathBuf {
     static L: OnceLock<PathBuf> = OnceLock::new();
     L.get_or_init(|| {
         let d = dir("record-cli-log");
-        log_of(&record(&d, "tiny", &[], &[tiny().as_os_str()]))
+        log_of(&record_logged(&d, "tiny", &[], &[tiny().as_os_str()]))
     })
 }
 

@@ -109,7 +109,7 @@ fn replay_limited(log: &Path, out: &Path, limit: u64) -> std::process::Output {
 #[test]
 fn a_full_disk_names_the_file_and_keeps_the_rounds_before() {
     let d = dir("record-rounds-full");
-    let data = record(&d, "sample", &[], &[sample().as_os_str()]);
+    let data = record_logged(&d, "sample", &[], &[sample().as_os_str()]);
     let log = log_of(&data);
     // The replay's layout, unlimited: where its rounds end, and the features
     // after the data.

@@ -2,7 +2,7 @@
 //! logic, from a replayed execution log.
 //!
 //! `pt_throughput [LOG] [ROUNDS]` — LOG is an execution log written by
-//! `ptperf record` (`OUT.log`); without one, /bin/true is recorded first. Prints, per
+//! `ptperf record --exec-log` (`OUT.log`); without one, /bin/true is recorded first. Prints, per
 //! configuration: the log replay alone, the PT logic alone (items already in
 //! memory) and the whole simulator (log replay, logic and ToPA output).
 

@@ -5,7 +5,8 @@
 //! ```text
 //! ptperf record [-e intel_pt/TERMS/[u|k|uk]] [-S[e][SIZE]] [--filter FILTER] [-o FILE]
 //!               [--backend auto|perf|sim] [--source qemu|valgrind|ptrace|log] [--limit N]
-//!               [--decode [--top N]] [-q] [-p PID | [--] CMD ARGS... | --source log LOG]
+//!               [--exec-log[=LOG]] [--decode [--top N]] [-q]
+//!               [-p PID | [--] CMD ARGS... | --source log LOG]
 //! ```
 //!
 //! - `-e`: perf's event syntax ([`event`]): `intel_pt//u` by default. Without
@@ -28,18 +29,25 @@
 //! - `--backend`: `auto` uses perf where Intel PT works, else the simulator.
 //! - `--source` (simulator): `qemu` runs the program in QEMU's user-mode
 //!   emulator with our TCG plugin (the fastest), `valgrind` runs it under valgrind, `ptrace` single-steps it,
-//!   `log` replays an execution log (the `OUT.log` of an earlier recording)
-//!   with this recording's configuration: the one argument is the log.
+//!   `log` replays an execution log (one an earlier recording wrote with
+//!   `--exec-log`) with this recording's configuration: the one argument is
+//!   the log.
 //!   Without `--source` the first of qemu, valgrind and ptrace that is
 //!   installed records (ptrace with `--limit`), and the summary line says which.
+//! - `--exec-log[=LOG]` (simulator): also writes the execution log, the
+//!   ground truth of what ran (every block of every thread), to LOG
+//!   (`OUT.log` by default): what `--decode` compares with, and what
+//!   `--source log` replays. Without it (or `--decode`) no log is written and
+//!   the recorder does no log work: writing it costs a quarter to a third of
+//!   the recorder's time.
 //! - `--decode`: decodes every thread's trace back and compares it with its
 //!   recorded execution (exit status 1 on a difference), then prints branch
-//!   counts and the `--top N` hottest functions.
+//!   counts and the `--top N` hottest functions. It writes the execution log
+//!   (as `--exec-log` does) and keeps it.
 //!
-//! On the simulator the execution log (the ground truth: every instruction
-//! of every thread) is kept beside the output as `OUT.log`, and code that is
-//! in no file as `OUT.debug` (see [`pt_sim::record::PerfDataSink`]);
-//! `perf --buildid-dir OUT.debug script` finds the vDSO there.
+//! On the simulator, code that is in no file is kept as `OUT.debug` (see
+//! [`pt_sim::record::PerfDataSink`]); `perf --buildid-dir OUT.debug script`
+//! finds the vDSO there.
 //!
 //! Ctrl-C (SIGINT) or SIGTERM stops the recording; what was recorded is
 //! kept. As perf record does, the command ends with the program's exit
@@ -79,7 +87,12 @@ pub const USAGE: &str = "\
                           simulator: QEMU with our plugin, valgrind, single-step, or replay
                           an execution log (default: the first of qemu, valgrind, ptrace installed)
         --limit <n>       simulator (ptrace): stop after n instructions
+        --exec-log[=<file>]
+                          simulator: also write the execution log (what ran, block by
+                          block) to <file> (default <output>.log): the ground truth that
+                          --decode compares with and that --source log replays
         --decode          decode every thread and compare it with its recorded execution
+                          (writes the execution log, as --exec-log does)
         --top <n>         with --decode: the n hottest functions (default 10)
     -q, --quiet           no summary or closing lines (warnings are still printed)
 ";
@@ -133,6 +146,9 @@ pub struct Options {
     pub source: Source,
     /// `--limit`.
     pub limit: Option<u64>,
+    /// `--exec-log`: where the execution log goes (see
+    /// [`Options::exec_log_path`]).
+    pub exec_log: Option<ExecLog>,
     /// `--decode`.
     pub decode: bool,
     /// `--top`.
@@ -143,6 +159,31 @@ pub struct Options {
     pub command: Vec<OsString>,
     /// The whole command line (HEADER_CMDLINE).
     pub cmdline: Vec<String>,
+}
+
+/// Where `--exec-log` writes the execution log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecLog {
+    /// `OUT.log`, beside the output ([`log_path`]).
+    BesideOutput,
+    /// `--exec-log=FILE`.
+    File(PathBuf),
+}
+
+impl Options {
+    /// The execution log this recording writes: `--exec-log`'s, or with
+    /// `--decode` (which compares with it) `OUT.log`; none otherwise, nor
+    /// when a log is replayed.
+    pub fn exec_log_path(&self) -> Option<PathBuf> {
+        if self.source == Source::Log {
+            return None;
+        }
+        match &self.exec_log {
+            Some(ExecLog::File(f)) => Some(f.clone()),
+            Some(ExecLog::BesideOutput) => Some(log_path(&self.output)),
+            None => self.decode.then(|| log_path(&self.output)),
+        }
+    }
 }
 
 /// A command-line error: the message (perf's lines where perf has them) and
@@ -193,6 +234,7 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
         backend: Backend::Auto,
         source: Source::Auto,
         limit: None,
+        exec_log: None,
         decode: false,
         top: 10,
         quiet: false,
@@ -278,6 +320,9 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
                 let v = value("a count")?;
                 o.limit = Some(number(&v).ok_or_else(|| bad(format!("invalid limit `{v}'")))?);
             }
+            "exec-log" => {
+                o.exec_log = Some(inline.map_or(ExecLog::BesideOutput, |f| ExecLog::File(f.into())))
+            }
             "decode" => o.decode = true,
             "top" => {
                 let v = value("a count")?;
@@ -288,6 +333,22 @@ fn parse_args(args: &[OsString]) -> Result<Options, ArgError> {
             "per-thread" => {}
             _ => return Err(bad(format!("unknown option `{name}'"))),
         }
+    }
+    if o.exec_log.is_some() && o.source == Source::Log {
+        return Err(bad(
+            "--exec-log: --source log replays an execution log and writes none",
+        ));
+    }
+    match &o.exec_log {
+        Some(ExecLog::File(f)) if f.as_os_str().is_empty() => {
+            return Err(bad("--exec-log= needs a file name"));
+        }
+        // With `-o -` the default log would land in the pipe's temporary
+        // folder and go with it: `--exec-log` asks to keep it.
+        Some(ExecLog::BesideOutput) if o.output.as_os_str() == "-" => {
+            return Err(bad("--exec-log with -o - needs a file: --exec-log=FILE"));
+        }
+        _ => {}
     }
     if let Some(f) = &o.filter {
         o.filters = FilterSpec::parse_list(f).map_err(|e| ArgError(e.0, false))?;
@@ -382,7 +443,8 @@ pub(crate) fn stop_signal() -> Option<i32> {
     }
 }
 
-/// `OUT.log`: the simulator's execution log beside the output.
+/// `OUT.log`: the simulator's execution log beside the output (written
+/// with `--exec-log` or `--decode`).
 pub fn log_path(out: &Path) -> PathBuf {
     let mut s = out.as_os_str().to_owned();
     s.push(".log");
@@ -624,7 +686,12 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Backend::Perf if o.source == Source::Log => {
             Err("replaying an execution log (--source log) needs the simulator".to_string())
         }
-        Backend::Perf => hw::record(&o),
+        Backend::Perf => {
+            if o.exec_log.is_some() {
+                eprintln!("ptperf record: warning: --exec-log: Intel PT hardware records no execution log (the simulator does: --backend sim)");
+            }
+            hw::record(&o)
+        }
         _ => sim::record(&o),
     };
     if let Some(p) = pipe {
@@ -697,5 +764,42 @@ mod tests {
             e.contains("failed to parse address filter: 'jump 1'"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_execution_log_is_written_only_when_asked_for() {
+        let log = |a: &[&str]| parse_args(&args(a)).unwrap().exec_log_path();
+        assert_eq!(log(&["-o", "x.data", "true"]), None);
+        assert_eq!(
+            log(&["-o", "x.data", "--exec-log", "true"]),
+            Some(PathBuf::from("x.data.log"))
+        );
+        assert_eq!(
+            log(&["--exec-log=/tmp/run.log", "-o", "x.data", "true"]),
+            Some(PathBuf::from("/tmp/run.log"))
+        );
+        // --decode compares with the log: it writes one.
+        assert_eq!(
+            log(&["-o", "x.data", "--decode", "true"]),
+            Some(PathBuf::from("x.data.log"))
+        );
+        assert_eq!(
+            log(&["--top", "3", "true"]),
+            Some(PathBuf::from("perf.data.log"))
+        );
+        // A replay writes none: the log it replays is the truth.
+        assert_eq!(
+            log(&["--source", "log", "--decode", "-o", "y", "x.data.log"]),
+            None
+        );
+        let e = parse_args(&args(&["--source", "log", "--exec-log", "a.log"]))
+            .unwrap_err()
+            .0;
+        assert!(e.contains("writes none"), "{e}");
+        let e = parse_args(&args(&["-o", "-", "--exec-log", "true"]))
+            .unwrap_err()
+            .0;
+        assert!(e.contains("--exec-log=FILE"), "{e}");
+        assert!(parse_args(&args(&["--exec-log=", "true"])).is_err());
     }
 }

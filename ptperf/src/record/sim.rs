@@ -13,8 +13,8 @@ use pt_sim::exec::{ExecError, ExecutionSource, ExitKind, StopReason};
 use pt_sim::record::{record_perf_data, PerfDataOptions, RecordSummary, SimRecording};
 
 use super::{
-    catch_interrupts, catch_snapshot_signal, closing_lines, log_path, signame, stop_signal,
-    Options, Outcome, ProgramEnd, Source,
+    catch_interrupts, catch_snapshot_signal, closing_lines, signame, stop_signal, Options, Outcome,
+    ProgramEnd, Source,
 };
 
 /// Progress on a terminal (pt_cli's indicatif counter; nothing otherwise):
@@ -83,7 +83,9 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     let out = o.output.clone();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut progress = Progress::new();
-    let log = log_path(&out);
+    // The ground truth is written only when asked for (`--exec-log`,
+    // `--decode`): without it the recorder does no log work at all.
+    let log = o.exec_log_path();
     let mut rec = SimRecording::new(cfg);
     rec.filters = o.filters.clone();
     let mut signalled = None;
@@ -114,7 +116,7 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
         }
         Box::new(LogReader::open(path).map_err(|e| format!("{}: {e}", path.to_string_lossy()))?)
     } else {
-        rec.log = Some(log.clone());
+        rec.log = log.clone();
         let (prog, args) = o.command.split_first().ok_or("no command")?;
         let res: Result<Box<dyn ExecutionSource>, ExecError> = if kind == Source::Qemu {
             plugin = Some(super::qemu_plugin::materialize()?);
@@ -202,10 +204,9 @@ pub(super) fn record(o: &Options) -> Result<Outcome, String> {
     }
     let mut decoded_ok = true;
     if o.decode {
-        let truth = if replay {
-            std::path::PathBuf::from(&o.command[0])
-        } else {
-            log.clone()
+        let truth = match &log {
+            Some(l) if !replay => l.clone(),
+            _ => std::path::PathBuf::from(&o.command[0]),
         };
         decoded_ok = crate::record_check::decode(&out, &truth, &s, o.top, tty)?;
     }

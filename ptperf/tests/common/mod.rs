@@ -123,9 +123,20 @@ pub fn stderr(o: &Output) -> String {
 /// write the file and end as the program did, with an exit status (which
 /// may not be 0: perf record ends with its program's); returns the file.
 pub fn record(dir: &Path, name: &str, args: &[&str], cmd: &[&OsStr]) -> PathBuf {
+    record_as(dir, name, &[], args, cmd)
+}
+
+/// [`record`] with the execution log (`--exec-log`): `OUT.log` ([`log_of`]),
+/// the ground truth, beside the output.
+pub fn record_logged(dir: &Path, name: &str, args: &[&str], cmd: &[&OsStr]) -> PathBuf {
+    record_as(dir, name, &["--exec-log"], args, cmd)
+}
+
+fn record_as(dir: &Path, name: &str, first: &[&str], args: &[&str], cmd: &[&OsStr]) -> PathBuf {
     let data = dir.join(format!("{name}.data"));
     let o = ptperf()
         .args(["record", "--backend", "sim"])
+        .args(first)
         .args(args)
         .arg("-o")
         .arg(&data)
@@ -192,7 +203,7 @@ pub fn replay(dir: &Path, name: &str, args: &[&str], log: &Path) -> PathBuf {
     data
 }
 
-/// `OUT.log`.
+/// `OUT.log`: the execution log `--exec-log` (or `--decode`) writes.
 pub fn log_of(data: &Path) -> PathBuf {
     let mut s = data.as_os_str().to_owned();
     s.push(".log");
