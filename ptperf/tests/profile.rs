@@ -5,7 +5,7 @@
 
 mod common;
 
-use pt_sim::exec::insn::InsnClass;
+use pt_sim::exec::insn::BranchClass;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::{ExecItem, ExecutionSource};
 
@@ -72,19 +72,19 @@ fn decoded_flow_profile_of_a_c_program() {
     while let Ok(Some(item)) = r.next_item() {
         let ExecItem::Insn(i) = item else { continue };
         match i.class {
-            InsnClass::CondBranch if i.next_ip == i.fall_through() => want.cond_not_taken += 1,
-            InsnClass::CondBranch => want.cond_taken += 1,
-            InsnClass::DirectJump => want.jump_direct += 1,
-            InsnClass::IndirectJump => want.jump_indirect += 1,
-            InsnClass::DirectCall => want.call_direct += 1,
-            InsnClass::IndirectCall => want.call_indirect += 1,
-            InsnClass::Return => want.returns += 1,
-            InsnClass::FarBranch => want.far += 1,
-            InsnClass::KernelEntry => {
+            BranchClass::CondBranch if i.next_ip == i.fall_through() => want.cond_not_taken += 1,
+            BranchClass::CondBranch => want.cond_taken += 1,
+            BranchClass::DirectJump => want.jump_direct += 1,
+            BranchClass::IndirectJump => want.jump_indirect += 1,
+            BranchClass::DirectCall => want.call_direct += 1,
+            BranchClass::IndirectCall => want.call_indirect += 1,
+            BranchClass::Return => want.returns += 1,
+            BranchClass::FarBranch => want.far += 1,
+            BranchClass::KernelEntry => {
                 want.far += 1;
                 want.syscalls += 1;
             }
-            InsnClass::Other => {}
+            BranchClass::Other => {}
         }
     }
     let mut got = prof.branches.clone();

@@ -18,7 +18,7 @@ use pt_hal::config::TraceConfig;
 use pt_hal::msr::AddrCfg;
 use pt_sim::exec::log::LogReader;
 use pt_sim::exec::ptrace::{TraceOptions, Tracer};
-use pt_sim::exec::{collect, Event, ExecItem, InsnClass, Mapping};
+use pt_sim::exec::{collect, BranchClass, Event, ExecItem, Mapping};
 use pt_sim::pt::{SimParams, TntPolicy};
 use pt_sim::record::{record_perf_data, FilterSpec, PerfDataOptions, SimRecording};
 use ptperf::verify::Recording;
@@ -188,17 +188,17 @@ fn check_flow(items: &[ExecItem], flow: &[Flow], cfg: &TraceConfig) -> (Vec<u64>
                     );
                 };
                 match r.class {
-                    InsnClass::CondBranch if leaving => {
+                    BranchClass::CondBranch if leaving => {
                         leave(&mut next, None);
                         enabled = false;
                     }
-                    InsnClass::CondBranch => {
+                    BranchClass::CondBranch => {
                         if !cfg.dis_tnt {
                             assert_eq!(next("TNT", i), Flow::Bit(r.next_ip != ft), "item {i}");
                         }
                     }
-                    InsnClass::DirectCall | InsnClass::DirectJump | InsnClass::Other => {
-                        if r.class == InsnClass::DirectCall && r.next_ip != ft {
+                    BranchClass::DirectCall | BranchClass::DirectJump | BranchClass::Other => {
+                        if r.class == BranchClass::DirectCall && r.next_ip != ft {
                             stack.push(ft);
                         }
                         if leaving {
@@ -206,8 +206,8 @@ fn check_flow(items: &[ExecItem], flow: &[Flow], cfg: &TraceConfig) -> (Vec<u64>
                             enabled = false;
                         }
                     }
-                    InsnClass::IndirectCall | InsnClass::IndirectJump => {
-                        if r.class == InsnClass::IndirectCall {
+                    BranchClass::IndirectCall | BranchClass::IndirectJump => {
+                        if r.class == BranchClass::IndirectCall {
                             stack.push(ft);
                         }
                         if leaving {
@@ -217,7 +217,7 @@ fn check_flow(items: &[ExecItem], flow: &[Flow], cfg: &TraceConfig) -> (Vec<u64>
                             assert_eq!(next("TIP", i), Flow::Tip(r.next_ip), "item {i}");
                         }
                     }
-                    InsnClass::Return => {
+                    BranchClass::Return => {
                         if leaving {
                             leave(&mut next, Some(r.next_ip));
                             enabled = false;
@@ -232,10 +232,10 @@ fn check_flow(items: &[ExecItem], flow: &[Flow], cfg: &TraceConfig) -> (Vec<u64>
                             }
                         }
                     }
-                    InsnClass::FarBranch => {
+                    BranchClass::FarBranch => {
                         assert_eq!(next("TIP", i), Flow::Tip(r.next_ip), "item {i}");
                     }
-                    InsnClass::KernelEntry => {
+                    BranchClass::KernelEntry => {
                         let mut f = next("TIP.PGD", i);
                         if f == Flow::Fup(r.ip) {
                             f = next("TIP.PGD", i);
@@ -550,28 +550,28 @@ mod random {
         let mut out = Vec::new();
         for s in steps {
             let (len, class, next) = match *s {
-                Step::Linear(n) => (n, InsnClass::Other, ip + u64::from(n)),
+                Step::Linear(n) => (n, BranchClass::Other, ip + u64::from(n)),
                 Step::Cond(t, a) => (
                     2,
-                    InsnClass::CondBranch,
+                    BranchClass::CondBranch,
                     if t { u64::from(a) } else { ip + 2 },
                 ),
-                Step::Jump(a) => (5, InsnClass::DirectJump, u64::from(a)),
+                Step::Jump(a) => (5, BranchClass::DirectJump, u64::from(a)),
                 Step::Call(a) => {
                     calls.push(ip + 5);
-                    (5, InsnClass::DirectCall, u64::from(a))
+                    (5, BranchClass::DirectCall, u64::from(a))
                 }
-                Step::IndirectJump(a) => (2, InsnClass::IndirectJump, u64::from(a)),
+                Step::IndirectJump(a) => (2, BranchClass::IndirectJump, u64::from(a)),
                 Step::IndirectCall(a) => {
                     calls.push(ip + 2);
-                    (2, InsnClass::IndirectCall, u64::from(a))
+                    (2, BranchClass::IndirectCall, u64::from(a))
                 }
                 Step::Ret(matching, a) => {
                     let t = match (matching, calls.pop()) {
                         (true, Some(r)) => r,
                         _ => u64::from(a),
                     };
-                    (1, InsnClass::Return, t)
+                    (1, BranchClass::Return, t)
                 }
             };
             out.push(ExecItem::Insn(Retired {

@@ -39,7 +39,7 @@ use pt_hal::msr::AddrCfg;
 
 use crate::clock::{Clock, ClockError, ClockParams};
 use crate::exec::insn::{decode_at, KernelEntry};
-use crate::exec::{BlockInsn, BlockRun, CodeMemory, Event, ExecItem, InsnClass, Retired};
+use crate::exec::{BlockInsn, BlockRun, BranchClass, CodeMemory, Event, ExecItem, Retired};
 
 /// Depth of the return-compression call stack (the decoders' stack depth).
 pub const RET_STACK_DEPTH: usize = 64;
@@ -819,7 +819,7 @@ impl PtLogic {
     /// `next_ip` set): its branch's packets, a kernel entry's start.
     #[inline]
     fn retire_end(&mut self, r: &Retired, mem: &CodeMemory) {
-        if r.class == InsnClass::KernelEntry && !r.kernel {
+        if r.class == BranchClass::KernelEntry && !r.kernel {
             self.enter_kernel(r, mem);
             return;
         }
@@ -831,14 +831,14 @@ impl PtLogic {
         let ft = r.fall_through();
         let leaves_filter = !self.filters.is_empty() && !self.filter_en(r.next_ip);
         match r.class {
-            InsnClass::Other => {
+            BranchClass::Other => {
                 if leaves_filter {
                     self.flush_tnt();
                     self.ip_packet(IpPacketKind::TipPgd, Some(r.next_ip));
                     self.packet_en = false;
                 }
             }
-            InsnClass::CondBranch => {
+            BranchClass::CondBranch => {
                 if leaves_filter {
                     // SDM: the branch leaving the range gets a TIP.PGD without IP.
                     self.flush_tnt();
@@ -848,8 +848,8 @@ impl PtLogic {
                     self.tnt(r.next_ip != ft);
                 }
             }
-            InsnClass::DirectJump | InsnClass::DirectCall => {
-                if r.class == InsnClass::DirectCall && r.next_ip != ft {
+            BranchClass::DirectJump | BranchClass::DirectCall => {
+                if r.class == BranchClass::DirectCall && r.next_ip != ft {
                     self.ret_push(ft);
                 }
                 if leaves_filter {
@@ -858,8 +858,8 @@ impl PtLogic {
                     self.packet_en = false;
                 }
             }
-            InsnClass::IndirectJump | InsnClass::IndirectCall => {
-                if r.class == InsnClass::IndirectCall {
+            BranchClass::IndirectJump | BranchClass::IndirectCall => {
+                if r.class == BranchClass::IndirectCall {
                     self.ret_push(ft);
                 }
                 self.flush_tnt();
@@ -870,7 +870,7 @@ impl PtLogic {
                     self.ip_packet(IpPacketKind::Tip, Some(r.next_ip));
                 }
             }
-            InsnClass::Return => {
+            BranchClass::Return => {
                 if leaves_filter {
                     // perf's decoder walks the RET (and pops) before the TIP.PGD.
                     self.ret_perf.pop();
@@ -885,11 +885,11 @@ impl PtLogic {
                     self.ip_packet(IpPacketKind::Tip, Some(r.next_ip));
                 }
             }
-            InsnClass::FarBranch => {
+            BranchClass::FarBranch => {
                 self.flush_tnt();
                 self.pending_far = Some(r.next_ip);
             }
-            InsnClass::KernelEntry => {
+            BranchClass::KernelEntry => {
                 // At CPL 0 (an INT n in the kernel): a far transfer within it.
                 self.flush_tnt();
                 if !is_syscall(r, mem) {

@@ -924,7 +924,7 @@ mod sink_tests {
     use std::collections::VecDeque;
 
     use super::*;
-    use crate::exec::{ExecError, ExecMode, InsnClass, Retired};
+    use crate::exec::{BranchClass, ExecError, ExecMode, Retired};
 
     /// A fixed list of items over fixed code.
     struct Items {
@@ -955,10 +955,10 @@ mod sink_tests {
         };
         let mut v = Vec::new();
         for i in 0..n {
-            v.push(insn(0x1000, 1, InsnClass::Other, 0x1001));
-            v.push(insn(0x1001, 2, InsnClass::Other, 0x1003));
+            v.push(insn(0x1000, 1, BranchClass::Other, 0x1001));
+            v.push(insn(0x1001, 2, BranchClass::Other, 0x1003));
             let next = if i + 1 < n { 0x1000 } else { 0x1005 };
-            v.push(insn(0x1003, 2, InsnClass::CondBranch, next));
+            v.push(insn(0x1003, 2, BranchClass::CondBranch, next));
         }
         v
     }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use crate::exec::insn::{decode_at, KernelEntry};
 use crate::exec::{
-    CloneKind, CodeMemory, Event, ExecItem, InsnClass, Mapping, Retired, ThreadCursor, ThreadId,
+    BranchClass, CloneKind, CodeMemory, Event, ExecItem, Mapping, Retired, ThreadCursor, ThreadId,
 };
 use crate::pt::cr3_of_pid;
 use crate::record::{resolve_filters, FilterSpec};
@@ -20,7 +20,7 @@ use crate::record::{resolve_filters, FilterSpec};
 /// as an interrupt before the instruction (libipt's convention): they are
 /// not shown.
 fn shown(r: &Retired, mem: &CodeMemory) -> bool {
-    if r.class != InsnClass::KernelEntry {
+    if r.class != BranchClass::KernelEntry {
         return true;
     }
     matches!(

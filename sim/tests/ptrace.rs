@@ -10,8 +10,8 @@ use pt_sim::exec::insn::decode_at;
 use pt_sim::exec::log::{LogReader, LogWriter};
 use pt_sim::exec::ptrace::{TraceOptions, Tracer};
 use pt_sim::exec::{
-    check_continuity, collect, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
-    InsnClass, Retired, StopReason,
+    check_continuity, collect, BranchClass, Event, ExecError, ExecItem, ExecMode, ExecutionSource,
+    ExitKind, Retired, StopReason,
 };
 
 fn build(name: &str, extra: &[&str]) -> PathBuf {
@@ -91,7 +91,7 @@ fn in_executable_mappings(items: &[ExecItem]) {
     }
 }
 
-fn count(items: &[Retired], class: InsnClass) -> usize {
+fn count(items: &[Retired], class: BranchClass) -> usize {
     items.iter().filter(|r| r.class == class).count()
 }
 
@@ -107,10 +107,10 @@ fn tiny_program_is_deterministic_consistent_and_replays() {
     replays_exactly(&a);
 
     // start_c is called and never returns; f and g return to their callers.
-    let calls = count(&ia, InsnClass::DirectCall) + count(&ia, InsnClass::IndirectCall);
-    assert_eq!(count(&ia, InsnClass::Return), calls - 1);
+    let calls = count(&ia, BranchClass::DirectCall) + count(&ia, BranchClass::IndirectCall);
+    assert_eq!(count(&ia, BranchClass::Return), calls - 1);
     // 17 of the 50 iterations call f directly; the others call g through fp.
-    assert_eq!(count(&ia, InsnClass::IndirectCall), 33);
+    assert_eq!(count(&ia, BranchClass::IndirectCall), 33);
     assert!(ia.iter().all(|r| r.mode == ExecMode::Bit64));
     let ev = events(&a.items);
     assert!(matches!(ev[0], Event::Exec { path, .. } if path.ends_with("pt-sim-tiny")));
@@ -120,7 +120,7 @@ fn tiny_program_is_deterministic_consistent_and_replays() {
     assert_eq!(ev.last(), Some(&&Event::Exit(ExitKind::Exited(13))));
     // exit_group is the last instruction.
     let last = ia.last().unwrap();
-    assert_eq!(last.class, InsnClass::KernelEntry);
+    assert_eq!(last.class, BranchClass::KernelEntry);
     assert!(matches!(ev[ev.len() - 2], Event::SyscallEnter { nr: 231, args } if args[0] == 13));
 }
 
@@ -136,7 +136,7 @@ fn system_call_events() {
     let ExecItem::Insn(sc) = run.items[pos - 1] else {
         panic!("no instruction before the syscall event")
     };
-    assert_eq!(sc.class, InsnClass::KernelEntry);
+    assert_eq!(sc.class, BranchClass::KernelEntry);
     assert_eq!(sc.len, 2);
     assert_eq!(sc.next_ip, sc.fall_through());
     assert!(
@@ -506,7 +506,7 @@ fn breakpoint_instruction_raises_its_sigtrap() {
     check_continuity(&run.items).unwrap();
     let ia = insns(&run.items);
     let int3 = ia.last().copied().unwrap();
-    assert_eq!(int3.class, InsnClass::KernelEntry);
+    assert_eq!(int3.class, BranchClass::KernelEntry);
     assert_eq!(int3.len, 1);
     let ev = events(&run.items);
     assert_eq!(

@@ -15,7 +15,7 @@
 use std::rc::Rc;
 
 use super::insn::decode_bytes;
-use super::{ExecError, ExecItem, ExecMode, InsnClass, Retired};
+use super::{BranchClass, ExecError, ExecItem, ExecMode, Retired};
 
 /// One instruction of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub struct BlockInsn {
     /// Its length.
     pub len: u8,
     /// Its class.
-    pub class: InsnClass,
+    pub class: BranchClass,
     /// The target of a direct branch (0 for others).
     pub target: u64,
     /// A REP-prefixed string instruction (QEMU runs each iteration as a block of its own).
@@ -61,7 +61,7 @@ pub struct CodeBlock {
     /// Its instructions (at least one).
     pub insns: Box<[BlockInsn]>,
     /// Whether every instruction but the last is a non-branch that retires
-    /// (class [`InsnClass::Other`], not faulting): the body a run goes
+    /// (class [`BranchClass::Other`], not faulting): the body a run goes
     /// through in a straight line, which the fast paths take in one step.
     pub plain_body: bool,
     /// The first address and a copy of the last instruction, beside the
@@ -109,7 +109,7 @@ impl CodeBlock {
         let body = &insns[..insns.len().saturating_sub(1)];
         let plain_body = body
             .iter()
-            .all(|i| i.class == InsnClass::Other && !i.faults);
+            .all(|i| i.class == BranchClass::Other && !i.faults);
         CodeBlock {
             start: insns[0].ip,
             last: insns[insns.len() - 1],

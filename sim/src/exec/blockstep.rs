@@ -5,7 +5,7 @@
 //! that was taken. [`plan`] decides before the step whether that holds;
 //! [`resolve`] turns the stop into the retired instructions.
 
-use super::{DecodedInsn, InsnClass};
+use super::{BranchClass, DecodedInsn};
 
 /// Most instructions a plan covers.
 pub const MAX_BLOCK: usize = 256;
@@ -36,15 +36,15 @@ pub fn plan(mut fetch: impl FnMut(u64) -> Option<DecodedInsn>, mut ip: u64) -> O
         }
         let ft = ip.wrapping_add(u64::from(d.len));
         match d.class {
-            InsnClass::Other => {}
-            InsnClass::CondBranch => {
+            BranchClass::Other => {}
+            BranchClass::CondBranch => {
                 let t = d.target?;
                 if t == ft || jcc_targets.contains(&t) {
                     return None;
                 }
                 jcc_targets.push(t);
             }
-            InsnClass::DirectJump | InsnClass::DirectCall => {
+            BranchClass::DirectJump | BranchClass::DirectCall => {
                 let t = d.target?;
                 if jcc_targets.contains(&t) {
                     return None;
@@ -52,7 +52,7 @@ pub fn plan(mut fetch: impl FnMut(u64) -> Option<DecodedInsn>, mut ip: u64) -> O
                 insns.push((ip, d));
                 return Some(BlockPlan { insns });
             }
-            InsnClass::IndirectJump | InsnClass::IndirectCall | InsnClass::Return => {
+            BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return => {
                 // The target is unknown, so it could be any branch's target.
                 if !jcc_targets.is_empty() {
                     return None;
@@ -60,7 +60,7 @@ pub fn plan(mut fetch: impl FnMut(u64) -> Option<DecodedInsn>, mut ip: u64) -> O
                 insns.push((ip, d));
                 return Some(BlockPlan { insns });
             }
-            InsnClass::FarBranch | InsnClass::KernelEntry => return None,
+            BranchClass::FarBranch | BranchClass::KernelEntry => return None,
         }
         insns.push((ip, d));
         ip = ft;
@@ -90,7 +90,7 @@ pub fn resolve(plan: &BlockPlan, stop: BlockStop) -> Option<Vec<(u64, DecodedIns
             let (last, body) = plan.insns.split_last()?;
             let taken = body
                 .iter()
-                .position(|(_, d)| d.class == InsnClass::CondBranch && d.target == Some(to));
+                .position(|(_, d)| d.class == BranchClass::CondBranch && d.target == Some(to));
             let n = match taken {
                 Some(i) => i,
                 None => {

@@ -4,9 +4,12 @@ use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKi
 
 use super::{CodeMemory, ExecError, ExecMode};
 
-/// Control-flow class of an instruction, as the PT logic needs it.
+/// Control-flow class of an instruction, as the simulator's PT logic needs it to
+/// choose packets (direct or indirect, call or return, far, kernel entry): not
+/// the decoder's `pt_decoder::insn::InsnClass`, libipt's classes for following a
+/// trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum InsnClass {
+pub enum BranchClass {
     /// Not a control transfer: control goes to the next instruction.
     Other,
     /// Jcc, LOOP/LOOPcc, JrCXZ: taken or not (one TNT bit).
@@ -28,21 +31,21 @@ pub enum InsnClass {
     KernelEntry,
 }
 
-impl InsnClass {
+impl BranchClass {
     /// Whether the instruction can change the flow of control.
     pub fn is_branch(self) -> bool {
-        self != InsnClass::Other
+        self != BranchClass::Other
     }
 
     /// Whether the target is not in the instruction (indirect, return, far).
     pub fn is_indirect(self) -> bool {
         matches!(
             self,
-            InsnClass::IndirectJump
-                | InsnClass::IndirectCall
-                | InsnClass::Return
-                | InsnClass::FarBranch
-                | InsnClass::KernelEntry
+            BranchClass::IndirectJump
+                | BranchClass::IndirectCall
+                | BranchClass::Return
+                | BranchClass::FarBranch
+                | BranchClass::KernelEntry
         )
     }
 }
@@ -70,12 +73,12 @@ pub struct DecodedInsn {
     /// Length in bytes.
     pub len: u8,
     /// Control-flow class.
-    pub class: InsnClass,
+    pub class: BranchClass,
     /// Target of a direct near jump, call or conditional branch.
     pub target: Option<u64>,
     /// Set for kernel entries: which instruction.
     pub kernel_entry: Option<KernelEntry>,
-    /// MOV to CR3 (class [`InsnClass::Other`]; privileged).
+    /// MOV to CR3 (class [`BranchClass::Other`]; privileged).
     pub mov_cr3: bool,
     /// A string instruction with a REP/REPNE prefix: single-stepping stops
     /// after every iteration with the IP unchanged.
@@ -124,40 +127,40 @@ fn classify(insn: &Instruction) -> DecodedInsn {
     let mnemonic = insn.mnemonic();
     let (class, target, kernel_entry) = match insn.flow_control() {
         FlowControl::Next | FlowControl::XbeginXabortXend | FlowControl::Exception => {
-            (InsnClass::Other, None, None)
+            (BranchClass::Other, None, None)
         }
-        FlowControl::ConditionalBranch => (InsnClass::CondBranch, near_target(), None),
+        FlowControl::ConditionalBranch => (BranchClass::CondBranch, near_target(), None),
         FlowControl::UnconditionalBranch => {
             if insn.is_jmp_far() {
-                (InsnClass::FarBranch, None, None)
+                (BranchClass::FarBranch, None, None)
             } else {
-                (InsnClass::DirectJump, near_target(), None)
+                (BranchClass::DirectJump, near_target(), None)
             }
         }
         FlowControl::IndirectBranch => {
             if insn.is_jmp_far_indirect() {
-                (InsnClass::FarBranch, None, None)
+                (BranchClass::FarBranch, None, None)
             } else {
-                (InsnClass::IndirectJump, None, None)
+                (BranchClass::IndirectJump, None, None)
             }
         }
         FlowControl::Call => match mnemonic {
-            Mnemonic::Syscall => (InsnClass::KernelEntry, None, Some(KernelEntry::Syscall)),
-            Mnemonic::Sysenter => (InsnClass::KernelEntry, None, Some(KernelEntry::Sysenter)),
-            Mnemonic::Call if insn.is_call_far() => (InsnClass::FarBranch, None, None),
-            Mnemonic::Call => (InsnClass::DirectCall, near_target(), None),
+            Mnemonic::Syscall => (BranchClass::KernelEntry, None, Some(KernelEntry::Syscall)),
+            Mnemonic::Sysenter => (BranchClass::KernelEntry, None, Some(KernelEntry::Sysenter)),
+            Mnemonic::Call if insn.is_call_far() => (BranchClass::FarBranch, None, None),
+            Mnemonic::Call => (BranchClass::DirectCall, near_target(), None),
             // VMCALL and friends fault in user mode.
-            _ => (InsnClass::KernelEntry, None, None),
+            _ => (BranchClass::KernelEntry, None, None),
         },
         FlowControl::IndirectCall => {
             if insn.is_call_far_indirect() {
-                (InsnClass::FarBranch, None, None)
+                (BranchClass::FarBranch, None, None)
             } else {
-                (InsnClass::IndirectCall, None, None)
+                (BranchClass::IndirectCall, None, None)
             }
         }
         FlowControl::Return => match mnemonic {
-            Mnemonic::Ret => (InsnClass::Return, None, None),
+            Mnemonic::Ret => (BranchClass::Return, None, None),
             // SYSRET and SYSEXIT fault in user mode; at CPL 0 they return to it.
             Mnemonic::Retf
             | Mnemonic::Iret
@@ -166,9 +169,9 @@ fn classify(insn: &Instruction) -> DecodedInsn {
             | Mnemonic::Sysret
             | Mnemonic::Sysretq
             | Mnemonic::Sysexit
-            | Mnemonic::Sysexitq => (InsnClass::FarBranch, None, None),
+            | Mnemonic::Sysexitq => (BranchClass::FarBranch, None, None),
             // RSM and the like: privileged, they fault in user mode.
-            _ => (InsnClass::KernelEntry, None, None),
+            _ => (BranchClass::KernelEntry, None, None),
         },
         FlowControl::Interrupt => {
             let which = match mnemonic {
@@ -177,7 +180,7 @@ fn classify(insn: &Instruction) -> DecodedInsn {
                 Mnemonic::Into => KernelEntry::Into,
                 _ => KernelEntry::Int(insn.immediate8()),
             };
-            (InsnClass::KernelEntry, None, Some(which))
+            (BranchClass::KernelEntry, None, Some(which))
         }
     };
     let rep_string = (insn.has_rep_prefix() || insn.has_repne_prefix())
@@ -247,41 +250,41 @@ mod tests {
 
     #[test]
     fn classes() {
-        assert_eq!(d(&[0x90]).class, InsnClass::Other);
+        assert_eq!(d(&[0x90]).class, BranchClass::Other);
         let jz = d(&[0x74, 0x10]);
         assert_eq!(
             (jz.class, jz.len, jz.target),
-            (InsnClass::CondBranch, 2, Some(0x1012))
+            (BranchClass::CondBranch, 2, Some(0x1012))
         );
         let jmp = d(&[0xeb, 0xfe]);
         assert_eq!(
             (jmp.class, jmp.target),
-            (InsnClass::DirectJump, Some(0x1000))
+            (BranchClass::DirectJump, Some(0x1000))
         );
-        assert_eq!(d(&[0xff, 0xe0]).class, InsnClass::IndirectJump); // jmp rax
+        assert_eq!(d(&[0xff, 0xe0]).class, BranchClass::IndirectJump); // jmp rax
         let call = d(&[0xe8, 0, 0, 0, 0]);
         assert_eq!(
             (call.class, call.target),
-            (InsnClass::DirectCall, Some(0x1005))
+            (BranchClass::DirectCall, Some(0x1005))
         );
-        assert_eq!(d(&[0xff, 0xd0]).class, InsnClass::IndirectCall); // call rax
-        assert_eq!(d(&[0xc3]).class, InsnClass::Return);
-        assert_eq!(d(&[0xf3, 0xc3]).class, InsnClass::Return); // rep ret
+        assert_eq!(d(&[0xff, 0xd0]).class, BranchClass::IndirectCall); // call rax
+        assert_eq!(d(&[0xc3]).class, BranchClass::Return);
+        assert_eq!(d(&[0xf3, 0xc3]).class, BranchClass::Return); // rep ret
         assert!(!d(&[0xf3, 0xc3]).rep_string);
-        assert_eq!(d(&[0x48, 0xcf]).class, InsnClass::FarBranch); // iretq
+        assert_eq!(d(&[0x48, 0xcf]).class, BranchClass::FarBranch); // iretq
         let sc = d(&[0x0f, 0x05]);
         assert_eq!(
             (sc.class, sc.kernel_entry),
-            (InsnClass::KernelEntry, Some(KernelEntry::Syscall))
+            (BranchClass::KernelEntry, Some(KernelEntry::Syscall))
         );
         assert_eq!(d(&[0xcd, 0x80]).kernel_entry, Some(KernelEntry::Int(0x80)));
         assert_eq!(d(&[0xcc]).kernel_entry, Some(KernelEntry::Int3));
-        assert_eq!(d(&[0xe2, 0xfe]).class, InsnClass::CondBranch); // loop
-        assert_eq!(d(&[0xe3, 0x00]).class, InsnClass::CondBranch); // jrcxz
-        assert_eq!(d(&[0x48, 0x0f, 0x07]).class, InsnClass::FarBranch); // sysretq
-        assert_eq!(d(&[0x0f, 0x35]).class, InsnClass::FarBranch); // sysexit
+        assert_eq!(d(&[0xe2, 0xfe]).class, BranchClass::CondBranch); // loop
+        assert_eq!(d(&[0xe3, 0x00]).class, BranchClass::CondBranch); // jrcxz
+        assert_eq!(d(&[0x48, 0x0f, 0x07]).class, BranchClass::FarBranch); // sysretq
+        assert_eq!(d(&[0x0f, 0x35]).class, BranchClass::FarBranch); // sysexit
         let mov = d(&[0x0f, 0x22, 0xd8]); // mov cr3, rax
-        assert!(mov.mov_cr3 && mov.class == InsnClass::Other);
+        assert!(mov.mov_cr3 && mov.class == BranchClass::Other);
         assert!(!d(&[0x0f, 0x20, 0xd8]).mov_cr3); // mov rax, cr3
         assert!(!d(&[0x0f, 0x22, 0xe0]).mov_cr3); // mov cr4, rax
     }
@@ -317,7 +320,7 @@ mod tests {
         assert!(matches!(
             decode_bytes(&[0x0f, 0x0b], 0, ExecMode::Bit64),
             Ok(DecodedInsn {
-                class: InsnClass::Other,
+                class: BranchClass::Other,
                 ..
             })
         )); // ud2 decodes; it never retires

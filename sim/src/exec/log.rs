@@ -64,9 +64,9 @@ use std::io::Write;
 use super::insn::{decode_at, DecodedInsn};
 use super::memory::page_base;
 use super::{
-    BlockInsn, BlockRun, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode,
-    ExecutionSource, ExitKind, InsnClass, Mapping, Perms, Retired, StopReason, ThreadCursor,
-    ThreadId, PAGE_SIZE,
+    BlockInsn, BlockRun, BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode,
+    ExecutionSource, ExitKind, Mapping, Perms, Retired, StopReason, ThreadCursor, ThreadId,
+    PAGE_SIZE,
 };
 
 /// File magic.
@@ -111,22 +111,22 @@ impl Predictor {
     fn predict(&self, d: &DecodedInsn, ip: u64) -> Option<u64> {
         let ft = ip.wrapping_add(u64::from(d.len));
         match d.class {
-            InsnClass::Other | InsnClass::CondBranch | InsnClass::KernelEntry => Some(ft),
-            InsnClass::DirectJump | InsnClass::DirectCall => d.target,
-            InsnClass::Return => self.returns.last().copied(),
-            InsnClass::IndirectJump | InsnClass::IndirectCall | InsnClass::FarBranch => None,
+            BranchClass::Other | BranchClass::CondBranch | BranchClass::KernelEntry => Some(ft),
+            BranchClass::DirectJump | BranchClass::DirectCall => d.target,
+            BranchClass::Return => self.returns.last().copied(),
+            BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::FarBranch => None,
         }
     }
 
     fn retire(&mut self, d: &DecodedInsn, ip: u64) {
         match d.class {
-            InsnClass::DirectCall | InsnClass::IndirectCall => {
+            BranchClass::DirectCall | BranchClass::IndirectCall => {
                 if self.returns.len() == RETURN_STACK {
                     self.returns.remove(0);
                 }
                 self.returns.push(ip.wrapping_add(u64::from(d.len)));
             }
-            InsnClass::Return => {
+            BranchClass::Return => {
                 self.returns.pop();
             }
             _ => {}
@@ -376,7 +376,7 @@ impl<W: Write> LogWriter<W> {
             class: b.class,
             target: matches!(
                 b.class,
-                InsnClass::CondBranch | InsnClass::DirectJump | InsnClass::DirectCall
+                BranchClass::CondBranch | BranchClass::DirectJump | BranchClass::DirectCall
             )
             .then_some(b.target),
             kernel_entry: None,
@@ -527,7 +527,7 @@ impl<W: Write> LogWriter<W> {
         let ft = r.fall_through();
         if st.predictor.predict(d, r.ip) == Some(r.next_ip) {
             self.pending_seq += 1;
-        } else if d.class == InsnClass::CondBranch && d.target == Some(r.next_ip) {
+        } else if d.class == BranchClass::CondBranch && d.target == Some(r.next_ip) {
             self.buf.push(TAG_TAKEN);
             put_v(&mut self.buf, self.pending_seq);
             self.pending_seq = 0;
@@ -930,7 +930,7 @@ impl<B: AsRef<[u8]>> LogReader<B> {
         let next_ip = match tail {
             Some(Tail::Delta(delta)) => ft.wrapping_add(delta as u64),
             Some(Tail::Taken) => match (d.class, d.target) {
-                (InsnClass::CondBranch, Some(t)) => t,
+                (BranchClass::CondBranch, Some(t)) => t,
                 _ => return Err(self.corrupt(self.pos, "taken record on a non-conditional branch")),
             },
             None => match st.predictor.predict(&d, ip) {
@@ -1251,7 +1251,7 @@ mod tests {
         m
     }
 
-    fn insn(ip: u64, len: u8, class: InsnClass, next_ip: u64) -> ExecItem {
+    fn insn(ip: u64, len: u8, class: BranchClass, next_ip: u64) -> ExecItem {
         ExecItem::Insn(Retired {
             ip,
             next_ip,
@@ -1288,16 +1288,16 @@ mod tests {
             }])),
         ];
         for i in 0..3 {
-            items.push(insn(0x1000, 1, InsnClass::Other, 0x1001));
-            items.push(insn(0x1001, 2, InsnClass::Other, 0x1003));
+            items.push(insn(0x1000, 1, BranchClass::Other, 0x1001));
+            items.push(insn(0x1001, 2, BranchClass::Other, 0x1003));
             items.push(insn(
                 0x1003,
                 2,
-                InsnClass::CondBranch,
+                BranchClass::CondBranch,
                 if i < 2 { 0x1000 } else { 0x1005 },
             ));
         }
-        items.push(insn(0x1005, 2, InsnClass::KernelEntry, 0x1007));
+        items.push(insn(0x1005, 2, BranchClass::KernelEntry, 0x1007));
         items.push(ExecItem::Event(Event::SyscallEnter {
             nr: 9,
             args: [1, 2, 3, 4, 5, u64::MAX],
@@ -1308,9 +1308,9 @@ mod tests {
             from_ip: 0x1ffe,
             handler: Some(0x7000),
         }));
-        items.push(insn(0x7000, 1, InsnClass::Return, 0x1ffe));
-        items.push(insn(0x1ffe, 5, InsnClass::DirectCall, 0x1000));
-        items.push(insn(0x1000, 1, InsnClass::Other, 0x1001));
+        items.push(insn(0x7000, 1, BranchClass::Return, 0x1ffe));
+        items.push(insn(0x1ffe, 5, BranchClass::DirectCall, 0x1000));
+        items.push(insn(0x1000, 1, BranchClass::Other, 0x1001));
         items.push(ExecItem::Event(Event::Signal {
             signo: 11,
             from_ip: 0x1001,
@@ -1355,19 +1355,19 @@ mod tests {
             e => e,
         };
         let items = vec![
-            insn(0x1000, 1, InsnClass::Other, 0x1001),
-            insn(0x1001, 2, InsnClass::KernelEntry, K),
-            k(K, 3, InsnClass::Other, K + 3),
+            insn(0x1000, 1, BranchClass::Other, 0x1001),
+            insn(0x1001, 2, BranchClass::KernelEntry, K),
+            k(K, 3, BranchClass::Other, K + 3),
             ExecItem::Event(Event::MovCr3 { cr3: 0x2000 }),
-            k(K + 3, 3, InsnClass::FarBranch, 0x1003),
+            k(K + 3, 3, BranchClass::FarBranch, 0x1003),
             ExecItem::Event(Event::Interrupt {
                 vector: 32,
                 from_ip: 0x1003,
                 from_kernel: false,
                 handler: K + 0x10,
             }),
-            k(K + 0x10, 2, InsnClass::FarBranch, 0x1003),
-            insn(0x1003, 1, InsnClass::Other, 0x1004),
+            k(K + 0x10, 2, BranchClass::FarBranch, 0x1003),
+            insn(0x1003, 1, BranchClass::Other, 0x1004),
         ];
         (mem, items)
     }
@@ -1518,10 +1518,10 @@ mod tests {
         let ins = |ip, len, class, next| insn(ip, len, class, next);
         let loop_body = |v: &mut Vec<(ExecItem, bool)>, n: usize| {
             for i in 0..n {
-                v.push((ins(0x1000, 1, InsnClass::Other, 0x1001), false));
-                v.push((ins(0x1001, 2, InsnClass::Other, 0x1003), false));
+                v.push((ins(0x1000, 1, BranchClass::Other, 0x1001), false));
+                v.push((ins(0x1001, 2, BranchClass::Other, 0x1003), false));
                 let next = if i + 1 < n { 0x1000 } else { 0x1005 };
-                v.push((ins(0x1003, 2, InsnClass::CondBranch, next), false));
+                v.push((ins(0x1003, 2, BranchClass::CondBranch, next), false));
             }
         };
         // (item, runs in the exec'd image)
@@ -1533,7 +1533,7 @@ mod tests {
             false,
         )];
         loop_body(&mut v, 2);
-        v.push((ins(0x1005, 2, InsnClass::KernelEntry, 0x1000), false));
+        v.push((ins(0x1005, 2, BranchClass::KernelEntry, 0x1000), false));
         v.push((
             ExecItem::Event(Event::SyscallEnter {
                 nr: 56,
@@ -1554,10 +1554,10 @@ mod tests {
         ));
         v.push((ExecItem::Event(Event::Switch(worker)), false));
         // The worker starts mid-loop; the parent's run state must not leak into it.
-        v.push((ins(0x1001, 2, InsnClass::Other, 0x1003), false));
-        v.push((ins(0x1003, 2, InsnClass::CondBranch, 0x1000), false));
+        v.push((ins(0x1001, 2, BranchClass::Other, 0x1003), false));
+        v.push((ins(0x1003, 2, BranchClass::CondBranch, 0x1000), false));
         v.push((ExecItem::Event(Event::Switch(parent)), false));
-        v.push((ins(0x1000, 1, InsnClass::Other, 0x1001), false));
+        v.push((ins(0x1000, 1, BranchClass::Other, 0x1001), false));
         v.push((
             ExecItem::Event(Event::Clone {
                 child,
@@ -1567,9 +1567,9 @@ mod tests {
         ));
         v.push((ExecItem::Event(Event::Switch(child)), false));
         v.push((ExecItem::Event(Event::Mappings(Vec::new())), false));
-        v.push((ins(0x1001, 2, InsnClass::Other, 0x1003), false));
-        v.push((ins(0x1003, 2, InsnClass::CondBranch, 0x1005), false));
-        v.push((ins(0x1005, 2, InsnClass::KernelEntry, 0x1000), false));
+        v.push((ins(0x1001, 2, BranchClass::Other, 0x1003), false));
+        v.push((ins(0x1003, 2, BranchClass::CondBranch, 0x1005), false));
+        v.push((ins(0x1005, 2, BranchClass::KernelEntry, 0x1000), false));
         v.push((
             ExecItem::Event(Event::SyscallEnter {
                 nr: 59,
@@ -1585,12 +1585,12 @@ mod tests {
             true,
         ));
         v.push((ExecItem::Event(Event::SyscallExit { nr: 59, ret: 0 }), true));
-        v.push((ins(0x1000, 2, InsnClass::Other, 0x1002), true));
+        v.push((ins(0x1000, 2, BranchClass::Other, 0x1002), true));
         v.push((ExecItem::Event(Event::Switch(worker)), false));
-        v.push((ins(0x1000, 1, InsnClass::Other, 0x1001), false));
+        v.push((ins(0x1000, 1, BranchClass::Other, 0x1001), false));
         v.push((ExecItem::Event(Event::Exit(ExitKind::Exited(0))), false));
         v.push((ExecItem::Event(Event::Switch(child)), true));
-        v.push((ins(0x1002, 2, InsnClass::KernelEntry, 0x1004), true));
+        v.push((ins(0x1002, 2, BranchClass::KernelEntry, 0x1004), true));
         v.push((ExecItem::Event(Event::Exit(ExitKind::Exited(3))), true));
         v.push((
             ExecItem::Event(Event::Untraced {
@@ -1600,7 +1600,7 @@ mod tests {
             true,
         ));
         v.push((ExecItem::Event(Event::Switch(parent)), false));
-        v.push((ins(0x1001, 2, InsnClass::Other, 0x1003), false));
+        v.push((ins(0x1001, 2, BranchClass::Other, 0x1003), false));
         v.push((ExecItem::Event(Event::Exit(ExitKind::Exited(0))), false));
         let items: Vec<ExecItem> = v.iter().map(|(i, _)| i.clone()).collect();
         check_continuity(&items).unwrap();
@@ -1674,10 +1674,10 @@ mod tests {
         let (mem, _) = sample();
         let mut w = LogWriter::new(Vec::new()).unwrap();
         assert!(w
-            .write_item(&insn(0x1000, 2, InsnClass::Other, 0x1002), &mem)
+            .write_item(&insn(0x1000, 2, BranchClass::Other, 0x1002), &mem)
             .is_err());
         assert!(matches!(
-            w.write_item(&insn(0x9000, 1, InsnClass::Other, 0x9001), &mem),
+            w.write_item(&insn(0x9000, 1, BranchClass::Other, 0x9001), &mem),
             Err(ExecError::NoCode { .. })
         ));
     }
@@ -1686,7 +1686,7 @@ mod tests {
     fn sequential_code_is_compact() {
         let mem = mem_with(&[(0x1000, &[0x90; 2000])]);
         let items: Vec<_> = (0..2000)
-            .map(|i| insn(0x1000 + i, 1, InsnClass::Other, 0x1001 + i))
+            .map(|i| insn(0x1000 + i, 1, BranchClass::Other, 0x1001 + i))
             .collect();
         let bytes = write(&mem, &items);
         // Header, one page, a mode, an IP and one run.

@@ -29,7 +29,7 @@
 //!
 //! # Ordering contract
 //! - A [`Retired`]'s `next_ip` is where the instruction sent user-mode control:
-//!   the branch target, the fall-through, or for [`InsnClass::KernelEntry`] the
+//!   the branch target, the fall-through, or for [`BranchClass::KernelEntry`] the
 //!   IP in the registers when the kernel was done with the call (normally the
 //!   fall-through; the new entry point after `execve`; the restored context
 //!   after `rt_sigreturn`). A signal delivered on the way back to user mode
@@ -38,7 +38,7 @@
 //! - The next [`Retired`]'s `ip` equals the previous `next_ip`, unless an
 //!   [`Event::Signal`] with a handler comes between them; then it equals that
 //!   handler, and the signal's `from_ip` is where the interrupted context resumes.
-//! - A system call is a [`Retired`] of class [`InsnClass::KernelEntry`]
+//! - A system call is a [`Retired`] of class [`BranchClass::KernelEntry`]
 //!   (SYSCALL, SYSENTER, INT 0x80) followed by [`Event::SyscallEnter`], any
 //!   [`Event::Exec`] it caused, [`Event::SyscallExit`] (absent when the process
 //!   ended in the call) and [`Event::Mappings`] if the memory map changed.
@@ -69,7 +69,7 @@
 //! - A kernel entry (SYSCALL, SYSENTER, INT n) goes to the kernel code: its
 //!   `next_ip` is the kernel's entry point and the instructions that follow
 //!   have `kernel` set until a far transfer (SYSRET, SYSEXIT, IRET, of class
-//!   [`InsnClass::FarBranch`]) returns to user mode. No system call events
+//!   [`BranchClass::FarBranch`]) returns to user mode. No system call events
 //!   accompany it.
 //! - An interrupt or exception is an [`Event::Interrupt`] before the
 //!   instruction at its `from_ip` (which does not retire then); the next
@@ -91,7 +91,7 @@ pub mod script;
 pub mod valgrind;
 
 pub use block::{BlockInsn, BlockRun, CodeBlock, Step};
-pub use insn::{decode_at, DecodedInsn, InsnClass};
+pub use insn::{decode_at, BranchClass, DecodedInsn};
 pub use maps::{Mapping, Perms};
 pub use memory::{CodeMemory, PAGE_SIZE};
 pub use pt_encoder::packet::ExecMode;
@@ -144,7 +144,7 @@ pub struct Retired {
     /// Instruction length in bytes (1..=15).
     pub len: u8,
     /// Control-flow class, decoded from the instruction bytes.
-    pub class: InsnClass,
+    pub class: BranchClass,
     /// Execution mode the instruction ran in (from CS).
     pub mode: ExecMode,
     /// Whether it ran at CPL 0 (supervisor mode); false for user mode.
@@ -219,7 +219,7 @@ pub enum Event {
         /// Why it was not recorded, for a warning.
         why: String,
     },
-    /// The preceding [`InsnClass::KernelEntry`] instruction entered the kernel
+    /// The preceding [`BranchClass::KernelEntry`] instruction entered the kernel
     /// as this system call.
     SyscallEnter {
         /// System call number (of the ABI the instruction used).

@@ -42,7 +42,7 @@ use std::collections::VecDeque;
 use super::insn::decode_at;
 use super::memory::page_base;
 use super::{
-    CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind, InsnClass,
+    BranchClass, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
     Retired, PAGE_SIZE,
 };
 
@@ -243,11 +243,11 @@ impl Script {
         let ft = ip.wrapping_add(u64::from(d.len));
         let is_decision = matches!(
             d.class,
-            InsnClass::CondBranch
-                | InsnClass::IndirectJump
-                | InsnClass::IndirectCall
-                | InsnClass::KernelEntry
-                | InsnClass::FarBranch
+            BranchClass::CondBranch
+                | BranchClass::IndirectJump
+                | BranchClass::IndirectCall
+                | BranchClass::KernelEntry
+                | BranchClass::FarBranch
         ) || d.mov_cr3;
         if is_decision {
             match self.directives.get(self.next) {
@@ -264,7 +264,7 @@ impl Script {
         let mut exit = None;
         let kernel = self.is_kernel(ip);
         let next_ip = match d.class {
-            InsnClass::Other if d.mov_cr3 => match self.take() {
+            BranchClass::Other if d.mov_cr3 => match self.take() {
                 Some(Directive::Cr3(cr3)) => {
                     self.queued
                         .push_back(ExecItem::Event(Event::MovCr3 { cr3 }));
@@ -272,27 +272,27 @@ impl Script {
                 }
                 _ => return Err(self.err("MOV CR3 needs Cr3")),
             },
-            InsnClass::Other => ft,
-            InsnClass::DirectJump => d.target.ok_or_else(|| self.err("jump without target"))?,
-            InsnClass::DirectCall => {
+            BranchClass::Other => ft,
+            BranchClass::DirectJump => d.target.ok_or_else(|| self.err("jump without target"))?,
+            BranchClass::DirectCall => {
                 self.shadow_stack.push(ft);
                 d.target.ok_or_else(|| self.err("call without target"))?
             }
-            InsnClass::Return => self
+            BranchClass::Return => self
                 .shadow_stack
                 .pop()
                 .ok_or_else(|| self.err("return with an empty shadow stack"))?,
-            InsnClass::CondBranch => match self.take() {
+            BranchClass::CondBranch => match self.take() {
                 Some(Directive::Taken) => {
                     d.target.ok_or_else(|| self.err("branch without target"))?
                 }
                 Some(Directive::NotTaken) => ft,
                 _ => return Err(self.err("conditional branch needs Taken or NotTaken")),
             },
-            InsnClass::IndirectJump | InsnClass::IndirectCall | InsnClass::FarBranch => {
+            BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::FarBranch => {
                 match self.take() {
                     Some(Directive::Target(t)) => {
-                        if d.class == InsnClass::IndirectCall {
+                        if d.class == BranchClass::IndirectCall {
                             self.shadow_stack.push(ft);
                         }
                         t
@@ -300,7 +300,7 @@ impl Script {
                     _ => return Err(self.err("indirect branch needs Target")),
                 }
             }
-            InsnClass::KernelEntry => match self.take() {
+            BranchClass::KernelEntry => match self.take() {
                 Some(Directive::Syscall { nr, ret, resume }) => {
                     self.queued
                         .push_back(ExecItem::Event(Event::SyscallEnter { nr, args: [0; 6] }));
@@ -426,11 +426,11 @@ mod tests {
         // (call, ret, dec, jnz) x2, call [rax], ret, syscall, syscall
         assert_eq!(insns.len(), 12);
         assert_eq!(insns[0].next_ip, f);
-        assert_eq!(insns[1].class, InsnClass::Return);
+        assert_eq!(insns[1].class, BranchClass::Return);
         assert_eq!(insns[1].next_ip, base + 5);
         assert!(insns[3].is_taken());
         assert!(!insns[7].is_taken());
-        assert_eq!(insns[8].class, InsnClass::IndirectCall);
+        assert_eq!(insns[8].class, BranchClass::IndirectCall);
         assert_eq!(insns[8].next_ip, g);
         assert_eq!(insns[9].next_ip, insns[8].fall_through());
         let tail: Vec<&ExecItem> = items
@@ -486,7 +486,7 @@ mod tests {
         assert!(matches!(
             items.last(),
             Some(ExecItem::Insn(Retired {
-                class: InsnClass::Return,
+                class: BranchClass::Return,
                 ..
             }))
         ));

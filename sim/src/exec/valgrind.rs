@@ -53,8 +53,8 @@ use super::ptrace::{
     Wait,
 };
 use super::{
-    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource, ExitKind,
-    InsnClass, Mapping, Retired, StopReason, ThreadId, PAGE_SIZE,
+    BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode, ExecutionSource,
+    ExitKind, Mapping, Retired, StopReason, ThreadId, PAGE_SIZE,
 };
 
 /// How to run valgrind.
@@ -1285,7 +1285,7 @@ impl ValgrindSource {
         }
         let first_from = signals.first().and_then(|s| s.1);
         // A fault (or a signal before the instruction completed): not retired.
-        let retired = !(first_from == Some(ip) && d.class != InsnClass::KernelEntry);
+        let retired = !(first_from == Some(ip) && d.class != BranchClass::KernelEntry);
         let mut forks = Vec::new();
         if retired {
             let next_ip = first_from.or(next).unwrap_or(ft);
@@ -1301,7 +1301,7 @@ impl ValgrindSource {
                 }),
                 img,
             );
-            if d.class == InsnClass::KernelEntry {
+            if d.class == BranchClass::KernelEntry {
                 for e in &events {
                     let RawEvent::Syscall { nr, args, ret } = e else {
                         continue;

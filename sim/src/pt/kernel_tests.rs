@@ -306,10 +306,10 @@ fn sysret_to_compatibility_mode_reports_the_mode() {
         })
     };
     let items = [
-        r(0x1000, K, InsnClass::FarBranch, ExecMode::Bit32, false),
-        r(K, K + 2, InsnClass::Other, ExecMode::Bit64, true),
-        r(K + 2, 0x1002, InsnClass::FarBranch, ExecMode::Bit64, true),
-        r(0x1002, 0x1004, InsnClass::Other, ExecMode::Bit32, false),
+        r(0x1000, K, BranchClass::FarBranch, ExecMode::Bit32, false),
+        r(K, K + 2, BranchClass::Other, ExecMode::Bit64, true),
+        r(K + 2, 0x1002, BranchClass::FarBranch, ExecMode::Bit64, true),
+        r(0x1002, 0x1004, BranchClass::Other, ExecMode::Bit32, false),
     ];
     let m32 = "mode Bit32";
     let m64 = "mode Bit64";
@@ -463,7 +463,7 @@ fn script_yields_kernel_code() {
     let syscall = insns[9];
     assert_eq!(
         (syscall.ip, syscall.next_ip, syscall.class),
-        (A + 0xe, K, InsnClass::KernelEntry)
+        (A + 0xe, K, BranchClass::KernelEntry)
     );
     assert!(items.contains(&ExecItem::Event(Event::MovCr3 { cr3: cr3_b() })));
     assert!(items.contains(&ExecItem::Event(Event::Interrupt {

@@ -255,10 +255,13 @@ fn far_branch_mode_change_and_disable() {
         kernel: false,
     };
     l.retire(
-        &r(0x1000, 0x2000, InsnClass::FarBranch, ExecMode::Bit64),
+        &r(0x1000, 0x2000, BranchClass::FarBranch, ExecMode::Bit64),
         &mem,
     );
-    l.retire(&r(0x2000, 0x2002, InsnClass::Other, ExecMode::Bit32), &mem);
+    l.retire(
+        &r(0x2000, 0x2002, BranchClass::Other, ExecMode::Bit32),
+        &mem,
+    );
     l.disable();
     let mut bytes = Vec::new();
     l.drain_into(&mut bytes);

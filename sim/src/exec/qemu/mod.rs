@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 use super::block::{BlockInsn, BlockRun, CodeBlock, Step};
 use super::maps::{load_segments, split_by_segments, LoadSegment};
 use super::{
-    CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind, InsnClass,
+    BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind,
     Mapping, Perms, StopReason, ThreadId,
 };
 use pt_encoder::hash::IntMap;
@@ -118,41 +118,41 @@ pub fn resolve(last: &BlockInsn, next: u64, syscall: Option<u64>) -> Resolution 
         signal_from: Some(next_ip),
     };
     match last.class {
-        InsnClass::KernelEntry => match syscall {
+        BranchClass::KernelEntry => match syscall {
             _ if next == ft => plain(ft),
             Some(NR_RT_SIGRETURN | NR_EXECVE | NR_EXECVEAT) => plain(next),
             _ => signal(ft),
         },
-        InsnClass::Other if last.faults => Resolution {
+        BranchClass::Other if last.faults => Resolution {
             next_ip: last.ip,
             retired: false,
             signal_from: Some(last.ip),
         },
-        InsnClass::Other => {
+        BranchClass::Other => {
             if next == ft {
                 plain(ft)
             } else {
                 signal(ft)
             }
         }
-        InsnClass::CondBranch => {
+        BranchClass::CondBranch => {
             if next == ft || next == last.target {
                 plain(next)
             } else {
                 signal(ft)
             }
         }
-        InsnClass::DirectJump | InsnClass::DirectCall => {
+        BranchClass::DirectJump | BranchClass::DirectCall => {
             if next == last.target {
                 plain(next)
             } else {
                 signal(last.target)
             }
         }
-        InsnClass::IndirectJump
-        | InsnClass::IndirectCall
-        | InsnClass::Return
-        | InsnClass::FarBranch => plain(next),
+        BranchClass::IndirectJump
+        | BranchClass::IndirectCall
+        | BranchClass::Return
+        | BranchClass::FarBranch => plain(next),
     }
 }
 

@@ -3,7 +3,7 @@
 use super::*;
 use crate::exec::block::always_faults;
 
-fn insn(ip: u64, len: u8, class: InsnClass, target: u64) -> BlockInsn {
+fn insn(ip: u64, len: u8, class: BranchClass, target: u64) -> BlockInsn {
     BlockInsn {
         ip,
         len,
@@ -19,7 +19,7 @@ fn decodes_a_block_once() {
     // mov eax, 1; rep movsb; ud2; jz +0x10
     let code = [0xb8, 1, 0, 0, 0, 0xf3, 0xa4, 0x0f, 0x0b, 0x74, 0x10];
     let b = CodeBlock::decode(0x1000, &code).unwrap();
-    let got: Vec<(u64, u8, InsnClass, bool, bool)> = b
+    let got: Vec<(u64, u8, BranchClass, bool, bool)> = b
         .insns
         .iter()
         .map(|i| (i.ip, i.len, i.class, i.rep, i.faults))
@@ -27,10 +27,10 @@ fn decodes_a_block_once() {
     assert_eq!(
         got,
         [
-            (0x1000, 5, InsnClass::Other, false, false),
-            (0x1005, 2, InsnClass::Other, true, false),
-            (0x1007, 2, InsnClass::Other, false, true),
-            (0x1009, 2, InsnClass::CondBranch, false, false),
+            (0x1000, 5, BranchClass::Other, false, false),
+            (0x1005, 2, BranchClass::Other, true, false),
+            (0x1007, 2, BranchClass::Other, false, true),
+            (0x1009, 2, BranchClass::CondBranch, false, false),
         ]
     );
     assert_eq!(b.insns[3].target, 0x101b);
@@ -50,7 +50,7 @@ fn faulting_instructions() {
 
 #[test]
 fn branches_resolve_to_the_next_block() {
-    let jcc = insn(0x1000, 2, InsnClass::CondBranch, 0x2000);
+    let jcc = insn(0x1000, 2, BranchClass::CondBranch, 0x2000);
     let plain = |next_ip| Resolution {
         next_ip,
         retired: true,
@@ -58,18 +58,18 @@ fn branches_resolve_to_the_next_block() {
     };
     assert_eq!(resolve(&jcc, 0x1002, None), plain(0x1002));
     assert_eq!(resolve(&jcc, 0x2000, None), plain(0x2000));
-    let ret = insn(0x1000, 1, InsnClass::Return, 0);
+    let ret = insn(0x1000, 1, BranchClass::Return, 0);
     assert_eq!(resolve(&ret, 0x5555, None), plain(0x5555));
-    let call = insn(0x1000, 5, InsnClass::DirectCall, 0x3000);
+    let call = insn(0x1000, 5, BranchClass::DirectCall, 0x3000);
     assert_eq!(resolve(&call, 0x3000, None), plain(0x3000));
-    let other = insn(0x1000, 3, InsnClass::Other, 0);
+    let other = insn(0x1000, 3, BranchClass::Other, 0);
     assert_eq!(resolve(&other, 0x1003, None), plain(0x1003));
 }
 
 #[test]
 fn elsewhere_is_a_signal() {
     // A block cut by its size, then a handler: the block ran to its end.
-    let other = insn(0x1000, 3, InsnClass::Other, 0);
+    let other = insn(0x1000, 3, BranchClass::Other, 0);
     assert_eq!(
         resolve(&other, 0x9000, None),
         Resolution {
@@ -79,7 +79,7 @@ fn elsewhere_is_a_signal() {
         }
     );
     // UD2 never retires: the handler interrupts it.
-    let mut ud2 = insn(0x1000, 2, InsnClass::Other, 0);
+    let mut ud2 = insn(0x1000, 2, BranchClass::Other, 0);
     ud2.faults = true;
     assert_eq!(
         resolve(&ud2, 0x9000, None),
@@ -89,15 +89,15 @@ fn elsewhere_is_a_signal() {
             signal_from: Some(0x1000)
         }
     );
-    let jcc = insn(0x1000, 2, InsnClass::CondBranch, 0x2000);
+    let jcc = insn(0x1000, 2, BranchClass::CondBranch, 0x2000);
     assert_eq!(resolve(&jcc, 0x9000, None).signal_from, Some(0x1002));
-    let jmp = insn(0x1000, 2, InsnClass::DirectJump, 0x2000);
+    let jmp = insn(0x1000, 2, BranchClass::DirectJump, 0x2000);
     assert_eq!(resolve(&jmp, 0x9000, None).signal_from, Some(0x2000));
 }
 
 #[test]
 fn system_calls() {
-    let sc = insn(0x1000, 2, InsnClass::KernelEntry, 0);
+    let sc = insn(0x1000, 2, BranchClass::KernelEntry, 0);
     // Back where it was called.
     assert_eq!(resolve(&sc, 0x1002, Some(1)).signal_from, None);
     // rt_sigreturn and execve go elsewhere by themselves.
