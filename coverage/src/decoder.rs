@@ -773,10 +773,7 @@ impl CoverageDecoder {
             if b0 & 1 == 0 {
                 // TNT-8: an even byte above 2; its payload holds a stop bit.
                 if b0 > 2 {
-                    let run = match self.memo_run(walk, ev, trace, pos, out) {
-                        Ok(run) => run,
-                        Err((e, at)) => return LaneEnd::Trace(e, at, ip),
-                    };
+                    let run = self.memo_run(walk, trace, pos, out);
                     if run > pos {
                         pos = run;
                         continue;
@@ -875,61 +872,26 @@ impl CoverageDecoder {
     }
 
     /// TNT-8 packets from `pos` on through the [`Memo`] while it has them, the walk
-    /// in registers, and the timing packets between them (CYC, MTC: their bytes
-    /// split a run of TNT bytes on a trace with timing) applied to the event
-    /// decoder's time model in place; returns where it stopped (`pos` if at once),
-    /// or a timing packet's error and offset (the walk up to it kept).
+    /// in registers; returns where it stopped (`pos` if at once).
     #[inline(always)]
     fn memo_run(
         &mut self,
         walk: &mut Walk,
-        ev: &mut EventDecoder<'_>,
         trace: &[u8],
         mut pos: usize,
         out: &mut Outcome,
-    ) -> Result<usize, (pt_decoder::DecodeError, usize)> {
+    ) -> usize {
         let Pos::Node(mut id) = walk.pos else {
-            return Ok(pos);
+            return pos;
         };
         if self.options.collect || walk.pending.is_some() {
-            return Ok(pos);
+            return pos;
         }
+        let start = pos;
         let (memo, map) = (&self.memo[..], &mut self.map[..]);
-        let mut last: Option<&Memo> = None;
+        let mut last = &Memo::EMPTY;
         let mut edges = 0u64;
-        let mut failed = None;
         while let Some(&byte) = trace.get(pos) {
-            if byte & 3 == 3 {
-                // CYC, one byte or two (the second's low bit clear; 02 there is left
-                // alone: SKD007 may make it an OVF).
-                let (value, n) = if byte & 4 == 0 {
-                    (u64::from(byte >> 3), 1)
-                } else {
-                    match trace.get(pos + 1) {
-                        Some(&b1) if b1 & 1 == 0 && b1 != 2 => {
-                            (u64::from(byte >> 3) | u64::from(b1 >> 1) << 5, 2)
-                        }
-                        _ => break,
-                    }
-                };
-                if let Err(e) = ev.apply_time(pos as u64, &Packet::Cyc { value }) {
-                    failed = Some(e);
-                    break;
-                }
-                pos += n;
-                continue;
-            }
-            if byte == 0x59 {
-                let Some(&ctc) = trace.get(pos + 1) else {
-                    break;
-                };
-                if let Err(e) = ev.apply_time(pos as u64, &Packet::Mtc { ctc }) {
-                    failed = Some(e);
-                    break;
-                }
-                pos += 2;
-                continue;
-            }
             if byte & 1 != 0 || byte <= 2 {
                 break;
             }
@@ -948,19 +910,16 @@ impl CoverageDecoder {
                 *b = b.wrapping_add(m.cnt[k]);
             }
             id = m.end;
-            last = Some(m);
+            last = m;
             edges += u64::from(m.edges);
             pos += 1;
         }
-        if let Some(m) = last {
+        if pos > start {
             walk.pos = Pos::Node(id);
-            walk.last_edge = Some(m.last_edge());
+            walk.last_edge = Some(last.last_edge());
             out.edges += edges;
         }
-        match failed {
-            Some(e) => Err((e, pos)),
-            None => Ok(pos),
-        }
+        pos
     }
 
     /// A TNT-8 packet (`byte`) through the [`Memo`]: applied and `true` on a hit;
