@@ -3,11 +3,11 @@
 //! this first, to export the traces, and its harness after).
 //!
 //! ```text
-//! coverage_compare --generate OUT_DIR [--retcomp-timing] [--runs N] [--long-mb M] [--ours-only] [--long-only] [--no-exact]
+//! coverage_compare --generate OUT_DIR [--retcomp-timing|--retcomp-only|--timing-only] [--runs N] [--long-mb M] [--ours-only] [--long-only] [--no-exact]
 //! coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--whole-runs] [--ours-only] [--long-only] [--no-exact]
 //! coverage_compare --dir DIR [--ours-only] [--long-only] [--no-exact]
 //! coverage_compare --compare-libxdc DIR
-//! coverage_compare --retcomp-cost PLAIN_DIR RETCOMP_TIMING_DIR
+//! coverage_compare --retcomp-cost PLAIN_DIR OTHER_DIR...
 //! ```
 //!
 //! `--generate`: [`Workload::generated`]: (a) a fuzzing workload of 10,000 separate
@@ -48,11 +48,11 @@ use pt_perf::{Session, SessionOptions};
 use pt_perf_data::MappedFile;
 
 const USAGE: &str =
-    "usage: coverage_compare --generate OUT_DIR [--retcomp-timing] [--ours-only] [--long-only] [--no-exact]
+    "usage: coverage_compare --generate OUT_DIR [--retcomp-timing|--retcomp-only|--timing-only] [--ours-only] [--long-only] [--no-exact]
        coverage_compare PERF_DATA OUT_DIR [--long-repeat N] [--whole-runs] [--ours-only] [--long-only] [--no-exact]
        coverage_compare --dir DIR [--ours-only] [--long-only] [--no-exact]
        coverage_compare --compare-libxdc DIR
-       coverage_compare --retcomp-cost PLAIN_DIR RETCOMP_TIMING_DIR";
+       coverage_compare --retcomp-cost PLAIN_DIR OTHER_DIR...";
 
 const MAP: usize = 1 << 16;
 const FUZZ_TRACES: usize = 10_000;
@@ -328,10 +328,9 @@ fn main() {
     if args.first().map(String::as_str) == Some("--compare-libxdc") {
         return compare_libxdc(Path::new(&args[1]));
     }
-    if let (Some("--retcomp-cost"), Some(plain), Some(rc)) =
-        (args.first().map(String::as_str), args.get(1), args.get(2))
-    {
-        return retcomp_cost(Path::new(plain), Path::new(rc));
+    if args.first().map(String::as_str) == Some("--retcomp-cost") && args.len() >= 3 {
+        let dirs: Vec<&Path> = args[1..].iter().map(Path::new).collect();
+        return retcomp_cost(&dirs);
     }
     let ours_only = args.iter().any(|a| a == "--ours-only");
     let exact = !args.iter().any(|a| a == "--no-exact");
@@ -342,10 +341,11 @@ fn main() {
     let mut w = match (args.first().map(String::as_str), args.get(1)) {
         (Some("--dir"), Some(dir)) => Workload::load(Path::new(dir)).unwrap_or_else(|e| fail(e)),
         (Some("--generate"), Some(out)) => {
-            let mix = if args.iter().any(|a| a == "--retcomp-timing") {
-                CallsMix::DEFAULT
-            } else {
-                CallsMix::NORETCOMP_UNTIMED
+            let has = |flag: &str| args.iter().any(|a| a == flag);
+            let mix = CallsMix {
+                ret_compression: has("--retcomp-timing") || has("--retcomp-only"),
+                timing: has("--retcomp-timing") || has("--timing-only"),
+                ..CallsMix::DEFAULT
             };
             let opt = |name: &str, default: usize| {
                 args.iter()
@@ -490,18 +490,21 @@ fn compare_libxdc(dir: &Path) {
 }
 
 /// pt-coverage on the same runs without and with return compression and timing
-/// packets: a warm pass over each workload's fuzzing traces and long trace, then
-/// [`ROUNDS`] × 2 timed passes, one workload after the other; the best of each.
-fn retcomp_cost(plain: &Path, rc: &Path) {
+/// packets: the first folder holds the plain runs (noretcomp, no timing), the others the
+/// same runs encoded otherwise (`--retcomp-timing`, `--retcomp-only`, `--timing-only`).
+/// A warm pass over each workload's fuzzing traces and long trace, then [`ROUNDS`] × 2
+/// timed passes, one workload after the other; the best of each and the spread
+/// (worst / best) of its timed passes.
+fn retcomp_cost(dirs: &[&Path]) {
     let load = |dir: &Path| {
         Workload::load(dir).unwrap_or_else(|e| {
             eprintln!("coverage_compare: {}: {e}", dir.display());
             std::process::exit(1)
         })
     };
-    let ws = [load(plain), load(rc)];
-    if ws[0].fuzz.len() != ws[1].fuzz.len() {
-        eprintln!("coverage_compare: the two workloads do not hold the same runs");
+    let ws: Vec<Workload> = dirs.iter().map(|d| load(d)).collect();
+    if ws.iter().any(|w| w.fuzz.len() != ws[0].fuzz.len()) {
+        eprintln!("coverage_compare: the workloads do not hold the same runs");
         std::process::exit(1);
     }
     let mut ds: Vec<CoverageDecoder> = ws.iter().map(|w| ours(w, EdgeHash::Afl)()).collect();
@@ -515,39 +518,46 @@ fn retcomp_cost(plain: &Path, rc: &Path) {
         cpu_secs() - t0
     };
     // [workload][fuzz, long]
-    let mut best = [[f64::MAX; 2]; 2];
+    let mut best = vec![[f64::MAX; 2]; ws.len()];
+    let mut worst = vec![[0f64; 2]; ws.len()];
     for round in 0..=ROUNDS * 2 {
         for (k, (w, d)) in ws.iter().zip(&mut ds).enumerate() {
             let fuzz = pass(d, w, &w.fuzz);
             let long = pass(d, w, std::slice::from_ref(&w.long));
             // Round 0 warms the decoders up.
             if round > 0 {
-                best[k][0] = best[k][0].min(fuzz);
-                best[k][1] = best[k][1].min(long);
+                for (i, t) in [fuzz, long].into_iter().enumerate() {
+                    best[k][i] = best[k][i].min(t);
+                    worst[k][i] = worst[k][i].max(t);
+                }
             }
         }
     }
-    for (k, name) in ["noretcomp, no timing", "return compression + timing"]
-        .iter()
-        .enumerate()
-    {
+    for (k, dir) in dirs.iter().enumerate() {
         let w = &ws[k];
         println!(
-            "pt-coverage {name}: fuzz {:.1} MB {:.3} s {:.1} MB/s {:.0} traces/s; long {:.1} MB {:.3} s {:.1} MB/s",
+            "pt-coverage {}: fuzz {:.1} MB {:.3} s (spread {:.2}) {:.1} MB/s {:.0} traces/s; long {:.1} MB {:.3} s (spread {:.2}) {:.1} MB/s",
+            dir.display(),
             w.fuzz_bytes() as f64 / 1e6,
             best[k][0],
+            worst[k][0] / best[k][0],
             mb(w.fuzz_bytes(), best[k][0]),
             w.fuzz.len() as f64 / best[k][0],
             w.long.len() as f64 / 1e6,
             best[k][1],
+            worst[k][1] / best[k][1],
             mb(w.long.len(), best[k][1]),
         );
     }
-    println!(
-        "with return compression + timing: fuzz {:.2}x the time ({:.2}x the MB/s), long {:.2}x the time ({:.2}x the MB/s)",
-        best[1][0] / best[0][0],
-        mb(ws[1].fuzz_bytes(), best[1][0]) / mb(ws[0].fuzz_bytes(), best[0][0]),
-        best[1][1] / best[0][1],
-        mb(ws[1].long.len(), best[1][1]) / mb(ws[0].long.len(), best[0][1]),
-    );
+    for k in 1..ws.len() {
+        println!(
+            "{} vs {}: fuzz {:.2}x the time ({:.2}x the MB/s), long {:.2}x the time ({:.2}x the MB/s)",
+            dirs[k].display(),
+            dirs[0].display(),
+            best[k][0] / best[0][0],
+            mb(ws[k].fuzz_bytes(), best[k][0]) / mb(ws[0].fuzz_bytes(), best[0][0]),
+            best[k][1] / best[0][1],
+            mb(ws[k].long.len(), best[k][1]) / mb(ws[0].long.len(), best[0][1]),
+        );
+    }
 }
