@@ -4,7 +4,7 @@
 //! It reads events from pt-decoder's event decoder (so it accepts what the flow
 //! decoder accepts: PSB+, return compression, timing packets, OVF, TIP.PGE/PGD,
 //! asynchronous branches, several sections) and walks the code on its own
-//! [graph](crate::graph) of nodes: one per run of code up to a branch that needs
+//! graph (`graph.rs`) of nodes: one per run of code up to a branch that needs
 //! trace. Its analysis stays across calls, for thousands of runs of one binary;
 //! the bitmap is reset with one `fill`.
 //!

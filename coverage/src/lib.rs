@@ -11,9 +11,9 @@
 //!   allocation-free per trace once warm.
 //! * [`bitmap`]: which byte an edge counts in (documented formula, or libxdc's), and
 //!   AFL++'s hit-count classes.
-//! * [`reference`]: the same edges and blocks derived from pt-decoder's instruction
+//! * [`reference`](mod@reference): the same edges and blocks derived from pt-decoder's instruction
 //!   flow, slowly: the spec the fast decoder is tested against.
-//! * [`graph`] (private): the decoder's own graph of code over the shared block cache.
+//! * `graph` (private): the decoder's own graph of code over the shared block cache.
 //!
 //! # Example
 //!

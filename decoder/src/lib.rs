@@ -112,7 +112,7 @@
 //! * [`pevent`]: libipt's perf_event side-band files, and [`sideband`]: the image
 //!   switching between processes they drive (libipt's `pt_sb`);
 //! * [`dump`]: packets printed as libipt's ptdump prints them (text or JSON lines);
-//!   [`file`]: trace files and byte ranges as libipt's tools take them. The tools'
+//!   [`file`](mod@file): trace files and byte ranges as libipt's tools take them. The tools'
 //!   command lines live in their binaries (`src/bin/ptdump`, `src/bin/ptxed`).
 //!
 //! Errors are typed ([`ErrorCode`], [`DecodeError`] with the trace offset,

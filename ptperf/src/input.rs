@@ -73,7 +73,7 @@ pub fn parse<'a>(cmd: &str, path: &str, file: &'a MappedFile) -> Result<PerfFile
     })
 }
 
-/// The decoding session of `perf`; its warnings go to stderr (the first [`SHOWN`],
+/// The decoding session of `perf`; its warnings go to stderr (the first `SHOWN`,
 /// then their count).
 pub fn session<'a>(
     cmd: &str,

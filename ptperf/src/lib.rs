@@ -14,8 +14,8 @@
 //! this crate is the tool over it: arguments, printing, output formats, progress.
 //!
 //! - [`script`], [`report`], [`inject`]: `ptperf script`, `report` and `inject`,
-//!   byte for byte as perf prints and writes them; [`symbols`] finds the names
-//!   perf gives addresses, [`srcline`] their source lines.
+//!   byte for byte as perf prints and writes them; [`pt_elf::symbols`] finds the names
+//!   perf gives addresses, [`pt_elf::srcline`] their source lines.
 //! - [`export`]: samples into SQLite or PostgreSQL with perf's schema.
 //! - [`input`]: how every reading subcommand opens its perf.data, reports what
 //!   the reader found wrong and sums up what it skipped (exit status 2).

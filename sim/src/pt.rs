@@ -903,7 +903,7 @@ impl PtLogic {
     /// A block run's instructions, as [`Self::retire`] of each of
     /// [`BlockRun::retired`] would give them, byte for byte. The block's
     /// straight-line body goes in one step where nothing can be written
-    /// between its instructions (see [`Self::retire_plain_run`]); the rest,
+    /// between its instructions (see `Self::retire_plain_run`); the rest,
     /// and every instruction where something can, take the general path.
     pub fn retire_block(&mut self, run: &BlockRun, mem: &CodeMemory) {
         let n = run.count();

@@ -13,10 +13,10 @@
 //! ([`Rng`]), trace builders ([`trace`]), the C test programs' build ([`compile_c`]),
 //! and a loopback file server for pages a browser opens ([`serve`]).
 //!
-//! With the `recordings` feature, [`recording`] makes perf.data recordings of real
+//! With the `recordings` feature, `recording` makes perf.data recordings of real
 //! programs on the simulator, laid out as `perf record -e intel_pt//u` lays them out,
 //! and compares perf's decoding of them with ours (for pt-perf, ptperf and pt-tools).
-//! With `postgres`, [`pg_server`] runs a throwaway PostgreSQL server.
+//! With `postgres`, `pg_server` runs a throwaway PostgreSQL server.
 //!
 //! # API structure
 //!

@@ -60,7 +60,7 @@ pub struct SessionInfo {
     pub filter: String,
     /// CPUID 0x15: (EAX, EBX) = TSC:CTC ratio denominator and numerator.
     pub tsc_ctc: Option<(u32, u32)>,
-    /// The maximum non-turbo ratio (MSR_PLATFORM_INFO[15:8]), if known.
+    /// The maximum non-turbo ratio (MSR_PLATFORM_INFO bits 15:8), if known.
     pub max_non_turbo_ratio: Option<u64>,
     /// The event's name, e.g. `intel_pt//u`.
     pub name: String,

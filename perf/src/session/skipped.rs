@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-/// What the reader skipped in a recording (see the [module docs](self)).
+/// What the reader skipped in a recording (see the module docs of `session::skipped`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Skipped {
     /// Records whose contents could not be read: each was skipped and reading went on.

@@ -800,5 +800,5 @@ impl<'s, 'a> Hists<'s, 'a> {
     }
 }
 
-/// A dso's short name (perf's: [`pt_perf::session::short_name`]).
+/// A dso's short name (perf's; re-exported from `pt_perf::session::short_name`).
 pub use pt_perf::session::short_name as short;

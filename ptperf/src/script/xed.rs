@@ -8,12 +8,12 @@
 //! byte-identical to perf's; where it is not, the user still gets the listing.
 //!
 //! The filter's rules, which we keep because its output is what users compare:
-//! - input is read in pieces of at most [`PIECE`] bytes (the C filter's line
+//! - input is read in pieces of at most `PIECE` bytes (the C filter's line
 //!   buffer), each ending at a newline or where the buffer is full;
 //! - a piece without `insn:` passes unchanged;
 //! - otherwise the hex numbers after `insn:` are the instruction's bytes (each
 //!   read as C's `strtoul` reads it, truncated to a byte); the buffer is padded with
-//!   zeros to [`BYTES`], so a cut-off instruction decodes as XED sees it;
+//!   zeros to `BYTES`, so a cut-off instruction decodes as XED sees it;
 //! - the address is the first run of at least eight hex digits followed by white
 //!   space anywhere in the piece (perf's IP column);
 //! - the piece is printed up to `insn:`, then two tabs, the text (or XED's error

@@ -478,7 +478,7 @@ struct MemoKey {
 }
 
 /// Encodings already made, one per instruction line. Layout passes encode
-/// every line again; a line whose [`MemoKey`] did not change since the last
+/// every line again; a line whose `MemoKey` did not change since the last
 /// pass encodes the same, and matching it against every form of its
 /// mnemonic again is most of an assembler's time.
 #[derive(Default)]
