@@ -333,16 +333,7 @@ impl CoverageDecoder {
     fn run(&mut self, trace: &[u8], code: &mut dyn Code) -> Outcome {
         let mut out = Outcome::default();
         let mut ev = EventDecoder::new(trace, &self.options.config, EventOptions::default());
-        let mut walk = Walk {
-            pos: Pos::Off,
-            mode: ExecMode::Unknown,
-            stack: [0; RETSTACK_SIZE],
-            top: 0,
-            len: 0,
-            pending: None,
-            deferred_tip: None,
-            last_edge: None,
-        };
+        let mut walk = Walk::new(ExecMode::Unknown);
         // Synchronize (again after an error) at the next PSB.
         'sync: loop {
             match ev.sync_forward() {
@@ -1606,6 +1597,20 @@ struct Walk {
 }
 
 impl Walk {
+    /// A walk with tracing off, an empty return stack and the given mode.
+    fn new(mode: ExecMode) -> Self {
+        Walk {
+            pos: Pos::Off,
+            mode,
+            stack: [0; RETSTACK_SIZE],
+            top: 0,
+            len: 0,
+            pending: None,
+            deferred_tip: None,
+            last_edge: None,
+        }
+    }
+
     #[inline]
     fn push(&mut self, ip: u64) {
         self.top = (self.top + 1) % RETSTACK_SIZE;
@@ -1650,16 +1655,7 @@ mod tests {
     use pt_encoder::{encode_to_vec, IpCompression, IpPacketKind, IpPayload, LastIp};
 
     fn walk() -> Walk {
-        Walk {
-            pos: Pos::Off,
-            mode: ExecMode::Bit64,
-            stack: [0; RETSTACK_SIZE],
-            top: 0,
-            len: 0,
-            pending: None,
-            deferred_tip: None,
-            last_edge: None,
-        }
+        Walk::new(ExecMode::Bit64)
     }
 
     fn drain(mut w: Walk) -> Vec<u64> {

@@ -948,14 +948,12 @@ impl PtLogic {
         }
     }
 
-    /// Whether `n` instructions from `ip` on (non-branches but the last, in
-    /// 64-bit user mode) go through [`Self::retire`] with nothing written
-    /// or changed before the last one's end but the clock, the counters and
-    /// the next IP: the conditions of [`Self::retire_plain_run`], for all
-    /// `n` (the clock stays before the next MTC edge after the last).
+    /// The state-only conditions of a quiet run starting at `ip` (see
+    /// [`Self::retire_plain_run`]): nothing pending, 64-bit user mode, no
+    /// filter, stop range or FIFO, no PSB due, packet generation unchanged.
     #[inline]
-    fn quiet_for(&self, ip: u64, n: usize) -> bool {
-        if self.pending_far.is_some()
+    fn quiet_at(&self, ip: u64) -> bool {
+        !(self.pending_far.is_some()
             || self.pending_entry.is_some()
             || self.in_kernel
             || self.overflowing
@@ -964,8 +962,17 @@ impl PtLogic {
             || !self.filters.is_empty()
             || !self.stops.is_empty()
             || (self.since_psb >= self.psb_period && self.trigger_en())
-            || self.want_packet_en(ip) != self.packet_en
-        {
+            || self.want_packet_en(ip) != self.packet_en)
+    }
+
+    /// Whether `n` instructions from `ip` on (non-branches but the last, in
+    /// 64-bit user mode) go through [`Self::retire`] with nothing written
+    /// or changed before the last one's end but the clock, the counters and
+    /// the next IP: the conditions of [`Self::retire_plain_run`], for all
+    /// `n` (the clock stays before the next MTC edge after the last).
+    #[inline]
+    fn quiet_for(&self, ip: u64, n: usize) -> bool {
+        if !self.quiet_at(ip) {
             return false;
         }
         let cpi = u64::from(self.params.clock.cycles_per_insn);
@@ -984,18 +991,7 @@ impl PtLogic {
     /// is due and the clock stays before the next MTC edge.
     #[inline]
     fn retire_plain_run(&mut self, body: &[BlockInsn]) -> usize {
-        if body.is_empty()
-            || self.pending_far.is_some()
-            || self.pending_entry.is_some()
-            || self.in_kernel
-            || self.overflowing
-            || self.params.fifo.is_some()
-            || self.mode != Some(ExecMode::Bit64)
-            || !self.filters.is_empty()
-            || !self.stops.is_empty()
-            || (self.since_psb >= self.psb_period && self.trigger_en())
-            || self.want_packet_en(body[0].ip) != self.packet_en
-        {
+        if body.is_empty() || !self.quiet_at(body[0].ip) {
             return 0;
         }
         let cpi = u64::from(self.params.clock.cycles_per_insn);
