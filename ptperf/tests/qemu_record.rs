@@ -268,6 +268,25 @@ fn static_binary() {
     check_exact("static", &data);
 }
 
+/// A program built without PIE lies below 4 GiB and calls into libc far
+/// above it; a PSB+ every 2 KiB lands in its loop after a last IP in libc.
+#[test]
+fn program_below_4g_calling_libc() {
+    let d = dir("qemu-nopie");
+    let p = program(
+        "libc-calls",
+        "tests/programs/libc_calls.c",
+        &["-O1", "-no-pie"],
+    );
+    let data = qemu_record(
+        &d,
+        "psb-2k",
+        &["-e", "intel_pt/psb_period=0/u"],
+        &[p.as_os_str()],
+    );
+    check_exact("no PIE, PSB+ every 2 KiB", &data);
+}
+
 #[test]
 fn cxx_exception() {
     let d = dir("qemu-exception");

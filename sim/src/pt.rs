@@ -474,14 +474,7 @@ impl PtLogic {
         self.cyc();
         let payload = match ip {
             None => IpPayload::SUPPRESSED,
-            Some(ip) if self.force_full_ip => IpPayload::new(
-                if sext48(ip) == ip {
-                    IpCompression::Sext48
-                } else {
-                    IpCompression::Full
-                },
-                ip,
-            ),
+            Some(ip) if self.force_full_ip => uncompressed(ip),
             Some(ip) => self.last_ip.compress(ip),
         };
         if self.put(&Packet::Ip(kind, payload)) && ip.is_some() {
@@ -623,7 +616,11 @@ impl PtLogic {
                 if self.put(&Packet::ModeExec(ModeExec::from_mode(m))) {
                     self.mode_sent = Some(m);
                 }
-                let payload = self.last_ip.compress(ip);
+                // The PSB+ FUP does not lean on the last IP: perf reads its
+                // compressed IP against the last IP from before the PSB
+                // (`intel_pt_psb_with_fup`), libipt against 0. A sign-extended
+                // or full IP means the same to both.
+                let payload = uncompressed(ip);
                 if self.put(&Packet::Ip(IpPacketKind::Fup, payload)) {
                     self.last_ip.update(payload);
                 }
@@ -1250,6 +1247,17 @@ impl PtLogic {
 
 /// Whether a kernel entry is SYSCALL or SYSENTER (a far branch), not an
 /// interrupt-like INT n, INT3, INTO (reported with FUP(CLIP)).
+/// `ip` as an IP payload that needs no last IP: sign-extended from bit 47
+/// where that gives it back, else full.
+fn uncompressed(ip: u64) -> IpPayload {
+    let how = if sext48(ip) == ip {
+        IpCompression::Sext48
+    } else {
+        IpCompression::Full
+    };
+    IpPayload::new(how, ip)
+}
+
 fn is_syscall(r: &Retired, mem: &CodeMemory) -> bool {
     matches!(
         decode_at(mem, r.ip, r.mode)
