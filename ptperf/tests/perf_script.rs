@@ -83,6 +83,9 @@ const CHECKS: &[&[&str]] = &[
     &["--itrace=bs20"],
     &["--itrace=i1iZ"],
     &["--itrace=bp", "--ns"],
+    &["--itrace=i100i", "--reltime"],
+    &["--itrace=b", "--deltatime", "--ns"],
+    &["--call-trace", "--reltime"],
     &["--itrace=i1i", "-F", "ip"],
     &["--itrace=b", "-F", "+flags,+addr,+insn,+insnlen"],
     &[
@@ -592,6 +595,7 @@ fn bad_options() {
             "Cannot mix +-field with overridden fields",
         ),
         (&["--time", "5,1"], "Invalid time string '5,1'"),
+        (&["--reltime", "--deltatime"], "reltime and deltatime"),
     ] {
         let out = run_on(&ptperf(), "script", &file, args);
         assert!(!out.status.success(), "{args:?}");

@@ -225,6 +225,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
         opts,
         sel: Default::default(),
         ns: false,
+        time_from: Default::default(),
         tids: None,
         pids: None,
         cpus: None,

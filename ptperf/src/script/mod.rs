@@ -54,6 +54,12 @@ pub struct Args {
     /// Use 9 decimal places when displaying time
     #[arg(long = "ns")]
     pub ns: bool,
+    /// Show time stamps relative to start
+    #[arg(long = "reltime")]
+    pub reltime: bool,
+    /// Show time stamps relative to previous event
+    #[arg(long = "deltatime")]
+    pub deltatime: bool,
     /// list of cpus to profile
     #[arg(short = 'C', long = "cpu")]
     pub cpu: Option<String>,
@@ -98,6 +104,19 @@ pub(crate) fn parse_list(s: &str, what: &str) -> Result<Vec<u32>, String> {
         }
     }
     Ok(v)
+}
+
+/// What a sample line's time counts from (perf script's `--reltime` and
+/// `--deltatime`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeFrom {
+    /// The recording's clock, as recorded.
+    #[default]
+    Clock,
+    /// The first sample printed.
+    FirstSample,
+    /// The sample printed before (0 for the first).
+    PreviousSample,
 }
 
 /// A `--time` range: start and end in perf time (ns), either open.
@@ -163,6 +182,8 @@ pub struct Plan {
     pub sel: Selection,
     /// Nanosecond times.
     pub ns: bool,
+    /// What the time column counts from (`--reltime`, `--deltatime`).
+    pub time_from: TimeFrom,
     /// Only these threads.
     pub tids: Option<Vec<u32>>,
     /// Only these processes.
@@ -236,6 +257,15 @@ impl Plan {
         let pids = a.pid.as_deref().map(|s| parse_list(s, "pid")).transpose()?;
         let cpus = a.cpu.as_deref().map(|s| parse_list(s, "cpu")).transpose()?;
         let time = a.time.as_deref().map(parse_time).transpose()?;
+        let time_from = match (a.reltime, a.deltatime) {
+            (true, true) => return Err("reltime and deltatime - the two don't get along well. Please limit to --reltime or --deltatime.".into()),
+            // perf takes --time as relative then, from the first sample time
+            // of a header feature that neither perf nor we write for Intel PT.
+            (true, false) if time.is_some() => return Err("--time with --reltime: this perf.data has no first sample time (perf says the same)".into()),
+            (true, false) => TimeFrom::FirstSample,
+            (false, true) => TimeFrom::PreviousSample,
+            (false, false) => TimeFrom::Clock,
+        };
         let symbols = pt_elf::SymbolOptions {
             demangle: !a.no_demangle,
             search: pt_elf::DebugSearch {
@@ -248,6 +278,7 @@ impl Plan {
             opts,
             sel,
             ns,
+            time_from,
             tids,
             pids,
             cpus,

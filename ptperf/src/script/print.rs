@@ -7,7 +7,7 @@ use pt_perf_data::{AttrFlags, PerfFile};
 
 use super::fields::{f, OutType, Selection};
 use super::pair_texts::{Miss, PairKey, PairTexts};
-use super::Plan;
+use super::{Plan, TimeFrom};
 use pt_elf::Symbols;
 use pt_perf::decode::{PlainInsn, Step};
 use pt_perf::itrace::SynthOpts;
@@ -470,6 +470,12 @@ pub struct Printer<'s, 'a> {
     session: &'s Session<'a>,
     sel: Selection,
     ns: bool,
+    /// What the time column counts from, and the sample time it counts
+    /// from now (the first's or the previous one's).
+    time_from: TimeFrom,
+    time_base: Option<u64>,
+    /// The time the line being written shows.
+    line_time: u64,
     name_width: usize,
     /// Event names with perf's modifiers, by [`Kind`].
     names: Vec<(Kind, Vec<u8>)>,
@@ -775,6 +781,9 @@ impl<'s, 'a> Printer<'s, 'a> {
             session,
             sel,
             ns: plan.ns,
+            time_from: plan.time_from,
+            time_base: None,
+            line_time: 0,
             name_width,
             names,
             hw_type,
@@ -1198,6 +1207,20 @@ impl<'s, 'a> Printer<'s, 'a> {
         comm
     }
 
+    /// The time a line shows for a sample at `t` (perf's
+    /// `perf_sample__fprintf_start`); called once a line.
+    fn shown_time(&mut self, t: u64) -> u64 {
+        match self.time_from {
+            TimeFrom::Clock => t,
+            TimeFrom::FirstSample => t.wrapping_sub(*self.time_base.get_or_insert(t)),
+            TimeFrom::PreviousSample => {
+                let d = self.time_base.map_or(0, |p| t.wrapping_sub(p));
+                self.time_base = Some(t);
+                d
+            }
+        }
+    }
+
     fn time(&mut self, t: u64) {
         let secs = t / 1_000_000_000;
         let ns = t % 1_000_000_000;
@@ -1245,7 +1268,7 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
         self.prefix.put(&mut self.buf);
         if fields & f::TIME != 0 {
-            self.time(s.time.unwrap_or(0));
+            self.time(self.line_time);
         }
     }
 
@@ -1858,7 +1881,12 @@ impl<'s, 'a> Printer<'s, 'a> {
         }
         // The columns before the addresses are the same for the samples of a
         // run (same thread, time, period, event and flags): formatted once.
-        let shown = s.time.map(|t| if self.ns { t } else { t / 1000 });
+        let at = match s.time {
+            Some(t) if fields & f::TIME != 0 => Some(self.shown_time(t)),
+            t => t,
+        };
+        self.line_time = at.unwrap_or(0);
+        let shown = at.map(|t| if self.ns { t } else { t / 1000 });
         let flags_shown = if self.sel.flags { s.flags } else { 0 };
         let key = (
             s.tid,

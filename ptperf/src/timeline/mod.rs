@@ -213,6 +213,8 @@ fn run(a: &Args) -> Result<(), String> {
         call_trace: false,
         call_ret_trace: true,
         ns: true,
+        reltime: false,
+        deltatime: false,
         cpu: a.cpu.clone(),
         tid: a.tid.clone(),
         pid: a.pid.clone(),
