@@ -10,8 +10,24 @@
 //! they are; so does a name the demanglers cannot read. `.plt` entries are named
 //! `demangled@plt`.
 //!
-//! The demanglers are the crates `cpp_demangle` and `rustc-demangle`, asked for
-//! libiberty's no-options text.
+//! Rust names go to the `rustc-demangle` crate. C++ names are read by the
+//! Itanium ABI demangler of this module, written here because no crate prints
+//! libiberty's text: `cpp_demangle` spells vtables `{vtable(X)}`, literals
+//! `(unsigned int)8`, keeps `, ` before an empty pack and expands `std::istream`,
+//! and its syntax tree and substitution table are private, so its output
+//! cannot be re-printed. The demangler has a module per concept:
+//! [`ast`] (the tree and the ABI's tables), [`parse`] (the grammar and the
+//! substitution table), [`special`] (vtables, typeinfo, thunks, guards, clones)
+//! and [`print`] (libiberty's text). It fails (`None`, perf then prints the
+//! name raw) where libiberty fails, and on names nested deeper than
+//! [`parse::MAX_DEPTH`] or whose text would grow without bound.
+
+mod ast;
+mod parse;
+mod print;
+mod special;
+
+use parse::Parser;
 
 /// perf's name for the symbol `name` (`None`: perf keeps `name` as it is).
 pub fn demangle(name: &str) -> Option<String> {
@@ -50,21 +66,27 @@ fn legacy_rust_hash(name: &str) -> bool {
             .all(|b| b.is_ascii_hexdigit())
 }
 
-/// An Itanium C++ symbol without parameters (libiberty's `cplus_demangle`
-/// without `DMGL_PARAMS`: what follows the name is not looked at, clone
-/// suffixes included).
+/// An Itanium C++ symbol as libiberty's `cplus_demangle(name, 0)` prints it:
+/// the name without parameters (what follows it, clone suffixes included,
+/// is not looked at), special names with the parameters of what they name.
 fn cpp(name: &str) -> Option<String> {
-    if !name.starts_with("_Z") {
-        return None;
-    }
-    // A clone suffix (`.cold`, `.isra.0`, `.constprop.0`, `.part.0`) is not
-    // printed without parameters; no '.' occurs in the mangled name itself.
-    let mangled = name.split('.').next().unwrap_or(name);
-    let sym = cpp_demangle::Symbol::new(mangled).ok()?;
-    let opts = cpp_demangle::DemangleOptions::new()
-        .no_params()
-        .no_return_type();
-    sym.demangle_with_options(&opts).ok()
+    let mut p = Parser::new(name);
+    let root = if name.starts_with("_Z") {
+        p.mangled_name(true)?
+    } else {
+        let (text, rest) = special::global_ctors(name)?;
+        let inner = if rest.starts_with("_Z") {
+            p.advance(name.len() - rest.len());
+            p.mangled_name(false)?
+        } else {
+            p.add(ast::Node::Name(rest))
+        };
+        p.add(ast::Node::Global(text, inner))
+    };
+    // Work and output grow at most this much faster than the name, as long
+    // as substitutions do not nest exponentially.
+    let budget = 1 << 20 | name.len().saturating_mul(256);
+    print::print(&p.nodes, root, budget)
 }
 
 #[cfg(test)]
