@@ -11,9 +11,10 @@
 use super::ast::{self, Id, LiteralStyle, Modifier, Node};
 use super::special;
 
-/// Deepest nesting of types, names and expressions read (real names stay
-/// far below it; a hostile name cannot exhaust the stack).
-pub(super) const MAX_DEPTH: u32 = 256;
+/// Deepest nesting of types, names and expressions read: a name of at most
+/// 1024 bytes (all libiberty reads) nests at most this deep, so no name
+/// libiberty reads is refused, and none exhausts the stack.
+pub(super) const MAX_DEPTH: u32 = 1024;
 
 pub(super) struct Parser<'a> {
     s: &'a str,

@@ -12,8 +12,8 @@
 
 use super::ast::{Id, LiteralStyle, Modifier, Node};
 
-/// Deepest nesting the printer follows.
-const MAX_PRINT_DEPTH: u32 = 512;
+/// Deepest nesting the printer follows (libiberty's limit: it fails deeper).
+const MAX_PRINT_DEPTH: u32 = 1024;
 
 struct ModEntry {
     node: Id,
@@ -44,6 +44,12 @@ struct Printer<'p, 'a> {
     current_template: Option<Id>,
     pack_index: usize,
     is_lambda_arg: u32,
+    /// The nodes being printed, innermost last.
+    stack: Vec<Id>,
+    /// The templates in scope where a template parameter under a reference
+    /// was first printed: a substitution that repeats it elsewhere still
+    /// means that template's argument.
+    saved_scopes: std::collections::HashMap<Id, Option<usize>>,
 }
 
 /// The text of `root`, or `None` where libiberty's printer fails (a
@@ -64,6 +70,8 @@ pub(super) fn print(nodes: &[Node<'_>], root: Id, budget: usize) -> Option<Strin
         current_template: None,
         pack_index: 0,
         is_lambda_arg: 0,
+        stack: Vec::new(),
+        saved_scopes: std::collections::HashMap::new(),
     };
     p.comp(root);
     (!p.err).then_some(p.out)
@@ -110,7 +118,9 @@ impl<'a> Printer<'_, 'a> {
         }
         self.printing[slot] += 1;
         self.depth += 1;
+        self.stack.push(id);
         self.comp_inner(id);
+        self.stack.pop();
         self.depth -= 1;
         self.printing[slot] -= 1;
     }
@@ -446,9 +456,29 @@ impl<'a> Printer<'_, 'a> {
     /// `&` and `&&` collapse with a reference a template argument brings.
     fn reference(&mut self, id: Id, m: Modifier, inner: Id) {
         let mut sub = inner;
+        let mut restore = None;
         if self.is_lambda_arg == 0 {
             if let Node::TemplateParam(n) = *self.node(inner) {
+                match self.saved_scopes.get(&inner).copied() {
+                    None => {
+                        self.saved_scopes.insert(inner, self.templates);
+                    }
+                    Some(scope) => {
+                        // Re-entered as a substitution from outside itself.
+                        let top = self.stack.len().saturating_sub(1);
+                        let inside = self.stack.iter().enumerate().any(|(i, &c)| {
+                            c == inner || (c == id && i != top)
+                        });
+                        if !inside {
+                            restore = Some(self.templates);
+                            self.templates = scope;
+                        }
+                    }
+                }
                 let Some(a) = self.lookup(n).and_then(|a| self.pack_element(a)) else {
+                    if let Some(t) = restore {
+                        self.templates = t;
+                    }
                     self.err = true;
                     return;
                 };
@@ -469,6 +499,9 @@ impl<'a> Printer<'_, 'a> {
             _ => {}
         }
         self.modifier(dc, mod_inner);
+        if let Some(t) = restore {
+            self.templates = t;
+        }
     }
 
     fn print_mod(&mut self, id: Id) {
