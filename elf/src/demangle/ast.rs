@@ -382,6 +382,15 @@ pub(super) enum Node<'a> {
     Binary(Id, Id, Id),
     Trinary(Id, Id, Id, Id),
     InitializerList(Option<Id>, Id),
+    /// A C++20 module name: `parent.name`, or `parent:name` for a
+    /// partition.
+    Module {
+        parent: Option<Id>,
+        name: Id,
+        partition: bool,
+    },
+    /// `entity@module`.
+    ModuleEntity(Id, Id),
     /// `global constructors keyed to …` and its destructor twin.
     Global(&'static str, Id),
 }

@@ -328,6 +328,35 @@ mod tests {
         is("_Z1fIXadL_Z1gvEEEvv", "f<&(g())>");
     }
 
+    /// What libiberty makes of names no compiler writes (found by mutating
+    /// real names and comparing).
+    #[test]
+    fn malformed_names_as_libiberty() {
+        // Any other start of a type is a class name: an operator, an
+        // internal name, a module.
+        is("_ZThn8_N1A1fEps", "non-virtual thunk to A::f(operator+)");
+        is("_ZThn8_N1A1fEL1x", "non-virtual thunk to A::f(x)");
+        is("_ZTSW5QGrUa8hicsWidget", "typeinfo name for hicsWidg@QGrUa");
+        is("_ZNW4llvm10DwarfDebugD2Ev", "DwarfDebug@llvm::~DwarfDebug");
+        is("_ZN4llvmW9MemorySSAD2Ev", "llvm::~MemorySSA@MemorySSA");
+        // A repeated qualifier prints once.
+        is("_ZTIFbPKKN4llvm12MachineInstrEE", "typeinfo for bool (llvm::MachineInstr const*)");
+        // The modifiers of a local entity stay outside its function.
+        is("_ZTIRKZ1fiE1A", "typeinfo for f(int)::A const&");
+        is("_Z1gIPZ1fiE1AEvv", "g<f(int)::A*>");
+        // A lambda's initializer scope without a scope; an unreadable base
+        // of an inheriting constructor.
+        is("_ZNKML6StreamD1Ev", "Stream::~Stream");
+        is(
+            "_ZN4llvm36MachineOptimizationRemarkEmitterPassCI1Ev",
+            "llvm::MachineOptimizationRemarkEmitterPass::MachineOptimizationRemarkEmitterPass",
+        );
+        // A vendor type takes no template arguments.
+        is("_ZTVu1QIconEtitutionE", "vtable for Q");
+        // A literal without a value fails.
+        assert_eq!(demangle("_ZN9__gnu_cxx6__poolILbEE10_M_destroyEv"), None);
+    }
+
     /// Names libiberty cannot read: perf prints them as they are.
     #[test]
     fn unreadable_as_libiberty() {

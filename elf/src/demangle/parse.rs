@@ -237,24 +237,29 @@ impl<'a> Parser<'a> {
                 b'Z' => p.local_name()?,
                 b'U' => p.unqualified_name(None)?,
                 c => {
-                    let mut scope = None;
+                    let (mut scope, mut module) = (None, None);
                     if c == b'S' {
                         if p.peek_next() == b't' {
                             p.advance(2);
                             scope = Some(p.add(Node::Name("std")));
                         }
                         if p.peek() == b'S' {
-                            if scope.is_some() {
-                                return None;
+                            let sub = p.substitution(false)?;
+                            if matches!(p.node(sub), Node::Module { .. }) {
+                                module = Some(sub);
+                            } else {
+                                if scope.is_some() {
+                                    return None;
+                                }
+                                scope = Some(sub);
+                                subst = true;
                             }
-                            scope = Some(p.substitution(false)?);
-                            subst = true;
                         }
                     }
                     let mut dc = if subst {
                         scope?
                     } else {
-                        p.unqualified_name(scope)?
+                        p.unqualified_name_in(scope, module)?
                     };
                     if p.peek() == b'I' {
                         // <unscoped-template-name> <template-args>
@@ -314,15 +319,19 @@ impl<'a> Parser<'a> {
                 ret = Some(self.template_param()?);
             } else if peek == b'M' {
                 // The initializer scope of a lambda: not printed.
-                ret?;
                 self.advance(1);
                 continue;
             } else if peek == b'S' {
-                if ret.is_some() {
-                    return None;
+                let sub = self.substitution(true)?;
+                if matches!(self.node(sub), Node::Module { .. }) {
+                    ret = Some(self.unqualified_name_in(ret, Some(sub))?);
+                } else {
+                    if ret.is_some() {
+                        return None;
+                    }
+                    ret = Some(sub);
+                    continue;
                 }
-                ret = Some(self.substitution(true)?);
-                continue;
             } else {
                 ret = Some(self.unqualified_name(ret)?);
             }
@@ -336,6 +345,23 @@ impl<'a> Parser<'a> {
 
     /// `<unqualified-name>`, joined to `scope` when there is one.
     fn unqualified_name(&mut self, scope: Option<Id>) -> R {
+        self.unqualified_name_in(scope, None)
+    }
+
+    /// `<unqualified-name>` of the module `module` (C++20 modules: `W`
+    /// names, each a substitution candidate, printed `name@module`).
+    fn unqualified_name_in(&mut self, scope: Option<Id>, mut module: Option<Id>) -> R {
+        while self.check(b'W') {
+            let partition = self.check(b'P');
+            let name = self.source_name()?;
+            let m = self.add(Node::Module {
+                parent: module,
+                name,
+                partition,
+            });
+            self.add_sub(m)?;
+            module = Some(m);
+        }
         let peek = self.peek();
         let mut ret = if peek.is_ascii_digit() {
             self.source_name()?
@@ -374,6 +400,9 @@ impl<'a> Parser<'a> {
         } else {
             return None;
         };
+        if let Some(m) = module {
+            ret = self.add(Node::ModuleEntity(ret, m));
+        }
         if self.peek() == b'B' {
             ret = self.abi_tags(ret)?;
         }
@@ -454,7 +483,9 @@ impl<'a> Parser<'a> {
                 }
                 self.advance(2);
                 if inheriting {
-                    self.type_()?;
+                    // The base class is not printed, nor is a misread one
+                    // an error to libiberty.
+                    let _ = self.type_();
                 }
                 let name = self.last_name?;
                 Some(self.add(Node::Ctor(name)))
@@ -691,18 +722,11 @@ impl<'a> Parser<'a> {
             }
             b'u' => {
                 self.advance(1);
-                let mut n = self.source_name()?;
-                if self.peek() == b'I' {
-                    let args = self.template_args()?;
-                    n = self.add(Node::Template(n, args));
-                }
+                let n = self.source_name()?;
                 self.add(Node::Vendor(n))
             }
             b'F' => self.function_type()?,
-            b'0'..=b'9' | b'N' | b'Z' => {
-                can_subst = false;
-                self.name(true)?
-            }
+
             b'A' => self.array_type()?,
             b'M' => self.ptrmem_type()?,
             b'T' => {
@@ -795,7 +819,12 @@ impl<'a> Parser<'a> {
                     }
                 }
             }
-            _ => return None,
+            // A class or enum name; libiberty reads any other start so too
+            // (an operator `ps`, an internal name `L1x`, a module `W…`).
+            _ => {
+                can_subst = false;
+                self.name(true)?
+            }
         };
         if can_subst {
             self.add_sub(ret)?;
@@ -1020,6 +1049,9 @@ impl<'a> Parser<'a> {
                 self.advance(1);
             }
             let value = self.s.get(start..self.pos)?;
+            if value.is_empty() {
+                return None;
+            }
             self.add(Node::Literal {
                 ty,
                 value,

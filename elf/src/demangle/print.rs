@@ -172,13 +172,35 @@ impl<'a> Printer<'_, 'a> {
     fn comp_inner(&mut self, id: Id) {
         match *self.node(id) {
             Node::Name(s) | Node::StdSub(s) => self.append(s),
+            Node::Module {
+                parent,
+                name,
+                partition,
+            } => {
+                if let Some(p) = parent {
+                    self.comp(p);
+                    self.append(if partition { ":" } else { "." });
+                } else if partition {
+                    self.append(":");
+                }
+                self.comp(name);
+            }
+            Node::ModuleEntity(entity, module) => {
+                self.comp(entity);
+                self.append("@");
+                self.comp(module);
+            }
             Node::Qual(a, b) => {
                 self.comp(a);
                 self.append("::");
                 self.comp(b);
             }
             Node::Local(f, e) => {
+                // The function's declarator does not take the modifiers of
+                // the local entity (`f(int)::A*`).
+                let hold = self.modifiers.take();
                 self.comp(f);
+                self.modifiers = hold;
                 self.append("::");
                 let e = self.default_arg_prefix(e);
                 self.comp(e);
@@ -241,15 +263,15 @@ impl<'a> Printer<'_, 'a> {
             }
             Node::Modifier(m, inner) => match m {
                 Modifier::Const | Modifier::Volatile | Modifier::Restrict => {
-                    // Qualifiers moved after an array's element type are
-                    // printed once.
+                    // A qualifier already pending (moved after an array's
+                    // element type, or repeated: `KK`) is printed once.
                     let mut p = self.modifiers;
                     while let Some(e) = p {
                         if !self.mods[e].printed {
                             if !self.is_plain_cv(self.mods[e].node) {
                                 break;
                             }
-                            if self.mods[e].node == id {
+                            if matches!(*self.node(self.mods[e].node), Node::Modifier(k, _) if k == m) {
                                 self.comp(inner);
                                 return;
                             }
@@ -1019,7 +1041,14 @@ impl<'a> Printer<'_, 'a> {
                 return None;
             }
             Node::VendorOperator(n) | Node::Ctor(n) | Node::Dtor(n) => [Some(n), None, None, None],
+            Node::Module {
+                parent: Some(a),
+                name: b,
+                ..
+            } => [Some(a), Some(b), None, None],
+            Node::Module { name, .. } => [Some(name), None, None, None],
             Node::Qual(a, b)
+            | Node::ModuleEntity(a, b)
             | Node::Local(a, b)
             | Node::Typed(a, b)
             | Node::Template(a, b)
