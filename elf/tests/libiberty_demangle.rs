@@ -140,7 +140,10 @@ fn every_cxx_symbol_reads_as_libiberty_reads_it() {
     ];
     names.extend(made_up.iter().map(|s| s.to_string()));
     let names: Vec<String> = names.into_iter().collect();
-    assert!(required > 40_000, "only {required} C++ names in {REQUIRED:?}");
+    assert!(
+        required > 40_000,
+        "only {required} C++ names in {REQUIRED:?}"
+    );
 
     let theirs = libiberty(&names);
     let mut equal = 0;
@@ -170,6 +173,11 @@ fn every_cxx_symbol_reads_as_libiberty_reads_it() {
         "{} of {} names differ from libiberty:\n{}",
         differ.len(),
         names.len(),
-        differ.iter().take(50).cloned().collect::<Vec<_>>().join("\n")
+        differ
+            .iter()
+            .take(50)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

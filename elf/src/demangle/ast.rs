@@ -46,25 +46,25 @@ macro_rules! builtin {
 /// The one-letter builtin type `c` (`u` is a vendor type, read elsewhere).
 pub(super) fn builtin(c: u8) -> Option<&'static Builtin> {
     static T: [Builtin; 20] = [
-        builtin!("signed char", Cast),             // a
-        builtin!("bool", Bool),                    // b
-        builtin!("char", Cast),                    // c
-        builtin!("double", Float),                 // d
-        builtin!("long double", Float),            // e
-        builtin!("float", Float),                  // f
-        builtin!("__float128", Float),             // g
-        builtin!("unsigned char", Cast),           // h
-        builtin!("int", Int),                      // i
-        builtin!("unsigned int", Unsigned),        // j
-        builtin!("long", Long),                    // l
-        builtin!("unsigned long", UnsignedLong),   // m
-        builtin!("__int128", Cast),                // n
-        builtin!("unsigned __int128", Cast),       // o
-        builtin!("short", Cast),                   // s
-        builtin!("unsigned short", Cast),          // t
-        builtin!("void", Void),                    // v
-        builtin!("wchar_t", Cast),                 // w
-        builtin!("long long", LongLong),           // x
+        builtin!("signed char", Cast),                    // a
+        builtin!("bool", Bool),                           // b
+        builtin!("char", Cast),                           // c
+        builtin!("double", Float),                        // d
+        builtin!("long double", Float),                   // e
+        builtin!("float", Float),                         // f
+        builtin!("__float128", Float),                    // g
+        builtin!("unsigned char", Cast),                  // h
+        builtin!("int", Int),                             // i
+        builtin!("unsigned int", Unsigned),               // j
+        builtin!("long", Long),                           // l
+        builtin!("unsigned long", UnsignedLong),          // m
+        builtin!("__int128", Cast),                       // n
+        builtin!("unsigned __int128", Cast),              // o
+        builtin!("short", Cast),                          // s
+        builtin!("unsigned short", Cast),                 // t
+        builtin!("void", Void),                           // v
+        builtin!("wchar_t", Cast),                        // w
+        builtin!("long long", LongLong),                  // x
         builtin!("unsigned long long", UnsignedLongLong), // y
     ];
     static ELLIPSIS: Builtin = builtin!("...", Cast);
@@ -80,11 +80,10 @@ pub(super) fn builtin(c: u8) -> Option<&'static Builtin> {
     T.get(usize::from(i))
 }
 
-/// The builtin type `D<c>` (`Dn` is `decltype(nullptr)`).
+/// The builtin type `D<c>` (`Dn` is `decltype(nullptr)`; `Da` and `Dc` are
+/// names to libiberty, see the parser).
 pub(super) fn builtin_d(c: u8) -> Option<&'static Builtin> {
-    static D: [(u8, Builtin); 10] = [
-        (b'a', builtin!("auto", Cast)),
-        (b'c', builtin!("decltype(auto)", Cast)),
+    static D: [(u8, Builtin); 8] = [
         (b'd', builtin!("decimal64", Cast)),
         (b'e', builtin!("decimal128", Cast)),
         (b'f', builtin!("decimal32", Cast)),
@@ -325,6 +324,8 @@ pub(super) enum Node<'a> {
     /// Template arguments, parameters or a pack; empty for `()` and `JE`.
     List(Vec<Id>),
     Builtin(&'static Builtin),
+    /// `_FloatN` (`DF16_`), a builtin libiberty prints as a name.
+    ExtendedBuiltin(&'static str),
     /// A vendor extended type (`u`), printed as its name.
     Vendor(Id),
     Ctor(Id),
@@ -437,6 +438,7 @@ mod tests {
         assert_eq!(builtin(b'v').map(|b| b.name), Some("void"));
         assert!(builtin(b'k').is_none() && builtin(b'u').is_none());
         assert_eq!(builtin_d(b'n').map(|b| b.name), Some("decltype(nullptr)"));
+        assert!(OPERATORS.windows(2).all(|w| w[0].code < w[1].code));
         assert_eq!(operator(b"ls").map(|o| o.name), Some("<<"));
         assert_eq!(operator(b"tw").map(|o| o.name), Some("throw "));
         assert!(operator(b"xx").is_none());

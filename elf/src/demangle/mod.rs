@@ -85,7 +85,20 @@ fn cpp(name: &str) -> Option<String> {
         return None;
     }
     let mut p = Parser::new(name);
-    let root = if name.starts_with("_Z") {
+    let mut root = parse(&mut p, name);
+    if root.is_none() && p.unresolved_name_state == -1 {
+        p = Parser::new(name);
+        p.unresolved_name_state = 0;
+        root = parse(&mut p, name);
+    }
+    // Substitutions that nest exponentially are given up past this much
+    // work and text (libiberty would print megabytes).
+    print::print(&p.nodes, root?, PRINT_BUDGET)
+}
+
+/// The tree of a `_Z` name or of g++'s `_GLOBAL__I_` names.
+fn parse<'a>(p: &mut Parser<'a>, name: &'a str) -> Option<ast::Id> {
+    Some(if name.starts_with("_Z") {
         p.mangled_name(true)?
     } else {
         let (text, rest) = special::global_ctors(name)?;
@@ -96,10 +109,7 @@ fn cpp(name: &str) -> Option<String> {
             p.add(ast::Node::Name(rest))
         };
         p.add(ast::Node::Global(text, inner))
-    };
-    // Substitutions that nest exponentially are given up past this much
-    // work and text (libiberty would print megabytes).
-    print::print(&p.nodes, root, PRINT_BUDGET)
+    })
 }
 
 #[cfg(test)]
@@ -202,7 +212,10 @@ mod tests {
             "_ZN4llvm15format_providerINSt6chrono10time_pointINS1_3_V212system_clockENS1_8durationIlSt5ratioILl1ELl1000000000EEEEEEvE6formatERKS9_RNS_11raw_ostreamENS_9StringRefE",
             "llvm::format_provider<std::chrono::time_point<std::chrono::_V2::system_clock, std::chrono::duration<long, std::ratio<1l, 1000000000l> > >, void>::format",
         );
-        is("_ZGVNSt10moneypunctIcLb0EE2idE", "guard variable for std::moneypunct<char, false>::id");
+        is(
+            "_ZGVNSt10moneypunctIcLb0EE2idE",
+            "guard variable for std::moneypunct<char, false>::id",
+        );
         is("_Z1fILin1EEvv", "f<-1>");
         is("_Z1fILc97EEvv", "f<(char)97>");
         is("_Z1fILd3ff00000EEvv", "f<(double)[3ff00000]>");
@@ -246,7 +259,10 @@ mod tests {
 
     #[test]
     fn std_abbreviations() {
-        is("_ZNSi10_M_extractIPvEERSiRT_", "std::istream::_M_extract<void*>");
+        is(
+            "_ZNSi10_M_extractIPvEERSiRT_",
+            "std::istream::_M_extract<void*>",
+        );
         is("_ZNSo3putEc", "std::ostream::put");
         // Before a constructor or destructor the abbreviation is written out.
         is(
@@ -294,12 +310,18 @@ mod tests {
             "_ZZNSt9once_flag18_Prepare_executionC4IZSt9call_onceIRFvvEJEEvRS_OT_DpOT0_EUlvE_EERS6_ENUlvE_4_FUNEv",
             "std::once_flag::_Prepare_execution::_Prepare_execution<std::call_once<void (&)()>(std::once_flag&, void (&)())::{lambda()#1}>(void (&)())::{lambda()#1}::_FUN",
         );
-        is("_ZZ1fvENKUlT_E_clIiEEDaS_", "f()::{lambda(auto:1)#1}::operator()<int>");
+        is(
+            "_ZZ1fvENKUlT_E_clIiEEDaS_",
+            "f()::{lambda(auto:1)#1}::operator()<int>",
+        );
         is("_ZZ1fIiEvvE1x", "f<int>()::x");
         is("_ZZ1fIJiiEEvDpT_E1x", "f<int, int>(int, int)::x");
         is("_ZZ1fIOiEvRT_E1x", "f<int&&>(int&)::x");
         is("_ZN1AUt_E", "A::{unnamed type#1}");
-        is("_Z1fIN1AUt_ES1_EEvv", "f<A::{unnamed type#1}, {unnamed type#1}>");
+        is(
+            "_Z1fIN1AUt_ES1_EEvv",
+            "f<A::{unnamed type#1}, {unnamed type#1}>",
+        );
         is("_ZN12_GLOBAL__N_11fE", "(anonymous namespace)::f");
         is("_Z11AfterColourB5cxx11", "AfterColour[abi:cxx11]");
     }
@@ -326,6 +348,28 @@ mod tests {
         is("_Z1fIXdtfp_3fooEEvv", "f<{parm#1}.foo>");
         is("_Z1fIXcl1gLi1EEEEvv", "f<g(1)>");
         is("_Z1fIXadL_Z1gvEEEvv", "f<&(g())>");
+        // A function named in an expression keeps outer modifiers out.
+        is("_ZTIPDTL_Z3vecvEE", "typeinfo for decltype (vec())*");
+        is("_ZTIA10_DTL_Z3vecvEE", "typeinfo for decltype (vec()) [10]");
+        // `sr`, the current and the old mangling.
+        is("_Z1fIXsr1AE1xEEvv", "f<A::x>");
+        is("_Z1fIXsr1A1xEEvv", "f<A::x>");
+        // `auto` is a name (no parentheses), `int` a builtin.
+        is("_ZTIDpDa", "typeinfo for auto...");
+        is("_ZTIDpi", "typeinfo for (int)...");
+        is("_ZTIDpDF16_", "typeinfo for (_Float16)...");
+        // A generic lambda's pack of `auto`s.
+        is(
+            "_ZZ3BarO3vecEUlDpT0_E0_",
+            "Bar(vec&&)::{lambda((auto:2)...)#2}",
+        );
+        // An initializer list whose type cannot be read is untyped.
+        is(
+            "_ZTSDTpstlA_S0_aSfpTLd1EEE",
+            "typeinfo name for decltype (+{this=((double)[1])})",
+        );
+        // `sizeof...` of a parameter outside any template fails.
+        assert_eq!(demangle("_ZTAXsZT_E"), None);
     }
 
     /// What libiberty makes of names no compiler writes (found by mutating
@@ -340,7 +384,10 @@ mod tests {
         is("_ZNW4llvm10DwarfDebugD2Ev", "DwarfDebug@llvm::~DwarfDebug");
         is("_ZN4llvmW9MemorySSAD2Ev", "llvm::~MemorySSA@MemorySSA");
         // A repeated qualifier prints once.
-        is("_ZTIFbPKKN4llvm12MachineInstrEE", "typeinfo for bool (llvm::MachineInstr const*)");
+        is(
+            "_ZTIFbPKKN4llvm12MachineInstrEE",
+            "typeinfo for bool (llvm::MachineInstr const*)",
+        );
         // The modifiers of a local entity stay outside its function.
         is("_ZTIRKZ1fiE1A", "typeinfo for f(int)::A const&");
         is("_Z1gIPZ1fiE1AEvv", "g<f(int)::A*>");

@@ -28,6 +28,9 @@ pub(super) struct Parser<'a> {
     is_conversion: bool,
     /// Reading an expression (`cv` is a cast there).
     is_expression: bool,
+    /// How `sr` is read: 1 tries the current `sr <prefix> E <name>` first
+    /// (and becomes -1 once it did), 0 reads the old `sr <type> <name>`.
+    pub(super) unresolved_name_state: i8,
 }
 
 type R = Option<Id>;
@@ -43,6 +46,7 @@ impl<'a> Parser<'a> {
             depth: 0,
             is_conversion: false,
             is_expression: false,
+            unresolved_name_state: 1,
         }
     }
 
@@ -287,7 +291,7 @@ impl<'a> Parser<'a> {
         }
         let quals = self.cv_qualifiers(true)?;
         let rqual = self.ref_qualifier();
-        let prefix = self.prefix()?;
+        let prefix = self.prefix(true)?;
         let mut ret = self.wrap_qualifiers(&quals, prefix);
         if let Some(m) = rqual {
             ret = self.add(Node::Modifier(m, ret));
@@ -298,8 +302,9 @@ impl<'a> Parser<'a> {
         Some(ret)
     }
 
-    /// `<prefix>`: every component but the last is a substitution candidate.
-    fn prefix(&mut self) -> R {
+    /// `<prefix>`: every component but the last is a substitution candidate
+    /// (when `substable`).
+    fn prefix(&mut self, substable: bool) -> R {
         let mut ret: Option<Id> = None;
         loop {
             let peek = self.peek();
@@ -338,7 +343,9 @@ impl<'a> Parser<'a> {
             if self.peek() == b'E' {
                 break;
             }
-            self.add_sub(ret?)?;
+            if substable {
+                self.add_sub(ret?)?;
+            }
         }
         ret
     }
@@ -813,6 +820,16 @@ impl<'a> Parser<'a> {
                         self.float_n()?
                     }
                     b'v' => self.vector_type()?,
+                    // Names, not builtins, to libiberty (no parentheses
+                    // around them in an expression).
+                    b'a' => {
+                        can_subst = false;
+                        self.add(Node::Name("auto"))
+                    }
+                    b'c' => {
+                        can_subst = false;
+                        self.add(Node::Name("decltype(auto)"))
+                    }
                     c => {
                         can_subst = false;
                         self.add(Node::Builtin(ast::builtin_d(c)?))
@@ -857,7 +874,7 @@ impl<'a> Parser<'a> {
             (128, true) => "_Float128x",
             _ => return None,
         };
-        Some(self.add(Node::Name(name)))
+        Some(self.add(Node::ExtendedBuiltin(name)))
     }
 
     /// `Dv <number> _ <type>` or `Dv _ <expression> _ <type>`.
@@ -888,12 +905,16 @@ impl<'a> Parser<'a> {
             return None;
         }
         self.check(b'Y');
-        let mut ret = self.bare_function_type(true)?;
-        if let Some(m) = self.ref_qualifier() {
-            ret = self.add(Node::Modifier(m, ret));
-        }
+        // A failed function type still ends past its `E`, as libiberty's
+        // does (an untyped initializer list reads on from there).
+        let ret = self.bare_function_type(true);
+        let rqual = self.ref_qualifier();
         if !self.check(b'E') {
             return None;
+        }
+        let mut ret = ret?;
+        if let Some(m) = rqual {
+            ret = self.add(Node::Modifier(m, ret));
         }
         Some(ret)
     }
@@ -1050,6 +1071,8 @@ impl<'a> Parser<'a> {
             }
             let value = self.s.get(start..self.pos)?;
             if value.is_empty() {
+                // Fails, past its `E` (what a caller reading on sees).
+                self.advance(1);
                 return None;
             }
             self.add(Node::Literal {
@@ -1082,16 +1105,7 @@ impl<'a> Parser<'a> {
         match (peek, next) {
             (b'L', _) => return self.expr_primary(),
             (b'T', _) => return self.template_param(),
-            (b's', b'r') => {
-                self.advance(2);
-                let ty = self.type_()?;
-                let mut name = self.unqualified_name(None)?;
-                if self.peek() == b'I' {
-                    let args = self.template_args()?;
-                    name = self.add(Node::Template(name, args));
-                }
-                return Some(self.add(Node::Qual(ty, name)));
-            }
+            (b's', b'r') => return self.unresolved_name(),
             (b's', b'p') => {
                 self.advance(2);
                 let e = self.expression_1()?;
@@ -1121,11 +1135,8 @@ impl<'a> Parser<'a> {
             }
             (b'i' | b't', b'l') => {
                 self.advance(2);
-                let ty = if peek == b't' {
-                    Some(self.type_()?)
-                } else {
-                    None
-                };
+                // A type that cannot be read makes the list untyped.
+                let ty = if peek == b't' { self.type_() } else { None };
                 let list = self.exprlist(b'E')?;
                 return Some(self.add(Node::InitializerList(ty, list)));
             }
@@ -1145,7 +1156,10 @@ impl<'a> Parser<'a> {
             0 => Some(self.add(Node::Nullary(op))),
             1 => {
                 let b = code.as_bytes();
-                let suffix = b.len() == 2 && (b[0] == b'p' || b[0] == b'm') && b[1] == b[0] && !self.check(b'_');
+                let suffix = b.len() == 2
+                    && (b[0] == b'p' || b[0] == b'm')
+                    && b[1] == b[0]
+                    && !self.check(b'_');
                 let operand = if matches!(self.node(op), Node::Cast(_)) && self.check(b'_') {
                     self.exprlist(b'E')?
                 } else if code == "sP" {
@@ -1199,6 +1213,33 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// `sr …`: a qualified name in an expression. The current mangling
+    /// (`sr 1A E 1x`) and the old one (`sr 1A 1x`) read alike up to the
+    /// `E`: the first try takes the current one, and a name it fails is read
+    /// again the old way. A scope that cannot be read is left out.
+    fn unresolved_name(&mut self) -> R {
+        self.advance(2);
+        let peek = self.peek();
+        let scope = if self.unresolved_name_state != 0
+            && (peek.is_ascii_digit()
+                || peek.is_ascii_lowercase()
+                || matches!(peek, b'C' | b'U' | b'L'))
+        {
+            self.unresolved_name_state = -1;
+            let scope = self.prefix(false);
+            self.check(b'E');
+            scope
+        } else {
+            self.type_()
+        };
+        let mut name = self.unqualified_name(scope)?;
+        if self.peek() == b'I' {
+            let args = self.template_args()?;
+            name = self.add(Node::Template(name, args));
+        }
+        Some(name)
+    }
+
     fn exprlist(&mut self, end: u8) -> R {
         let mut list = Vec::new();
         if self.check(end) {
@@ -1220,4 +1261,57 @@ enum Qualifier {
     Mod(Modifier),
     Noexcept(Option<Id>),
     Throw(Id),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subs_of(name: &str) -> Vec<String> {
+        let mut p = Parser::new(name);
+        p.mangled_name(true).expect(name);
+        let subs = p.subs.clone();
+        subs.iter()
+            .map(|&id| super::super::print::print(&p.nodes, id, 1 << 16).unwrap_or_default())
+            .collect()
+    }
+
+    /// The substitution candidates, in libiberty's order: prefixes but
+    /// not the whole nested name; a template name, then its template; a
+    /// qualified type but not its parts with fewer qualifiers.
+    #[test]
+    fn substitution_candidates() {
+        assert_eq!(subs_of("_ZN1a1b1cE"), ["a", "a::b"]);
+        assert_eq!(
+            subs_of("_ZN1aIiE1bEv"),
+            ["a", "a<int>"],
+            "the template name and the template"
+        );
+        assert_eq!(subs_of("_Z1fIPKiE"), ["f", "int const", "int const*"]);
+        assert_eq!(subs_of("_ZSt3fooIiE"), ["std::foo"]);
+        // A closure type is no candidate of its own; its scope is.
+        assert_eq!(subs_of("_ZN1AUlvE_1fE"), ["A", "A::{lambda()#1}"]);
+    }
+
+    #[test]
+    fn numbers() {
+        let mut p = Parser::new("12n3_x");
+        assert_eq!(p.number(), 12);
+        assert_eq!(p.compact_number(), None, "no negative index");
+        let mut p = Parser::new("_3_");
+        assert_eq!(p.compact_number(), Some(0));
+        assert_eq!(p.compact_number(), Some(4));
+        let mut p = Parser::new("99999999999");
+        assert_eq!(p.number(), -1, "overflow");
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = format!("_Z1fI{}iE", "P".repeat(MAX_DEPTH as usize + 10));
+        let mut p = Parser::new(&deep);
+        assert_eq!(p.mangled_name(true), None);
+        let ok = format!("_Z1fI{}iE", "P".repeat(MAX_DEPTH as usize - 10));
+        let mut p = Parser::new(&ok);
+        assert!(p.mangled_name(true).is_some());
+    }
 }

@@ -236,6 +236,7 @@ impl<'a> Printer<'_, 'a> {
                 self.templates = hold;
             }
             Node::Builtin(b) => self.append(b.name),
+            Node::ExtendedBuiltin(name) => self.append(name),
             Node::Vendor(n) => self.comp(n),
             Node::Ctor(n) => self.comp(n),
             Node::Dtor(n) => {
@@ -271,7 +272,8 @@ impl<'a> Printer<'_, 'a> {
                             if !self.is_plain_cv(self.mods[e].node) {
                                 break;
                             }
-                            if matches!(*self.node(self.mods[e].node), Node::Modifier(k, _) if k == m) {
+                            if matches!(*self.node(self.mods[e].node), Node::Modifier(k, _) if k == m)
+                            {
                                 self.comp(inner);
                                 return;
                             }
@@ -488,9 +490,11 @@ impl<'a> Printer<'_, 'a> {
                     Some(scope) => {
                         // Re-entered as a substitution from outside itself.
                         let top = self.stack.len().saturating_sub(1);
-                        let inside = self.stack.iter().enumerate().any(|(i, &c)| {
-                            c == inner || (c == id && i != top)
-                        });
+                        let inside = self
+                            .stack
+                            .iter()
+                            .enumerate()
+                            .any(|(i, &c)| c == inner || (c == id && i != top));
                         if !inside {
                             restore = Some(self.templates);
                             self.templates = scope;
@@ -753,7 +757,9 @@ impl<'a> Printer<'_, 'a> {
     /// A function's name with its type: the name (and the qualifiers of a
     /// member function) go into the type's declarator.
     fn typed_name(&mut self, name: Id, ft: Id) {
-        let hold = self.modifiers;
+        // A function named in an expression (`L_Z…E`) keeps the modifiers
+        // around it out of its declarator: `decltype (f())*`.
+        let hold = self.modifiers.take();
         let mut entries: Vec<usize> = Vec::new();
         let mut typed = name;
         loop {
@@ -1014,6 +1020,8 @@ impl<'a> Printer<'_, 'a> {
             return None;
         }
         let children: [Option<Id>; 4] = match *self.node(id) {
+            // A generic lambda's `auto` parameter is no pack of a template.
+            Node::TemplateParam(_) if self.is_lambda_arg > 0 => return None,
             Node::TemplateParam(n) => {
                 let a = self.lookup(n)?;
                 return matches!(self.node(a), Node::List(_)).then_some(a);
@@ -1024,6 +1032,7 @@ impl<'a> Printer<'_, 'a> {
             | Node::Tagged(..)
             | Node::Operator(_)
             | Node::Builtin(_)
+            | Node::ExtendedBuiltin(_)
             | Node::StdSub(_)
             | Node::FunctionParam(_)
             | Node::UnnamedType(_)
@@ -1085,5 +1094,37 @@ impl<'a> Printer<'_, 'a> {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ast::{builtin, Node};
+    use super::print;
+
+    /// `f<int, >` loses its `, ` and `>` then follows without a space: the
+    /// last character appended was the space of the `, ` taken back.
+    #[test]
+    fn empty_pack_at_the_end() {
+        let int = Node::Builtin(builtin(b'i').unwrap());
+        let nodes = vec![
+            Node::Name("f"),
+            int,
+            Node::List(vec![]),
+            Node::List(vec![1, 2]),
+            Node::Template(0, 3),
+            Node::List(vec![4, 2]),
+            Node::Template(0, 5),
+        ];
+        assert_eq!(print(&nodes, 4, 1000).as_deref(), Some("f<int>"));
+        assert_eq!(print(&nodes, 6, 1000).as_deref(), Some("f<f<int>>"));
+    }
+
+    #[test]
+    fn budget_and_template_parameters() {
+        let nodes = vec![Node::Name("abcdef"), Node::TemplateParam(0)];
+        assert_eq!(print(&nodes, 0, 100).as_deref(), Some("abcdef"));
+        assert_eq!(print(&nodes, 0, 4), None, "past the budget");
+        assert_eq!(print(&nodes, 1, 100), None, "T_ outside a template");
     }
 }

@@ -112,7 +112,11 @@ fn call_offset(p: &mut Parser<'_>, c: u8) -> Option<()> {
 /// (rest demangled when it is mangled).
 pub(super) fn global_ctors(name: &str) -> Option<(&'static str, &str)> {
     let b = name.as_bytes();
-    if b.len() < 11 || !name.starts_with("_GLOBAL_") || !matches!(b[8], b'.' | b'_' | b'$') || b[10] != b'_' {
+    if b.len() < 11
+        || !name.starts_with("_GLOBAL_")
+        || !matches!(b[8], b'.' | b'_' | b'$')
+        || b[10] != b'_'
+    {
         return None;
     }
     let text = match b[9] {
