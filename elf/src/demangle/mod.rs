@@ -15,13 +15,26 @@
 //! libiberty's text: `cpp_demangle` spells vtables `{vtable(X)}`, literals
 //! `(unsigned int)8`, keeps `, ` before an empty pack and expands `std::istream`,
 //! and its syntax tree and substitution table are private, so its output
-//! cannot be re-printed. The demangler has a module per concept:
-//! [`ast`] (the tree and the ABI's tables), [`parse`] (the grammar and the
-//! substitution table), [`special`] (vtables, typeinfo, thunks, guards, clones)
-//! and [`print`] (libiberty's text). It fails (`None`, perf then prints the
-//! name raw) where libiberty fails, and on names nested deeper than
-//! [`parse::MAX_DEPTH`], longer than libiberty reads (1024 bytes) or whose
-//! text would grow without bound.
+//! cannot be re-printed. The demangler has a module per concept: `ast` (the
+//! tree and the ABI's tables), `parse` (the grammar and the substitution
+//! table), `special` (vtables, typeinfo, thunks, guards, clones) and `print`
+//! (libiberty's text). It fails (`None`, perf then prints the name raw) where
+//! libiberty fails, on names longer than libiberty reads (1024 bytes), nested
+//! deeper than 1024 levels, or whose text would grow past a megabyte (a
+//! substitution bomb). tests/libiberty_demangle.rs compares it with
+//! libiberty on every C++ symbol of the installed libraries.
+//!
+//! ```
+//! use pt_elf::demangle::demangle;
+//!
+//! assert_eq!(demangle("_ZNSo3putEc").as_deref(), Some("std::ostream::put"));
+//! assert_eq!(
+//!     demangle("_ZTv0_n24_NSdD0Ev").as_deref(),
+//!     Some("virtual thunk to std::basic_iostream<char, std::char_traits<char> >::~basic_iostream()")
+//! );
+//! assert_eq!(demangle("_ZTV10ScopViewer").as_deref(), Some("vtable for ScopViewer"));
+//! assert_eq!(demangle("main"), None);
+//! ```
 
 mod ast;
 mod parse;
