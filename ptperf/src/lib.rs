@@ -68,6 +68,16 @@ pub(crate) fn reading<A: clap::Parser>(
     args: &[std::ffi::OsString],
     run: impl FnOnce(A) -> Result<input::Outcome, String>,
 ) -> std::process::ExitCode {
+    reading_with(name, args, |argv| A::try_parse_from(argv), run)
+}
+
+/// [`reading`] with its own parser of the command line (`argv[0]` first).
+pub(crate) fn reading_with<A>(
+    name: &str,
+    args: &[std::ffi::OsString],
+    parse: impl FnOnce(Vec<std::ffi::OsString>) -> Result<A, clap::Error>,
+    run: impl FnOnce(A) -> Result<input::Outcome, String>,
+) -> std::process::ExitCode {
     use std::process::ExitCode;
     use std::process::Termination;
     if let [only] = args {
@@ -76,8 +86,10 @@ pub(crate) fn reading<A: clap::Parser>(
             return ExitCode::SUCCESS;
         }
     }
-    let argv = std::iter::once(std::ffi::OsString::from(name)).chain(args.iter().cloned());
-    let a = match A::try_parse_from(argv) {
+    let argv = std::iter::once(std::ffi::OsString::from(name))
+        .chain(args.iter().cloned())
+        .collect();
+    let a = match parse(argv) {
         Ok(a) => a,
         Err(e) => {
             // perf's habit: usage and help on stderr, exit status 129.

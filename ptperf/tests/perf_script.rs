@@ -86,6 +86,10 @@ const CHECKS: &[&[&str]] = &[
     &["--itrace=i100i", "--reltime"],
     &["--itrace=b", "--deltatime", "--ns"],
     &["--call-trace", "--reltime"],
+    // Applied in the order given.
+    &["--itrace=i1000i", "--call-trace"],
+    &["--call-trace", "--itrace=i1000i", "-F", "tid,time,ip"],
+    &["-F", "tid,ip", "--insn-trace"],
     &["--itrace=i1i", "-F", "ip"],
     &["--itrace=b", "-F", "+flags,+addr,+insn,+insnlen"],
     &[

@@ -236,6 +236,7 @@ fn run(a: &Args) -> Result<Outcome, String> {
             ..Default::default()
         },
         xed: false,
+        warnings: Vec::new(),
     };
     let mut synth = Synth::new(&session, opts);
     let mut printer = Printer::new(&session, &perf, &plan, synth.opts())?;

@@ -185,6 +185,29 @@ enum Change {
 }
 
 impl Selection {
+    /// What perf warns before it applies `-F s` to this selection: a list
+    /// that replaces fields someone set already.
+    pub fn override_warning(&self, s: &str) -> Option<String> {
+        match s.split_once(':') {
+            Some((t, _)) => {
+                let (t, name) = match t {
+                    "hw" | "hardware" => (OutType::Hardware, "hardware"),
+                    "synth" => (OutType::Synth, "synth"),
+                    _ => return None,
+                };
+                self.out[t as usize]
+                    .user_set
+                    .then(|| format!("Overriding previous field request for {name} events."))
+            }
+            None if s.is_empty() || s.contains(['+', '-']) => None,
+            None => self
+                .out
+                .iter()
+                .any(|o| o.user_set)
+                .then(|| "Overriding previous field request for all events.".to_string()),
+        }
+    }
+
     /// Applies a `-F` string (perf's `parse_output_fields`, for field lists that
     /// apply to every event type, with an optional `hw:`/`synth:` prefix).
     pub fn parse(&mut self, s: &str) -> Result<(), BadFields> {

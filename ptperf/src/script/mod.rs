@@ -84,6 +84,71 @@ pub struct Args {
     /// One JSON object per sample (and per error) instead of perf's text
     #[arg(long = "json")]
     pub json: bool,
+    /// The order `--insn-trace`, `--call-trace`, `--call-ret-trace`,
+    /// `--itrace` and each `-F` came in ([`Args::parse_ordered`]); empty:
+    /// that order.
+    #[arg(skip)]
+    pub order: Vec<Ordered>,
+}
+
+/// An option perf applies where it stands on the command line: a later one
+/// changes what an earlier one chose ("The arguments are processed in the
+/// order received", perf-script(1) of `-F`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ordered {
+    /// `--insn-trace`.
+    InsnTrace,
+    /// `--call-trace`.
+    CallTrace,
+    /// `--call-ret-trace`.
+    CallRetTrace,
+    /// `--itrace`.
+    Itrace,
+    /// The `-F` of this number.
+    Fields(usize),
+}
+
+impl Args {
+    /// `argv` parsed, with the order of the options perf applies in order.
+    pub fn parse_ordered(argv: Vec<OsString>) -> Result<Self, clap::Error> {
+        use clap::{CommandFactory, FromArgMatches};
+        let m = Self::command().try_get_matches_from(argv)?;
+        let mut a = Self::from_arg_matches(&m)?;
+        let mut at: Vec<(usize, Ordered)> = Vec::new();
+        for (id, o) in [
+            ("insn_trace", Ordered::InsnTrace),
+            ("call_trace", Ordered::CallTrace),
+            ("call_ret_trace", Ordered::CallRetTrace),
+            ("itrace", Ordered::Itrace),
+        ] {
+            // A flag not given has its default's index (none).
+            if m.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+                if let Some(i) = m.index_of(id) {
+                    at.push((i, o));
+                }
+            }
+        }
+        if let Some(ix) = m.indices_of("fields") {
+            at.extend(ix.enumerate().map(|(k, i)| (i, Ordered::Fields(k))));
+        }
+        at.sort_by_key(|&(i, _)| i);
+        a.order = at.into_iter().map(|(_, o)| o).collect();
+        Ok(a)
+    }
+
+    /// The options perf applies in order, in the order given.
+    fn ordered(&self) -> Vec<Ordered> {
+        if !self.order.is_empty() {
+            return self.order.clone();
+        }
+        let mut v = Vec::new();
+        v.extend(self.insn_trace.is_some().then_some(Ordered::InsnTrace));
+        v.extend(self.call_trace.then_some(Ordered::CallTrace));
+        v.extend(self.call_ret_trace.then_some(Ordered::CallRetTrace));
+        v.extend(self.itrace.is_some().then_some(Ordered::Itrace));
+        v.extend((0..self.fields.len()).map(Ordered::Fields));
+        v
+    }
 }
 
 /// A comma-separated list of numbers (perf's cpu/tid lists, `a-b` ranges too).
@@ -171,7 +236,7 @@ fn time_range(s: &str) -> Result<TimeRange, String> {
 
 /// Runs `ptperf script ARGS` (the arguments after `script`).
 pub fn main(args: &[OsString]) -> ExitCode {
-    crate::reading::<Args>("ptperf script", args, |a| run(&a))
+    crate::reading_with("ptperf script", args, Args::parse_ordered, |a| run(&a))
 }
 
 /// What `ptperf script` was asked for, checked.
@@ -198,6 +263,8 @@ pub struct Plan {
     pub symbols: pt_elf::SymbolOptions,
     /// Instruction bytes disassembled (`--xed`, `--insn-trace=disasm`).
     pub xed: bool,
+    /// What perf warns of while reading the options (stderr).
+    pub warnings: Vec<String>,
 }
 
 impl Plan {
@@ -211,40 +278,46 @@ impl Plan {
         let mut opts = SynthOpts::default();
         let mut ns = a.ns;
         let mut xed = a.xed;
-        if let Some(s) = &a.insn_trace {
-            match s.as_str() {
-                "" | "raw" => {}
-                // perf 6.1 disassembles with capstone, where it was built with
-                // it; we print XED's text, as for `--xed`.
-                "disasm" => xed = true,
-                _ => return Err("Only accept raw|disasm".into()),
+        let mut warnings = Vec::new();
+        for o in a.ordered() {
+            match o {
+                Ordered::InsnTrace => {
+                    match a.insn_trace.as_deref().unwrap_or("") {
+                        "" | "raw" => {}
+                        // perf 6.1 disassembles with capstone, where it was
+                        // built with it; we print XED's text, as for `--xed`.
+                        "disasm" => xed = true,
+                        _ => return Err("Only accept raw|disasm".into()),
+                    }
+                    sel.parse("+insn,-event,-period").map_err(|e| e.0)?;
+                    opts.parse_into("i0nse").map_err(|e| e.to_string())?;
+                    ns = true;
+                }
+                Ordered::CallTrace => {
+                    sel.parse("-ip,-addr,-event,-period,+callindent")
+                        .map_err(|e| e.0)?;
+                    opts.parse_into("cewp").map_err(|e| e.to_string())?;
+                    ns = true;
+                }
+                Ordered::CallRetTrace => {
+                    sel.parse("-ip,-addr,-event,-period,+callindent,+flags")
+                        .map_err(|e| e.0)?;
+                    opts.parse_into("crewp").map_err(|e| e.to_string())?;
+                    ns = true;
+                }
+                Ordered::Itrace => match a.itrace.as_deref().unwrap_or("") {
+                    "" => {
+                        let set = SynthOpts::default_for(true);
+                        opts = SynthOpts { set: true, ..set };
+                    }
+                    s => opts.parse_into(s).map_err(|e| e.to_string())?,
+                },
+                Ordered::Fields(k) => {
+                    let f = &a.fields[k];
+                    warnings.extend(sel.override_warning(f));
+                    sel.parse(f).map_err(|e| e.0)?;
+                }
             }
-            sel.parse("+insn,-event,-period").map_err(|e| e.0)?;
-            opts.parse_into("i0nse").map_err(|e| e.to_string())?;
-            ns = true;
-        }
-        if a.call_trace {
-            sel.parse("-ip,-addr,-event,-period,+callindent")
-                .map_err(|e| e.0)?;
-            opts.parse_into("cewp").map_err(|e| e.to_string())?;
-            ns = true;
-        }
-        if a.call_ret_trace {
-            sel.parse("-ip,-addr,-event,-period,+callindent,+flags")
-                .map_err(|e| e.0)?;
-            opts.parse_into("crewp").map_err(|e| e.to_string())?;
-            ns = true;
-        }
-        if let Some(s) = &a.itrace {
-            if s.is_empty() {
-                let set = SynthOpts::default_for(true);
-                opts = SynthOpts { set: true, ..set };
-            } else {
-                opts.parse_into(s).map_err(|e| e.to_string())?;
-            }
-        }
-        for f in &a.fields {
-            sel.parse(f).map_err(|e| e.0)?;
         }
         if sel
             .out
@@ -284,6 +357,7 @@ impl Plan {
             cpus,
             time,
             xed,
+            warnings,
         })
     }
 }
@@ -414,6 +488,9 @@ fn flush(out: &mut impl Write, buf: &mut Vec<u8>) {
 fn run(a: &Args) -> Result<Outcome, String> {
     const CMD: &str = "ptperf script";
     let plan = Plan::new(a)?;
+    for w in &plan.warnings {
+        eprintln!("{w}");
+    }
     let file = input::open(CMD, &a.input)?;
     let perf = input::parse(CMD, &a.input, &file)?;
     let (so, _vdso) = session_options(&a.input, &plan, a.symfs.as_deref());
@@ -521,4 +598,46 @@ fn recorded(
         return Ok(Outcome::Damaged);
     }
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Args {
+        let argv = std::iter::once("script")
+            .chain(v.iter().copied())
+            .map(OsString::from)
+            .collect();
+        Args::parse_ordered(argv).unwrap()
+    }
+
+    #[test]
+    fn options_apply_in_the_order_given() {
+        let a = args(&["-F", "ip", "--itrace=b", "--call-trace", "-F", "+addr"]);
+        assert_eq!(
+            a.order,
+            [
+                Ordered::Fields(0),
+                Ordered::Itrace,
+                Ordered::CallTrace,
+                Ordered::Fields(1)
+            ]
+        );
+        // --call-trace after -F set fields: perf warns when a later list
+        // replaces them, not when it edits them.
+        let p = Plan::new(&a).unwrap();
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        let p = Plan::new(&args(&["--call-trace", "-F", "tid,ip"])).unwrap();
+        assert_eq!(
+            p.warnings,
+            ["Overriding previous field request for all events."]
+        );
+        // Built without a command line: the fixed order.
+        let b = Args {
+            order: Vec::new(),
+            ..args(&["-F", "ip", "--call-trace"])
+        };
+        assert_eq!(b.ordered(), [Ordered::CallTrace, Ordered::Fields(0)]);
+    }
 }

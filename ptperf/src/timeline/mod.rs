@@ -223,6 +223,7 @@ fn run(a: &Args) -> Result<(), String> {
         full_source_path: false,
         json: false,
         no_demangle: a.no_demangle,
+        order: Vec::new(),
     };
     let plan = Plan::new(&sargs)?;
     let min = match &a.min_duration {
