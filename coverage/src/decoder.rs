@@ -744,8 +744,10 @@ impl CoverageDecoder {
     /// `ip`, the plain packets (TNT-8, TNT-64, TIP with an IP, PAD, MTC, CYC, TSC)
     /// straight from the trace bytes, 16 at a time (so no bounds check per packet),
     /// until one it does not take or the last 15 bytes (left to the event decoder).
-    /// The walk is the event path's, packet for packet; timing packets move the
-    /// event decoder's time model ([`EventDecoder::apply_time`]).
+    /// The walk is the event path's, packet for packet. TSC packets move the event
+    /// decoder's time model ([`EventDecoder::apply_time`]); MTC and CYC packets only
+    /// where they could fail in it ([`EventDecoder::mtc_cyc_can_fail`]), else they
+    /// are taken by their length alone (coverage reads no time).
     fn lane(
         &mut self,
         walk: &mut Walk,
