@@ -1755,7 +1755,7 @@ mod tests {
                 cases.push(vec![b0, b1, 0x55]);
             }
         }
-        // Long counts: 3 to 10 bytes, and a tenth that goes past 64 bits.
+        // Long counts: 2 to 9 bytes, and 10 (a ninth extension byte: past 64 bits).
         for n in 1..=9 {
             let mut bytes = vec![0xff];
             bytes.extend(std::iter::repeat_n(0xff, n - 1));
