@@ -483,9 +483,11 @@ impl<'a> EventDecoder<'a> {
     /// then fit `mtc_freq + 8 <= 23` bits, so that two of them are never more than one
     /// wrap apart and their difference in TSC ticks (below 2^23 * 2^32 / 1) never
     /// overflows the calibration's fixed point; a missing CPUID 0x15 or nominal
-    /// frequency is no error. A consumer that reads no time may then take MTC and CYC
-    /// packets after a [`handoff`](Self::handoff) by their length alone (the time
-    /// model then lags, which only event time stamps show).
+    /// frequency is no error. Nor do the other timing packets' errors depend on them
+    /// (a TSC's 56 bits never wrap twice; TMA checks TSC and TMA). A consumer that
+    /// reads no time may then take MTC and CYC packets after a
+    /// [`handoff`](Self::handoff) by their length alone (the time model then lags,
+    /// which only event time stamps show).
     pub fn mtc_cyc_can_fail(&self) -> bool {
         self.config.mtc_freq > 15
     }
@@ -1989,7 +1991,8 @@ mod tests {
     use pt_encoder::{encode_to_vec, ExecMode, ModeExec, Tnt};
 
     /// MTC and CYC packets fail in the time model only where
-    /// [`EventDecoder::mtc_cyc_can_fail`] says they can: random sequences of timing
+    /// [`EventDecoder::mtc_cyc_can_fail`] says they can, and where they cannot, the
+    /// other timing packets fail as they do without them: random sequences of timing
     /// packets, PSBs and overflows under extreme configurations.
     #[test]
     fn mtc_cyc_fail_only_where_said() {
@@ -2022,6 +2025,9 @@ mod tests {
                         EventDecoder::new(&[], &config, Options::default()).mtc_cyc_can_fail();
                     assert_eq!(can_fail, mtc_freq > 15);
                     let (mut time, mut tcal) = (Time::new(), TimeCal::new());
+                    // A model that MTC and CYC do not move (a consumer that takes
+                    // them by their length): the other packets' errors are the same.
+                    let (mut lag_time, mut lag_tcal) = (Time::new(), TimeCal::new());
                     for _ in 0..20_000 {
                         let r = rand();
                         let p = match r % 16 {
@@ -2035,10 +2041,12 @@ mod tests {
                             },
                             3 => {
                                 tcal.update_psb(&config);
+                                lag_tcal.update_psb(&config);
                                 continue;
                             }
                             4 if r >> 60 == 0 => {
                                 tcal.update_ovf();
+                                lag_tcal.update_ovf();
                                 continue;
                             }
                             5..=8 => Packet::Mtc {
@@ -2054,12 +2062,17 @@ mod tests {
                         };
                         let header = r & 0x80 != 0;
                         let timing = matches!(p, Packet::Mtc { .. } | Packet::Cyc { .. });
-                        match apply_timing(&mut time, &mut tcal, &config, &p, header && !timing) {
-                            Err(e) if timing => {
+                        let header = header && !timing;
+                        let r = apply_timing(&mut time, &mut tcal, &config, &p, header);
+                        if timing {
+                            if let Err(e) = r {
                                 assert!(can_fail, "{p:?} {e:?} under {config:?}");
                                 failed_beyond += 1;
                             }
-                            _ => {}
+                        } else if !can_fail {
+                            let lag =
+                                apply_timing(&mut lag_time, &mut lag_tcal, &config, &p, header);
+                            assert_eq!(r, lag, "{p:?} (header {header}) under {config:?}");
                         }
                     }
                 }
