@@ -744,8 +744,10 @@ impl CoverageDecoder {
     /// `ip`, the plain packets (TNT-8, TNT-64, TIP with an IP, PAD, MTC, CYC, TSC)
     /// straight from the trace bytes, 16 at a time (so no bounds check per packet),
     /// until one it does not take or the last 15 bytes (left to the event decoder).
-    /// The walk is the event path's, packet for packet; timing packets move the
-    /// event decoder's time model ([`EventDecoder::apply_time`]).
+    /// The walk is the event path's, packet for packet. TSC packets move the event
+    /// decoder's time model ([`EventDecoder::apply_time`]); MTC and CYC packets only
+    /// where they could fail in it ([`EventDecoder::mtc_cyc_can_fail`]), else they
+    /// are taken by their length alone (coverage reads no time).
     fn lane(
         &mut self,
         walk: &mut Walk,
@@ -756,6 +758,11 @@ impl CoverageDecoder {
         out: &mut Outcome,
     ) -> LaneEnd {
         let trace = ev.buffer();
+        let skd007 = self.options.config.errata.skd007;
+        // Coverage reads no time: MTC and CYC only move the time model where they
+        // could fail in it (as they would in the flow decoder), which with the MTC
+        // frequencies the hardware can set they cannot.
+        let time = ev.mtc_cyc_can_fail();
         loop {
             let Some(w) = trace.get(pos..).and_then(|r| r.first_chunk::<16>()) else {
                 return LaneEnd::At(pos, ip);
@@ -802,17 +809,13 @@ impl CoverageDecoder {
                 return LaneEnd::At(pos, ip);
             }
             if b0 & 3 == 3 {
-                // CYC: one byte, or two if the second ends it (02 there is left
-                // alone: SKD007 may make it an OVF).
-                let (value, n) = if b0 & 4 == 0 {
-                    (u64::from(b0 >> 3), 1)
-                } else if w[1] & 1 == 0 && w[1] != 2 {
-                    (u64::from(b0 >> 3) | u64::from(w[1] >> 1) << 5, 2)
-                } else {
+                let Some((value, n)) = cyc(w, skd007) else {
                     return LaneEnd::At(pos, ip);
                 };
-                if let Err(e) = ev.apply_time(pos as u64, &Packet::Cyc { value }) {
-                    return LaneEnd::Trace(e, pos, ip);
+                if time {
+                    if let Err(e) = ev.apply_cyc(pos as u64, value) {
+                        return LaneEnd::Trace(e, pos, ip);
+                    }
                 }
                 pos += n;
                 continue;
@@ -820,8 +823,10 @@ impl CoverageDecoder {
             let word1 = u64::from_le_bytes([w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]]);
             match b0 {
                 0x59 => {
-                    if let Err(e) = ev.apply_time(pos as u64, &Packet::Mtc { ctc: w[1] }) {
-                        return LaneEnd::Trace(e, pos, ip);
+                    if time {
+                        if let Err(e) = ev.apply_mtc(pos as u64, w[1]) {
+                            return LaneEnd::Trace(e, pos, ip);
+                        }
                     }
                     pos += 2;
                     continue;
@@ -1448,6 +1453,42 @@ const IP_FORMS: [IpForm; 8] = [
     IpForm::NONE,
 ];
 
+/// The CYC packet at the start of `w` (SDM: its header's bits 7:3, then 7 bits from
+/// each extension byte while bit 0 of the byte before is set): its cycle count and
+/// length, or `None` where the packet layer reports an error (a count past 64 bits)
+/// or, with SKD007, an OVF behind the header: left to the event decoder.
+///
+/// One and two bytes (the counts below 4096) without a branch on which: CYCs of
+/// both lengths follow one another in no order the branch predictor could learn.
+#[inline(always)]
+fn cyc(w: &[u8; 16], skd007: bool) -> Option<(u64, usize)> {
+    let (b0, b1) = (w[0], w[1]);
+    // 1: the header's Exp bit, one extension byte at least.
+    let ext = b0 >> 2 & 1;
+    if ext & b1 & 1 != 0 {
+        return cyc_long(w);
+    }
+    if skd007 & (ext != 0) & (b1 == 0x02) & (w[2] == 0xf3) {
+        return None;
+    }
+    let tail = u64::from(b1 >> 1) << 5 & 0u64.wrapping_sub(u64::from(ext));
+    Some((u64::from(b0 >> 3) | tail, 1 + usize::from(ext)))
+}
+
+/// [`cyc`] with three bytes or more (counts of 4096 cycles and up).
+#[cold]
+fn cyc_long(w: &[u8; 16]) -> Option<(u64, usize)> {
+    let mut value = u64::from(w[0] >> 3);
+    // The packet layer refuses a ninth extension byte (past 64 bits).
+    for (k, &b) in w[1..=8].iter().enumerate() {
+        value |= u64::from(b >> 1) << (5 + 7 * k);
+        if b & 1 == 0 {
+            return Some((value, k + 2));
+        }
+    }
+    None
+}
+
 /// How the [fast lane](CoverageDecoder::lane) ended: each with the offset of the
 /// packet it stopped at and the last IP before it.
 enum LaneEnd {
@@ -1700,6 +1741,41 @@ mod tests {
             }
             at_once.apply(&m);
             assert_eq!(drain(at_once), drain(one_by_one), "{before} before");
+        }
+    }
+
+    /// The fast lane's CYC lengths and counts are the packet layer's, and it leaves
+    /// to the event decoder what the packet layer refuses or (SKD007) reads as an OVF.
+    #[test]
+    fn cyc_matches_packet_layer() {
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        for b0 in (3u8..=255).step_by(4) {
+            for b1 in 0..=255u8 {
+                cases.push(vec![b0, b1, 0xf3]);
+                cases.push(vec![b0, b1, 0x55]);
+            }
+        }
+        // Long counts: 2 to 9 bytes, and 10 (a ninth extension byte: past 64 bits).
+        for n in 1..=9 {
+            let mut bytes = vec![0xff];
+            bytes.extend(std::iter::repeat_n(0xff, n - 1));
+            bytes.push(0x7e);
+            cases.push(bytes);
+        }
+        for skd007 in [false, true] {
+            let mut config = pt_decoder::Config::default();
+            config.errata.skd007 = skd007;
+            for case in &cases {
+                let mut w = [0u8; 16];
+                w[..case.len()].copy_from_slice(case);
+                let mut pkt = pt_decoder::PacketDecoder::new(&w, &config);
+                pkt.resume_at(0).unwrap();
+                let want = match pkt.next_packet() {
+                    Ok((_, Packet::Cyc { value })) => Some((value, pkt.offset().unwrap() as usize)),
+                    _ => None,
+                };
+                assert_eq!(cyc(&w, skd007), want, "{case:02x?} skd007 {skd007}");
+            }
         }
     }
 

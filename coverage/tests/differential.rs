@@ -283,3 +283,117 @@ proptest! {
         prop_assert!(agree(&t, &image), "the flow decoder failed");
     }
 }
+
+/// The coverage decoder's edges, blocks and bitmap of `trace`, each sorted, with
+/// and without collecting (the bitmap-only path takes other shortcuts), for both
+/// edge formulas; and the errors it met.
+#[allow(clippy::type_complexity)]
+fn coverage_of(
+    trace: &[u8],
+    image: &Image,
+) -> Vec<(
+    Vec<(u64, u64, String, u64)>,
+    Vec<(pt_coverage::BasicBlock, u64)>,
+    Vec<u8>,
+    u64,
+)> {
+    let mut all = Vec::new();
+    for hash in [EdgeHash::Afl, EdgeHash::Libxdc] {
+        for collect in [true, false] {
+            let mut cov = CoverageDecoder::new(Options {
+                map_size: MAP,
+                hash,
+                collect,
+                ..Options::default()
+            });
+            // Cold, then warm.
+            for _ in 0..2 {
+                cov.reset();
+                let out = cov.decode(trace, image);
+                let mut edges: Vec<_> = cov
+                    .edges()
+                    .map(|(e, n)| (e.from, e.to, e.kind.name().to_string(), n))
+                    .collect();
+                edges.sort();
+                let mut blocks: Vec<_> = cov.blocks().collect();
+                blocks.sort();
+                all.push((edges, blocks, cov.map().to_vec(), out.errors));
+            }
+        }
+    }
+    all
+}
+
+/// A timing packet (or PAD) of kind `kind` from `v`: CYCs of every length (one
+/// byte, two with 02 for an extension byte, up to nine), MTC, PAD.
+fn timing_packet(kind: u8, v: u64) -> pt_encoder::Packet {
+    use pt_encoder::Packet;
+    match kind {
+        0 => Packet::Cyc { value: v & 0x1f },
+        1 => Packet::Cyc {
+            value: 0x20 | v & 0x1f,
+        },
+        2 => Packet::Cyc { value: v & 0xfff },
+        3 => Packet::Cyc {
+            value: v >> (3 + v % 61),
+        },
+        4 => Packet::Mtc { ctc: v as u8 },
+        _ => Packet::Pad,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Timing packets change no edge: a trace with its MTC, CYC and PAD packets
+    /// taken out, and with more put in between any two packets outside PSB+ (runs
+    /// of them, CYCs of every length), gives the same edges, blocks and bitmap,
+    /// without an error; and the flow decoder agrees on the one with more.
+    #[test]
+    fn timing_packets_change_no_edge(seed in any::<u64>(), len in 64usize..6000,
+                                     psb in 16usize..4000,
+                                     more in proptest::collection::vec(
+                                         (any::<u16>(), 0u8..6, any::<u64>()), 0..300)) {
+        use pt_encoder::Packet;
+        let image = image_at(LOOP_BASE, LOOP_CODE);
+        let (t, _) = trace::loop_trace(seed, len, psb);
+        // The packets: their bytes, whether they are timing packets (or PAD), and
+        // whether a packet may be put in before them (not inside PSB+).
+        let mut pkt = pt_decoder::PacketDecoder::new(&t, &Config::default());
+        pkt.resume_at(0).unwrap();
+        let mut packets: Vec<(&[u8], bool, bool)> = Vec::new();
+        let (mut at, mut in_psb) = (0usize, false);
+        while let Ok((_, p)) = pkt.next_packet() {
+            let end = pkt.offset().unwrap() as usize;
+            let timing = matches!(p, Packet::Cyc { .. } | Packet::Mtc { .. } | Packet::Pad);
+            packets.push((&t[at..end], timing, !in_psb));
+            match p {
+                Packet::Psb => in_psb = true,
+                Packet::Psbend => in_psb = false,
+                _ => {}
+            }
+            at = end;
+        }
+        prop_assert_eq!(at, t.len(), "the generated trace decodes to its end");
+        let plain: Vec<u8> = packets.iter().filter(|p| !p.1).flat_map(|p| p.0).copied().collect();
+        let mut added: Vec<Vec<u8>> = vec![Vec::new(); packets.len() + 1];
+        for (i, kind, v) in more {
+            let i = usize::from(i) % added.len();
+            if packets.get(i).is_none_or(|p| p.2) {
+                added[i].extend(trace::encode(&[timing_packet(kind, v)]));
+            }
+        }
+        let mut timed = Vec::new();
+        for (i, p) in packets.iter().enumerate() {
+            timed.extend(&added[i]);
+            timed.extend(p.0);
+        }
+        timed.extend(&added[packets.len()]);
+
+        let want = coverage_of(&plain, &image);
+        prop_assert!(want.iter().all(|c| c.3 == 0), "errors without timing packets");
+        prop_assert!(want == coverage_of(&t, &image), "the generated timing packets changed coverage");
+        prop_assert!(want == coverage_of(&timed, &image), "added timing packets changed coverage");
+        prop_assert!(agree(&timed, &image), "the flow decoder failed");
+    }
+}

@@ -240,6 +240,7 @@ impl Time {
 
     /// A CYC packet with `fcr` from [`TimeCal::fcr`]; `fcr == 0` (no calibration) only
     /// counts the CYC as lost.
+    #[inline]
     pub fn update_cyc(&mut self, value: u64, config: &Config, fcr: u64) -> Result<(), ErrorCode> {
         if fcr == 0 {
             self.lost_cyc += 1;
@@ -301,12 +302,14 @@ impl TimeCal {
         }
     }
 
+    #[inline]
     fn have_fcr(&self) -> bool {
         self.min_fcr <= self.max_fcr
     }
 
     /// The ratio (fixed point, [`FCR_SHIFT`] fraction bits); [`ErrorCode::NoTime`] if
     /// there is none yet.
+    #[inline]
     pub fn fcr(&self) -> Result<u64, ErrorCode> {
         if self.have_fcr() {
             Ok(self.fcr)
@@ -438,6 +441,7 @@ impl TimeCal {
     }
 
     /// A CYC packet: count its cycles.
+    #[inline]
     pub fn update_cyc(&mut self, value: u64) {
         self.cyc_mtc = self.cyc_mtc.wrapping_add(value);
         self.cyc_tsc = self.cyc_tsc.wrapping_add(value);

@@ -435,7 +435,9 @@ impl<'a> EventDecoder<'a> {
     /// last IP is known. The consumer hands back with [`resume_at`](Self::resume_at)
     /// at the first packet it does not take (meaning what `next` would have made of
     /// the packets in between), after passing timing packets to
-    /// [`apply_time`](Self::apply_time). pt-coverage's fast path.
+    /// [`apply_time`](Self::apply_time) (or, reading no time, only those that
+    /// [`mtc_cyc_can_fail`](Self::mtc_cyc_can_fail) does not cover). pt-coverage's
+    /// fast path.
     pub fn handoff(&self) -> Option<(u64, u64)> {
         if !self.enabled
             || !self.evq.is_empty()
@@ -472,6 +474,38 @@ impl<'a> EventDecoder<'a> {
     /// the same. Other packets are ignored.
     pub fn apply_time(&mut self, offset: u64, packet: &Packet) -> Result<(), DecodeError> {
         apply_timing(&mut self.time, &mut self.tcal, &self.config, packet, false)
+            .map_err(|code| DecodeError { code, offset })
+    }
+
+    /// Whether an MTC or CYC packet can make [`apply_time`](Self::apply_time) (or
+    /// [`next`](Self::next)) fail under this decoder's configuration. Not with an MTC
+    /// frequency the hardware can set (IA32_RTIT_CTL.MTCFreq has 4 bits): CTC values
+    /// then fit `mtc_freq + 8 <= 23` bits, so that two of them are never more than one
+    /// wrap apart and their difference in TSC ticks (below 2^23 * 2^32 / 1) never
+    /// overflows the calibration's fixed point; a missing CPUID 0x15 or nominal
+    /// frequency is no error. Nor do the other timing packets' errors depend on them
+    /// (a TSC's 56 bits never wrap twice; TMA checks TSC and TMA). A consumer that
+    /// reads no time may then take MTC and CYC packets after a
+    /// [`handoff`](Self::handoff) by their length alone (the time model then lags,
+    /// which only event time stamps show).
+    pub fn mtc_cyc_can_fail(&self) -> bool {
+        self.config.mtc_freq > 15
+    }
+
+    /// [`apply_time`](Self::apply_time) for a CYC packet at `offset` with cycle count
+    /// `value`, without building the [`Packet`]: the same model and errors, for a
+    /// consumer's loop that meets a CYC before most packets (inlined there).
+    #[inline]
+    pub fn apply_cyc(&mut self, offset: u64, value: u64) -> Result<(), DecodeError> {
+        apply_cyc(&mut self.time, &mut self.tcal, &self.config, value)
+            .map_err(|code| DecodeError { code, offset })
+    }
+
+    /// [`apply_time`](Self::apply_time) for an MTC packet at `offset` with CTC bits
+    /// `ctc`, without building the [`Packet`].
+    #[inline]
+    pub fn apply_mtc(&mut self, offset: u64, ctc: u8) -> Result<(), DecodeError> {
+        apply_mtc(&mut self.time, &mut self.tcal, &self.config, ctc)
             .map_err(|code| DecodeError { code, offset })
     }
 
@@ -1955,6 +1989,100 @@ impl<'a> EventDecoder<'a> {
 mod tests {
     use super::*;
     use pt_encoder::{encode_to_vec, ExecMode, ModeExec, Tnt};
+
+    /// MTC and CYC packets fail in the time model only where
+    /// [`EventDecoder::mtc_cyc_can_fail`] says they can, and where they cannot, the
+    /// other timing packets fail as they do without them: random sequences of timing
+    /// packets, PSBs and overflows under extreme configurations.
+    #[test]
+    fn mtc_cyc_fail_only_where_said() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut failed_beyond = 0;
+        for mtc_freq in [0u8, 1, 3, 7, 9, 10, 15, 16, 20, 23] {
+            for (eax, ebx) in [
+                (0, 0),
+                (1, u32::MAX),
+                (3, 7),
+                (u32::MAX, 1),
+                (2, 0x7fff_ffff),
+            ] {
+                for nom_freq in [0u8, 1, 255] {
+                    let mut config = Config {
+                        mtc_freq,
+                        nom_freq,
+                        cpuid_0x15_eax: eax,
+                        cpuid_0x15_ebx: ebx,
+                        ..Config::default()
+                    };
+                    config.errata.skl168 = nom_freq == 1;
+                    let can_fail =
+                        EventDecoder::new(&[], &config, Options::default()).mtc_cyc_can_fail();
+                    assert_eq!(can_fail, mtc_freq > 15);
+                    let (mut time, mut tcal) = (Time::new(), TimeCal::new());
+                    // A model that MTC and CYC do not move (a consumer that takes
+                    // them by their length): the other packets' errors are the same.
+                    let (mut lag_time, mut lag_tcal) = (Time::new(), TimeCal::new());
+                    for _ in 0..20_000 {
+                        let r = rand();
+                        let p = match r % 16 {
+                            0 => Packet::Tsc { tsc: r >> 8 },
+                            1 => Packet::Tma {
+                                ctc: (r >> 8) as u16,
+                                fc: (r >> 24) as u16 & 0x1ff,
+                            },
+                            2 => Packet::Cbr {
+                                ratio: (r >> 8) as u8 | 1,
+                            },
+                            3 => {
+                                tcal.update_psb(&config);
+                                lag_tcal.update_psb(&config);
+                                continue;
+                            }
+                            4 if r >> 60 == 0 => {
+                                tcal.update_ovf();
+                                lag_tcal.update_ovf();
+                                continue;
+                            }
+                            5..=8 => Packet::Mtc {
+                                ctc: (r >> 8) as u8,
+                            },
+                            _ => Packet::Cyc {
+                                value: match r >> 62 {
+                                    0 => (r >> 8) & 0x1f,
+                                    1 => (r >> 8) & 0xfff,
+                                    _ => r >> (8 + (r >> 56) % 56),
+                                },
+                            },
+                        };
+                        let header = r & 0x80 != 0;
+                        let timing = matches!(p, Packet::Mtc { .. } | Packet::Cyc { .. });
+                        let header = header && !timing;
+                        let r = apply_timing(&mut time, &mut tcal, &config, &p, header);
+                        if timing {
+                            if let Err(e) = r {
+                                assert!(can_fail, "{p:?} {e:?} under {config:?}");
+                                failed_beyond += 1;
+                            }
+                        } else if !can_fail {
+                            let lag =
+                                apply_timing(&mut lag_time, &mut lag_tcal, &config, &p, header);
+                            assert_eq!(r, lag, "{p:?} (header {header}) under {config:?}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            failed_beyond > 0,
+            "no failure past the hardware's MTC frequencies"
+        );
+    }
 
     #[test]
     fn handoff_at_plain_packets_and_back() {
