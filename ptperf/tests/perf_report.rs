@@ -278,6 +278,51 @@ fn call_graph_needs_call_chains() {
     }
 }
 
+/// A C++ program whose functions' names run past a thousand characters,
+/// recorded on QEMU: perf cuts each call graph line's name, and each column
+/// title, at 1,023 characters.
+#[test]
+fn long_cxx_names_as_perf() {
+    let dir = scratch("r_long_names");
+    let exe = dir.join("long_names");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/long_names.cc");
+    let st = std::process::Command::new(pt_testkit::tool("g++", "g++"))
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "g++ failed");
+    pt_testkit::tool("qemu-x86_64", "qemu-user");
+    let data = dir.join("long.data");
+    let st = std::process::Command::new(ptperf())
+        .args(["record", "--source", "qemu", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "ptperf record failed");
+    let (_, ours) = both(&data, &["--itrace=i10000ig"]);
+    assert!(
+        ours.lines().any(|l| l.len() > 2000) && ours.lines().any(|l| l.len() == 15 + 1023),
+        "no long name, or none cut"
+    );
+    all_same_whole(
+        &data,
+        &[
+            &[],
+            &["--itrace=i10000ig"],
+            &["--itrace=i10000ig", "-g", "flat"],
+            &["--itrace=i10000ig", "-g", "folded"],
+            &["--itrace=i10000ig", "--sort", "sym"],
+        ],
+        3,
+        10,
+    );
+}
+
 /// A position-independent program calling through `.plt` and `.plt.got` (a
 /// function whose address is also taken): perf names those addresses by walking
 /// its symbol tree, where the zero-sized `_init` stretched over both sections and

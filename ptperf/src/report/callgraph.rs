@@ -675,8 +675,15 @@ pub(super) struct Printer<'f, 's, 'a> {
 }
 
 impl Printer<'_, '_, '_> {
+    /// A frame's text as perf prints it: written into a buffer of 1024
+    /// bytes (`callchain_list__sym_name`), so cut at 1023 (long C++ names).
     fn name(&self, f: u32) -> &str {
-        &self.frames.get(f).name
+        let name: &str = &self.frames.get(f).name;
+        let mut end = name.len().min(1023);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        &name[..end]
     }
 
     /// The order of siblings: cumulated period, then perf's tree order.

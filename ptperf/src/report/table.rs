@@ -228,7 +228,9 @@ pub(super) fn write(
             (String::from("# Overhead"), String::from("# ........"))
         };
         for (i, &key) in keys.iter().enumerate() {
-            h1.push_str(&format!("  {:<w$}", header(key), w = widths[i]));
+            // perf writes each column's title into a buffer of 1024 bytes.
+            let w = widths[i].min(1023);
+            h1.push_str(&format!("  {:<w$}", header(key)));
             h2.push_str(&format!("  {}", ".".repeat(widths[i])));
         }
         let _ = writeln!(out, "{h1}\n{h2}\n#");
