@@ -1,12 +1,11 @@
 //! The block path against the per-instruction path: the same executions,
 //! handed over as block runs ([`Step::Block`], batched as [`Step::Blocks`])
 //! and spelled out as retired
-//! instructions ([`BlockRun::retired`]), give byte-identical PT (the PT
+//! instructions ([`pt_sim::exec::RunView::retired`]), give byte-identical PT (the PT
 //! logic alone and whole recordings, every configuration the logic takes)
 //! and byte-identical execution logs.
 
 use std::collections::{HashMap, VecDeque};
-use std::rc::Rc;
 
 use proptest::prelude::*;
 use pt_hal::config::{AddrRange, TraceConfig};
@@ -14,7 +13,7 @@ use pt_hal::msr::AddrCfg;
 use pt_sim::clock::ClockParams;
 use pt_sim::exec::log::LogWriter;
 use pt_sim::exec::{
-    BlockRun, CodeBlock, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind, Step,
+    BlockId, BlockRun, BlockTable, CodeBlock, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind, Step,
     ThreadId,
 };
 use pt_sim::pt::{FifoModel, PtLogic, SimParams, TntPolicy};
@@ -58,12 +57,14 @@ fn start(i: usize) -> u64 {
 /// add rax, rbx), then the end; direct branches go to other blocks.
 struct Program {
     mem: CodeMemory,
-    blocks: Vec<(Rc<CodeBlock>, End)>,
+    table: BlockTable,
+    blocks: Vec<(BlockId, End)>,
 }
 
 fn program(shapes: &[(Vec<u8>, u8)]) -> Program {
     let mut page = vec![0xccu8; 4096];
     let mut blocks = Vec::new();
+    let mut table = BlockTable::new();
     for (i, (body, end)) in shapes.iter().enumerate() {
         let at = start(i);
         let mut code = Vec::new();
@@ -104,11 +105,11 @@ fn program(shapes: &[(Vec<u8>, u8)]) -> Program {
         assert!(code.len() as u64 <= SPACING);
         let off = (at - BASE) as usize;
         page[off..off + code.len()].copy_from_slice(&code);
-        blocks.push((Rc::new(CodeBlock::decode(at, &code).unwrap()), end));
+        blocks.push((table.push(CodeBlock::decode(at, &code).unwrap()), end));
     }
     let mut mem = CodeMemory::new();
     mem.set_page(BASE, &page);
-    Program { mem, blocks }
+    Program { mem, table, blocks }
 }
 
 /// An execution: block runs of two threads and the events between them.
@@ -125,7 +126,7 @@ fn execution(p: &Program, walk: &[(u8, u8)]) -> Vec<Step> {
     let mut i = 0usize;
     for &(choice, extra) in walk {
         let (block, end) = &p.blocks[i % p.blocks.len()];
-        let last = *block.last();
+        let last = *p.table.get(*block).unwrap().last();
         let ft = last.fall_through();
         let pick = start(usize::from(choice) % BLOCKS);
         let stack = calls.entry(cur).or_default();
@@ -145,7 +146,7 @@ fn execution(p: &Program, walk: &[(u8, u8)]) -> Vec<Step> {
             End::Ud2 => (last.ip, false),
         };
         steps.push(Step::Block(BlockRun {
-            block: block.clone(),
+            block: *block,
             next_ip,
             retire_last,
         }));
@@ -194,15 +195,15 @@ fn execution(p: &Program, walk: &[(u8, u8)]) -> Vec<Step> {
 }
 
 /// The same execution as items only.
-fn spelled(steps: &[Step]) -> Vec<ExecItem> {
+fn spelled(steps: &[Step], table: &BlockTable) -> Vec<ExecItem> {
     let mut v = Vec::new();
     for s in steps {
         match s {
             Step::Item(i) => v.push(i.clone()),
-            Step::Block(run) => v.extend(run.retired().map(ExecItem::Insn)),
+            Step::Block(run) => v.extend(table.run(run).unwrap().retired().map(ExecItem::Insn)),
             Step::Blocks(runs) => {
                 for run in runs {
-                    v.extend(run.retired().map(ExecItem::Insn));
+                    v.extend(table.run(run).unwrap().retired().map(ExecItem::Insn));
                 }
             }
         }
@@ -278,6 +279,7 @@ fn params((cpi, fifo, long): (u32, bool, bool)) -> SimParams {
 /// threads, switched off and on where a thread switch is (as the recorder does).
 fn logic_output(
     steps: &[Step],
+    table: &BlockTable,
     mem: &CodeMemory,
     cfg: TraceConfig,
     params: SimParams,
@@ -294,9 +296,9 @@ fn logic_output(
                 }
                 l.item(item, mem);
             }
-            Step::Block(run) if blocks => l.retire_block(run, mem),
+            Step::Block(run) if blocks => l.retire_block(table.run(run).unwrap(), mem),
             Step::Block(run) => {
-                for r in run.retired() {
+                for r in table.run(run).unwrap().retired() {
                     l.retire(&r, mem);
                 }
             }
@@ -309,13 +311,13 @@ fn logic_output(
     (out, l.stats())
 }
 
-fn log_bytes(steps: &[Step], mem: &CodeMemory, blocks: bool) -> Vec<u8> {
+fn log_bytes(steps: &[Step], table: &BlockTable, mem: &CodeMemory, blocks: bool) -> Vec<u8> {
     let mut w = LogWriter::new(Vec::new()).unwrap();
     for s in steps {
         match s {
-            Step::Block(run) if blocks => w.write_block(run, mem).unwrap(),
+            Step::Block(run) if blocks => w.write_block(table.run(run).unwrap(), mem).unwrap(),
             Step::Block(run) => {
-                for r in run.retired() {
+                for r in table.run(run).unwrap().retired() {
                     w.write_item(&ExecItem::Insn(r), mem).unwrap();
                 }
             }
@@ -329,6 +331,7 @@ fn log_bytes(steps: &[Step], mem: &CodeMemory, blocks: bool) -> Vec<u8> {
 /// A source of fixed steps: as block runs or spelled out.
 struct Steps {
     steps: VecDeque<Step>,
+    table: BlockTable,
     mem: CodeMemory,
 }
 
@@ -342,6 +345,9 @@ impl ExecutionSource for Steps {
     fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
         Ok(self.steps.pop_front())
     }
+    fn blocks(&self) -> &BlockTable {
+        &self.table
+    }
     fn memory(&self) -> &CodeMemory {
         &self.mem
     }
@@ -349,12 +355,14 @@ impl ExecutionSource for Steps {
 
 fn recording(
     steps: Vec<Step>,
+    table: &BlockTable,
     mem: &CodeMemory,
     cfg: TraceConfig,
     params: SimParams,
 ) -> (MemorySink, RecordSummary) {
     let mut src = Steps {
         steps: steps.into(),
+        table: table.clone(),
         mem: mem.clone(),
     };
     let mut rec = SimRecording::new(cfg);
@@ -392,11 +400,11 @@ proptest! {
         let p = program(&shapes);
         let steps = execution(&p, &walk);
         let (cfg, params) = (config(cfg), self::params(params));
-        let per_insn = logic_output(&steps, &p.mem, cfg, params, false);
-        let blocks = logic_output(&steps, &p.mem, cfg, params, true);
+        let per_insn = logic_output(&steps, &p.table, &p.mem, cfg, params, false);
+        let blocks = logic_output(&steps, &p.table, &p.mem, cfg, params, true);
         prop_assert_eq!(&per_insn.0, &blocks.0);
         prop_assert_eq!(per_insn.1, blocks.1);
-        prop_assert_eq!(log_bytes(&steps, &p.mem, false), log_bytes(&steps, &p.mem, true));
+        prop_assert_eq!(log_bytes(&steps, &p.table, &p.mem, false), log_bytes(&steps, &p.table, &p.mem, true));
     }
 
     #[test]
@@ -410,16 +418,16 @@ proptest! {
         let p = program(&shapes);
         let steps = execution(&p, &walk);
         let (cfg, params) = (config(cfg), self::params(params));
-        let items: Vec<Step> = spelled(&steps).into_iter().map(Step::Item).collect();
-        let (a, sa) = recording(items, &p.mem, cfg, params);
+        let items: Vec<Step> = spelled(&steps, &p.table).into_iter().map(Step::Item).collect();
+        let (a, sa) = recording(items, &p.table, &p.mem, cfg, params);
         let in_batches = batched(&steps, batch);
-        let (b, sb) = recording(steps, &p.mem, cfg, params);
+        let (b, sb) = recording(steps, &p.table, &p.mem, cfg, params);
         prop_assert_eq!(sa.instructions, sb.instructions);
         prop_assert_eq!(sa.traced, sb.traced);
         prop_assert_eq!(&sa.threads, &sb.threads);
         prop_assert_eq!(&a.streams, &b.streams);
         prop_assert_eq!(&a.events, &b.events);
-        let (c, sc) = recording(in_batches, &p.mem, cfg, params);
+        let (c, sc) = recording(in_batches, &p.table, &p.mem, cfg, params);
         prop_assert_eq!(sa.instructions, sc.instructions);
         prop_assert_eq!(sa.traced, sc.traced);
         prop_assert_eq!(&sa.threads, &sc.threads);
@@ -442,8 +450,8 @@ fn long_bodies_across_mtc_and_psb() {
         cfg.cyc = Some(0);
         cfg.psb_freq = 0;
         let params = self::params((3, false, false));
-        let a = logic_output(&steps, &p.mem, cfg, params, false);
-        let b = logic_output(&steps, &p.mem, cfg, params, true);
+        let a = logic_output(&steps, &p.table, &p.mem, cfg, params, false);
+        let b = logic_output(&steps, &p.table, &p.mem, cfg, params, true);
         if mtc == Some(0) {
             assert!(a.1.psbs > 10, "{:?}", a.1);
         }

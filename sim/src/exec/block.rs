@@ -4,15 +4,14 @@
 //! the PT logic needs and no more.
 //!
 //! A [`CodeBlock`] is decoded from its code bytes once (iced-x86), when the
-//! source first sees it; a [`BlockRun`] is one execution of it: every
+//! source first sees it, and kept in the source's [`BlockTable`]; a
+//! [`BlockRun`] is one execution of it, naming it by [`BlockId`]: every
 //! instruction in order, each going to the next, the last one going to
 //! [`BlockRun::next_ip`] (or not retiring, for an instruction that faults).
-//! [`BlockRun::retired`] spells a run out as the [`Retired`] items it
+//! [`RunView::retired`] spells a run out as the [`Retired`] items it
 //! stands for: the per-instruction path, which the recorder's block path
 //! ([`crate::pt::PtLogic::retire_block`], [`crate::exec::log::LogWriter::write_block`])
 //! must match byte for byte.
-
-use std::rc::Rc;
 
 use super::insn::decode_bytes;
 use super::{BranchClass, ExecError, ExecItem, ExecMode, Retired};
@@ -151,19 +150,85 @@ pub fn always_faults(bytes: &[u8]) -> bool {
     matches!(b, [0xf4, ..] | [0x0f, 0x0b | 0xb9 | 0xff, ..])
 }
 
-/// One execution of a [`CodeBlock`] by the current thread.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A block's index in a [`BlockTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(pub u32);
+
+/// The blocks a source decoded, each once, by [`BlockId`]: append-only, so
+/// an id stays valid for the whole recording. Runs name their block by id
+/// (no reference count to bump per block executed), and the table is one
+/// flat array: a block's first address, last instruction and shape are in
+/// its entry, not behind a pointer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockTable {
+    blocks: Vec<CodeBlock>,
+}
+
+impl BlockTable {
+    /// An empty table.
+    pub const fn new() -> Self {
+        BlockTable { blocks: Vec::new() }
+    }
+
+    /// Adds a block; returns its id.
+    pub fn push(&mut self, block: CodeBlock) -> BlockId {
+        let id = BlockId(self.blocks.len() as u32);
+        self.blocks.push(block);
+        id
+    }
+
+    /// The block `id`, if there is one.
+    #[inline]
+    pub fn get(&self, id: BlockId) -> Option<&CodeBlock> {
+        self.blocks.get(id.0 as usize)
+    }
+
+    /// Blocks in the table.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The run `run` with its block, if the table has it.
+    #[inline]
+    pub fn run(&self, run: &BlockRun) -> Option<RunView<'_>> {
+        Some(RunView {
+            block: self.get(run.block)?,
+            next_ip: run.next_ip,
+            retire_last: run.retire_last,
+        })
+    }
+}
+
+/// One execution of a [`CodeBlock`] by the current thread: what a batch
+/// holds (16 bytes; the block is named by its id in the source's
+/// [`BlockTable`], see [`super::ExecutionSource::blocks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockRun {
-    /// The block (shared with the source's table of blocks: a count, not
-    /// an atomic one, as a run is handed on block by block).
-    pub block: Rc<CodeBlock>,
+    /// The block.
+    pub block: BlockId,
+    /// Whether the last instruction retired (not when it faulted).
+    pub retire_last: bool,
+    /// Where the last instruction sent control (its `next_ip`).
+    pub next_ip: u64,
+}
+
+/// A [`BlockRun`] with its block at hand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunView<'a> {
+    /// The block.
+    pub block: &'a CodeBlock,
     /// Where the last instruction sent control (its `next_ip`).
     pub next_ip: u64,
     /// Whether the last instruction retired (not when it faulted).
     pub retire_last: bool,
 }
 
-impl BlockRun {
+impl RunView<'_> {
     /// Instructions the run retires.
     #[inline]
     pub fn count(&self) -> usize {
@@ -194,7 +259,8 @@ impl BlockRun {
 pub enum Step {
     /// One item.
     Item(ExecItem),
-    /// A block's instructions, all of the current thread.
+    /// A block's instructions, all of the current thread (its block in the
+    /// source's [`BlockTable`]).
     Block(BlockRun),
     /// Block runs of the current thread, in order (each as [`Step::Block`]):
     /// a source that sees many blocks between events hands them over in
@@ -210,27 +276,52 @@ mod tests {
     #[test]
     fn a_run_spells_out_its_instructions() {
         // mov eax, 1; nop; jz +0x10
-        let b = Rc::new(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
+        let mut table = BlockTable::new();
+        let id = table.push(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
+        let b = table.get(id).unwrap();
         assert!(b.plain_body);
         assert_eq!(b.end(), 0x1008);
-        // The copies beside the counts are the first and last instructions'.
+        // The copies beside the instructions are the first and last ones'.
         assert_eq!(b.start(), b.insns[0].ip);
         assert_eq!(b.last(), &b.insns[2]);
         let run = BlockRun {
-            block: b.clone(),
+            block: id,
             next_ip: 0x1018,
             retire_last: true,
         };
-        let got: Vec<(u64, u64)> = run.retired().map(|r| (r.ip, r.next_ip)).collect();
+        let view = table.run(&run).unwrap();
+        let got: Vec<(u64, u64)> = view.retired().map(|r| (r.ip, r.next_ip)).collect();
         assert_eq!(got, [(0x1000, 0x1005), (0x1005, 0x1006), (0x1006, 0x1018)]);
         let faulted = BlockRun {
-            block: b,
+            block: id,
             next_ip: 0x1006,
             retire_last: false,
         };
-        assert_eq!(faulted.retired().count(), 2);
+        assert_eq!(table.run(&faulted).unwrap().retired().count(), 2);
         // A jump in the middle: not a plain body.
         let j = CodeBlock::decode(0x1000, &[0xeb, 0x00, 0x90]).unwrap();
         assert!(!j.plain_body);
+    }
+
+    #[test]
+    fn a_table_hands_out_what_it_was_given_by_id() {
+        let mut table = BlockTable::new();
+        assert!(table.is_empty());
+        let a = table.push(CodeBlock::decode(0x1000, &[0x90, 0xc3]).unwrap());
+        let b = table.push(CodeBlock::decode(0x2000, &[0xeb, 0x00]).unwrap());
+        assert_eq!((a, b), (BlockId(0), BlockId(1)));
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.get(a).unwrap().start(), 0x1000);
+        assert_eq!(table.get(b).unwrap().last().class, BranchClass::DirectJump);
+        // An id the table never gave: no block, no run.
+        let stray = BlockRun {
+            block: BlockId(2),
+            next_ip: 0,
+            retire_last: true,
+        };
+        assert!(table.get(BlockId(2)).is_none());
+        assert!(table.run(&stray).is_none());
+        // A run is small: batches of them stay in the caches.
+        assert_eq!(std::mem::size_of::<BlockRun>(), 16);
     }
 }
