@@ -939,7 +939,12 @@ impl PtLogic {
         mem: &CodeMemory,
         out_limit: usize,
     ) -> (usize, u64) {
+        let cpi = u64::from(self.params.clock.cycles_per_insn);
         let mut insns = 0u64;
+        // What `quiet_for` asks of the state that a quiet block leaves as
+        // it is (all but the PSB and MTC deadlines), asked again after any
+        // block that took another way.
+        let mut quiet = self.quiet_state();
         for (k, run) in runs.iter().enumerate() {
             let Some(view) = table.run(run) else {
                 continue;
@@ -947,16 +952,73 @@ impl PtLogic {
             let n = view.count();
             insns += n as u64;
             let block = view.block;
-            if block.plain_body && run.retire_last && self.quiet_for(block.start(), n) {
-                self.retire_whole(block, run.next_ip, mem);
+            let steps = cpi * n as u64;
+            if quiet
+                && block.plain_body
+                && run.retire_last
+                && !(self.since_psb >= self.psb_period)
+                && (self.next_mtc_cycle == u64::MAX
+                    || cpi == 0
+                    || self.clock.cycles().saturating_add(steps) < self.next_mtc_cycle)
+            {
+                // As `retire_whole` (`quiet_for` holds: packets are on or
+                // off for good, no filter), with the commonest last
+                // instructions' packets written here.
+                self.clock.advance(steps);
+                self.stats.instructions += n as u64;
+                let next_ip = run.next_ip;
+                self.next_ip = Some(next_ip);
+                let last = block.last();
+                if self.packet_en {
+                    self.stats.traced += n as u64;
+                    match last.class {
+                        BranchClass::Other | BranchClass::DirectJump => {}
+                        BranchClass::CondBranch if !self.cfg.dis_tnt => {
+                            self.tnt(next_ip != last.fall_through());
+                        }
+                        BranchClass::DirectCall => {
+                            let ft = last.fall_through();
+                            if next_ip != ft {
+                                self.ret_push(ft);
+                            }
+                        }
+                        _ => {
+                            self.retire_end(&last.retired(next_ip), mem);
+                            quiet = self.quiet_state();
+                        }
+                    }
+                } else if last.class == BranchClass::KernelEntry {
+                    self.retire_end(&last.retired(next_ip), mem);
+                    quiet = self.quiet_state();
+                }
             } else if n > 0 {
-                self.retire_block_stepwise(view, mem);
+                self.retire_block(view, mem);
+                quiet = self.quiet_state();
             }
             if self.out.len() >= out_limit {
                 return (k + 1, insns);
             }
         }
         (runs.len(), insns)
+    }
+
+    /// The part of [`Self::quiet_at`] that a block retired in one step
+    /// ([`Self::retire_whole`]) keeps as it is, unless its last
+    /// instruction is a far transfer or kernel entry: with no filter
+    /// configured, packet generation does not depend on the IP. The PSB
+    /// deadline is asked only while TriggerEn, which such a block keeps too.
+    #[inline]
+    fn quiet_state(&self) -> bool {
+        !(self.pending_far.is_some()
+            || self.pending_entry.is_some()
+            || self.in_kernel
+            || self.overflowing
+            || self.params.fifo.is_some()
+            || self.mode != Some(ExecMode::Bit64)
+            || !self.filters.is_empty()
+            || !self.stops.is_empty()
+            || !self.trigger_en()
+            || self.want_packet_en(0) != self.packet_en)
     }
 
     /// A whole block with a plain body in one step (its last instruction

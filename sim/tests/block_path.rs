@@ -275,6 +275,18 @@ fn params((cpi, fifo, long): (u32, bool, bool)) -> SimParams {
     }
 }
 
+/// How the PT logic is given the block runs.
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    /// Instruction by instruction (`PtLogic::retire`).
+    PerInsn,
+    /// Run by run (`PtLogic::retire_block`).
+    Blocks,
+    /// Consecutive runs at once (`PtLogic::retire_blocks`), stopping when
+    /// the output reaches this many bytes.
+    Batches(usize),
+}
+
 /// The PT logic's output and counters for an execution, one logic for all
 /// threads, switched off and on where a thread switch is (as the recorder does).
 fn logic_output(
@@ -283,30 +295,55 @@ fn logic_output(
     mem: &CodeMemory,
     cfg: TraceConfig,
     params: SimParams,
-    blocks: bool,
+    how: Path,
 ) -> (Vec<u8>, pt_sim::pt::PtStats) {
     let mut l = PtLogic::new(cfg, params).unwrap();
     l.enable();
+    let mut out = Vec::new();
+    let mut batch: Vec<BlockRun> = Vec::new();
+    let run_batch = |l: &mut PtLogic, batch: &mut Vec<BlockRun>, out: &mut Vec<u8>, limit| {
+        let mut at = 0;
+        while at < batch.len() {
+            let (k, n) = l.retire_blocks(&batch[at..], table, mem, limit);
+            assert!(k >= 1);
+            let want: usize = batch[at..at + k]
+                .iter()
+                .map(|r| table.run(r).unwrap().count())
+                .sum();
+            assert_eq!(n, want as u64);
+            at += k;
+            if l.output().len() >= limit {
+                l.drain_into(out);
+            }
+        }
+        batch.clear();
+    };
     for s in steps {
-        match s {
-            Step::Item(item) => {
+        match (s, how) {
+            (Step::Block(run), Path::Batches(_)) => batch.push(*run),
+            (Step::Block(run), Path::Blocks) => l.retire_block(table.run(run).unwrap(), mem),
+            (Step::Block(run), Path::PerInsn) => {
+                for r in table.run(run).unwrap().retired() {
+                    l.retire(&r, mem);
+                }
+            }
+            (Step::Item(item), _) => {
+                if let Path::Batches(limit) = how {
+                    run_batch(&mut l, &mut batch, &mut out, limit);
+                }
                 if matches!(item, ExecItem::Event(Event::Switch(_))) {
                     l.disable();
                     l.enable();
                 }
                 l.item(item, mem);
             }
-            Step::Block(run) if blocks => l.retire_block(table.run(run).unwrap(), mem),
-            Step::Block(run) => {
-                for r in table.run(run).unwrap().retired() {
-                    l.retire(&r, mem);
-                }
-            }
-            Step::Blocks(_) => unreachable!("not batched here"),
+            (Step::Blocks(_), _) => unreachable!("not batched here"),
         }
     }
+    if let Path::Batches(limit) = how {
+        run_batch(&mut l, &mut batch, &mut out, limit);
+    }
     l.finish();
-    let mut out = Vec::new();
     l.drain_into(&mut out);
     (out, l.stats())
 }
@@ -396,14 +433,18 @@ proptest! {
         walk in prop::collection::vec((any::<u8>(), any::<u8>()), 1..300),
         cfg in configs(),
         params in (1u32..4, prop::bool::weighted(0.2), any::<bool>()),
+        out_limit in 1usize..300,
     ) {
         let p = program(&shapes);
         let steps = execution(&p, &walk);
         let (cfg, params) = (config(cfg), self::params(params));
-        let per_insn = logic_output(&steps, &p.table, &p.mem, cfg, params, false);
-        let blocks = logic_output(&steps, &p.table, &p.mem, cfg, params, true);
+        let per_insn = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::PerInsn);
+        let blocks = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::Blocks);
         prop_assert_eq!(&per_insn.0, &blocks.0);
         prop_assert_eq!(per_insn.1, blocks.1);
+        let batches = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::Batches(out_limit));
+        prop_assert_eq!(&per_insn.0, &batches.0);
+        prop_assert_eq!(per_insn.1, batches.1);
         prop_assert_eq!(log_bytes(&steps, &p.table, &p.mem, false), log_bytes(&steps, &p.table, &p.mem, true));
     }
 
@@ -450,11 +491,13 @@ fn long_bodies_across_mtc_and_psb() {
         cfg.cyc = Some(0);
         cfg.psb_freq = 0;
         let params = self::params((3, false, false));
-        let a = logic_output(&steps, &p.table, &p.mem, cfg, params, false);
-        let b = logic_output(&steps, &p.table, &p.mem, cfg, params, true);
+        let a = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::PerInsn);
+        let b = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::Blocks);
         if mtc == Some(0) {
             assert!(a.1.psbs > 10, "{:?}", a.1);
         }
         assert_eq!(a, b);
+        let c = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::Batches(256));
+        assert_eq!(a, c);
     }
 }

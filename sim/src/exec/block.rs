@@ -54,6 +54,53 @@ impl BlockInsn {
     }
 }
 
+/// Where an instruction sends control by its own semantics (not counting
+/// an asynchronous transfer, such as a signal, after it): what a source
+/// that sees only where blocks start tests each next block's start against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exits {
+    /// Anywhere: an indirect branch, a return, a far transfer.
+    Any,
+    /// One of two addresses: a conditional branch's fall-through and
+    /// target; the same one twice for the rest (a non-branch's or kernel
+    /// entry's fall-through, where a system call returns; a direct branch's target).
+    To(u64, u64),
+    /// Nowhere: the instruction never retires (it always faults).
+    Never,
+}
+
+impl Exits {
+    /// Whether control reaching `next` is the instruction's own doing.
+    #[inline]
+    pub fn allows(self, next: u64) -> bool {
+        match self {
+            Exits::Any => true,
+            Exits::To(a, b) => next == a || next == b,
+            Exits::Never => false,
+        }
+    }
+}
+
+impl BlockInsn {
+    /// Where the instruction sends control by itself.
+    pub fn exits(&self) -> Exits {
+        let ft = self.fall_through();
+        match self.class {
+            // UD2 and HLT: non-branches that never retire.
+            BranchClass::Other if self.faults => Exits::Never,
+            BranchClass::Other | BranchClass::KernelEntry => Exits::To(ft, ft),
+            BranchClass::CondBranch => Exits::To(ft, self.target),
+            BranchClass::DirectJump | BranchClass::DirectCall => {
+                Exits::To(self.target, self.target)
+            }
+            BranchClass::IndirectJump
+            | BranchClass::IndirectCall
+            | BranchClass::Return
+            | BranchClass::FarBranch => Exits::Any,
+        }
+    }
+}
+
 /// A block of 64-bit user-mode code, decoded once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodeBlock {
@@ -69,6 +116,7 @@ pub struct CodeBlock {
     /// cache lines, not behind the instructions' pointer.
     start: u64,
     last: BlockInsn,
+    exits: Exits,
 }
 
 impl CodeBlock {
@@ -109,9 +157,11 @@ impl CodeBlock {
         let plain_body = body
             .iter()
             .all(|i| i.class == BranchClass::Other && !i.faults);
+        let last = insns[insns.len() - 1];
         CodeBlock {
             start: insns[0].ip,
-            last: insns[insns.len() - 1],
+            last,
+            exits: last.exits(),
             insns,
             plain_body,
         }
@@ -127,6 +177,12 @@ impl CodeBlock {
     #[inline]
     pub fn last(&self) -> &BlockInsn {
         &self.last
+    }
+
+    /// Where its last instruction sends control by itself ([`BlockInsn::exits`]).
+    #[inline]
+    pub fn exits(&self) -> Exits {
+        self.exits
     }
 
     /// The address after its last instruction.

@@ -90,7 +90,7 @@ pub mod script;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod valgrind;
 
-pub use block::{BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, RunView, Step};
+pub use block::{BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Exits, RunView, Step};
 pub use insn::{decode_at, BranchClass, DecodedInsn};
 pub use maps::{Mapping, Perms};
 pub use memory::{CodeMemory, PAGE_SIZE};

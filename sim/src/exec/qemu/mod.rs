@@ -66,7 +66,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::block::{BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Step};
+use super::block::{BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Exits, Step};
 use super::maps::{load_segments, split_by_segments, LoadSegment};
 use super::{
     BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind,
@@ -1398,31 +1398,30 @@ impl QemuSource {
         let fresh = runs.is_empty();
         let room = BATCH.saturating_sub(runs.len()).max(1);
         let mut n = 0;
-        // The previous block's last instruction is carried from one block
-        // to the next: one table entry read per block.
+        // Where the previous block's end may plainly go is carried from one
+        // block to the next: one table entry read per block. Where it goes
+        // plainly, its `next_ip` is the next block's start and it retired
+        // (see `resolve`; a REP iteration, which starts at the same
+        // instruction, is not one of its exits).
         if let Some(mut prev) = t.prev {
             let table = &self.table;
-            let mut last = table.get(prev).map(|b| *b.last());
+            let mut exits = table.get(prev).map_or(Exits::Never, CodeBlock::exits);
             for &w in words.iter().take(room) {
-                let (Some(&Some(id)), Some(l)) = (proc.blocks.get(w as usize), last.as_ref()) else {
+                let Some(&Some(id)) = proc.blocks.get(w as usize) else {
                     break;
                 };
                 let Some(block) = table.get(id) else { break };
                 let start = block.start();
-                if l.rep && start == l.ip {
-                    break;
-                }
-                let r = resolve(l, start, None);
-                if r.signal_from.is_some() {
+                if !exits.allows(start) {
                     break;
                 }
                 runs.push(BlockRun {
                     block: prev,
-                    next_ip: r.next_ip,
-                    retire_last: r.retired,
+                    retire_last: true,
+                    next_ip: start,
                 });
                 prev = id;
-                last = Some(*block.last());
+                exits = block.exits();
                 n += 1;
             }
             t.prev = Some(prev);
