@@ -946,15 +946,14 @@ impl PtLogic {
         // block that took another way.
         let mut quiet = self.quiet_state();
         for (k, run) in runs.iter().enumerate() {
-            let Some(view) = table.run(run) else {
+            let Some(head) = table.head(run.block) else {
                 continue;
             };
-            let n = view.count();
+            let n = head.len as usize - usize::from(!run.retire_last);
             insns += n as u64;
-            let block = view.block;
             let steps = cpi * n as u64;
             if quiet
-                && block.plain_body
+                && head.plain_body()
                 && run.retire_last
                 && !(self.since_psb >= self.psb_period)
                 && (self.next_mtc_cycle == u64::MAX
@@ -968,31 +967,40 @@ impl PtLogic {
                 self.stats.instructions += n as u64;
                 let next_ip = run.next_ip;
                 self.next_ip = Some(next_ip);
-                let last = block.last();
+                let last = || Retired {
+                    ip: head.last_ip,
+                    next_ip,
+                    len: head.last_len,
+                    class: head.class,
+                    mode: ExecMode::Bit64,
+                    kernel: false,
+                };
                 if self.packet_en {
                     self.stats.traced += n as u64;
-                    match last.class {
+                    match head.class {
                         BranchClass::Other | BranchClass::DirectJump => {}
                         BranchClass::CondBranch if !self.cfg.dis_tnt => {
-                            self.tnt(next_ip != last.fall_through());
+                            self.tnt(next_ip != head.fall_through());
                         }
                         BranchClass::DirectCall => {
-                            let ft = last.fall_through();
+                            let ft = head.fall_through();
                             if next_ip != ft {
                                 self.ret_push(ft);
                             }
                         }
                         _ => {
-                            self.retire_end(&last.retired(next_ip), mem);
+                            self.retire_end(&last(), mem);
                             quiet = self.quiet_state();
                         }
                     }
-                } else if last.class == BranchClass::KernelEntry {
-                    self.retire_end(&last.retired(next_ip), mem);
+                } else if head.class == BranchClass::KernelEntry {
+                    self.retire_end(&last(), mem);
                     quiet = self.quiet_state();
                 }
             } else if n > 0 {
-                self.retire_block(view, mem);
+                if let Some(view) = table.run(run) {
+                    self.retire_block(view, mem);
+                }
                 quiet = self.quiet_state();
             }
             if self.out.len() >= out_limit {

@@ -206,6 +206,83 @@ pub fn always_faults(bytes: &[u8]) -> bool {
     matches!(b, [0xf4, ..] | [0x0f, 0x0b | 0xb9 | 0xff, ..])
 }
 
+/// What the per-block fast paths read of a block (the source's successor
+/// test, the PT logic's whole-block step), 32 bytes: two to a cache line
+/// in a flat array beside the blocks ([`BlockTable::head`]), where a
+/// [`CodeBlock`] is 80 bytes and its instructions behind a pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockHead {
+    /// The first address.
+    pub start: u64,
+    /// The last instruction's address.
+    pub last_ip: u64,
+    /// The last instruction's direct target (0 for others).
+    pub target: u64,
+    /// Instructions in the block.
+    pub len: u32,
+    /// The last instruction's length.
+    pub last_len: u8,
+    /// The last instruction's class.
+    pub class: BranchClass,
+    flags: u8,
+}
+
+const HEAD_PLAIN_BODY: u8 = 1;
+const HEAD_FAULTS: u8 = 2;
+
+impl BlockHead {
+    /// The head of `block`.
+    pub fn of(block: &CodeBlock) -> BlockHead {
+        let last = block.last();
+        let mut flags = 0;
+        if block.plain_body {
+            flags |= HEAD_PLAIN_BODY;
+        }
+        if last.faults {
+            flags |= HEAD_FAULTS;
+        }
+        BlockHead {
+            start: block.start(),
+            last_ip: last.ip,
+            target: last.target,
+            len: block.insns.len() as u32,
+            last_len: last.len,
+            class: last.class,
+            flags,
+        }
+    }
+
+    /// [`CodeBlock::plain_body`].
+    #[inline]
+    pub fn plain_body(&self) -> bool {
+        self.flags & HEAD_PLAIN_BODY != 0
+    }
+
+    /// The address after the last instruction.
+    #[inline]
+    pub fn fall_through(&self) -> u64 {
+        self.last_ip.wrapping_add(u64::from(self.last_len))
+    }
+
+    /// Where the last instruction sends control by itself ([`BlockInsn::exits`]).
+    #[inline]
+    pub fn exits(&self) -> Exits {
+        let ft = self.fall_through();
+        match self.class {
+            BranchClass::Other if self.flags & HEAD_FAULTS != 0 => Exits::Never,
+            BranchClass::Other | BranchClass::KernelEntry => Exits::To(ft, ft),
+            BranchClass::CondBranch => Exits::To(ft, self.target),
+            BranchClass::DirectJump | BranchClass::DirectCall => {
+                Exits::To(self.target, self.target)
+            }
+            BranchClass::IndirectJump
+            | BranchClass::IndirectCall
+            | BranchClass::Return
+            | BranchClass::FarBranch => Exits::Any,
+        }
+    }
+}
+
 /// A block's index in a [`BlockTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId(pub u32);
@@ -218,19 +295,30 @@ pub struct BlockId(pub u32);
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BlockTable {
     blocks: Vec<CodeBlock>,
+    heads: Vec<BlockHead>,
 }
 
 impl BlockTable {
     /// An empty table.
     pub const fn new() -> Self {
-        BlockTable { blocks: Vec::new() }
+        BlockTable {
+            blocks: Vec::new(),
+            heads: Vec::new(),
+        }
     }
 
     /// Adds a block; returns its id.
     pub fn push(&mut self, block: CodeBlock) -> BlockId {
         let id = BlockId(self.blocks.len() as u32);
+        self.heads.push(BlockHead::of(&block));
         self.blocks.push(block);
         id
+    }
+
+    /// The head of block `id`, if there is one.
+    #[inline]
+    pub fn head(&self, id: BlockId) -> Option<&BlockHead> {
+        self.heads.get(id.0 as usize)
     }
 
     /// The block `id`, if there is one.
@@ -377,7 +465,41 @@ mod tests {
         };
         assert!(table.get(BlockId(2)).is_none());
         assert!(table.run(&stray).is_none());
-        // A run is small: batches of them stay in the caches.
+        assert!(table.head(BlockId(2)).is_none());
+        // A run is small: batches of them stay in the caches; so is a head.
         assert_eq!(std::mem::size_of::<BlockRun>(), 16);
+        assert_eq!(std::mem::size_of::<BlockHead>(), 32);
+    }
+
+    #[test]
+    fn a_head_agrees_with_its_block() {
+        // Blocks ending in each kind of instruction, with plain bodies or not.
+        let blocks: [(u64, &[u8]); 9] = [
+            (0x1000, &[0x90, 0x74, 0x10]),             // nop; jz
+            (0x2000, &[0xb8, 1, 0, 0, 0, 0xe8, 0, 1, 0, 0]), // mov; call rel32
+            (0x3000, &[0x90, 0xc3]),                   // nop; ret
+            (0x4000, &[0xff, 0xe0]),                   // jmp rax
+            (0x5000, &[0x0f, 0x05]),                   // syscall
+            (0x6000, &[0x90, 0x0f, 0x0b]),             // nop; ud2
+            (0x7000, &[0xf3, 0xa4]),                   // rep movsb
+            (0x8000, &[0xeb, 0x00, 0x90]),             // jmp; nop: no plain body
+            (0x9000, &[0x90, 0x90, 0xeb, 0xfe]),       // nop; nop; jmp
+        ];
+        let mut table = BlockTable::new();
+        for (at, code) in blocks {
+            let b = CodeBlock::decode(at, code).unwrap();
+            let id = table.push(b.clone());
+            let h = *table.head(id).unwrap();
+            let last = b.last();
+            assert_eq!(h.start, b.start());
+            assert_eq!(h.len as usize, b.insns.len());
+            assert_eq!((h.last_ip, h.last_len, h.class), (last.ip, last.len, last.class));
+            assert_eq!(h.target, last.target);
+            assert_eq!(h.fall_through(), b.end());
+            assert_eq!(h.plain_body(), b.plain_body);
+            assert_eq!(h.exits(), b.exits(), "{at:#x}");
+        }
+        assert!(!table.head(BlockId(7)).unwrap().plain_body());
+        assert_eq!(table.head(BlockId(5)).unwrap().exits(), Exits::Never);
     }
 }

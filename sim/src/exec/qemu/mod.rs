@@ -66,7 +66,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::block::{BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Exits, Step};
+use super::block::{BlockHead, BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Exits, Step};
 use super::maps::{load_segments, split_by_segments, LoadSegment};
 use super::{
     BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind,
@@ -1399,19 +1399,19 @@ impl QemuSource {
         let room = BATCH.saturating_sub(runs.len()).max(1);
         let mut n = 0;
         // Where the previous block's end may plainly go is carried from one
-        // block to the next: one table entry read per block. Where it goes
+        // block to the next: one block head read per block. Where it goes
         // plainly, its `next_ip` is the next block's start and it retired
         // (see `resolve`; a REP iteration, which starts at the same
         // instruction, is not one of its exits).
         if let Some(mut prev) = t.prev {
             let table = &self.table;
-            let mut exits = table.get(prev).map_or(Exits::Never, CodeBlock::exits);
+            let mut exits = table.head(prev).map_or(Exits::Never, BlockHead::exits);
             for &w in words.iter().take(room) {
                 let Some(&Some(id)) = proc.blocks.get(w as usize) else {
                     break;
                 };
-                let Some(block) = table.get(id) else { break };
-                let start = block.start();
+                let Some(head) = table.head(id) else { break };
+                let start = head.start;
                 if !exits.allows(start) {
                     break;
                 }
@@ -1421,7 +1421,7 @@ impl QemuSource {
                     next_ip: start,
                 });
                 prev = id;
-                exits = block.exits();
+                exits = head.exits();
                 n += 1;
             }
             t.prev = Some(prev);
