@@ -229,6 +229,10 @@ pub struct BlockHead {
 
 const HEAD_PLAIN_BODY: u8 = 1;
 const HEAD_FAULTS: u8 = 2;
+/// The block's exits: anywhere, the fall-through, the target (bits).
+const HEAD_TO_ANY: u8 = 4;
+const HEAD_TO_FT: u8 = 8;
+const HEAD_TO_TARGET: u8 = 16;
 
 impl BlockHead {
     /// The head of `block`.
@@ -241,6 +245,22 @@ impl BlockHead {
         if last.faults {
             flags |= HEAD_FAULTS;
         }
+        let ft = last.fall_through();
+        flags |= match last.exits() {
+            Exits::Any => HEAD_TO_ANY,
+            Exits::Never => 0,
+            // Each of a and b is the fall-through or the target.
+            Exits::To(a, b) => {
+                let mut f = 0;
+                if a == ft || b == ft {
+                    f |= HEAD_TO_FT;
+                }
+                if a == last.target || b == last.target {
+                    f |= HEAD_TO_TARGET;
+                }
+                f
+            }
+        };
         BlockHead {
             start: block.start(),
             last_ip: last.ip,
@@ -262,6 +282,16 @@ impl BlockHead {
     #[inline]
     pub fn fall_through(&self) -> u64 {
         self.last_ip.wrapping_add(u64::from(self.last_len))
+    }
+
+    /// Whether control reaching `next` is the last instruction's own doing
+    /// (`self.exits().allows(next)`, without a branch on the class).
+    #[inline]
+    pub fn allows(&self, next: u64) -> bool {
+        let f = self.flags;
+        (f & HEAD_TO_ANY != 0)
+            | ((next == self.fall_through()) & (f & HEAD_TO_FT != 0))
+            | ((next == self.target) & (f & HEAD_TO_TARGET != 0))
     }
 
     /// Where the last instruction sends control by itself ([`BlockInsn::exits`]).
@@ -498,6 +528,10 @@ mod tests {
             assert_eq!(h.fall_through(), b.end());
             assert_eq!(h.plain_body(), b.plain_body);
             assert_eq!(h.exits(), b.exits(), "{at:#x}");
+            let elsewhere = [at, b.end(), last.target, 0, 0x1_0000, last.ip];
+            for next in elsewhere {
+                assert_eq!(h.allows(next), b.exits().allows(next), "{at:#x} to {next:#x}");
+            }
         }
         assert!(!table.head(BlockId(7)).unwrap().plain_body());
         assert_eq!(table.head(BlockId(5)).unwrap().exits(), Exits::Never);

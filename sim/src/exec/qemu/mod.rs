@@ -66,7 +66,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::block::{BlockHead, BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Exits, Step};
+use super::block::{BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Step};
 use super::maps::{load_segments, split_by_segments, LoadSegment};
 use super::{
     BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind,
@@ -1091,12 +1091,13 @@ impl QemuSource {
                     return Err(corrupt("short run record"));
                 };
                 let mut words = std::mem::take(&mut self.words);
+                let bytes = p.rest();
+                // Sized first, then filled: a loop the compiler vectorizes.
                 words.clear();
-                words.extend(
-                    p.rest()
-                        .chunks_exact(4)
-                        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
-                );
+                words.resize(bytes.len() / 4, 0);
+                for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
                 let known = self.known.contains(&tid);
                 if !known {
                     self.conns[i].deferred.push((tid, words.clone()));
@@ -1376,6 +1377,7 @@ impl QemuSource {
     /// `tid` (the first words of `words`) whose predecessors end where
     /// control plainly goes on (no system call, signal, REP iteration or
     /// mapping change between them). Returns how many words it took.
+    #[inline(never)]
     fn plain_blocks(&mut self, pid: u32, tid: u32, words: &[u32]) -> usize {
         let Some(proc) = self.procs.get(&pid).filter(|p| !p.maps_dirty) else {
             return 0;
@@ -1403,9 +1405,8 @@ impl QemuSource {
         // plainly, its `next_ip` is the next block's start and it retired
         // (see `resolve`; a REP iteration, which starts at the same
         // instruction, is not one of its exits).
-        if let Some(mut prev) = t.prev {
-            let table = &self.table;
-            let mut exits = table.head(prev).map_or(Exits::Never, BlockHead::exits);
+        let table = &self.table;
+        if let Some((mut prev, mut exits)) = t.prev.and_then(|p| Some((p, *table.head(p)?))) {
             for &w in words.iter().take(room) {
                 let Some(&Some(id)) = proc.blocks.get(w as usize) else {
                     break;
@@ -1421,7 +1422,7 @@ impl QemuSource {
                     next_ip: start,
                 });
                 prev = id;
-                exits = head.exits();
+                exits = *head;
                 n += 1;
             }
             t.prev = Some(prev);

@@ -1,7 +1,7 @@
 //! Block decoding and the resolution of a block's end.
 
 use super::*;
-use crate::exec::block::always_faults;
+use crate::exec::block::{always_faults, Exits};
 
 fn insn(ip: u64, len: u8, class: BranchClass, target: u64) -> BlockInsn {
     BlockInsn {
