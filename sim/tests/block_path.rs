@@ -13,8 +13,8 @@ use pt_hal::msr::AddrCfg;
 use pt_sim::clock::ClockParams;
 use pt_sim::exec::log::LogWriter;
 use pt_sim::exec::{
-    BlockId, BlockRun, BlockTable, CodeBlock, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind, Step,
-    ThreadId,
+    BlockId, BlockRun, BlockTable, CodeBlock, CodeMemory, Event, ExecError, ExecItem,
+    ExecutionSource, ExitKind, Step, ThreadId,
 };
 use pt_sim::pt::{FifoModel, PtLogic, SimParams, TntPolicy};
 use pt_sim::record::{record_into, MemorySink, RecordSummary, SimRecording};

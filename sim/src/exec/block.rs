@@ -451,7 +451,8 @@ mod tests {
     fn a_run_spells_out_its_instructions() {
         // mov eax, 1; nop; jz +0x10
         let mut table = BlockTable::new();
-        let id = table.push(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
+        let id =
+            table.push(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
         let b = table.get(id).unwrap();
         assert!(b.plain_body);
         assert_eq!(b.end(), 0x1008);
@@ -505,15 +506,15 @@ mod tests {
     fn a_head_agrees_with_its_block() {
         // Blocks ending in each kind of instruction, with plain bodies or not.
         let blocks: [(u64, &[u8]); 9] = [
-            (0x1000, &[0x90, 0x74, 0x10]),             // nop; jz
+            (0x1000, &[0x90, 0x74, 0x10]),                   // nop; jz
             (0x2000, &[0xb8, 1, 0, 0, 0, 0xe8, 0, 1, 0, 0]), // mov; call rel32
-            (0x3000, &[0x90, 0xc3]),                   // nop; ret
-            (0x4000, &[0xff, 0xe0]),                   // jmp rax
-            (0x5000, &[0x0f, 0x05]),                   // syscall
-            (0x6000, &[0x90, 0x0f, 0x0b]),             // nop; ud2
-            (0x7000, &[0xf3, 0xa4]),                   // rep movsb
-            (0x8000, &[0xeb, 0x00, 0x90]),             // jmp; nop: no plain body
-            (0x9000, &[0x90, 0x90, 0xeb, 0xfe]),       // nop; nop; jmp
+            (0x3000, &[0x90, 0xc3]),                         // nop; ret
+            (0x4000, &[0xff, 0xe0]),                         // jmp rax
+            (0x5000, &[0x0f, 0x05]),                         // syscall
+            (0x6000, &[0x90, 0x0f, 0x0b]),                   // nop; ud2
+            (0x7000, &[0xf3, 0xa4]),                         // rep movsb
+            (0x8000, &[0xeb, 0x00, 0x90]),                   // jmp; nop: no plain body
+            (0x9000, &[0x90, 0x90, 0xeb, 0xfe]),             // nop; nop; jmp
         ];
         let mut table = BlockTable::new();
         for (at, code) in blocks {
@@ -523,14 +524,21 @@ mod tests {
             let last = b.last();
             assert_eq!(h.start, b.start());
             assert_eq!(h.len as usize, b.insns.len());
-            assert_eq!((h.last_ip, h.last_len, h.class), (last.ip, last.len, last.class));
+            assert_eq!(
+                (h.last_ip, h.last_len, h.class),
+                (last.ip, last.len, last.class)
+            );
             assert_eq!(h.target, last.target);
             assert_eq!(h.fall_through(), b.end());
             assert_eq!(h.plain_body(), b.plain_body);
             assert_eq!(h.exits(), b.exits(), "{at:#x}");
             let elsewhere = [at, b.end(), last.target, 0, 0x1_0000, last.ip];
             for next in elsewhere {
-                assert_eq!(h.allows(next), b.exits().allows(next), "{at:#x} to {next:#x}");
+                assert_eq!(
+                    h.allows(next),
+                    b.exits().allows(next),
+                    "{at:#x} to {next:#x}"
+                );
             }
         }
         assert!(!table.head(BlockId(7)).unwrap().plain_body());

@@ -228,7 +228,11 @@ fn a_blocks_exits_are_where_its_end_resolves_plainly() {
             for next in [0x1000, 0x1002, 0x2000, 0x3000] {
                 let r = resolve(&last, next, None);
                 let plain = r.signal_from.is_none();
-                assert_eq!(exits.allows(next), plain, "{class:?} rep {rep} faults {faults} to {next:#x}");
+                assert_eq!(
+                    exits.allows(next),
+                    plain,
+                    "{class:?} rep {rep} faults {faults} to {next:#x}"
+                );
                 if plain {
                     assert_eq!((r.next_ip, r.retired), (next, true));
                 }
