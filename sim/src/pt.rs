@@ -959,7 +959,7 @@ impl PtLogic {
             if quiet
                 && head.plain_body()
                 && run.retire_last
-                && !(self.since_psb >= self.psb_period)
+                && self.since_psb < self.psb_period
                 && (self.next_mtc_cycle == u64::MAX
                     || cpi == 0
                     || self.clock.cycles().saturating_add(steps) < self.next_mtc_cycle)

@@ -216,10 +216,8 @@ fn batched(steps: &[Step], n: usize) -> Vec<Step> {
     let mut v: Vec<Step> = Vec::new();
     for s in steps {
         match (s, v.last_mut()) {
-            (Step::Block(run), Some(Step::Blocks(runs))) if runs.len() < n => {
-                runs.push(run.clone())
-            }
-            (Step::Block(run), _) => v.push(Step::Blocks(vec![run.clone()])),
+            (Step::Block(run), Some(Step::Blocks(runs))) if runs.len() < n => runs.push(*run),
+            (Step::Block(run), _) => v.push(Step::Blocks(vec![*run])),
             (s, _) => v.push(s.clone()),
         }
     }
