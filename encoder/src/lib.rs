@@ -96,6 +96,7 @@ fn put_le(out: &mut [u8], v: u64, n: usize) {
 }
 
 /// Check that `p` is encodable: every field fits its encoding.
+#[inline]
 pub fn validate(p: &Packet) -> Result<(), EncodeError> {
     let name = p.name();
     match *p {
@@ -135,6 +136,7 @@ pub fn validate(p: &Packet) -> Result<(), EncodeError> {
 ///
 /// The bytes are exactly those the hardware (and libipt's encoder) produce. Fields that do
 /// not fit their encoding are an error, never silently truncated.
+#[inline]
 pub fn encode(p: &Packet, out: &mut [u8]) -> Result<usize, EncodeError> {
     validate(p)?;
     let size = p.size();

@@ -790,6 +790,7 @@ impl Packet {
     }
 
     /// libipt's name for the packet kind, as ptdump prints it.
+    #[inline]
     pub fn name(&self) -> &'static str {
         match self {
             Packet::Pad => "pad",

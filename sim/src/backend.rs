@@ -26,7 +26,7 @@ use pt_hal::topa::{
     OutputError, SingleRange, TopaCursor, TopaEntry, TopaEvent, TopaSize, TopaTable,
 };
 
-use crate::exec::{BlockRun, CodeMemory, ExecItem};
+use crate::exec::{BlockRun, BlockTable, CodeMemory, ExecItem, RunView};
 use crate::pt::{PtError, PtLogic, SimParams};
 
 /// MAXPHYADDR of the simulated processor.
@@ -123,6 +123,9 @@ impl PhysMemory {
     }
 }
 
+/// Pending PT output moved to memory at once (bytes).
+const FLUSH_AT: usize = 256;
+
 /// A PMI raised by a full ToPA region with INT set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pmi {
@@ -167,6 +170,8 @@ pub struct SimCpu {
     stop_dropped: u64,
     /// Recent writes (stream offset, physical address, length) for reading back.
     chunks: VecDeque<(u64, u64, u64)>,
+    /// The PT logic's output on its way to memory (kept: no allocation per flush).
+    moving: Vec<u8>,
 }
 
 impl SimCpu {
@@ -193,6 +198,7 @@ impl SimCpu {
             written: 0,
             stop_dropped: 0,
             chunks: VecDeque::new(),
+            moving: Vec::new(),
         })
     }
 
@@ -485,11 +491,47 @@ impl SimCpu {
     /// Feeds a block run to the PT logic (as [`Self::feed`] of each of its
     /// instructions would) and writes its output.
     #[inline]
-    pub fn feed_block(&mut self, run: &BlockRun, mem: &CodeMemory) {
+    pub fn feed_block(&mut self, run: RunView<'_>, mem: &CodeMemory) {
         self.logic.retire_block(run, mem);
-        if self.logic.output().len() >= 256 {
+        if self.logic.output().len() >= FLUSH_AT {
             self.flush();
         }
+    }
+
+    /// Block runs in order, as [`Self::feed_block`] of each, until the trace
+    /// written to memory reaches stream offset `written_limit` (checked
+    /// after each run, as after each [`Self::feed_block`]): returns how many
+    /// runs were taken (at least one, if there are any) and the
+    /// instructions they retired.
+    pub fn feed_blocks(
+        &mut self,
+        runs: &[BlockRun],
+        table: &BlockTable,
+        mem: &CodeMemory,
+        written_limit: u64,
+    ) -> (usize, u64) {
+        let mut at = 0;
+        let mut insns = 0;
+        while at < runs.len() {
+            // Past the limit already (an output area of no size): one run.
+            let end = if self.written >= written_limit {
+                at + 1
+            } else {
+                runs.len()
+            };
+            let (k, n) = self
+                .logic
+                .retire_blocks(&runs[at..end], table, mem, FLUSH_AT);
+            at += k;
+            insns += n;
+            if self.logic.output().len() >= FLUSH_AT {
+                self.flush();
+            }
+            if self.written >= written_limit {
+                break;
+            }
+        }
+        (at, insns)
     }
 
     /// Moves the PT logic's pending output to memory.
@@ -497,8 +539,15 @@ impl SimCpu {
         if self.logic.output().is_empty() {
             return;
         }
-        let data = self.logic.output().to_vec();
-        self.logic.clear_output();
+        let mut data = std::mem::take(&mut self.moving);
+        data.clear();
+        self.logic.drain_into(&mut data);
+        self.write_out(&data);
+        self.moving = data;
+    }
+
+    /// Writes `data` (the PT logic's output) to the output area.
+    fn write_out(&mut self, data: &[u8]) {
         let Some(sink) = &mut self.sink else {
             return;
         };
@@ -508,7 +557,7 @@ impl SimCpu {
         match sink {
             Sink::Topa { tables, cursor } => {
                 let lookup = |b: u64| tables.get(&b);
-                let res = cursor.write(&lookup, &data, &mut |phys, bytes| {
+                let res = cursor.write(&lookup, data, &mut |phys, bytes| {
                     mem.write(phys, bytes);
                     chunks.push_back((at, phys, bytes.len() as u64));
                     at += bytes.len() as u64;
@@ -543,7 +592,7 @@ impl SimCpu {
                 }
             }
             Sink::Single { range, offset } => {
-                let mut rest = &data[..];
+                let mut rest = data;
                 while !rest.is_empty() {
                     let n = ((range.size - *offset) as usize).min(rest.len());
                     mem.write(range.base + *offset, &rest[..n]);
@@ -584,11 +633,9 @@ impl SimCpu {
             });
         }
         let mut bytes = Vec::with_capacity((self.written - start) as usize);
-        for &(s, phys, len) in &self.chunks {
-            let end = s + len;
-            if end <= start {
-                continue;
-            }
+        // The chunks are in stream order: skip those that end before `start`.
+        let first = self.chunks.partition_point(|&(s, _, len)| s + len <= start);
+        for &(s, phys, len) in self.chunks.range(first..) {
             let skip = start.saturating_sub(s);
             let at = bytes.len();
             bytes.resize(at + (len - skip) as usize, 0);
@@ -686,8 +733,22 @@ impl SimBackend {
 
     /// Runs a block run (see [`SimCpu::feed_block`]).
     #[inline]
-    pub fn feed_block(&mut self, run: &BlockRun, mem: &CodeMemory) {
+    pub fn feed_block(&mut self, run: RunView<'_>, mem: &CodeMemory) {
         self.cpu.feed_block(run, mem);
+    }
+
+    /// Runs block runs in order (see [`SimCpu::feed_blocks`]) until half
+    /// the output area is unread (the owner reads it then): returns how
+    /// many runs were taken and the instructions they retired.
+    #[inline]
+    pub fn feed_blocks(
+        &mut self,
+        runs: &[BlockRun],
+        table: &BlockTable,
+        mem: &CodeMemory,
+    ) -> (usize, u64) {
+        let limit = self.read_pos.saturating_add(self.capacity() / 2);
+        self.cpu.feed_blocks(runs, table, mem, limit)
     }
 
     /// Bytes written but not yet read.

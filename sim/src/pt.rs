@@ -39,7 +39,10 @@ use pt_hal::msr::AddrCfg;
 
 use crate::clock::{Clock, ClockError, ClockParams};
 use crate::exec::insn::{decode_at, KernelEntry};
-use crate::exec::{BlockInsn, BlockRun, BranchClass, CodeMemory, Event, ExecItem, Retired};
+use crate::exec::{
+    BlockInsn, BlockRun, BlockTable, BranchClass, CodeBlock, CodeMemory, Event, ExecItem, Retired,
+    RunView,
+};
 
 /// Depth of the return-compression call stack (the decoders' stack depth).
 pub const RET_STACK_DEPTH: usize = 64;
@@ -354,6 +357,7 @@ impl PtLogic {
     }
 
     /// TriggerEn: TraceEn and neither Stopped nor Error.
+    #[inline]
     pub fn trigger_en(&self) -> bool {
         self.trace_en && !self.stopped && !self.error
     }
@@ -378,6 +382,7 @@ impl PtLogic {
     }
 
     /// ContextEn for the current privilege level and CR3.
+    #[inline]
     pub fn context_en(&self) -> bool {
         let cpl_ok = if self.in_kernel {
             self.cfg.os
@@ -393,23 +398,29 @@ impl PtLogic {
     }
 
     /// FilterEn for an IP.
+    #[inline]
     pub fn filter_en(&self, ip: u64) -> bool {
         self.filters.is_empty() || self.filters.iter().any(|&(a, b)| a <= ip && ip <= b)
     }
 
+    #[inline]
     fn cr3_ok(&self) -> bool {
         self.cfg
             .cr3_filter
             .map_or(true, |m| m & !0x1f == self.cr3 & !0x1f)
     }
 
+    #[inline]
     fn want_packet_en(&self, ip: u64) -> bool {
         self.trigger_en() && self.context_en() && self.filter_en(ip) && self.cfg.branch
     }
 
     // ---- output ----
 
-    /// Writes one packet (or drops it during an overflow). Returns whether it was written.
+    /// Writes one packet (or drops it during an overflow). Returns whether
+    /// it was written. Inlined: at each call the packet's kind is known, and
+    /// its encoding reduces to the few bytes of that kind.
+    #[inline]
     fn put(&mut self, p: &Packet) -> bool {
         if self.overflowing {
             self.stats.dropped_bytes += p.size() as u64;
@@ -429,7 +440,11 @@ impl PtLogic {
             }
             self.fifo_level += n as u64;
         }
-        self.out.extend_from_slice(&buf[..n]);
+        // Byte by byte: packets are a few bytes (most one), where a slice
+        // copy would call memcpy.
+        for &b in &buf[..n] {
+            self.out.push(b);
+        }
         self.produced += n as u64;
         self.since_psb += n as u64;
         self.stats.packets += 1;
@@ -898,29 +913,147 @@ impl PtLogic {
     }
 
     /// A block run's instructions, as [`Self::retire`] of each of
-    /// [`BlockRun::retired`] would give them, byte for byte. The block's
+    /// [`RunView::retired`] would give them, byte for byte. The block's
     /// straight-line body goes in one step where nothing can be written
     /// between its instructions (see `Self::retire_plain_run`); the rest,
     /// and every instruction where something can, take the general path.
-    pub fn retire_block(&mut self, run: &BlockRun, mem: &CodeMemory) {
+    pub fn retire_block(&mut self, run: RunView<'_>, mem: &CodeMemory) {
         let n = run.count();
         if n == 0 {
             return;
         }
         let insns = &run.block.insns;
         if run.block.plain_body && n == insns.len() && self.quiet_for(run.block.start(), n) {
-            // The whole block in one step: nothing is due before its last
-            // instruction's end (see `quiet_for`), which writes what it writes.
-            self.clock
-                .advance(u64::from(self.params.clock.cycles_per_insn) * n as u64);
-            self.stats.instructions += n as u64;
-            if self.packet_en {
-                self.stats.traced += n as u64;
-            }
-            self.next_ip = Some(run.next_ip);
-            self.retire_end(&run.block.last().retired(run.next_ip), mem);
+            self.retire_whole(run.block, run.next_ip, mem);
             return;
         }
+        self.retire_block_stepwise(run, mem);
+    }
+
+    /// Block runs in order, each as [`Self::retire_block`] gives it, until
+    /// the pending output reaches `out_limit` bytes (the owner moves it on
+    /// then): returns how many runs were taken (at least one, if there are
+    /// any) and the instructions they retired. Runs whose block `table`
+    /// lacks are skipped. One call per batch, not per block: the loop keeps
+    /// the logic's state at hand between blocks.
+    pub fn retire_blocks(
+        &mut self,
+        runs: &[BlockRun],
+        table: &BlockTable,
+        mem: &CodeMemory,
+        out_limit: usize,
+    ) -> (usize, u64) {
+        let cpi = u64::from(self.params.clock.cycles_per_insn);
+        let mut insns = 0u64;
+        // What `quiet_for` asks of the state that a quiet block leaves as
+        // it is (all but the PSB and MTC deadlines), asked again after any
+        // block that took another way.
+        let mut quiet = self.quiet_state();
+        for (k, run) in runs.iter().enumerate() {
+            let Some(head) = table.head(run.block) else {
+                continue;
+            };
+            let n = head.len as usize - usize::from(!run.retire_last);
+            insns += n as u64;
+            let steps = cpi * n as u64;
+            if quiet
+                && head.plain_body()
+                && run.retire_last
+                && self.since_psb < self.psb_period
+                && (self.next_mtc_cycle == u64::MAX
+                    || cpi == 0
+                    || self.clock.cycles().saturating_add(steps) < self.next_mtc_cycle)
+            {
+                // As `retire_whole` (`quiet_for` holds: packets are on or
+                // off for good, no filter), with the commonest last
+                // instructions' packets written here.
+                self.clock.advance(steps);
+                self.stats.instructions += n as u64;
+                let next_ip = run.next_ip;
+                self.next_ip = Some(next_ip);
+                let last = || Retired {
+                    ip: head.last_ip,
+                    next_ip,
+                    len: head.last_len,
+                    class: head.class,
+                    mode: ExecMode::Bit64,
+                    kernel: false,
+                };
+                if self.packet_en {
+                    self.stats.traced += n as u64;
+                    match head.class {
+                        BranchClass::Other | BranchClass::DirectJump => {}
+                        BranchClass::CondBranch if !self.cfg.dis_tnt => {
+                            self.tnt(next_ip != head.fall_through());
+                        }
+                        BranchClass::DirectCall => {
+                            let ft = head.fall_through();
+                            if next_ip != ft {
+                                self.ret_push(ft);
+                            }
+                        }
+                        _ => {
+                            self.retire_end(&last(), mem);
+                            quiet = self.quiet_state();
+                        }
+                    }
+                } else if head.class == BranchClass::KernelEntry {
+                    self.retire_end(&last(), mem);
+                    quiet = self.quiet_state();
+                }
+            } else if n > 0 {
+                if let Some(view) = table.run(run) {
+                    self.retire_block(view, mem);
+                }
+                quiet = self.quiet_state();
+            }
+            if self.out.len() >= out_limit {
+                return (k + 1, insns);
+            }
+        }
+        (runs.len(), insns)
+    }
+
+    /// The part of [`Self::quiet_at`] that a block retired in one step
+    /// ([`Self::retire_whole`]) keeps as it is, unless its last
+    /// instruction is a far transfer or kernel entry: with no filter
+    /// configured, packet generation does not depend on the IP. The PSB
+    /// deadline is asked only while TriggerEn, which such a block keeps too.
+    #[inline]
+    fn quiet_state(&self) -> bool {
+        !(self.pending_far.is_some()
+            || self.pending_entry.is_some()
+            || self.in_kernel
+            || self.overflowing
+            || self.params.fifo.is_some()
+            || self.mode != Some(ExecMode::Bit64)
+            || !self.filters.is_empty()
+            || !self.stops.is_empty()
+            || !self.trigger_en()
+            || self.want_packet_en(0) != self.packet_en)
+    }
+
+    /// A whole block with a plain body in one step (its last instruction
+    /// going to `next_ip`), where [`Self::quiet_for`] holds: nothing is due
+    /// before its last instruction's end, which writes what it writes.
+    #[inline(always)]
+    fn retire_whole(&mut self, block: &CodeBlock, next_ip: u64, mem: &CodeMemory) {
+        let n = block.insns.len() as u64;
+        self.clock
+            .advance(u64::from(self.params.clock.cycles_per_insn) * n);
+        self.stats.instructions += n;
+        if self.packet_en {
+            self.stats.traced += n;
+        }
+        self.next_ip = Some(next_ip);
+        self.retire_end(&block.last().retired(next_ip), mem);
+    }
+
+    /// [`Self::retire_block`] where the block cannot go in one step: its
+    /// instructions one by one, straight-line stretches of the body at once.
+    fn retire_block_stepwise(&mut self, run: RunView<'_>, mem: &CodeMemory) {
+        let n = run.count();
+        let insns = &run.block.insns;
         // The first instruction settles what the block was entered with
         // (a pending far transfer or kernel entry, a mode, a TIP.PGE).
         self.retire(&run.insn(0), mem);

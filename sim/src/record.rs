@@ -45,8 +45,8 @@ use crate::backend::{SimBackend, SimOutput};
 use crate::clock::Clock;
 use crate::exec::log::LogWriter;
 use crate::exec::{
-    BlockRun, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind,
-    Mapping, Step, StopReason, ThreadCursor, ThreadId,
+    BlockRun, BlockTable, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource,
+    ExitKind, Mapping, RunView, Step, StopReason, ThreadCursor, ThreadId,
 };
 use crate::pt::{PtError, SimParams};
 use pt_encoder::hash::IntMap;
@@ -539,11 +539,11 @@ impl Recorder<'_> {
         self.event(TaskEvent::Exit { thread: id, how })
     }
 
-    /// A block run of `thread` (the instructions [`BlockRun::retired`] spells out).
+    /// A block run of `thread` (the instructions [`RunView::retired`] spells out).
     fn block(
         &mut self,
         thread: ThreadId,
-        run: &BlockRun,
+        run: RunView<'_>,
         mem: &CodeMemory,
     ) -> Result<(), RecordError> {
         if self.on != Some(thread) {
@@ -565,11 +565,13 @@ impl Recorder<'_> {
         Ok(())
     }
 
-    /// Block runs of `thread`, in order (as [`Self::block`] of each).
+    /// Block runs of `thread`, in order (as [`Self::block`] of each), their
+    /// blocks in `table` (checked before: every run's block is there).
     fn blocks(
         &mut self,
         thread: ThreadId,
         runs: &[BlockRun],
+        table: &BlockTable,
         mem: &CodeMemory,
     ) -> Result<(), RecordError> {
         if self.on != Some(thread) {
@@ -581,19 +583,20 @@ impl Recorder<'_> {
                 Some(t) => t,
                 None => self.thread(thread),
             };
-            let mut n = 0;
-            let mut drain = false;
-            for run in &runs[at..] {
-                at += 1;
-                n += run.count() as u64;
-                if let Some(b) = t.backend.as_mut() {
-                    b.feed_block(run, mem);
-                    if b.unread() >= b.capacity() / 2 {
-                        drain = true;
-                        break;
-                    }
-                }
-            }
+            let Some(b) = t.backend.as_mut() else {
+                // No trace unit: the instructions count.
+                let n: u64 = runs[at..]
+                    .iter()
+                    .filter_map(|run| table.run(run))
+                    .map(|run| run.count() as u64)
+                    .sum();
+                t.summary.instructions += n;
+                self.summary.instructions += n;
+                break;
+            };
+            let (k, n) = b.feed_blocks(&runs[at..], table, mem);
+            at += k;
+            let drain = b.unread() >= b.capacity() / 2;
             t.summary.instructions += n;
             self.summary.instructions += n;
             if drain {
@@ -750,7 +753,7 @@ impl<W: Write> ExecLog<W> {
         self.w.write_item(item, mem).map_err(|e| self.fail(e))
     }
 
-    fn block(&mut self, run: &BlockRun, mem: &CodeMemory) -> Result<(), RecordError> {
+    fn block(&mut self, run: RunView<'_>, mem: &CodeMemory) -> Result<(), RecordError> {
         self.w.write_block(run, mem).map_err(|e| self.fail(e))
     }
 
@@ -765,6 +768,14 @@ impl<W: Write> ExecLog<W> {
             source: e.into(),
         })
     }
+}
+
+/// The error of a run whose block the source's table does not have.
+fn unknown_block(run: &BlockRun) -> String {
+    format!(
+        "a block run of block {} that the source did not describe",
+        run.block.0
+    )
 }
 
 /// Runs `source` through the simulator into `sink` (see the module docs);
@@ -820,9 +831,15 @@ pub fn record_into(
                 let thread = cursor.follow(item);
                 r.item(thread, item, source.memory(), shows_kernel)?;
             }
-            // A run that retires nothing (one faulting instruction) is no item.
-            Step::Block(run) if run.count() == 0 => {}
             Step::Block(run) => {
+                let Some(run) = source.blocks().run(run) else {
+                    r.summary.source_error = Some(unknown_block(run));
+                    break;
+                };
+                // A run that retires nothing (one faulting instruction) is no item.
+                if run.count() == 0 {
+                    continue;
+                }
                 let mem = source.memory();
                 if let Some(Err(e)) = log.as_mut().map(|l| l.block(run, mem)) {
                     r.summary.source_error = Some(e.to_string());
@@ -832,19 +849,26 @@ pub fn record_into(
                 cursor.saw_insn();
                 r.block(cursor.current(), run, mem)?;
             }
-            Step::Blocks(runs) if runs.iter().all(|run| run.count() == 0) => {}
             Step::Blocks(runs) => {
-                let mem = source.memory();
-                if let Some(Err(e)) = log
-                    .as_mut()
-                    .map(|l| runs.iter().try_for_each(|run| l.block(run, mem)))
-                {
-                    r.summary.source_error = Some(e.to_string());
-                    log = None;
-                    break;
+                // (A run of a block the table lacks is skipped: checking
+                // each run here would be a pass over every batch.)
+                let table = source.blocks();
+                // Runs that retire nothing (one faulting instruction each) are no items.
+                let retires = |run: &BlockRun| table.run(run).is_some_and(|v| v.count() > 0);
+                if runs.iter().any(retires) {
+                    let mem = source.memory();
+                    if let Some(Err(e)) = log.as_mut().map(|l| {
+                        runs.iter()
+                            .filter_map(|run| table.run(run))
+                            .try_for_each(|run| l.block(run, mem))
+                    }) {
+                        r.summary.source_error = Some(e.to_string());
+                        log = None;
+                        break;
+                    }
+                    cursor.saw_insn();
+                    r.blocks(cursor.current(), runs, table, mem)?;
                 }
-                cursor.saw_insn();
-                r.blocks(cursor.current(), runs, mem)?;
             }
         }
         if let Step::Blocks(runs) = step {

@@ -1,12 +1,11 @@
 //! The block path against the per-instruction path: the same executions,
 //! handed over as block runs ([`Step::Block`], batched as [`Step::Blocks`])
 //! and spelled out as retired
-//! instructions ([`BlockRun::retired`]), give byte-identical PT (the PT
+//! instructions ([`pt_sim::exec::RunView::retired`]), give byte-identical PT (the PT
 //! logic alone and whole recordings, every configuration the logic takes)
 //! and byte-identical execution logs.
 
 use std::collections::{HashMap, VecDeque};
-use std::rc::Rc;
 
 use proptest::prelude::*;
 use pt_hal::config::{AddrRange, TraceConfig};
@@ -14,8 +13,8 @@ use pt_hal::msr::AddrCfg;
 use pt_sim::clock::ClockParams;
 use pt_sim::exec::log::LogWriter;
 use pt_sim::exec::{
-    BlockRun, CodeBlock, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind, Step,
-    ThreadId,
+    BlockId, BlockRun, BlockTable, CodeBlock, CodeMemory, Event, ExecError, ExecItem,
+    ExecutionSource, ExitKind, Step, ThreadId,
 };
 use pt_sim::pt::{FifoModel, PtLogic, SimParams, TntPolicy};
 use pt_sim::record::{record_into, MemorySink, RecordSummary, SimRecording};
@@ -58,12 +57,14 @@ fn start(i: usize) -> u64 {
 /// add rax, rbx), then the end; direct branches go to other blocks.
 struct Program {
     mem: CodeMemory,
-    blocks: Vec<(Rc<CodeBlock>, End)>,
+    table: BlockTable,
+    blocks: Vec<(BlockId, End)>,
 }
 
 fn program(shapes: &[(Vec<u8>, u8)]) -> Program {
     let mut page = vec![0xccu8; 4096];
     let mut blocks = Vec::new();
+    let mut table = BlockTable::new();
     for (i, (body, end)) in shapes.iter().enumerate() {
         let at = start(i);
         let mut code = Vec::new();
@@ -104,11 +105,11 @@ fn program(shapes: &[(Vec<u8>, u8)]) -> Program {
         assert!(code.len() as u64 <= SPACING);
         let off = (at - BASE) as usize;
         page[off..off + code.len()].copy_from_slice(&code);
-        blocks.push((Rc::new(CodeBlock::decode(at, &code).unwrap()), end));
+        blocks.push((table.push(CodeBlock::decode(at, &code).unwrap()), end));
     }
     let mut mem = CodeMemory::new();
     mem.set_page(BASE, &page);
-    Program { mem, blocks }
+    Program { mem, table, blocks }
 }
 
 /// An execution: block runs of two threads and the events between them.
@@ -125,7 +126,7 @@ fn execution(p: &Program, walk: &[(u8, u8)]) -> Vec<Step> {
     let mut i = 0usize;
     for &(choice, extra) in walk {
         let (block, end) = &p.blocks[i % p.blocks.len()];
-        let last = *block.last();
+        let last = *p.table.get(*block).unwrap().last();
         let ft = last.fall_through();
         let pick = start(usize::from(choice) % BLOCKS);
         let stack = calls.entry(cur).or_default();
@@ -145,7 +146,7 @@ fn execution(p: &Program, walk: &[(u8, u8)]) -> Vec<Step> {
             End::Ud2 => (last.ip, false),
         };
         steps.push(Step::Block(BlockRun {
-            block: block.clone(),
+            block: *block,
             next_ip,
             retire_last,
         }));
@@ -194,15 +195,15 @@ fn execution(p: &Program, walk: &[(u8, u8)]) -> Vec<Step> {
 }
 
 /// The same execution as items only.
-fn spelled(steps: &[Step]) -> Vec<ExecItem> {
+fn spelled(steps: &[Step], table: &BlockTable) -> Vec<ExecItem> {
     let mut v = Vec::new();
     for s in steps {
         match s {
             Step::Item(i) => v.push(i.clone()),
-            Step::Block(run) => v.extend(run.retired().map(ExecItem::Insn)),
+            Step::Block(run) => v.extend(table.run(run).unwrap().retired().map(ExecItem::Insn)),
             Step::Blocks(runs) => {
                 for run in runs {
-                    v.extend(run.retired().map(ExecItem::Insn));
+                    v.extend(table.run(run).unwrap().retired().map(ExecItem::Insn));
                 }
             }
         }
@@ -215,10 +216,8 @@ fn batched(steps: &[Step], n: usize) -> Vec<Step> {
     let mut v: Vec<Step> = Vec::new();
     for s in steps {
         match (s, v.last_mut()) {
-            (Step::Block(run), Some(Step::Blocks(runs))) if runs.len() < n => {
-                runs.push(run.clone())
-            }
-            (Step::Block(run), _) => v.push(Step::Blocks(vec![run.clone()])),
+            (Step::Block(run), Some(Step::Blocks(runs))) if runs.len() < n => runs.push(*run),
+            (Step::Block(run), _) => v.push(Step::Blocks(vec![*run])),
             (s, _) => v.push(s.clone()),
         }
     }
@@ -274,48 +273,86 @@ fn params((cpi, fifo, long): (u32, bool, bool)) -> SimParams {
     }
 }
 
+/// How the PT logic is given the block runs.
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    /// Instruction by instruction (`PtLogic::retire`).
+    PerInsn,
+    /// Run by run (`PtLogic::retire_block`).
+    Blocks,
+    /// Consecutive runs at once (`PtLogic::retire_blocks`), stopping when
+    /// the output reaches this many bytes.
+    Batches(usize),
+}
+
 /// The PT logic's output and counters for an execution, one logic for all
 /// threads, switched off and on where a thread switch is (as the recorder does).
 fn logic_output(
     steps: &[Step],
+    table: &BlockTable,
     mem: &CodeMemory,
     cfg: TraceConfig,
     params: SimParams,
-    blocks: bool,
+    how: Path,
 ) -> (Vec<u8>, pt_sim::pt::PtStats) {
     let mut l = PtLogic::new(cfg, params).unwrap();
     l.enable();
+    let mut out = Vec::new();
+    let mut batch: Vec<BlockRun> = Vec::new();
+    let run_batch = |l: &mut PtLogic, batch: &mut Vec<BlockRun>, out: &mut Vec<u8>, limit| {
+        let mut at = 0;
+        while at < batch.len() {
+            let (k, n) = l.retire_blocks(&batch[at..], table, mem, limit);
+            assert!(k >= 1);
+            let want: usize = batch[at..at + k]
+                .iter()
+                .map(|r| table.run(r).unwrap().count())
+                .sum();
+            assert_eq!(n, want as u64);
+            at += k;
+            if l.output().len() >= limit {
+                l.drain_into(out);
+            }
+        }
+        batch.clear();
+    };
     for s in steps {
-        match s {
-            Step::Item(item) => {
+        match (s, how) {
+            (Step::Block(run), Path::Batches(_)) => batch.push(*run),
+            (Step::Block(run), Path::Blocks) => l.retire_block(table.run(run).unwrap(), mem),
+            (Step::Block(run), Path::PerInsn) => {
+                for r in table.run(run).unwrap().retired() {
+                    l.retire(&r, mem);
+                }
+            }
+            (Step::Item(item), _) => {
+                if let Path::Batches(limit) = how {
+                    run_batch(&mut l, &mut batch, &mut out, limit);
+                }
                 if matches!(item, ExecItem::Event(Event::Switch(_))) {
                     l.disable();
                     l.enable();
                 }
                 l.item(item, mem);
             }
-            Step::Block(run) if blocks => l.retire_block(run, mem),
-            Step::Block(run) => {
-                for r in run.retired() {
-                    l.retire(&r, mem);
-                }
-            }
-            Step::Blocks(_) => unreachable!("not batched here"),
+            (Step::Blocks(_), _) => unreachable!("not batched here"),
         }
     }
+    if let Path::Batches(limit) = how {
+        run_batch(&mut l, &mut batch, &mut out, limit);
+    }
     l.finish();
-    let mut out = Vec::new();
     l.drain_into(&mut out);
     (out, l.stats())
 }
 
-fn log_bytes(steps: &[Step], mem: &CodeMemory, blocks: bool) -> Vec<u8> {
+fn log_bytes(steps: &[Step], table: &BlockTable, mem: &CodeMemory, blocks: bool) -> Vec<u8> {
     let mut w = LogWriter::new(Vec::new()).unwrap();
     for s in steps {
         match s {
-            Step::Block(run) if blocks => w.write_block(run, mem).unwrap(),
+            Step::Block(run) if blocks => w.write_block(table.run(run).unwrap(), mem).unwrap(),
             Step::Block(run) => {
-                for r in run.retired() {
+                for r in table.run(run).unwrap().retired() {
                     w.write_item(&ExecItem::Insn(r), mem).unwrap();
                 }
             }
@@ -329,6 +366,7 @@ fn log_bytes(steps: &[Step], mem: &CodeMemory, blocks: bool) -> Vec<u8> {
 /// A source of fixed steps: as block runs or spelled out.
 struct Steps {
     steps: VecDeque<Step>,
+    table: BlockTable,
     mem: CodeMemory,
 }
 
@@ -342,6 +380,9 @@ impl ExecutionSource for Steps {
     fn next_step(&mut self) -> Result<Option<Step>, ExecError> {
         Ok(self.steps.pop_front())
     }
+    fn blocks(&self) -> &BlockTable {
+        &self.table
+    }
     fn memory(&self) -> &CodeMemory {
         &self.mem
     }
@@ -349,12 +390,14 @@ impl ExecutionSource for Steps {
 
 fn recording(
     steps: Vec<Step>,
+    table: &BlockTable,
     mem: &CodeMemory,
     cfg: TraceConfig,
     params: SimParams,
 ) -> (MemorySink, RecordSummary) {
     let mut src = Steps {
         steps: steps.into(),
+        table: table.clone(),
         mem: mem.clone(),
     };
     let mut rec = SimRecording::new(cfg);
@@ -388,15 +431,19 @@ proptest! {
         walk in prop::collection::vec((any::<u8>(), any::<u8>()), 1..300),
         cfg in configs(),
         params in (1u32..4, prop::bool::weighted(0.2), any::<bool>()),
+        out_limit in 1usize..300,
     ) {
         let p = program(&shapes);
         let steps = execution(&p, &walk);
         let (cfg, params) = (config(cfg), self::params(params));
-        let per_insn = logic_output(&steps, &p.mem, cfg, params, false);
-        let blocks = logic_output(&steps, &p.mem, cfg, params, true);
+        let per_insn = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::PerInsn);
+        let blocks = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::Blocks);
         prop_assert_eq!(&per_insn.0, &blocks.0);
         prop_assert_eq!(per_insn.1, blocks.1);
-        prop_assert_eq!(log_bytes(&steps, &p.mem, false), log_bytes(&steps, &p.mem, true));
+        let batches = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::Batches(out_limit));
+        prop_assert_eq!(&per_insn.0, &batches.0);
+        prop_assert_eq!(per_insn.1, batches.1);
+        prop_assert_eq!(log_bytes(&steps, &p.table, &p.mem, false), log_bytes(&steps, &p.table, &p.mem, true));
     }
 
     #[test]
@@ -410,16 +457,16 @@ proptest! {
         let p = program(&shapes);
         let steps = execution(&p, &walk);
         let (cfg, params) = (config(cfg), self::params(params));
-        let items: Vec<Step> = spelled(&steps).into_iter().map(Step::Item).collect();
-        let (a, sa) = recording(items, &p.mem, cfg, params);
+        let items: Vec<Step> = spelled(&steps, &p.table).into_iter().map(Step::Item).collect();
+        let (a, sa) = recording(items, &p.table, &p.mem, cfg, params);
         let in_batches = batched(&steps, batch);
-        let (b, sb) = recording(steps, &p.mem, cfg, params);
+        let (b, sb) = recording(steps, &p.table, &p.mem, cfg, params);
         prop_assert_eq!(sa.instructions, sb.instructions);
         prop_assert_eq!(sa.traced, sb.traced);
         prop_assert_eq!(&sa.threads, &sb.threads);
         prop_assert_eq!(&a.streams, &b.streams);
         prop_assert_eq!(&a.events, &b.events);
-        let (c, sc) = recording(in_batches, &p.mem, cfg, params);
+        let (c, sc) = recording(in_batches, &p.table, &p.mem, cfg, params);
         prop_assert_eq!(sa.instructions, sc.instructions);
         prop_assert_eq!(sa.traced, sc.traced);
         prop_assert_eq!(&sa.threads, &sc.threads);
@@ -442,11 +489,13 @@ fn long_bodies_across_mtc_and_psb() {
         cfg.cyc = Some(0);
         cfg.psb_freq = 0;
         let params = self::params((3, false, false));
-        let a = logic_output(&steps, &p.mem, cfg, params, false);
-        let b = logic_output(&steps, &p.mem, cfg, params, true);
+        let a = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::PerInsn);
+        let b = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::Blocks);
         if mtc == Some(0) {
             assert!(a.1.psbs > 10, "{:?}", a.1);
         }
         assert_eq!(a, b);
+        let c = logic_output(&steps, &p.table, &p.mem, cfg, params, Path::Batches(256));
+        assert_eq!(a, c);
     }
 }

@@ -4,15 +4,14 @@
 //! the PT logic needs and no more.
 //!
 //! A [`CodeBlock`] is decoded from its code bytes once (iced-x86), when the
-//! source first sees it; a [`BlockRun`] is one execution of it: every
+//! source first sees it, and kept in the source's [`BlockTable`]; a
+//! [`BlockRun`] is one execution of it, naming it by [`BlockId`]: every
 //! instruction in order, each going to the next, the last one going to
 //! [`BlockRun::next_ip`] (or not retiring, for an instruction that faults).
-//! [`BlockRun::retired`] spells a run out as the [`Retired`] items it
+//! [`RunView::retired`] spells a run out as the [`Retired`] items it
 //! stands for: the per-instruction path, which the recorder's block path
 //! ([`crate::pt::PtLogic::retire_block`], [`crate::exec::log::LogWriter::write_block`])
 //! must match byte for byte.
-
-use std::rc::Rc;
 
 use super::insn::decode_bytes;
 use super::{BranchClass, ExecError, ExecItem, ExecMode, Retired};
@@ -55,6 +54,53 @@ impl BlockInsn {
     }
 }
 
+/// Where an instruction sends control by its own semantics (not counting
+/// an asynchronous transfer, such as a signal, after it): what a source
+/// that sees only where blocks start tests each next block's start against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exits {
+    /// Anywhere: an indirect branch, a return, a far transfer.
+    Any,
+    /// One of two addresses: a conditional branch's fall-through and
+    /// target; the same one twice for the rest (a non-branch's or kernel
+    /// entry's fall-through, where a system call returns; a direct branch's target).
+    To(u64, u64),
+    /// Nowhere: the instruction never retires (it always faults).
+    Never,
+}
+
+impl Exits {
+    /// Whether control reaching `next` is the instruction's own doing.
+    #[inline]
+    pub fn allows(self, next: u64) -> bool {
+        match self {
+            Exits::Any => true,
+            Exits::To(a, b) => next == a || next == b,
+            Exits::Never => false,
+        }
+    }
+}
+
+impl BlockInsn {
+    /// Where the instruction sends control by itself.
+    pub fn exits(&self) -> Exits {
+        let ft = self.fall_through();
+        match self.class {
+            // UD2 and HLT: non-branches that never retire.
+            BranchClass::Other if self.faults => Exits::Never,
+            BranchClass::Other | BranchClass::KernelEntry => Exits::To(ft, ft),
+            BranchClass::CondBranch => Exits::To(ft, self.target),
+            BranchClass::DirectJump | BranchClass::DirectCall => {
+                Exits::To(self.target, self.target)
+            }
+            BranchClass::IndirectJump
+            | BranchClass::IndirectCall
+            | BranchClass::Return
+            | BranchClass::FarBranch => Exits::Any,
+        }
+    }
+}
+
 /// A block of 64-bit user-mode code, decoded once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodeBlock {
@@ -70,6 +116,7 @@ pub struct CodeBlock {
     /// cache lines, not behind the instructions' pointer.
     start: u64,
     last: BlockInsn,
+    exits: Exits,
 }
 
 impl CodeBlock {
@@ -110,9 +157,11 @@ impl CodeBlock {
         let plain_body = body
             .iter()
             .all(|i| i.class == BranchClass::Other && !i.faults);
+        let last = insns[insns.len() - 1];
         CodeBlock {
             start: insns[0].ip,
-            last: insns[insns.len() - 1],
+            last,
+            exits: last.exits(),
             insns,
             plain_body,
         }
@@ -128,6 +177,12 @@ impl CodeBlock {
     #[inline]
     pub fn last(&self) -> &BlockInsn {
         &self.last
+    }
+
+    /// Where its last instruction sends control by itself ([`BlockInsn::exits`]).
+    #[inline]
+    pub fn exits(&self) -> Exits {
+        self.exits
     }
 
     /// The address after its last instruction.
@@ -151,19 +206,203 @@ pub fn always_faults(bytes: &[u8]) -> bool {
     matches!(b, [0xf4, ..] | [0x0f, 0x0b | 0xb9 | 0xff, ..])
 }
 
-/// One execution of a [`CodeBlock`] by the current thread.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the per-block fast paths read of a block (the source's successor
+/// test, the PT logic's whole-block step), 32 bytes: two to a cache line
+/// in a flat array beside the blocks ([`BlockTable::head`]), where a
+/// [`CodeBlock`] is 80 bytes and its instructions behind a pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockHead {
+    /// The first address.
+    pub start: u64,
+    /// The last instruction's address.
+    pub last_ip: u64,
+    /// The last instruction's direct target (0 for others).
+    pub target: u64,
+    /// Instructions in the block.
+    pub len: u32,
+    /// The last instruction's length.
+    pub last_len: u8,
+    /// The last instruction's class.
+    pub class: BranchClass,
+    flags: u8,
+}
+
+const HEAD_PLAIN_BODY: u8 = 1;
+const HEAD_FAULTS: u8 = 2;
+/// The block's exits: anywhere, the fall-through, the target (bits).
+const HEAD_TO_ANY: u8 = 4;
+const HEAD_TO_FT: u8 = 8;
+const HEAD_TO_TARGET: u8 = 16;
+
+impl BlockHead {
+    /// The head of `block`.
+    pub fn of(block: &CodeBlock) -> BlockHead {
+        let last = block.last();
+        let mut flags = 0;
+        if block.plain_body {
+            flags |= HEAD_PLAIN_BODY;
+        }
+        if last.faults {
+            flags |= HEAD_FAULTS;
+        }
+        let ft = last.fall_through();
+        flags |= match last.exits() {
+            Exits::Any => HEAD_TO_ANY,
+            Exits::Never => 0,
+            // Each of a and b is the fall-through or the target.
+            Exits::To(a, b) => {
+                let mut f = 0;
+                if a == ft || b == ft {
+                    f |= HEAD_TO_FT;
+                }
+                if a == last.target || b == last.target {
+                    f |= HEAD_TO_TARGET;
+                }
+                f
+            }
+        };
+        BlockHead {
+            start: block.start(),
+            last_ip: last.ip,
+            target: last.target,
+            len: block.insns.len() as u32,
+            last_len: last.len,
+            class: last.class,
+            flags,
+        }
+    }
+
+    /// [`CodeBlock::plain_body`].
+    #[inline]
+    pub fn plain_body(&self) -> bool {
+        self.flags & HEAD_PLAIN_BODY != 0
+    }
+
+    /// The address after the last instruction.
+    #[inline]
+    pub fn fall_through(&self) -> u64 {
+        self.last_ip.wrapping_add(u64::from(self.last_len))
+    }
+
+    /// Whether control reaching `next` is the last instruction's own doing
+    /// (`self.exits().allows(next)`, without a branch on the class).
+    #[inline]
+    pub fn allows(&self, next: u64) -> bool {
+        let f = self.flags;
+        (f & HEAD_TO_ANY != 0)
+            | ((next == self.fall_through()) & (f & HEAD_TO_FT != 0))
+            | ((next == self.target) & (f & HEAD_TO_TARGET != 0))
+    }
+
+    /// Where the last instruction sends control by itself ([`BlockInsn::exits`]).
+    #[inline]
+    pub fn exits(&self) -> Exits {
+        let ft = self.fall_through();
+        match self.class {
+            BranchClass::Other if self.flags & HEAD_FAULTS != 0 => Exits::Never,
+            BranchClass::Other | BranchClass::KernelEntry => Exits::To(ft, ft),
+            BranchClass::CondBranch => Exits::To(ft, self.target),
+            BranchClass::DirectJump | BranchClass::DirectCall => {
+                Exits::To(self.target, self.target)
+            }
+            BranchClass::IndirectJump
+            | BranchClass::IndirectCall
+            | BranchClass::Return
+            | BranchClass::FarBranch => Exits::Any,
+        }
+    }
+}
+
+/// A block's index in a [`BlockTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(pub u32);
+
+/// The blocks a source decoded, each once, by [`BlockId`]: append-only, so
+/// an id stays valid for the whole recording. Runs name their block by id
+/// (no reference count to bump per block executed), and the table is one
+/// flat array: a block's first address, last instruction and shape are in
+/// its entry, not behind a pointer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockTable {
+    blocks: Vec<CodeBlock>,
+    heads: Vec<BlockHead>,
+}
+
+impl BlockTable {
+    /// An empty table.
+    pub const fn new() -> Self {
+        BlockTable {
+            blocks: Vec::new(),
+            heads: Vec::new(),
+        }
+    }
+
+    /// Adds a block; returns its id.
+    pub fn push(&mut self, block: CodeBlock) -> BlockId {
+        let id = BlockId(self.blocks.len() as u32);
+        self.heads.push(BlockHead::of(&block));
+        self.blocks.push(block);
+        id
+    }
+
+    /// The head of block `id`, if there is one.
+    #[inline]
+    pub fn head(&self, id: BlockId) -> Option<&BlockHead> {
+        self.heads.get(id.0 as usize)
+    }
+
+    /// The block `id`, if there is one.
+    #[inline]
+    pub fn get(&self, id: BlockId) -> Option<&CodeBlock> {
+        self.blocks.get(id.0 as usize)
+    }
+
+    /// Blocks in the table.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The run `run` with its block, if the table has it.
+    #[inline]
+    pub fn run(&self, run: &BlockRun) -> Option<RunView<'_>> {
+        Some(RunView {
+            block: self.get(run.block)?,
+            next_ip: run.next_ip,
+            retire_last: run.retire_last,
+        })
+    }
+}
+
+/// One execution of a [`CodeBlock`] by the current thread: what a batch
+/// holds (16 bytes; the block is named by its id in the source's
+/// [`BlockTable`], see [`super::ExecutionSource::blocks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockRun {
-    /// The block (shared with the source's table of blocks: a count, not
-    /// an atomic one, as a run is handed on block by block).
-    pub block: Rc<CodeBlock>,
+    /// The block.
+    pub block: BlockId,
+    /// Whether the last instruction retired (not when it faulted).
+    pub retire_last: bool,
+    /// Where the last instruction sent control (its `next_ip`).
+    pub next_ip: u64,
+}
+
+/// A [`BlockRun`] with its block at hand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunView<'a> {
+    /// The block.
+    pub block: &'a CodeBlock,
     /// Where the last instruction sent control (its `next_ip`).
     pub next_ip: u64,
     /// Whether the last instruction retired (not when it faulted).
     pub retire_last: bool,
 }
 
-impl BlockRun {
+impl RunView<'_> {
     /// Instructions the run retires.
     #[inline]
     pub fn count(&self) -> usize {
@@ -194,7 +433,8 @@ impl BlockRun {
 pub enum Step {
     /// One item.
     Item(ExecItem),
-    /// A block's instructions, all of the current thread.
+    /// A block's instructions, all of the current thread (its block in the
+    /// source's [`BlockTable`]).
     Block(BlockRun),
     /// Block runs of the current thread, in order (each as [`Step::Block`]):
     /// a source that sees many blocks between events hands them over in
@@ -210,27 +450,98 @@ mod tests {
     #[test]
     fn a_run_spells_out_its_instructions() {
         // mov eax, 1; nop; jz +0x10
-        let b = Rc::new(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
+        let mut table = BlockTable::new();
+        let id =
+            table.push(CodeBlock::decode(0x1000, &[0xb8, 1, 0, 0, 0, 0x90, 0x74, 0x10]).unwrap());
+        let b = table.get(id).unwrap();
         assert!(b.plain_body);
         assert_eq!(b.end(), 0x1008);
-        // The copies beside the counts are the first and last instructions'.
+        // The copies beside the instructions are the first and last ones'.
         assert_eq!(b.start(), b.insns[0].ip);
         assert_eq!(b.last(), &b.insns[2]);
         let run = BlockRun {
-            block: b.clone(),
+            block: id,
             next_ip: 0x1018,
             retire_last: true,
         };
-        let got: Vec<(u64, u64)> = run.retired().map(|r| (r.ip, r.next_ip)).collect();
+        let view = table.run(&run).unwrap();
+        let got: Vec<(u64, u64)> = view.retired().map(|r| (r.ip, r.next_ip)).collect();
         assert_eq!(got, [(0x1000, 0x1005), (0x1005, 0x1006), (0x1006, 0x1018)]);
         let faulted = BlockRun {
-            block: b,
+            block: id,
             next_ip: 0x1006,
             retire_last: false,
         };
-        assert_eq!(faulted.retired().count(), 2);
+        assert_eq!(table.run(&faulted).unwrap().retired().count(), 2);
         // A jump in the middle: not a plain body.
         let j = CodeBlock::decode(0x1000, &[0xeb, 0x00, 0x90]).unwrap();
         assert!(!j.plain_body);
+    }
+
+    #[test]
+    fn a_table_hands_out_what_it_was_given_by_id() {
+        let mut table = BlockTable::new();
+        assert!(table.is_empty());
+        let a = table.push(CodeBlock::decode(0x1000, &[0x90, 0xc3]).unwrap());
+        let b = table.push(CodeBlock::decode(0x2000, &[0xeb, 0x00]).unwrap());
+        assert_eq!((a, b), (BlockId(0), BlockId(1)));
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.get(a).unwrap().start(), 0x1000);
+        assert_eq!(table.get(b).unwrap().last().class, BranchClass::DirectJump);
+        // An id the table never gave: no block, no run.
+        let stray = BlockRun {
+            block: BlockId(2),
+            next_ip: 0,
+            retire_last: true,
+        };
+        assert!(table.get(BlockId(2)).is_none());
+        assert!(table.run(&stray).is_none());
+        assert!(table.head(BlockId(2)).is_none());
+        // A run is small: batches of them stay in the caches; so is a head.
+        assert_eq!(std::mem::size_of::<BlockRun>(), 16);
+        assert_eq!(std::mem::size_of::<BlockHead>(), 32);
+    }
+
+    #[test]
+    fn a_head_agrees_with_its_block() {
+        // Blocks ending in each kind of instruction, with plain bodies or not.
+        let blocks: [(u64, &[u8]); 9] = [
+            (0x1000, &[0x90, 0x74, 0x10]),                   // nop; jz
+            (0x2000, &[0xb8, 1, 0, 0, 0, 0xe8, 0, 1, 0, 0]), // mov; call rel32
+            (0x3000, &[0x90, 0xc3]),                         // nop; ret
+            (0x4000, &[0xff, 0xe0]),                         // jmp rax
+            (0x5000, &[0x0f, 0x05]),                         // syscall
+            (0x6000, &[0x90, 0x0f, 0x0b]),                   // nop; ud2
+            (0x7000, &[0xf3, 0xa4]),                         // rep movsb
+            (0x8000, &[0xeb, 0x00, 0x90]),                   // jmp; nop: no plain body
+            (0x9000, &[0x90, 0x90, 0xeb, 0xfe]),             // nop; nop; jmp
+        ];
+        let mut table = BlockTable::new();
+        for (at, code) in blocks {
+            let b = CodeBlock::decode(at, code).unwrap();
+            let id = table.push(b.clone());
+            let h = *table.head(id).unwrap();
+            let last = b.last();
+            assert_eq!(h.start, b.start());
+            assert_eq!(h.len as usize, b.insns.len());
+            assert_eq!(
+                (h.last_ip, h.last_len, h.class),
+                (last.ip, last.len, last.class)
+            );
+            assert_eq!(h.target, last.target);
+            assert_eq!(h.fall_through(), b.end());
+            assert_eq!(h.plain_body(), b.plain_body);
+            assert_eq!(h.exits(), b.exits(), "{at:#x}");
+            let elsewhere = [at, b.end(), last.target, 0, 0x1_0000, last.ip];
+            for next in elsewhere {
+                assert_eq!(
+                    h.allows(next),
+                    b.exits().allows(next),
+                    "{at:#x} to {next:#x}"
+                );
+            }
+        }
+        assert!(!table.head(BlockId(7)).unwrap().plain_body());
+        assert_eq!(table.head(BlockId(5)).unwrap().exits(), Exits::Never);
     }
 }

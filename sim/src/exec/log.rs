@@ -64,9 +64,9 @@ use std::io::Write;
 use super::insn::{decode_at, DecodedInsn};
 use super::memory::page_base;
 use super::{
-    BlockInsn, BlockRun, BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode,
-    ExecutionSource, ExitKind, Mapping, Perms, Retired, StopReason, ThreadCursor, ThreadId,
-    PAGE_SIZE,
+    BlockInsn, BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecMode,
+    ExecutionSource, ExitKind, Mapping, Perms, Retired, RunView, StopReason, ThreadCursor,
+    ThreadId, PAGE_SIZE,
 };
 
 /// File magic.
@@ -361,10 +361,10 @@ impl<W: Write> LogWriter<W> {
     }
 
     /// Appends a block run: the same log as [`Self::write_item`] of each of
-    /// [`BlockRun::retired`] gives. The block's instructions were decoded
+    /// [`RunView::retired`] gives. The block's instructions were decoded
     /// from `mem` when the source first saw it; its straight-line body is
     /// one count of predicted instructions.
-    pub fn write_block(&mut self, run: &BlockRun, mem: &CodeMemory) -> Result<(), ExecError> {
+    pub fn write_block(&mut self, run: RunView<'_>, mem: &CodeMemory) -> Result<(), ExecError> {
         let n = run.count();
         if n == 0 {
             return Ok(());
@@ -384,7 +384,7 @@ impl<W: Write> LogWriter<W> {
             rep_string: b.rep,
         };
         let st = &self.threads.state;
-        let block = &*run.block;
+        let block = run.block;
         if block.plain_body
             && n == insns.len()
             && st.ip == Some(block.start())

@@ -90,7 +90,7 @@ pub mod script;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod valgrind;
 
-pub use block::{BlockInsn, BlockRun, CodeBlock, Step};
+pub use block::{BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Exits, RunView, Step};
 pub use insn::{decode_at, BranchClass, DecodedInsn};
 pub use maps::{Mapping, Perms};
 pub use memory::{CodeMemory, PAGE_SIZE};
@@ -375,6 +375,14 @@ pub trait ExecutionSource {
         drop(runs);
     }
 
+    /// The blocks the [`BlockRun`]s of [`Self::next_step`] name: every
+    /// block a run handed over so far names is in it. The default, for
+    /// sources that hand over no blocks, is empty.
+    fn blocks(&self) -> &BlockTable {
+        static NONE: BlockTable = BlockTable::new();
+        &NONE
+    }
+
     /// The code bytes known so far: every page holding an instruction yielded
     /// up to now, as it was when that instruction executed (newer contents
     /// replace older ones). A decoder of the produced trace reads code here.
@@ -406,6 +414,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for &mut S {
     fn recycle(&mut self, runs: Vec<BlockRun>) {
         (**self).recycle(runs)
     }
+    fn blocks(&self) -> &BlockTable {
+        (**self).blocks()
+    }
     fn memory(&self) -> &CodeMemory {
         (**self).memory()
     }
@@ -426,6 +437,9 @@ impl<S: ExecutionSource + ?Sized> ExecutionSource for Box<S> {
     }
     fn recycle(&mut self, runs: Vec<BlockRun>) {
         (**self).recycle(runs)
+    }
+    fn blocks(&self) -> &BlockTable {
+        (**self).blocks()
     }
     fn memory(&self) -> &CodeMemory {
         (**self).memory()

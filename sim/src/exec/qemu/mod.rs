@@ -62,12 +62,11 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::block::{BlockInsn, BlockRun, CodeBlock, Step};
+use super::block::{BlockId, BlockInsn, BlockRun, BlockTable, CodeBlock, Step};
 use super::maps::{load_segments, split_by_segments, LoadSegment};
 use super::{
     BranchClass, CloneKind, CodeMemory, Event, ExecError, ExecItem, ExecutionSource, ExitKind,
@@ -478,7 +477,8 @@ struct Conn {
 /// A process.
 #[derive(Clone, Default)]
 struct Proc {
-    blocks: Vec<Option<Rc<CodeBlock>>>,
+    /// QEMU's block ids (index) in the source's table.
+    blocks: Vec<Option<BlockId>>,
     mem: CodeMemory,
     maps: Vec<Mapping>,
     maps_dirty: bool,
@@ -523,7 +523,7 @@ fn sent_signal(nr: u64, args: &[u64; 6]) -> Option<i32> {
 struct Thread {
     id: ThreadId,
     /// The block it runs (its end is resolved by the next one).
-    prev: Option<Rc<CodeBlock>>,
+    prev: Option<BlockId>,
     /// The system call the previous block ended in: nr, arguments, result.
     syscall: Option<(u64, [u64; 6], Option<i64>)>,
     /// A clone to report with that call.
@@ -585,7 +585,9 @@ pub struct QemuSource {
     /// Blocks decoded, by address and code bytes (QEMU translates a block
     /// again after its code changed, was flushed, or in a forked child):
     /// each distinct block is decoded once.
-    decoded: HashMap<Box<[u8]>, Rc<CodeBlock>>,
+    decoded: HashMap<Box<[u8]>, BlockId>,
+    /// The decoded blocks (what [`BlockRun`]s name).
+    table: BlockTable,
     /// The key being looked up (address, code bytes).
     key: Vec<u8>,
     /// A run record's words (a buffer kept between records).
@@ -719,6 +721,7 @@ impl QemuSource {
             blocks_run: 0,
             translated: false,
             decoded: HashMap::new(),
+            table: BlockTable::new(),
             key: Vec::new(),
             words: Vec::new(),
             pending: None,
@@ -1088,12 +1091,13 @@ impl QemuSource {
                     return Err(corrupt("short run record"));
                 };
                 let mut words = std::mem::take(&mut self.words);
+                let bytes = p.rest();
+                // Sized first, then filled: a loop the compiler vectorizes.
                 words.clear();
-                words.extend(
-                    p.rest()
-                        .chunks_exact(4)
-                        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
-                );
+                words.resize(bytes.len() / 4, 0);
+                for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
                 let known = self.known.contains(&tid);
                 if !known {
                     self.conns[i].deferred.push((tid, words.clone()));
@@ -1148,15 +1152,15 @@ impl QemuSource {
     }
 
     /// The block at `addr` with these code bytes, decoded once.
-    fn decode_block(&mut self, addr: u64, code: &[u8]) -> Result<Rc<CodeBlock>, ExecError> {
+    fn decode_block(&mut self, addr: u64, code: &[u8]) -> Result<BlockId, ExecError> {
         self.key.clear();
         self.key.extend_from_slice(&addr.to_le_bytes());
         self.key.extend_from_slice(code);
-        if let Some(b) = self.decoded.get(&self.key[..]) {
-            return Ok(b.clone());
+        if let Some(&b) = self.decoded.get(&self.key[..]) {
+            return Ok(b);
         }
-        let b = Rc::new(CodeBlock::decode(addr, code)?);
-        self.decoded.insert(self.key[..].into(), b.clone());
+        let b = self.table.push(CodeBlock::decode(addr, code)?);
+        self.decoded.insert(self.key[..].into(), b);
         Ok(b)
     }
 
@@ -1220,7 +1224,7 @@ impl QemuSource {
     /// Queues a block run (after what is queued: the current thread's).
     #[inline]
     fn push_run(&mut self, run: BlockRun) {
-        if run.count() == 0 {
+        if self.table.run(&run).map_or(0, |r| r.count()) == 0 {
             // One instruction that faulted: nothing retired.
             return;
         }
@@ -1301,7 +1305,7 @@ impl QemuSource {
                 let Some(block) = self
                     .procs
                     .get(&pid)
-                    .and_then(|p| p.blocks.get(w as usize).cloned().flatten())
+                    .and_then(|p| p.blocks.get(w as usize).copied().flatten())
                 else {
                     return Err(ExecError::CorruptLog {
                         offset: 0,
@@ -1373,6 +1377,7 @@ impl QemuSource {
     /// `tid` (the first words of `words`) whose predecessors end where
     /// control plainly goes on (no system call, signal, REP iteration or
     /// mapping change between them). Returns how many words it took.
+    #[inline(never)]
     fn plain_blocks(&mut self, pid: u32, tid: u32, words: &[u32]) -> usize {
         let Some(proc) = self.procs.get(&pid).filter(|p| !p.maps_dirty) else {
             return 0;
@@ -1395,27 +1400,32 @@ impl QemuSource {
         let fresh = runs.is_empty();
         let room = BATCH.saturating_sub(runs.len()).max(1);
         let mut n = 0;
-        for &w in words.iter().take(room) {
-            let (Some(Some(block)), Some(prev)) = (proc.blocks.get(w as usize), t.prev.as_ref())
-            else {
-                break;
-            };
-            let last = prev.last();
-            let start = block.start();
-            if last.rep && start == last.ip {
-                break;
+        // Where the previous block's end may plainly go is carried from one
+        // block to the next: one block head read per block. Where it goes
+        // plainly, its `next_ip` is the next block's start and it retired
+        // (see `resolve`; a REP iteration, which starts at the same
+        // instruction, is not one of its exits).
+        let table = &self.table;
+        if let Some((mut prev, mut exits)) = t.prev.and_then(|p| Some((p, *table.head(p)?))) {
+            for &w in words.iter().take(room) {
+                let Some(&Some(id)) = proc.blocks.get(w as usize) else {
+                    break;
+                };
+                let Some(head) = table.head(id) else { break };
+                let start = head.start;
+                if !exits.allows(start) {
+                    break;
+                }
+                runs.push(BlockRun {
+                    block: prev,
+                    retire_last: true,
+                    next_ip: start,
+                });
+                prev = id;
+                exits = *head;
+                n += 1;
             }
-            let r = resolve(last, start, None);
-            if r.signal_from.is_some() {
-                break;
-            }
-            let prev = std::mem::replace(t.prev.as_mut().expect("checked above"), block.clone());
-            runs.push(BlockRun {
-                block: prev,
-                next_ip: r.next_ip,
-                retire_last: r.retired,
-            });
-            n += 1;
+            t.prev = Some(prev);
         }
         if fresh {
             if runs.is_empty() {
@@ -1435,19 +1445,22 @@ impl QemuSource {
     }
 
     /// Thread `tid` runs `block`: the previous block's end is resolved.
-    fn block(&mut self, pid: u32, tid: u32, block: Rc<CodeBlock>) {
+    fn block(&mut self, pid: u32, tid: u32, block: BlockId) {
         let Some(t) = self.threads.get_mut(&tid) else {
             return;
         };
-        let Some(prev) = t.prev.take() else {
+        let (Some(prev), Some(b)) = (t.prev.take(), self.table.get(block)) else {
             t.prev = Some(block);
             t.syscall = None;
             self.maps_event(pid);
             return;
         };
-        let last = *prev.last();
-        let start = block.start();
-        if last.rep && start == last.ip && block.insns.len() == 1 && t.syscall.is_none() {
+        let (start, one) = (b.start(), b.insns.len() == 1);
+        let Some(last) = self.table.get(prev).map(|p| *p.last()) else {
+            t.prev = Some(block);
+            return;
+        };
+        if last.rep && start == last.ip && one && t.syscall.is_none() {
             // The next iteration of the same REP instruction.
             t.prev = Some(prev);
             return;
@@ -1541,8 +1554,11 @@ impl QemuSource {
             return;
         };
         self.switch_to(t.id);
-        if let Some(prev) = t.prev.take() {
-            let last = *prev.last();
+        if let Some((prev, last)) = t
+            .prev
+            .take()
+            .and_then(|p| Some((p, *self.table.get(p)?.last())))
+        {
             let r = resolve(&last, last.fall_through(), None);
             self.push_run(BlockRun {
                 block: prev,
@@ -1712,7 +1728,7 @@ impl ExecutionSource for QemuSource {
         loop {
             match self.queue.front_mut() {
                 Some(Emit::Blocks { runs, run, idx }) => {
-                    if let Some(b) = runs.get(*run) {
+                    if let Some(b) = runs.get(*run).and_then(|r| self.table.run(r)) {
                         if *idx < b.count() {
                             let r = b.insn(*idx);
                             *idx += 1;
@@ -1774,6 +1790,10 @@ impl ExecutionSource for QemuSource {
             runs.clear();
             self.spare.push(runs);
         }
+    }
+
+    fn blocks(&self) -> &BlockTable {
+        &self.table
     }
 
     fn memory(&self) -> &CodeMemory {

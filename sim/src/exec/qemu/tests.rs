@@ -1,7 +1,7 @@
 //! Block decoding and the resolution of a block's end.
 
 use super::*;
-use crate::exec::block::always_faults;
+use crate::exec::block::{always_faults, Exits};
 
 fn insn(ip: u64, len: u8, class: BranchClass, target: u64) -> BlockInsn {
     BlockInsn {
@@ -198,4 +198,49 @@ fn emulated_cpu_of_the_installed_qemu() {
         "{c:?}"
     );
     assert!(parts[1..].iter().all(|p| p.parse::<u32>().is_ok()), "{c:?}");
+}
+
+#[test]
+fn a_blocks_exits_are_where_its_end_resolves_plainly() {
+    // Every class, faulting or not, REP or not, against next blocks at the
+    // fall-through, the target, the instruction itself (a REP iteration)
+    // and elsewhere: the exits the plain loop tests are exactly the
+    // resolutions with no signal, and those go to the next block's start.
+    let classes = [
+        BranchClass::Other,
+        BranchClass::CondBranch,
+        BranchClass::DirectJump,
+        BranchClass::IndirectJump,
+        BranchClass::DirectCall,
+        BranchClass::IndirectCall,
+        BranchClass::Return,
+        BranchClass::FarBranch,
+        BranchClass::KernelEntry,
+    ];
+    for class in classes {
+        for (rep, faults) in [(false, false), (true, false), (false, true)] {
+            let last = BlockInsn {
+                rep,
+                faults,
+                ..insn(0x1000, 2, class, 0x2000)
+            };
+            let exits = last.exits();
+            for next in [0x1000, 0x1002, 0x2000, 0x3000] {
+                let r = resolve(&last, next, None);
+                let plain = r.signal_from.is_none();
+                assert_eq!(
+                    exits.allows(next),
+                    plain,
+                    "{class:?} rep {rep} faults {faults} to {next:#x}"
+                );
+                if plain {
+                    assert_eq!((r.next_ip, r.retired), (next, true));
+                }
+            }
+        }
+    }
+    // The block's copy is its last instruction's.
+    let b = CodeBlock::decode(0x1000, &[0x90, 0x74, 0x10]).unwrap();
+    assert_eq!(b.exits(), Exits::To(0x1003, 0x1013));
+    assert_eq!(b.exits(), b.last().exits());
 }
