@@ -944,8 +944,7 @@ impl CoverageDecoder {
             let Pos::Node(id) = walk.pos else {
                 return left;
             };
-            // The bits left, as a packet of their own (with its stop bit).
-            let sub = ((1u16 << left | u16::from(payload) & ((1 << left) - 1)) << 1) as u8;
+            let sub = Memo::sub_byte(payload, left);
             let Some(m) = self.memo_entry(walk, id, sub) else {
                 return left;
             };
@@ -1622,6 +1621,13 @@ impl Memo {
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SIZE.trailing_zeros())) as usize
     }
 
+    /// The TNT-8 byte of the last `left` bits (1 to 6) of a TNT-8 byte's `payload`,
+    /// as a packet of their own: with their stop bit.
+    #[inline(always)]
+    fn sub_byte(payload: u8, left: u8) -> u8 {
+        (1 << left | payload & ((1 << left) - 1)) << 1
+    }
+
     /// Whether the entry gives the walk's own result: its returns' targets are in
     /// the walk's mode.
     #[inline(always)]
@@ -1800,8 +1806,47 @@ mod tests {
                     }
                 }
             }
+            // The same entry stopped at a compressed return after them (its
+            // flag is no depth).
+            let mut partial = Walk {
+                stack: at_once.stack,
+                ..walk()
+            };
+            (partial.top, partial.len) = (at_once.top, at_once.len);
+            partial.apply(&Memo {
+                peak: m.peak | PARTIAL,
+                ..m
+            });
             at_once.apply(&m);
-            assert_eq!(drain(at_once), drain(one_by_one), "{before} before");
+            let want = drain(one_by_one);
+            assert_eq!(drain(partial), want, "{before} before, partial");
+            assert_eq!(drain(at_once), want, "{before} before");
+        }
+    }
+
+    /// A TNT-8 byte's last bits as a byte of their own: the same bits, oldest
+    /// first, as the packet layer reads them (the whole byte for all its bits).
+    #[test]
+    fn sub_byte_holds_the_last_bits() {
+        let bits = |byte: u8| {
+            pt_encoder::Tnt::from_tnt8_byte(byte)
+                .iter()
+                .collect::<Vec<_>>()
+        };
+        for byte in (4u8..=254).step_by(2) {
+            let payload = byte >> 1;
+            let size = 7 - payload.leading_zeros() as u8;
+            let all = bits(byte);
+            assert_eq!(all.len(), usize::from(size), "{byte:#04x}");
+            assert_eq!(Memo::sub_byte(payload, size), byte);
+            for left in 1..=size {
+                let sub = Memo::sub_byte(payload, left);
+                assert_eq!(
+                    bits(sub)[..],
+                    all[usize::from(size - left)..],
+                    "{byte:#04x}, last {left}"
+                );
+            }
         }
     }
 
