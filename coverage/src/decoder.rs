@@ -939,12 +939,11 @@ impl CoverageDecoder {
         if self.options.collect || walk.pending.is_some() {
             return size;
         }
-        let mut left = size;
+        let (mut left, mut sub) = (size, byte);
         loop {
             let Pos::Node(id) = walk.pos else {
                 return left;
             };
-            let sub = Memo::sub_byte(payload, left);
             let Some(m) = self.memo_entry(walk, id, sub) else {
                 return left;
             };
@@ -973,6 +972,7 @@ impl CoverageDecoder {
             if left == 0 {
                 return 0;
             }
+            sub = Memo::sub_byte(payload, left);
         }
     }
 
