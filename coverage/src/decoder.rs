@@ -944,10 +944,22 @@ impl CoverageDecoder {
             let Pos::Node(id) = walk.pos else {
                 return left;
             };
-            let Some(m) = self.memo_entry(walk, id, sub) else {
+            let Some(slot) = self.memo_entry(walk, id, sub) else {
                 return left;
             };
-            self.apply_memo(walk, &m, out, left);
+            // Applied in place (no copy of the entry).
+            let m = &self.memo[slot];
+            walk.apply(m);
+            for k in 0..usize::from(m.n) {
+                let b = &mut self.map[m.idx[k] as usize];
+                *b = b.wrapping_add(m.cnt[k]);
+            }
+            walk.pos = Pos::Node(m.end);
+            if m.left != left {
+                // It walked a bit (not one that stopped at once).
+                walk.last_edge = Some(m.last_edge());
+            }
+            out.edges += u64::from(m.edges);
             if m.peak & PARTIAL == 0 {
                 return 0;
             }
@@ -956,8 +968,9 @@ impl CoverageDecoder {
             let Some(to) = walk.peek() else {
                 return left;
             };
-            let t = &self.tip_memo[TipMemo::slot(m.end, to)];
-            if t.from != m.end || t.ip != to || t.mode != walk.mode {
+            let end = m.end;
+            let t = &self.tip_memo[TipMemo::slot(end, to)];
+            if t.from != end || t.ip != to || t.mode != walk.mode {
                 return left;
             }
             walk.pop();
@@ -966,7 +979,7 @@ impl CoverageDecoder {
                 *b = b.wrapping_add(1);
                 out.edges += 1;
             }
-            walk.last_edge = Some(LastEdge::Tip(m.end, t.idx, to));
+            walk.last_edge = Some(LastEdge::Tip(end, t.idx, to));
             walk.pos = Pos::Node(t.to);
             left -= 1;
             if left == 0 {
@@ -976,15 +989,15 @@ impl CoverageDecoder {
         }
     }
 
-    /// The [`Memo`] entry of TNT-8 `byte` from node `id` that fits the walk, made
-    /// on a miss if it can be (`None` otherwise: nothing done).
+    /// The slot of the [`Memo`] entry of TNT-8 `byte` from node `id` that fits the
+    /// walk, made on a miss if it can be (`None` otherwise: nothing done).
     #[inline]
-    fn memo_entry(&mut self, walk: &Walk, id: u32, byte: u8) -> Option<Memo> {
+    fn memo_entry(&mut self, walk: &Walk, id: u32, byte: u8) -> Option<usize> {
         let slot = Memo::slot(id, byte);
         let m = &mut self.memo[slot];
         if m.from == id {
             if m.byte == byte && m.fits(walk) {
-                return Some(*m);
+                return Some(slot);
             }
             if m.byte == !byte {
                 // Failed before: try again only now and then (its nodes may have
@@ -1007,24 +1020,7 @@ impl CoverageDecoder {
             return None;
         };
         self.memo[slot] = memo;
-        memo.fits(walk).then_some(memo)
-    }
-
-    /// Applies a [`Memo`] entry that [fits](Memo::fits) the walk, of a byte of
-    /// `size` bits.
-    #[inline(always)]
-    fn apply_memo(&mut self, walk: &mut Walk, m: &Memo, out: &mut Outcome, size: u8) {
-        walk.apply(m);
-        for k in 0..usize::from(m.n) {
-            let b = &mut self.map[m.idx[k] as usize];
-            *b = b.wrapping_add(m.cnt[k]);
-        }
-        walk.pos = Pos::Node(m.end);
-        if m.left != size {
-            // It walked a bit (not one that stopped at once).
-            walk.last_edge = Some(m.last_edge());
-        }
-        out.edges += u64::from(m.edges);
+        memo.fits(walk).then_some(slot)
     }
 
     /// The [`Memo`] entry of TNT-8 `byte` from node `id`, walked through the
