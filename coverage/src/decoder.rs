@@ -12,7 +12,9 @@
 //! a fast lane reads the plain packets (TNT, TIP, PAD, MTC, CYC, TSC) straight
 //! from the bytes and hands back at the first other packet: TNT-8 packets go
 //! through a memo of (node, byte) → map bytes, return-stack effect and end node
-//! (calls and compressed returns included), TIPs through a memo of (node, target)
+//! (calls and compressed returns included; a compressed return to an address
+//! pushed before the byte splits it: the rest of its bits are looked up from the
+//! return's target as a shorter byte), TIPs through a memo of (node, target)
 //! → target node and map byte, so that the warm decoder does no hashing of
 //! addresses and no lookup per branch.
 //!
@@ -51,6 +53,10 @@ const MEMO_RETRY: u8 = 32;
 
 /// Return addresses a [`Memo`] entry leaves on the stack at most.
 const MEMO_PUSHES: usize = 2;
+
+/// [`Memo::peak`]'s flag: the entry stops at a compressed return to an address
+/// pushed before its byte ([`Memo::left`] bits not walked).
+const PARTIAL: u8 = 0x80;
 
 /// Entries of the TIP memo (a power of two): 192 KB.
 const TIP_MEMO_SIZE: usize = 1 << 13;
@@ -777,13 +783,13 @@ impl CoverageDecoder {
                         continue;
                     }
                     pos += 1;
-                    if self.tnt8_memo(walk, b0, out) {
+                    let left = self.tnt8_memo(walk, b0, out);
+                    if left == 0 {
                         continue;
                     }
                     let payload = u64::from(b0 >> 1);
-                    let size = (63 - payload.leading_zeros()) as u8;
                     let ahead = Ahead::At(ev, pos as u64, ip);
-                    if let Err((kind, at)) = self.tnt(walk, code, ahead, payload, size, out) {
+                    if let Err((kind, at)) = self.tnt(walk, code, ahead, payload, left, out) {
                         return LaneEnd::Walk(kind, at, pos - 1, ip);
                     }
                     continue;
@@ -896,7 +902,7 @@ impl CoverageDecoder {
                 break;
             }
             if m.peak != 0 {
-                if !m.fits(walk) {
+                if m.peak & PARTIAL != 0 || !m.fits(walk) {
                     break;
                 }
                 walk.apply(m);
@@ -918,32 +924,87 @@ impl CoverageDecoder {
         pos
     }
 
-    /// A TNT-8 packet (`byte`) through the [`Memo`]: applied and `true` on a hit;
-    /// on a miss walked through the [`Graph::hot`] links and remembered if they
-    /// carry all its bits (`false`, nothing counted, otherwise: the caller walks it
-    /// the long way).
+    /// A TNT-8 packet (`byte`) through the [`Memo`]: returns the bits left for the
+    /// caller to walk the long way (the packet's size if nothing was done, 0 if all
+    /// were). On a miss it is walked through the [`Graph::hot`] links and
+    /// remembered if they carry its bits. An entry that stops at a compressed
+    /// return to an address pushed before the byte ([`PARTIAL`]) is followed by
+    /// that return (the walk's stack and the [`TipMemo`]) and then by the entry of
+    /// the bits after it, from the return's target, as if they were a shorter
+    /// packet of their own.
     #[inline]
-    fn tnt8_memo(&mut self, walk: &mut Walk, byte: u8, out: &mut Outcome) -> bool {
-        let Pos::Node(id) = walk.pos else {
-            return false;
-        };
+    fn tnt8_memo(&mut self, walk: &mut Walk, byte: u8, out: &mut Outcome) -> u8 {
+        let payload = byte >> 1;
+        let size = 7 - payload.leading_zeros() as u8;
         if self.options.collect || walk.pending.is_some() {
-            return false;
+            return size;
         }
+        let (mut left, mut sub) = (size, byte);
+        loop {
+            let Pos::Node(id) = walk.pos else {
+                return left;
+            };
+            let Some(slot) = self.memo_entry(walk, id, sub) else {
+                return left;
+            };
+            // Applied in place (no copy of the entry).
+            let m = &self.memo[slot];
+            walk.apply(m);
+            for k in 0..usize::from(m.n) {
+                let b = &mut self.map[m.idx[k] as usize];
+                *b = b.wrapping_add(m.cnt[k]);
+            }
+            walk.pos = Pos::Node(m.end);
+            if m.left != left {
+                // It walked a bit (not one that stopped at once).
+                walk.last_edge = Some(m.last_edge());
+            }
+            out.edges += u64::from(m.edges);
+            if m.peak & PARTIAL == 0 {
+                return 0;
+            }
+            left = m.left;
+            // The compressed return it stopped at: to the top of the stack.
+            let Some(to) = walk.peek() else {
+                return left;
+            };
+            let end = m.end;
+            let t = &self.tip_memo[TipMemo::slot(end, to)];
+            if t.from != end || t.ip != to || t.mode != walk.mode {
+                return left;
+            }
+            walk.pop();
+            if t.idx != NONE {
+                let b = &mut self.map[t.idx as usize];
+                *b = b.wrapping_add(1);
+                out.edges += 1;
+            }
+            walk.last_edge = Some(LastEdge::Tip(end, t.idx, to));
+            walk.pos = Pos::Node(t.to);
+            left -= 1;
+            if left == 0 {
+                return 0;
+            }
+            sub = Memo::sub_byte(payload, left);
+        }
+    }
+
+    /// The slot of the [`Memo`] entry of TNT-8 `byte` from node `id` that fits the
+    /// walk, made on a miss if it can be (`None` otherwise: nothing done).
+    #[inline]
+    fn memo_entry(&mut self, walk: &Walk, id: u32, byte: u8) -> Option<usize> {
         let slot = Memo::slot(id, byte);
         let m = &mut self.memo[slot];
         if m.from == id {
             if m.byte == byte && m.fits(walk) {
-                let m = *m;
-                self.apply_memo(walk, &m, out);
-                return true;
+                return Some(slot);
             }
             if m.byte == !byte {
                 // Failed before: try again only now and then (its nodes may have
                 // been linked since).
                 m.edges = m.edges.wrapping_sub(1);
                 if m.edges != 0 {
-                    return false;
+                    return None;
                 }
             }
         }
@@ -956,34 +1017,18 @@ impl CoverageDecoder {
                 edges: MEMO_RETRY,
                 ..Memo::EMPTY
             };
-            return false;
+            return None;
         };
         self.memo[slot] = memo;
-        if !memo.fits(walk) {
-            return false;
-        }
-        self.apply_memo(walk, &memo, out);
-        true
-    }
-
-    /// Applies a [`Memo`] entry that [fits](Memo::fits) the walk.
-    #[inline(always)]
-    fn apply_memo(&mut self, walk: &mut Walk, m: &Memo, out: &mut Outcome) {
-        walk.apply(m);
-        for k in 0..usize::from(m.n) {
-            let b = &mut self.map[m.idx[k] as usize];
-            *b = b.wrapping_add(m.cnt[k]);
-        }
-        walk.pos = Pos::Node(m.end);
-        walk.last_edge = Some(m.last_edge());
-        out.edges += u64::from(m.edges);
+        memo.fits(walk).then_some(slot)
     }
 
     /// The [`Memo`] entry of TNT-8 `byte` from node `id`, walked through the
     /// [`Graph::hot`] links, with the return addresses its nodes' direct calls push
-    /// and the compressed returns that pop them again (through the [`TipMemo`]);
-    /// `None` if a bit needs more (a node not linked yet, a return to an address
-    /// pushed before the byte, too many return addresses).
+    /// and the compressed returns that pop them again (through the [`TipMemo`]),
+    /// up to a compressed return to an address pushed before the byte, where it
+    /// stops ([`PARTIAL`]); `None` if a bit needs more (a node not linked yet, too
+    /// many return addresses).
     fn build_memo(&self, walk: &Walk, id: u32, byte: u8) -> Option<Memo> {
         let payload = byte >> 1;
         let size = 7 - payload.leading_zeros() as u8;
@@ -1008,7 +1053,12 @@ impl CoverageDecoder {
             let (i, next) = if h.next[t] != NONE {
                 memo.last_t = t as u8;
                 (h.idx[t], h.next[t])
-            } else if h.ret && t == 1 && depth > 0 {
+            } else if h.ret && t == 1 && depth == 0 {
+                // To an address from before the byte: the caller takes it.
+                memo.peak |= PARTIAL;
+                memo.left = size - k;
+                break;
+            } else if h.ret && t == 1 {
                 depth -= 1;
                 let to = stack[depth];
                 let m = &self.tip_memo[TipMemo::slot(at, to)];
@@ -1506,7 +1556,10 @@ enum LaneEnd {
 /// [`Graph::hot`] links (conditional nodes, never changed once made) and through
 /// compressed returns to addresses pushed in the same byte (their targets through
 /// the [`TipMemo`]), so that a hit is exact: the walk does not depend on the
-/// stack below. Direct mapped by (node, byte); a collision replaces the entry.
+/// stack below. A walk that meets a compressed return to an address pushed
+/// before the byte stops there ([`PARTIAL`]): the caller pops it, and looks up
+/// the bits after it as a byte of their own (from the return's target), so that
+/// one entry serves every caller. Direct mapped by (node, byte); a collision replaces the entry.
 #[derive(Clone, Copy, Debug)]
 struct Memo {
     /// The node the walk starts at (`NONE`: empty).
@@ -1526,6 +1579,8 @@ struct Memo {
     /// alone), and those still there at its end, `pushes[..npush]`.
     peak: u8,
     npush: u8,
+    /// The bits it leaves, from the compressed return it stops at ([`PARTIAL`]).
+    left: u8,
     /// The mode its returns' targets were looked up in.
     mode: ExecMode,
     last: u32,
@@ -1546,6 +1601,7 @@ impl Memo {
         last_t: 0,
         peak: 0,
         npush: 0,
+        left: 0,
         mode: ExecMode::Unknown,
         last: NONE,
         last_idx: NONE,
@@ -1559,6 +1615,13 @@ impl Memo {
     fn slot(from: u32, byte: u8) -> usize {
         let key = u64::from(from) << 8 | u64::from(byte);
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SIZE.trailing_zeros())) as usize
+    }
+
+    /// The TNT-8 byte of the last `left` bits (1 to 6) of a TNT-8 byte's `payload`,
+    /// as a packet of their own: with their stop bit.
+    #[inline(always)]
+    fn sub_byte(payload: u8, left: u8) -> u8 {
+        (1 << left | payload & ((1 << left) - 1)) << 1
     }
 
     /// Whether the entry gives the walk's own result: its returns' targets are in
@@ -1665,7 +1728,7 @@ impl Walk {
     /// entry's pushes that are left at its end.
     #[inline(always)]
     fn apply(&mut self, m: &Memo) {
-        let lost = (self.len + usize::from(m.peak)).saturating_sub(RETSTACK_SIZE);
+        let lost = (self.len + usize::from(m.peak & !PARTIAL)).saturating_sub(RETSTACK_SIZE);
         self.len -= lost;
         for &ip in &m.pushes[..usize::from(m.npush)] {
             self.push(ip);
@@ -1739,8 +1802,47 @@ mod tests {
                     }
                 }
             }
+            // The same entry stopped at a compressed return after them (its
+            // flag is no depth).
+            let mut partial = Walk {
+                stack: at_once.stack,
+                ..walk()
+            };
+            (partial.top, partial.len) = (at_once.top, at_once.len);
+            partial.apply(&Memo {
+                peak: m.peak | PARTIAL,
+                ..m
+            });
             at_once.apply(&m);
-            assert_eq!(drain(at_once), drain(one_by_one), "{before} before");
+            let want = drain(one_by_one);
+            assert_eq!(drain(partial), want, "{before} before, partial");
+            assert_eq!(drain(at_once), want, "{before} before");
+        }
+    }
+
+    /// A TNT-8 byte's last bits as a byte of their own: the same bits, oldest
+    /// first, as the packet layer reads them (the whole byte for all its bits).
+    #[test]
+    fn sub_byte_holds_the_last_bits() {
+        let bits = |byte: u8| {
+            pt_encoder::Tnt::from_tnt8_byte(byte)
+                .iter()
+                .collect::<Vec<_>>()
+        };
+        for byte in (4u8..=254).step_by(2) {
+            let payload = byte >> 1;
+            let size = 7 - payload.leading_zeros() as u8;
+            let all = bits(byte);
+            assert_eq!(all.len(), usize::from(size), "{byte:#04x}");
+            assert_eq!(Memo::sub_byte(payload, size), byte);
+            for left in 1..=size {
+                let sub = Memo::sub_byte(payload, left);
+                assert_eq!(
+                    bits(sub)[..],
+                    all[usize::from(size - left)..],
+                    "{byte:#04x}, last {left}"
+                );
+            }
         }
     }
 
