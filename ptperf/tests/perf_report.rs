@@ -312,7 +312,6 @@ fn long_cxx_names_as_perf() {
     all_same_whole(
         &data,
         &[
-            &[],
             &["--itrace=i10000ig"],
             &["--itrace=i10000ig", "-g", "flat"],
             &["--itrace=i10000ig", "-g", "folded"],
