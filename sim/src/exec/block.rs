@@ -428,7 +428,7 @@ impl RunView<'_> {
 }
 
 /// What a source hands on next: an item, or a block run (which stands for
-/// its instructions, see [`BlockRun::retired`]).
+/// its instructions, see [`RunView::retired`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// One item.
