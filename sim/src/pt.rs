@@ -1021,6 +1021,14 @@ impl PtLogic {
     /// deadline is asked only while TriggerEn, which such a block keeps too.
     #[inline]
     fn quiet_state(&self) -> bool {
+        self.quiet_setup() && self.trigger_en() && self.want_packet_en(0) == self.packet_en
+    }
+
+    /// The conditions [`Self::quiet_at`] and [`Self::quiet_state`] share:
+    /// nothing pending, 64-bit user mode, no overflow, no filter, stop
+    /// range or output FIFO.
+    #[inline]
+    fn quiet_setup(&self) -> bool {
         !(self.pending_far.is_some()
             || self.pending_entry.is_some()
             || self.in_kernel
@@ -1028,9 +1036,7 @@ impl PtLogic {
             || self.params.fifo.is_some()
             || self.mode != Some(ExecMode::Bit64)
             || !self.filters.is_empty()
-            || !self.stops.is_empty()
-            || !self.trigger_en()
-            || self.want_packet_en(0) != self.packet_en)
+            || !self.stops.is_empty())
     }
 
     /// A whole block with a plain body in one step (its last instruction
@@ -1083,16 +1089,9 @@ impl PtLogic {
     /// filter, stop range or FIFO, no PSB due, packet generation unchanged.
     #[inline]
     fn quiet_at(&self, ip: u64) -> bool {
-        !(self.pending_far.is_some()
-            || self.pending_entry.is_some()
-            || self.in_kernel
-            || self.overflowing
-            || self.params.fifo.is_some()
-            || self.mode != Some(ExecMode::Bit64)
-            || !self.filters.is_empty()
-            || !self.stops.is_empty()
-            || (self.since_psb >= self.psb_period && self.trigger_en())
-            || self.want_packet_en(ip) != self.packet_en)
+        self.quiet_setup()
+            && !(self.since_psb >= self.psb_period && self.trigger_en())
+            && self.want_packet_en(ip) == self.packet_en
     }
 
     /// Whether `n` instructions from `ip` on (non-branches but the last, in

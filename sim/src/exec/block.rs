@@ -81,23 +81,26 @@ impl Exits {
     }
 }
 
+/// Where an instruction of class `class` (that always `faults`, falling
+/// through to `ft`, with direct target `target`) sends control by itself.
+fn exits_of(class: BranchClass, faults: bool, ft: u64, target: u64) -> Exits {
+    match class {
+        // UD2 and HLT: non-branches that never retire.
+        BranchClass::Other if faults => Exits::Never,
+        BranchClass::Other | BranchClass::KernelEntry => Exits::To(ft, ft),
+        BranchClass::CondBranch => Exits::To(ft, target),
+        BranchClass::DirectJump | BranchClass::DirectCall => Exits::To(target, target),
+        BranchClass::IndirectJump
+        | BranchClass::IndirectCall
+        | BranchClass::Return
+        | BranchClass::FarBranch => Exits::Any,
+    }
+}
+
 impl BlockInsn {
     /// Where the instruction sends control by itself.
     pub fn exits(&self) -> Exits {
-        let ft = self.fall_through();
-        match self.class {
-            // UD2 and HLT: non-branches that never retire.
-            BranchClass::Other if self.faults => Exits::Never,
-            BranchClass::Other | BranchClass::KernelEntry => Exits::To(ft, ft),
-            BranchClass::CondBranch => Exits::To(ft, self.target),
-            BranchClass::DirectJump | BranchClass::DirectCall => {
-                Exits::To(self.target, self.target)
-            }
-            BranchClass::IndirectJump
-            | BranchClass::IndirectCall
-            | BranchClass::Return
-            | BranchClass::FarBranch => Exits::Any,
-        }
+        exits_of(self.class, self.faults, self.fall_through(), self.target)
     }
 }
 
@@ -297,19 +300,12 @@ impl BlockHead {
     /// Where the last instruction sends control by itself ([`BlockInsn::exits`]).
     #[inline]
     pub fn exits(&self) -> Exits {
-        let ft = self.fall_through();
-        match self.class {
-            BranchClass::Other if self.flags & HEAD_FAULTS != 0 => Exits::Never,
-            BranchClass::Other | BranchClass::KernelEntry => Exits::To(ft, ft),
-            BranchClass::CondBranch => Exits::To(ft, self.target),
-            BranchClass::DirectJump | BranchClass::DirectCall => {
-                Exits::To(self.target, self.target)
-            }
-            BranchClass::IndirectJump
-            | BranchClass::IndirectCall
-            | BranchClass::Return
-            | BranchClass::FarBranch => Exits::Any,
-        }
+        exits_of(
+            self.class,
+            self.flags & HEAD_FAULTS != 0,
+            self.fall_through(),
+            self.target,
+        )
     }
 }
 
