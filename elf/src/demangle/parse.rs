@@ -119,6 +119,15 @@ impl<'a> Parser<'a> {
 
     // ---- numbers ----
 
+    /// The run of decimal digits here, as written (a dimension).
+    fn digits(&mut self) -> Option<&'a str> {
+        let start = self.pos;
+        while self.peek().is_ascii_digit() {
+            self.advance(1);
+        }
+        self.s.get(start..self.pos)
+    }
+
     /// `[n] <digits>`; no digit reads 0, overflow fails (-1).
     pub(super) fn number(&mut self) -> i64 {
         let negative = self.check(b'n');
@@ -882,11 +891,7 @@ impl<'a> Parser<'a> {
         let dim = if self.check(b'_') {
             self.expression()?
         } else {
-            let start = self.pos;
-            while self.peek().is_ascii_digit() {
-                self.advance(1);
-            }
-            let d = self.s.get(start..self.pos)?;
+            let d = self.digits()?;
             if d.is_empty() {
                 return None;
             }
@@ -967,11 +972,7 @@ impl<'a> Parser<'a> {
         let dim = match self.peek() {
             b'_' => None,
             c if c.is_ascii_digit() => {
-                let start = self.pos;
-                while self.peek().is_ascii_digit() {
-                    self.advance(1);
-                }
-                let d = self.s.get(start..self.pos)?;
+                let d = self.digits()?;
                 Some(self.add(Node::Name(d)))
             }
             _ => Some(self.expression()?),

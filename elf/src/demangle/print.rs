@@ -424,12 +424,16 @@ impl<'a> Printer<'_, 'a> {
 
     fn template_args(&mut self, name: Id, args: Id) {
         self.comp(name);
+        self.angle_args(args);
+    }
+
+    /// `<args>` after a name: `< <` and `> >`, never `<<` or `>>`.
+    fn angle_args(&mut self, args: Id) {
         if self.last == b'<' {
             self.append(" ");
         }
         self.append("<");
         self.comp(args);
-        // `> >`, never `>>`.
         if self.last == b'>' {
             self.append(" ");
         }
@@ -835,15 +839,7 @@ impl<'a> Printer<'_, 'a> {
         if let Node::Template(n, args) = *self.node(ty) {
             self.comp(n);
             self.templates = hold;
-            if self.last == b'<' {
-                self.append(" ");
-            }
-            self.append("<");
-            self.comp(args);
-            if self.last == b'>' {
-                self.append(" ");
-            }
-            self.append(">");
+            self.angle_args(args);
         } else {
             self.comp(ty);
             self.templates = hold;
